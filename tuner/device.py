@@ -1,0 +1,76 @@
+"""Facts about the GPU at hand that the search space and the diagnosis depend on."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    name: str
+    cc_major: int
+    cc_minor: int
+    sm_count: int
+    smem_optin_per_block: int
+    smem_per_sm: int
+    registers_per_sm: int
+    l2_bytes: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    driver_version: str = "unknown"
+    runtime_version: str = "unknown"
+
+    @property
+    def cc(self) -> int:
+        return self.cc_major * 10 + self.cc_minor
+
+    @property
+    def arch_flag(self) -> str:
+        return f"sm_{self.cc}"
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.name)
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.max_threads_per_sm // 32
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def slugify(device_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
+
+
+def _cuda_version_text(version: int) -> str:
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+def query_device(ordinal: int = 0) -> DeviceFacts:
+    """Read the facts from the driver through CuPy (imported here: CPU-only paths never need it)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    props = runtime.getDeviceProperties(ordinal)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return DeviceFacts(
+        name=name,
+        cc_major=int(props["major"]),
+        cc_minor=int(props["minor"]),
+        sm_count=int(props["multiProcessorCount"]),
+        smem_optin_per_block=int(props["sharedMemPerBlockOptin"]),
+        smem_per_sm=int(props["sharedMemPerMultiprocessor"]),
+        registers_per_sm=int(props["regsPerMultiprocessor"]),
+        l2_bytes=int(props["l2CacheSize"]),
+        max_threads_per_sm=int(props["maxThreadsPerMultiProcessor"]),
+        max_blocks_per_sm=int(props.get("maxBlocksPerMultiProcessor", 32)),
+        driver_version=_cuda_version_text(runtime.driverGetVersion()),
+        runtime_version=_cuda_version_text(runtime.runtimeGetVersion()),
+    )
+
+
+def device_from_dict(values: dict) -> DeviceFacts:
+    return DeviceFacts(**values)

@@ -1,0 +1,193 @@
+"""Conv2d fprop problem sizes, their implicit-GEMM arithmetic, and the layer table."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+class ProblemError(ValueError):
+    """A layer table, layer name or shape that cannot describe a convolution."""
+
+
+class DataType(enum.Enum):
+    f16 = "f16"
+    bf16 = "bf16"
+    f32 = "f32"
+
+    @property
+    def bits(self) -> int:
+        return 32 if self is DataType.f32 else 16
+
+    @property
+    def bytes(self) -> int:
+        return self.bits // 8
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """One NHWC conv2d fprop: x[N,H,W,C] * w[K,R,S,C] -> y[N,P,Q,K]; symmetric pad, stride, dilation."""
+
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    r: int
+    s: int
+    pad: int = 0
+    stride: int = 1
+    dilation: int = 1
+    input_type: DataType = DataType.f16
+    filter_type: DataType = DataType.f16
+    output_type: DataType = DataType.f16
+    accumulator_type: DataType = DataType.f32
+
+    def __post_init__(self) -> None:
+        for field in ("n", "h", "w", "c", "k", "r", "s", "stride", "dilation"):
+            if getattr(self, field) < 1:
+                raise ProblemError(f"{field}={getattr(self, field)} must be at least 1")
+        if self.pad < 0:
+            raise ProblemError(f"pad={self.pad} must not be negative")
+        if self.p < 1 or self.q < 1:
+            raise ProblemError(
+                f"output size {self.p}x{self.q} is empty: the {self.r}x{self.s} filter "
+                f"(dilation {self.dilation}) does not fit the {self.h}x{self.w} input with pad {self.pad}"
+            )
+
+    @property
+    def p(self) -> int:
+        return (self.h + 2 * self.pad - self.dilation * (self.r - 1) - 1) // self.stride + 1
+
+    @property
+    def q(self) -> int:
+        return (self.w + 2 * self.pad - self.dilation * (self.s - 1) - 1) // self.stride + 1
+
+    @property
+    def gemm_mnk(self) -> tuple[int, int, int]:
+        return self.n * self.p * self.q, self.k, self.c * self.r * self.s
+
+    @property
+    def flops(self) -> int:
+        m, n, k = self.gemm_mnk
+        return 2 * m * n * k
+
+    @property
+    def input_elements(self) -> int:
+        return self.n * self.h * self.w * self.c
+
+    @property
+    def filter_elements(self) -> int:
+        return self.k * self.r * self.s * self.c
+
+    @property
+    def output_elements(self) -> int:
+        return self.n * self.p * self.q * self.k
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes that must cross device memory at least once: each tensor read or written once."""
+        return (
+            self.input_elements * self.input_type.bytes
+            + self.filter_elements * self.filter_type.bytes
+            + self.output_elements * self.output_type.bytes
+        )
+
+    @property
+    def shape_text(self) -> str:
+        return (
+            f"N={self.n} H={self.h} W={self.w} C={self.c} K={self.k} R={self.r} S={self.s} "
+            f"pad={self.pad} stride={self.stride} dilation={self.dilation}"
+        )
+
+    @property
+    def dtype_key(self) -> str:
+        return "_".join(
+            t.value for t in (self.input_type, self.filter_type, self.output_type, self.accumulator_type)
+        )
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    problem: ConvProblem
+
+
+_SHAPE_FIELDS = ("n", "h", "w", "c", "k", "r", "s")
+_OPTIONAL_FIELDS = ("pad", "stride", "dilation")
+_TYPE_FIELDS = ("input_type", "filter_type", "output_type", "accumulator_type")
+
+
+def parse_shape(text: str, dtypes: dict[str, DataType] | None = None) -> ConvProblem:
+    """Parse `N,H,W,C,K,R,S[,pad,stride,dilation]` as given to --shape."""
+    parts = [p.strip() for p in text.split(",")]
+    if not 7 <= len(parts) <= 10:
+        raise ProblemError(
+            f"--shape {text!r} has {len(parts)} numbers; give N,H,W,C,K,R,S[,pad,stride,dilation]"
+        )
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise ProblemError(f"--shape {text!r} must be whole numbers: N,H,W,C,K,R,S[,pad,stride,dilation]") from None
+    names = _SHAPE_FIELDS + _OPTIONAL_FIELDS
+    return ConvProblem(**dict(zip(names, values)), **(dtypes or {}))
+
+
+def _parse_int(layer: str, field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProblemError(f"layer {layer!r}: {field} must be a whole number, got {value!r}")
+    return value
+
+
+def _parse_type(layer: str, field: str, value: object) -> DataType:
+    try:
+        return DataType(value)
+    except ValueError:
+        known = ", ".join(t.value for t in DataType)
+        raise ProblemError(f"layer {layer!r}: {field}={value!r} is not one of {known}") from None
+
+
+def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
+    if not isinstance(entry, dict):
+        raise ProblemError(f"layer {name!r} must be a mapping of shape fields, got {entry!r}")
+    merged = {**defaults, **entry}
+    unknown = set(merged) - set(_SHAPE_FIELDS + _OPTIONAL_FIELDS + _TYPE_FIELDS)
+    if unknown:
+        raise ProblemError(f"layer {name!r}: unknown field(s) {', '.join(sorted(unknown))}")
+    missing = [f for f in _SHAPE_FIELDS if f not in merged]
+    if missing:
+        raise ProblemError(f"layer {name!r}: missing {', '.join(missing)}")
+    ints = {f: _parse_int(name, f, merged[f]) for f in _SHAPE_FIELDS + _OPTIONAL_FIELDS if f in merged}
+    types = {f: _parse_type(name, f, merged[f]) for f in _TYPE_FIELDS if f in merged}
+    try:
+        return Layer(name, ConvProblem(**ints, **types))
+    except ProblemError as error:
+        raise ProblemError(f"layer {name!r}: {error}") from None
+
+
+def load_layers(path: Path) -> dict[str, Layer]:
+    """Read search_spaces/layers.yaml: a `defaults` mapping and a `layers` mapping of name -> fields."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ProblemError(f"layer table {path} not found; pass --layers-file PATH") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ProblemError(f"layer table {path} is not valid YAML{where}; fix the file") from None
+    if not isinstance(document, dict) or not isinstance(document.get("layers"), dict):
+        raise ProblemError(f"layer table {path} needs a top-level 'layers:' mapping")
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ProblemError(f"layer table {path}: 'defaults' must be a mapping")
+    return {str(name): _parse_layer(str(name), entry, defaults) for name, entry in document["layers"].items()}
+
+
+def find_layer(layers: dict[str, Layer], name: str) -> Layer:
+    if name not in layers:
+        close = [n for n in layers if name in n or n in name][:5]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ProblemError(f"unknown layer {name!r}{hint}; see --list-layers")
+    return layers[name]

@@ -1,0 +1,375 @@
+"""The sm80 search space: typed kernel configurations and the static checks that need no compile."""
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+import yaml
+
+from tuner.device import DeviceFacts
+from tuner.problem import ConvProblem, DataType
+
+
+class SpaceError(ValueError):
+    """A search-space file that does not parse into known, typed values."""
+
+
+class IteratorAlgorithm(enum.Enum):
+    optimized = "optimized"
+    analytic = "analytic"
+    few_channels = "few_channels"
+    fixed_channels = "fixed_channels"
+
+
+SWIZZLES = (1, 2, 4, 8)
+# Channels at or under this count are "small C": the few/fixed-channel iterators exist for them.
+SMALL_CHANNELS = 8
+MAX_THREADS_PER_BLOCK = 1024
+# A 64x64 warp tile holds 128 f32 accumulators per thread; larger ones spill (seen on the H100:
+# 128x128 warp tiles used 255 registers and kilobytes of spills, and ran 10-40x slower).
+MAX_ACCUMULATORS_PER_THREAD = 128
+
+
+@dataclass(frozen=True, order=True)
+class Shape3:
+    m: int
+    n: int
+    k: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shape3":
+        parts = str(text).lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise SpaceError(f"shape {text!r} must look like 128x128x64 (three positive whole numbers)")
+        return cls(*(int(p) for p in parts))
+
+    @property
+    def text(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @property
+    def volume(self) -> int:
+        return self.m * self.n * self.k
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    """One sm80 implicit-GEMM fprop kernel plus its run-time split-K; all a candidate needs."""
+
+    tile: Shape3
+    warps: Shape3
+    stages: int
+    swizzle: int
+    iterator: IteratorAlgorithm
+    split_k: int
+    alignment_ab: int
+    alignment_c: int
+    input_type: DataType
+    filter_type: DataType
+    output_type: DataType
+    accumulator_type: DataType
+
+    @property
+    def warp_tile(self) -> Shape3:
+        return Shape3(self.tile.m // self.warps.m, self.tile.n // self.warps.n, self.tile.k // self.warps.k)
+
+    @property
+    def warp_count(self) -> int:
+        return self.warps.volume
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warp_count
+
+    @property
+    def instruction(self) -> Shape3:
+        return INSTRUCTION_SHAPES[self.input_type]
+
+    @property
+    def mainloop_smem_bytes(self) -> int:
+        per_stage = self.tile.m * self.tile.k * self.input_type.bytes + self.tile.n * self.tile.k * self.filter_type.bytes
+        return self.stages * per_stage
+
+    @property
+    def compiled(self) -> "KernelConfig":
+        """The configuration as compiled: split-K is a run-time argument, so it does not count."""
+        return replace(self, split_k=1)
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{self.tile.text}_w{self.warps.text}_s{self.stages}_sw{self.swizzle}_{self.iterator.value}"
+            f"_sk{self.split_k}_a{self.alignment_ab}x{self.alignment_c}_{self.dtype_key}"
+        )
+
+    @property
+    def dtype_key(self) -> str:
+        return "_".join(
+            t.value for t in (self.input_type, self.filter_type, self.output_type, self.accumulator_type)
+        )
+
+    @property
+    def search_params(self) -> dict[str, str | int]:
+        """The values Optuna samples, in the form stored in the study."""
+        return {
+            "tile": self.tile.text,
+            "warps": self.warps.text,
+            "stages": self.stages,
+            "swizzle": self.swizzle,
+            "iterator": self.iterator.value,
+            "split_k": self.split_k,
+        }
+
+
+INSTRUCTION_SHAPES = {DataType.f16: Shape3(16, 8, 16), DataType.bf16: Shape3(16, 8, 16)}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    family: str
+    tiles: tuple[Shape3, ...]
+    warps: tuple[Shape3, ...]
+    stages: tuple[int, ...]
+    swizzles: tuple[int, ...]
+    iterators: tuple[IteratorAlgorithm, ...]
+    split_ks: tuple[int, ...]
+
+    @property
+    def choices(self) -> dict[str, tuple]:
+        """Each sampled parameter with its choices, as stored in the study."""
+        return {
+            "tile": tuple(t.text for t in self.tiles),
+            "warps": tuple(w.text for w in self.warps),
+            "stages": self.stages,
+            "swizzle": self.swizzles,
+            "iterator": tuple(i.value for i in self.iterators),
+            "split_k": self.split_ks,
+        }
+
+    @property
+    def size(self) -> int:
+        total = 1
+        for values in self.choices.values():
+            total *= len(values)
+        return total
+
+
+def _int_list(name: str, values: object, allowed: Callable[[int], bool], rule: str) -> tuple[int, ...]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"search space: '{name}' must be a non-empty list")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not allowed(value):
+            raise SpaceError(f"search space: {name} value {value!r} is not allowed ({rule})")
+    return tuple(sorted(set(values)))
+
+
+def _enum_list(name: str, values: object, kind: type[enum.Enum]) -> tuple:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"search space: '{name}' must be a non-empty list")
+    known = [e.value for e in kind]
+    parsed = []
+    for value in values:
+        if value not in known:
+            raise SpaceError(f"search space: {name} value {value!r} is not one of {', '.join(known)}")
+        parsed.append(kind(value))
+    return tuple(dict.fromkeys(parsed))
+
+
+def _shape_list(name: str, values: object) -> tuple[Shape3, ...]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"search space: '{name}' must be a non-empty list")
+    return tuple(dict.fromkeys(Shape3.parse(v) for v in values))
+
+
+def parse_space(document: object) -> SearchSpace:
+    if not isinstance(document, dict):
+        raise SpaceError("search space must be a YAML mapping")
+    expected = {"family", "threadblock", "warp_count", "stages", "swizzle", "iterator", "split_k"}
+    missing, unknown = expected - set(document), set(document) - expected
+    if missing or unknown:
+        raise SpaceError(
+            "search space: " + "; ".join(
+                part for part in (
+                    f"missing {', '.join(sorted(missing))}" if missing else "",
+                    f"unknown {', '.join(sorted(unknown))}" if unknown else "",
+                ) if part
+            )
+        )
+    if document["family"] != "sm80":
+        raise SpaceError(f"search space: family {document['family']!r} is not supported (sm80)")
+    return SearchSpace(
+        family="sm80",
+        tiles=_shape_list("threadblock", document["threadblock"]),
+        warps=_shape_list("warp_count", document["warp_count"]),
+        stages=_int_list("stages", document["stages"], lambda v: 2 <= v <= 16, "2 to 16"),
+        swizzles=_int_list("swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8"),
+        iterators=_enum_list("iterator", document["iterator"], IteratorAlgorithm),
+        split_ks=_int_list("split_k", document["split_k"], lambda v: 1 <= v <= 64, "1 to 64"),
+    )
+
+
+def load_space(path: Path) -> SearchSpace:
+    try:
+        return parse_space(yaml.safe_load(path.read_text()))
+    except FileNotFoundError:
+        raise SpaceError(f"search space {path} not found") from None
+    except yaml.YAMLError:
+        raise SpaceError(f"search space {path} is not valid YAML") from None
+
+
+def kernel_problem(problem: ConvProblem) -> ConvProblem:
+    """The problem as the kernel sees it: an odd C is padded with a zero channel (C=3 -> 4),
+    as frameworks do, since sm80's asynchronous copies move at least 4 bytes."""
+    if problem.c % 2 == 0:
+        return problem
+    return replace(problem, c=problem.c + 1)
+
+
+def _largest_dividing(value: int, widths: tuple[int, ...]) -> int:
+    return next(w for w in widths if value % w == 0)
+
+
+def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
+    """Elements per access for A/B (contiguous in C) and for the output (contiguous in K)."""
+    padded = kernel_problem(problem)
+    widest_ab = 128 // padded.input_type.bits
+    widest_c = 128 // padded.output_type.bits
+    ab_widths = tuple(w for w in (8, 4, 2) if w <= widest_ab)
+    c_widths = tuple(w for w in (8, 4, 2, 1) if w <= widest_c)
+    return _largest_dividing(padded.c, ab_widths), _largest_dividing(padded.k, c_widths)
+
+
+def make_config(problem: ConvProblem, params: dict) -> KernelConfig:
+    """A configuration from sampled parameters (strings or ints as stored in the study)."""
+    alignment_ab, alignment_c = derive_alignments(problem)
+    return KernelConfig(
+        tile=Shape3.parse(params["tile"]),
+        warps=Shape3.parse(params["warps"]),
+        stages=int(params["stages"]),
+        swizzle=int(params["swizzle"]),
+        iterator=IteratorAlgorithm(params["iterator"]),
+        split_k=int(params["split_k"]),
+        alignment_ab=alignment_ab,
+        alignment_c=alignment_c,
+        input_type=problem.input_type,
+        filter_type=problem.filter_type,
+        output_type=problem.output_type,
+        accumulator_type=problem.accumulator_type,
+    )
+
+
+REFERENCE_PARAMS = {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
+                    "iterator": "optimized", "split_k": 1}
+
+
+def reference_config(problem: ConvProblem) -> KernelConfig:
+    """The hand-picked configuration of the reference ncu log: 128x128x64, warp 64x64x64, 3 stages."""
+    return make_config(problem, REFERENCE_PARAMS)
+
+
+# Each rule returns why the configuration cannot run, or None.
+def _check_types(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    if config.input_type not in INSTRUCTION_SHAPES or config.filter_type != config.input_type:
+        return f"sm80 tensor-op family needs f16 or bf16 inputs of one type, got {config.dtype_key}"
+    return None
+
+
+def _check_warp_split(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    tile, warps = config.tile, config.warps
+    if tile.m % warps.m or tile.n % warps.n or tile.k % warps.k:
+        return f"threadblock {tile.text} does not divide by warp count {warps.text}"
+    if warps.k != 1:
+        return "sliced-K warps (warp count K > 1) are not built for conv"
+    return None
+
+
+def _check_warp_tile(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    if _check_warp_split(config, problem, device):
+        return None  # reported by the rule above
+    warp, inst = config.warp_tile, config.instruction
+    if warp.m % inst.m or warp.n % (2 * inst.n) or warp.k % inst.k:
+        return (f"warp tile {warp.text} is not a multiple of the {inst.text} instruction "
+                f"(N needs pairs of {inst.n} for ldmatrix)")
+    return None
+
+
+def _check_accumulators(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    if _check_warp_split(config, problem, device):
+        return None
+    per_thread = config.warp_tile.m * config.warp_tile.n // 32
+    if per_thread > MAX_ACCUMULATORS_PER_THREAD:
+        return (f"warp tile {config.warp_tile.m}x{config.warp_tile.n} needs {per_thread} accumulator registers "
+                f"per thread (> {MAX_ACCUMULATORS_PER_THREAD}): it spills")
+    return None
+
+
+def _check_threads(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    if config.threads > MAX_THREADS_PER_BLOCK:
+        return f"{config.threads} threads per block exceed {MAX_THREADS_PER_BLOCK}"
+    return None
+
+
+def _check_shared_memory(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    if config.mainloop_smem_bytes > device.smem_optin_per_block:
+        return (f"{config.mainloop_smem_bytes // 1024} KB of shared memory exceeds the "
+                f"{device.smem_optin_per_block // 1024} KB a block may opt into")
+    return None
+
+
+def _check_thread_map(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    for operand, rows in (("A", config.tile.m), ("B", config.tile.n)):
+        vectors = rows * config.tile.k // config.alignment_ab
+        if vectors < config.threads or vectors % config.threads:
+            return (f"{operand} tile {rows}x{config.tile.k} in {config.alignment_ab}-element vectors "
+                    f"does not spread evenly over {config.threads} threads")
+    return None
+
+
+def _check_iterator(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    channels = kernel_problem(problem).c
+    small = config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels)
+    if small and channels > SMALL_CHANNELS:
+        return f"{config.iterator.value} iterator is for C <= {SMALL_CHANNELS}, this layer has C={channels}"
+    if config.iterator is IteratorAlgorithm.fixed_channels and channels != config.alignment_ab:
+        return f"fixed_channels needs C equal to the access width {config.alignment_ab}, C={channels}"
+    if config.iterator is IteratorAlgorithm.optimized and max(problem.r, problem.s) > 32:
+        return "optimized iterator supports filters up to 32x32"
+    return None
+
+
+def k_iterations(config: KernelConfig, problem: ConvProblem) -> int:
+    """Main-loop iterations of one block: the analytic and optimized iterators step through C in
+    tile-K chunks at every filter tap; the small-channel ones run over R*S*C as one axis."""
+    padded = kernel_problem(problem)
+    if config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels):
+        return -(-padded.r * padded.s * padded.c // config.tile.k)
+    return padded.r * padded.s * -(-padded.c // config.tile.k)
+
+
+def _check_split_k(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    iterations = k_iterations(config, problem)
+    if config.split_k > iterations:
+        return f"split-K {config.split_k} exceeds the {iterations} K-iterations of this problem"
+    return None
+
+
+STATIC_RULES = (_check_types, _check_warp_split, _check_warp_tile, _check_accumulators, _check_threads,
+                _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k)
+
+
+def static_problems(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+    """Every reason the configuration cannot run, found without compiling; empty when valid."""
+    return [reason for rule in STATIC_RULES if (reason := rule(config, problem, device))]
+
+
+def all_configs(space: SearchSpace, problem: ConvProblem) -> Iterator[KernelConfig]:
+    names = list(space.choices)
+    for values in itertools.product(*space.choices.values()):
+        yield make_config(problem, dict(zip(names, values)))
+
+
+def valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
+    return [c for c in all_configs(space, problem) if not static_problems(c, problem, device)]
