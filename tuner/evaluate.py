@@ -1,0 +1,150 @@
+"""The parent side of the GPU worker: start it, send it candidates, survive its crashes and hangs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Queue
+
+from tuner.measure import Measurement
+from tuner.problem import ConvProblem
+from tuner.run import KernelAttributes
+from tuner.status import Status
+from tuner.worker import RESPONSE_PREFIX, problem_to_dict
+
+DEFAULT_TIMEOUT_S = 120.0
+STDERR_TAIL_LINES = 5
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    status: Status
+    reason: str | None = None
+    error: float | None = None
+    measurement: Measurement | None = None
+    grid: tuple[int, int, int] | None = None
+    attributes: KernelAttributes | None = None
+
+    @property
+    def grid_blocks(self) -> int | None:
+        return None if self.grid is None else self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def evaluation_from_response(response: dict) -> Evaluation:
+    measurement = response.get("measurement")
+    attributes = response.get("attributes")
+    grid = response.get("grid")
+    return Evaluation(
+        status=Status(response["status"]),
+        reason=response.get("reason"),
+        error=response.get("error"),
+        measurement=Measurement(**measurement) if measurement else None,
+        grid=tuple(grid) if grid else None,
+        attributes=KernelAttributes(**attributes) if attributes else None,
+    )
+
+
+class WorkerProcess:
+    """One `python -m tuner.worker` on one GPU; restarted after a crash, a hang or a CUDA fault."""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, env: dict | None = None):
+        self.timeout_s = timeout_s
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.lines: Queue = Queue()
+        self.stderr_tail: list[str] = []
+        self.restarts = 0
+
+    def _start(self) -> None:
+        repo_root = str(Path(__file__).resolve().parents[1])
+        env = {**self.env, "PYTHONPATH": os.pathsep.join(filter(None, [repo_root, self.env.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tuner.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.lines = Queue()
+        self.stderr_tail = []
+        threading.Thread(target=self._pump_stdout, args=(self.process, self.lines), daemon=True).start()
+        threading.Thread(target=self._pump_stderr, args=(self.process,), daemon=True).start()
+
+    @staticmethod
+    def _pump_stdout(process: subprocess.Popen, lines: Queue) -> None:
+        for line in process.stdout:
+            if line.startswith(RESPONSE_PREFIX):
+                lines.put(line[len(RESPONSE_PREFIX):])
+        lines.put(None)  # the worker exited
+
+    def _pump_stderr(self, process: subprocess.Popen) -> None:
+        for line in process.stderr:
+            self.stderr_tail = (self.stderr_tail + [line.rstrip()])[-STDERR_TAIL_LINES:]
+
+    def request(self, payload: dict) -> dict:
+        """Send one request and wait for its answer; a dead or silent worker becomes an answer too."""
+        if self.process is None or self.process.poll() is not None:
+            if self.process is not None:
+                self.restarts += 1
+            self._start()
+        try:
+            self.process.stdin.write(json.dumps(payload) + "\n")
+            self.process.stdin.flush()
+            line = self.lines.get(timeout=self.timeout_s)
+        except BrokenPipeError:
+            line = None
+        except Empty:
+            self.kill()
+            return {"status": Status.launch_failed.value,
+                    "reason": f"no answer within {self.timeout_s:.0f} s (hang); worker restarted"}
+        if line is None:
+            self.process.wait()
+            tail = " | ".join(self.stderr_tail) or "no output"
+            return {"status": Status.launch_failed.value,
+                    "reason": f"worker died with exit code {self.process.returncode}: {tail}"}
+        return json.loads(line)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class GpuEvaluator:
+    """Evaluates compiled candidates on the GPU through a worker process."""
+
+    def __init__(self, l2_bytes: int, worker: WorkerProcess | None = None, repeats: int = 30):
+        self.l2_bytes = l2_bytes
+        self.worker = worker or WorkerProcess()
+        self.repeats = repeats
+        self.seed = 0
+
+    def evaluate(self, library: Path, problem: ConvProblem, split_k: int) -> Evaluation:
+        self.seed += 1  # fresh random inputs for every candidate
+        response = self.worker.request({
+            "op": "evaluate", "library": str(library), "problem": problem_to_dict(problem),
+            "split_k": split_k, "seed": self.seed, "l2_bytes": self.l2_bytes, "repeats": self.repeats,
+        })
+        return evaluation_from_response(response)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class GpuUnavailable(RuntimeError):
+    """No usable CUDA GPU (or no CuPy) in the worker process."""
+
+
+def query_device_facts(worker: WorkerProcess) -> dict:
+    response = worker.request({"op": "device"})
+    if "status" in response:
+        raise GpuUnavailable(f"no usable CUDA GPU: {response.get('reason')}")
+    return response

@@ -1,0 +1,146 @@
+"""Load a compiled candidate with ctypes and run it on CuPy buffers (worker process only)."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.problem import ConvProblem, DataType
+from tuner.space import kernel_problem
+
+PROBLEM_FIELDS = 14
+ABI_VERSION = 1
+
+
+class LaunchError(RuntimeError):
+    """The kernel refused the problem or its launch failed."""
+
+
+@dataclass(frozen=True)
+class KernelAttributes:
+    registers_per_thread: int
+    static_smem_bytes: int
+    dynamic_smem_bytes: int
+    local_bytes_per_thread: int
+    threads_per_block: int
+    max_active_blocks_per_sm: int
+
+
+def problem_array(problem: ConvProblem, split_k: int) -> ctypes.Array:
+    """The int32[14] the entry points read: N,H,W,C,K,R,S,pad,stride,dilation,split_k,P,Q,0."""
+    padded = kernel_problem(problem)
+    values = (padded.n, padded.h, padded.w, padded.c, padded.k, padded.r, padded.s, padded.pad,
+              padded.stride, padded.dilation, split_k, padded.p, padded.q, 0)
+    return (ctypes.c_int32 * PROBLEM_FIELDS)(*values)
+
+
+class KernelLibrary:
+    def __init__(self, path: Path):
+        self.path = path
+        lib = ctypes.CDLL(str(path))
+        int_p, void_p = ctypes.POINTER(ctypes.c_int32), ctypes.c_void_p
+        signatures = {
+            "tuner_abi_version": ([], ctypes.c_int32),
+            "tuner_can_implement": ([int_p], ctypes.c_int32),
+            "tuner_workspace_bytes": ([int_p], ctypes.c_int64),
+            "tuner_grid": ([int_p, int_p], None),
+            "tuner_kernel_attributes": ([int_p], ctypes.c_int32),
+            "tuner_create": ([int_p, void_p, void_p, void_p, void_p, void_p, int_p], void_p),
+            "tuner_launch": ([void_p, void_p], ctypes.c_int32),
+            "tuner_destroy": ([void_p], None),
+        }
+        for name, (argtypes, restype) in signatures.items():
+            function = getattr(lib, name)
+            function.argtypes, function.restype = argtypes, restype
+        if lib.tuner_abi_version() != ABI_VERSION:
+            raise LaunchError(f"{path} speaks ABI {lib.tuner_abi_version()}, expected {ABI_VERSION}: clear the compile cache")
+        self.lib = lib
+
+    def can_implement(self, problem: ctypes.Array) -> int:
+        return self.lib.tuner_can_implement(problem)
+
+    def workspace_bytes(self, problem: ctypes.Array) -> int:
+        return self.lib.tuner_workspace_bytes(problem)
+
+    def grid(self, problem: ctypes.Array) -> tuple[int, int, int]:
+        grid = (ctypes.c_int32 * 3)()
+        self.lib.tuner_grid(problem, grid)
+        return grid[0], grid[1], grid[2]
+
+    def attributes(self) -> KernelAttributes:
+        values = (ctypes.c_int32 * 6)()
+        error = self.lib.tuner_kernel_attributes(values)
+        if error:
+            raise LaunchError(f"reading kernel attributes failed with cudaError {error}")
+        return KernelAttributes(*values)
+
+    def create(self, problem: ctypes.Array, x: int, w: int, y: int, workspace: int, stream: int) -> int:
+        status = ctypes.c_int32(0)
+        handle = self.lib.tuner_create(problem, x, w, y, workspace or None, stream or None, ctypes.byref(status))
+        if not handle:
+            raise LaunchError(f"CUTLASS refused the problem (cutlass::Status {status.value})")
+        return handle
+
+    def launch(self, handle: int, stream: int) -> None:
+        status = self.lib.tuner_launch(handle, stream or None)
+        if status:
+            raise LaunchError(f"kernel launch failed (cutlass::Status {status})")
+
+    def destroy(self, handle: int) -> None:
+        self.lib.tuner_destroy(handle)
+
+
+CUPY_DTYPES = {DataType.f16: "float16", DataType.bf16: None, DataType.f32: "float32"}
+
+
+def cupy_dtype(dtype: DataType) -> str:
+    name = CUPY_DTYPES[dtype]
+    if name is None:
+        raise LaunchError("bf16 tensors are not supported by the CuPy runner yet")
+    return name
+
+
+@dataclass
+class TensorSet:
+    """Device buffers for one launch: x and w as the kernel sees them (C padded), y, workspace."""
+
+    x: object
+    w: object
+    y: object
+    workspace: object | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(t.nbytes) for t in (self.x, self.w, self.y) if t is not None)
+
+
+def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
+    """Fresh uniform(-1, 1) x[N,H,W,C] and w[K,R,S,C] at the problem's own C; never zeros."""
+    import cupy
+
+    x = rng.uniform(-1.0, 1.0, (problem.n, problem.h, problem.w, problem.c), dtype=cupy.float32)
+    w = rng.uniform(-1.0, 1.0, (problem.k, problem.r, problem.s, problem.c), dtype=cupy.float32)
+    return x.astype(cupy_dtype(problem.input_type)), w.astype(cupy_dtype(problem.filter_type))
+
+
+def pad_channels(tensor, channels: int):
+    """Zero-pad the last (C) axis to the kernel's channel count."""
+    import cupy
+
+    extra = channels - tensor.shape[-1]
+    if extra == 0:
+        return cupy.ascontiguousarray(tensor)
+    return cupy.pad(tensor, [(0, 0)] * (tensor.ndim - 1) + [(0, extra)])
+
+
+def make_tensor_set(problem: ConvProblem, x, w, workspace_bytes: int) -> TensorSet:
+    import cupy
+
+    padded = kernel_problem(problem)
+    y = cupy.full((problem.n, problem.p, problem.q, problem.k), cupy.nan, dtype=cupy_dtype(problem.output_type))
+    workspace = cupy.zeros(workspace_bytes, dtype=cupy.uint8) if workspace_bytes else None
+    return TensorSet(pad_channels(x, padded.c), pad_channels(w, padded.c), y, workspace)
+
+
+def pointer(array) -> int:
+    return 0 if array is None else int(array.data.ptr)
