@@ -1,0 +1,97 @@
+"""results/<gpu>/: best.yaml (one entry per layer), run history, the default study storage.
+Every write is atomic (temp file + rename) under a lock, so a crash never leaves half a table."""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+BEST_FILE = "best.yaml"
+HISTORY_FILE = "history.jsonl"
+JOURNAL_FILE = "optuna.journal"
+
+
+class ResultsError(RuntimeError):
+    """results/ holds something that cannot be read back."""
+
+
+def gpu_dir(results_root: Path, slug: str) -> Path:
+    return results_root / slug
+
+
+def default_storage(results_root: Path, slug: str):
+    """A journal file: several worker processes of one host may share it (SQLite may not)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    folder = gpu_dir(results_root, slug)
+    folder.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(folder / JOURNAL_FILE)))
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Serialise read-modify-write of the table among processes of one host."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_best(folder: Path) -> dict:
+    path = folder / BEST_FILE
+    if not path.exists():
+        return {"layers": {}}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    if not isinstance(document.get("layers", {}), dict):
+        raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
+    document.setdefault("layers", {})
+    return document
+
+
+def update_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
+    """Put one layer's entry into best.yaml, keeping every other layer as it was."""
+    with locked(folder):
+        document = read_best(folder)
+        document.update(header)
+        document["layers"][layer] = entry
+        document["layers"] = dict(sorted(document["layers"].items()))
+        ordered = {**header, "layers": document["layers"]}
+        atomic_write(folder / BEST_FILE, yaml.safe_dump(ordered, sort_keys=False, width=110))
+    return folder / BEST_FILE
+
+
+def append_history(folder: Path, event: dict) -> None:
+    """One JSON line per finished layer run; appends of a line are atomic enough on local disks."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamped = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **event}
+    with locked(folder), open(folder / HISTORY_FILE, "a") as handle:
+        handle.write(json.dumps(stamped, sort_keys=True) + "\n")

@@ -1,0 +1,221 @@
+"""The Optuna study: ask for candidates, prune the impossible ones, compile in parallel,
+evaluate on the GPU, tell Optuna what happened. One study per (GPU, layer, problem, family, dtypes)."""
+from __future__ import annotations
+
+import datetime as dt
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.compile import CompileResult
+from tuner.device import DeviceFacts
+from tuner.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
+from tuner.evaluate import Evaluation
+from tuner.problem import ConvProblem
+from tuner.space import KernelConfig, SearchSpace, make_config, static_problems
+from tuner.status import Status
+
+FAMILY = "sm80"
+# Asks that may pass without a new candidate (all impossible or already recorded) before the
+# space counts as exhausted for this sampler.
+EXHAUSTED_AFTER_ASKS = 400
+
+
+class Evaluator(Protocol):
+    def evaluate(self, library: Path, problem: ConvProblem, split_k: int) -> Evaluation: ...
+
+
+class CompilerLike(Protocol):
+    jobs: int
+
+    def compile_many(self, configs: list[KernelConfig],
+                     on_done: Callable[[CompileResult], None] | None = None) -> list[CompileResult]: ...
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the study holds it, typed."""
+
+    number: int
+    config: KernelConfig
+    status: Status
+    median_us: float | None
+    attrs: dict
+
+    @property
+    def reason(self) -> str | None:
+        return self.attrs.get("reason")
+
+
+def study_name(device: DeviceFacts, layer: str, problem: ConvProblem) -> str:
+    shape = (f"n{problem.n}h{problem.h}w{problem.w}c{problem.c}k{problem.k}r{problem.r}s{problem.s}"
+             f"p{problem.pad}u{problem.stride}d{problem.dilation}")
+    return f"{device.slug}/{layer}/{shape}/{FAMILY}/{problem.dtype_key}"
+
+
+def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int) -> optuna.Study:
+    with warnings.catch_warnings():  # multivariate and constant_liar are marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                               direction="minimize", load_if_exists=True)
+
+
+def distributions(space: SearchSpace) -> dict[str, CategoricalDistribution]:
+    return {name: CategoricalDistribution(list(values)) for name, values in space.choices.items()}
+
+
+def params_key(params: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+def record_of(trial: FrozenTrial, problem: ConvProblem) -> TrialRecord:
+    return TrialRecord(trial.number, make_config(problem, trial.params),
+                       Status(trial.user_attrs["status"]), trial.value, dict(trial.user_attrs))
+
+
+def recorded_trials(study: optuna.Study, problem: ConvProblem) -> dict[tuple, TrialRecord]:
+    """Finished trials that carry an outcome (FAIL means interrupted: those are tried again)."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    return {params_key(t.params): record_of(t, problem) for t in finished if "status" in t.user_attrs}
+
+
+def ranked(study: optuna.Study, problem: ConvProblem) -> list[TrialRecord]:
+    """Measured configurations, fastest first, each once (answers from the record left out)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    originals = [record_of(t, problem) for t in complete if "from_record" not in t.user_attrs]
+    return sorted(originals, key=lambda r: r.median_us)
+
+
+def compile_attrs(result: CompileResult) -> dict:
+    attrs = {"config": result.config.name, "compile_s": round(result.seconds, 2), "compile_cached": result.cached}
+    if result.ptxas:
+        attrs["ptxas"] = asdict(result.ptxas)
+    return attrs
+
+
+def evaluation_attrs(evaluation: Evaluation, problem: ConvProblem) -> dict:
+    attrs: dict = {"status": evaluation.status.value, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    if evaluation.reason:
+        attrs["reason"] = evaluation.reason
+    if evaluation.error is not None:
+        attrs["error"] = evaluation.error
+    if evaluation.grid:
+        attrs["grid"] = list(evaluation.grid)
+    if evaluation.attributes:
+        attrs["attributes"] = asdict(evaluation.attributes)
+    if evaluation.measurement:
+        m = evaluation.measurement
+        attrs.update(measurement=asdict(m), spread=m.spread, tflops=m.tflops(problem), gbps=m.gbps(problem))
+    return attrs
+
+
+def waste_attrs(facts: LaunchFacts) -> dict:
+    occ = occupancy(facts)
+    return {
+        "occupancy": {"blocks_per_sm": occ.blocks_per_sm, "limited_by": list(occ.limited_by),
+                      "theoretical_pct": round(occ.theoretical_pct, 2)},
+        "waste": [{"code": f.code, "value": round(f.value, 4), "message": f.message} for f in diagnose(facts)],
+    }
+
+
+@dataclass
+class StudyProgress:
+    """Callbacks the command line uses to show progress; all optional."""
+
+    on_batch: Callable[[int], None] = lambda size: None
+    on_compiled: Callable[[CompileResult], None] = lambda result: None
+    on_evaluated: Callable[[TrialRecord], None] = lambda record: None
+
+
+class Tuner:
+    def __init__(self, study: optuna.Study, problem: ConvProblem, space: SearchSpace, device: DeviceFacts,
+                 compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None):
+        self.study = study
+        self.problem = problem
+        self.space = space
+        self.device = device
+        self.compiler = compiler
+        self.evaluator = evaluator
+        self.progress = progress or StudyProgress()
+        self.distributions = distributions(space)
+
+    def run(self, new_candidates: int, batch_size: int | None = None) -> int:
+        """Ask until `new_candidates` configurations have been compiled and evaluated (impossible and
+        already-recorded ones do not count); returns how many were. Stops early once the sampler
+        only proposes what the study already knows."""
+        batch_size = max(1, batch_size or self.compiler.jobs)
+        done, idle_asks = 0, 0
+        while done < new_candidates and idle_asks < EXHAUSTED_AFTER_ASKS:
+            batch, idle = self._fill_batch(min(batch_size, new_candidates - done))
+            idle_asks = idle_asks + idle if not batch else 0
+            if batch:
+                self._run_batch(batch)
+                done += len(batch)
+        return done
+
+    def _fill_batch(self, size: int) -> tuple[list[tuple[optuna.Trial, KernelConfig]], int]:
+        """Ask trials until `size` new candidates are in hand; answer the rest at once."""
+        batch: list[tuple[optuna.Trial, KernelConfig]] = []
+        in_batch: set[tuple] = set()
+        record = recorded_trials(self.study, self.problem)
+        idle = 0
+        while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS:
+            trial = self.study.ask(self.distributions)
+            key = params_key(trial.params)
+            config = make_config(self.problem, trial.params)
+            if key in record:
+                self._answer_from_record(trial, record[key])
+            elif (reasons := static_problems(config, self.problem, self.device)):
+                self._tell(trial, config, Status.invalid, None, {"reason": "; ".join(reasons), "config": config.name})
+            elif key in in_batch:
+                self.study.tell(trial, state=TrialState.FAIL)  # the same candidate is already in this batch
+            else:
+                batch.append((trial, config))
+                in_batch.add(key)
+                continue
+            idle += 1
+        return batch, idle
+
+    def _answer_from_record(self, trial: optuna.Trial, recorded: TrialRecord) -> None:
+        attrs = {k: v for k, v in recorded.attrs.items() if k != "from_record"}
+        attrs["from_record"] = recorded.number
+        self._tell(trial, recorded.config, recorded.status, recorded.median_us, attrs)
+
+    def _run_batch(self, batch: list[tuple[optuna.Trial, KernelConfig]]) -> None:
+        self.progress.on_batch(len(batch))
+        pending = {id(config): trial for trial, config in batch}
+        try:
+            results = self.compiler.compile_many([config for _, config in batch], self.progress.on_compiled)
+            for (trial, config), result in zip(batch, results):
+                self._evaluate(trial, config, result)
+                del pending[id(config)]
+        finally:
+            for trial in pending.values():  # interrupted: FAIL, so that a resumed study tries them again
+                self.study.tell(trial, state=TrialState.FAIL)
+
+    def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
+        attrs = compile_attrs(result)
+        if not result.ok:
+            self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
+            return
+        evaluation = self.evaluator.evaluate(result.library, self.problem, config.split_k)
+        value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
+        attrs.update(evaluation_attrs(evaluation, self.problem))
+        if evaluation.attributes and evaluation.grid:
+            attrs.update(waste_attrs(kernel_facts(config, self.problem, self.device, evaluation.grid_blocks,
+                                                  evaluation.attributes, result.ptxas and result.ptxas.spill_bytes)))
+        self._tell(trial, config, evaluation.status, value, attrs)
+
+    def _tell(self, trial: optuna.Trial, config: KernelConfig, status: Status, value: float | None, attrs: dict) -> None:
+        attrs = {**attrs, "status": status.value}
+        for key, item in attrs.items():
+            trial.set_user_attr(key, item)
+        state = status.trial_state
+        self.study.tell(trial, value if state is TrialState.COMPLETE else None, state=state)
+        self.progress.on_evaluated(TrialRecord(trial.number, config, status, value, attrs))
