@@ -1,0 +1,380 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tuner.diagnose import (
+    DEFAULT_THRESHOLDS,
+    LaunchFacts,
+    Thresholds,
+    diagnose,
+    diagnose_report,
+    from_launch_stats,
+    kernel_short_name,
+    occupancy,
+    render_diagnosis,
+)
+from tuner.ncu import LaunchStats, NcuLaunch, NcuReportError, parse_text_report
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ncu"
+RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
+H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
+RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
+H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
+
+# conv_1: N=1, H=W=32, C=K=32, 3x3, pad 1 -> implicit GEMM M = 1*32*32, N = 32, K = 32*3*3.
+CONV_1_GEMM = (1024, 32, 288)
+TILE_128x128x64 = (128, 128, 64)
+
+# A launch no rule flags: exactly one full wave of 4 blocks per SM on 10 SMs, 8 warps each (50 % occupancy).
+CLEAN = LaunchFacts(
+    grid_blocks=40,
+    threads_per_block=256,
+    registers_per_thread=64,
+    smem_per_block_bytes=0,
+    sm_count=10,
+    max_active_blocks_per_sm=4,
+)
+
+
+def facts(**changes) -> LaunchFacts:
+    return dataclasses.replace(CLEAN, **changes)
+
+
+def codes(launch_facts: LaunchFacts, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
+    return [flag.code for flag in diagnose(launch_facts, thresholds)]
+
+
+def flag(launch_facts: LaunchFacts, code: str):
+    (found,) = [f for f in diagnose(launch_facts) if f.code == code]
+    return found
+
+
+def test_clean_launch_has_no_flags():
+    assert diagnose(CLEAN) == []
+
+
+def test_thresholds_live_in_one_frozen_default():
+    assert DEFAULT_THRESHOLDS == Thresholds()
+    assert (DEFAULT_THRESHOLDS.min_wave_efficiency, DEFAULT_THRESHOLDS.max_padding_fraction) == (0.8, 0.10)
+    assert DEFAULT_THRESHOLDS.min_occupancy_pct == 25.0
+    assert (DEFAULT_THRESHOLDS.split_k_max_tile_fill, DEFAULT_THRESHOLDS.split_k_min_k_iterations) == (0.5, 8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT_THRESHOLDS.min_occupancy_pct = 10.0
+
+
+# --- the real reports ----------------------------------------------------------------------------
+
+
+def test_rtx3060_report_with_28_sms():
+    ((group, occ, flags),) = diagnose_report(RTX3060_CUTLASS, sms=28)
+    assert group.count == 21
+    assert group.stats.registers_per_thread == 254
+    assert group.stats.sm_count is None  # the report does not state the SM count: --sms supplies it
+    assert occ.blocks_per_sm == 1
+    assert occ.limited_by == ("shared memory",)
+    assert occ.max_warps_per_sm == 48  # sm_86
+    assert occ.theoretical_pct == pytest.approx(8.33, abs=0.01)
+    assert [f.code for f in flags] == ["small_grid", "occupancy_limit"]
+    small_grid, occupancy_limit = flags
+    assert small_grid.message == "8 blocks on 28 SMs: 20 SMs idle (0.29 waves)"
+    assert small_grid.value == pytest.approx(8 / 28)
+    assert occupancy_limit.value == pytest.approx(8.33, abs=0.01)
+    assert "8.33 %" in occupancy_limit.message and "limited by shared memory" in occupancy_limit.message
+
+
+def test_rtx3060_report_without_sm_count_says_so_and_still_reports_occupancy():
+    ((_, occ, flags),) = diagnose_report(RTX3060_CUTLASS, sms=None)
+    assert [f.code for f in flags] == ["sm_count_unknown", "occupancy_limit"]
+    assert occ.blocks_per_sm == 1
+
+
+def test_h100_report_takes_the_sm_count_from_the_report():
+    ((group, occ, flags),) = diagnose_report(H100_CUTLASS, sms=None)
+    assert (group.count, group.grid, group.block) == (2, (8, 1, 1), (128, 1, 1))
+    assert group.stats.registers_per_thread == 254
+    assert occ.blocks_per_sm == 2
+    assert occ.limited_by == ("registers", "shared memory")
+    assert occ.theoretical_pct == 12.5
+    assert [f.code for f in flags] == ["small_grid", "occupancy_limit"]
+    assert flags[0].message == "8 blocks on 132 SMs: 124 SMs idle (0.03 waves)"
+    assert "limited by registers and shared memory" in flags[1].message
+
+
+def test_sms_argument_overrides_the_report():
+    ((_, _, flags),) = diagnose_report(H100_CUTLASS, sms=66)
+    assert flags[0].message == "8 blocks on 66 SMs: 58 SMs idle (0.06 waves)"
+
+
+def test_csv_report_diagnoses_like_the_text_report():
+    from_csv = [(group.count, occ, flags) for group, occ, flags in diagnose_report(H100_CSV, sms=None)]
+    from_text = [(group.count, occ, flags) for group, occ, flags in diagnose_report(H100_CUTLASS, sms=None)]
+    assert from_csv == from_text
+
+
+def test_naive_report_kernels_are_not_flagged():
+    results = diagnose_report(RTX3060_NAIVE, sms=None)
+    assert len(results) == 5
+    assert all(flags == [] for _, _, flags in results)
+    assert results[0][1].limited_by == ("registers",)  # 5 blocks of 8 warps: 83.33 %
+    assert results[0][1].theoretical_pct == pytest.approx(83.33, abs=0.01)
+
+
+def test_unreadable_report_raises(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    with pytest.raises(NcuReportError):
+        diagnose_report(path, sms=28)
+
+
+# --- facts from a launch -------------------------------------------------------------------------
+
+
+def test_from_launch_stats_derives_max_warps_and_smem():
+    launch = parse_text_report(RTX3060_CUTLASS.read_text())[0]
+    launch_facts = from_launch_stats(LaunchStats.from_launch(launch), 28)
+    assert launch_facts.grid_blocks == 8
+    assert launch_facts.threads_per_block == 128
+    assert launch_facts.registers_per_thread == 254
+    assert launch_facts.smem_per_block_bytes == 98_300
+    assert launch_facts.sm_count == 28
+    assert launch_facts.max_warps_per_sm == 48
+    assert (launch_facts.block_limit_registers, launch_facts.block_limit_shared_mem) == (2, 1)
+
+
+def test_from_launch_stats_without_occupancy_assumes_64_warps():
+    stats = LaunchStats.from_launch(NcuLaunch("k", (8, 1, 1), (128, 1, 1), 0, "9.0", ()))
+    stats = dataclasses.replace(stats, registers_per_thread=32, dynamic_smem_per_block_bytes=0)
+    launch_facts = from_launch_stats(stats, None)
+    assert (launch_facts.max_warps_per_sm, launch_facts.sm_count) == (64, None)
+    assert occupancy(launch_facts).limited_by == ("warps",)
+
+
+def test_from_launch_stats_without_launch_statistics_raises():
+    stats = LaunchStats.from_launch(NcuLaunch("k", None, None, None, None, ()))
+    with pytest.raises(NcuReportError, match="LaunchStats"):
+        from_launch_stats(stats, 28)
+
+
+# --- occupancy -----------------------------------------------------------------------------------
+
+
+def test_occupancy_names_every_binding_limit_on_a_tie():
+    occ = occupancy(
+        facts(
+            max_active_blocks_per_sm=None,
+            threads_per_block=128,
+            block_limit_registers=2,
+            block_limit_shared_mem=2,
+            block_limit_warps=16,
+            block_limit_sm=32,
+        )
+    )
+    assert (occ.blocks_per_sm, occ.limited_by, occ.active_warps_per_sm, occ.theoretical_pct) == (
+        2,
+        ("registers", "shared memory"),
+        8,
+        12.5,
+    )
+
+
+def test_occupancy_computes_the_warp_limit_when_not_given():
+    occ = occupancy(facts(max_active_blocks_per_sm=None, threads_per_block=1024, block_limit_registers=3))
+    assert (occ.blocks_per_sm, occ.limited_by) == (2, ("warps",))
+
+
+def test_occupancy_from_the_occupancy_api_with_no_matching_limit():
+    occ = occupancy(facts(max_active_blocks_per_sm=1, block_limit_registers=4))
+    assert occ.limited_by == ()
+    assert occ.limited_by_text == "an unreported limit"
+
+
+# --- small_grid: blocks < SMs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks, flagged", [(27, True), (28, False), (29, False)])
+def test_small_grid_boundary(blocks, flagged):
+    assert ("small_grid" in codes(facts(sm_count=28, grid_blocks=blocks, max_active_blocks_per_sm=1))) is flagged
+
+
+def test_small_grid_message():
+    found = flag(facts(sm_count=28, grid_blocks=27, max_active_blocks_per_sm=1), "small_grid")
+    assert found.message == "27 blocks on 28 SMs: 1 SM idle (0.96 waves)"
+
+
+# --- partial_wave: waves / ceil(waves) < 0.8 -----------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks, efficiency, flagged", [(15, 0.75, True), (16, 0.8, False), (17, 0.85, False)])
+def test_partial_wave_boundary(blocks, efficiency, flagged):
+    launch_facts = facts(grid_blocks=blocks, max_active_blocks_per_sm=1, threads_per_block=1024)
+    assert codes(launch_facts) == (["partial_wave"] if flagged else [])
+    if flagged:
+        assert flag(launch_facts, "partial_wave").value == efficiency
+
+
+def test_partial_wave_message():
+    found = flag(facts(grid_blocks=15, max_active_blocks_per_sm=1, threads_per_block=1024), "partial_wave")
+    assert found.message == (
+        "1.50 waves of 10 block slots (10 SMs x 1): the last wave runs 5 blocks, 75% wave efficiency"
+    )
+
+
+def test_partial_wave_counts_block_slots_of_every_sm():
+    # 41 blocks on 10 SMs x 4 slots: 2 waves, the second holding 1 block.
+    assert flag(facts(grid_blocks=41), "partial_wave").value == pytest.approx(41 / 80)
+
+
+def test_a_grid_smaller_than_the_sms_is_small_not_partial():
+    assert codes(facts(grid_blocks=5, max_active_blocks_per_sm=1, threads_per_block=1024)) == ["small_grid"]
+
+
+# --- tile_padding: padded share of multiply-adds > 10 % ------------------------------------------
+
+
+@pytest.mark.parametrize("m, flagged", [(89, True), (90, False), (91, False)])
+def test_tile_padding_boundary(m, flagged):
+    launch_facts = facts(gemm_mnk=(m, 128, 64), tile_mnk=(100, 128, 64), sm_count=1)
+    assert ("tile_padding" in codes(launch_facts)) is flagged
+
+
+def test_tile_padding_of_conv_1_on_a_128x128x64_tile_per_filter_tap():
+    found = flag(facts(gemm_mnk=CONV_1_GEMM, tile_mnk=TILE_128x128x64, filter_taps=9), "tile_padding")
+    assert found.value == 0.875  # 25 % of N and 50 % of K do useful work
+    assert found.message == (
+        "87.5% of the multiply-adds are tile padding (M 1024->1024: 0%, N 32->128: 75%, K 288->576: 50%)"
+    )
+
+
+def test_tile_padding_of_conv_1_with_k_as_one_dimension():
+    found = flag(facts(gemm_mnk=CONV_1_GEMM, tile_mnk=TILE_128x128x64), "tile_padding")
+    assert found.value == pytest.approx(1 - 0.25 * 0.9)
+    assert "K 288->320: 10%" in found.message
+
+
+def test_tile_padding_needs_the_problem_and_tile():
+    assert "tile_padding" not in codes(facts(gemm_mnk=CONV_1_GEMM))
+
+
+# --- occupancy_limit: theoretical occupancy < 25 % -----------------------------------------------
+
+
+@pytest.mark.parametrize("warps, flagged", [(15, True), (16, False), (17, False)])
+def test_occupancy_limit_boundary(warps, flagged):
+    launch_facts = facts(grid_blocks=10, max_active_blocks_per_sm=1, threads_per_block=32 * warps)
+    assert codes(launch_facts) == (["occupancy_limit"] if flagged else [])
+
+
+def test_occupancy_limit_value_and_message():
+    launch_facts = facts(
+        grid_blocks=10, max_active_blocks_per_sm=None, threads_per_block=32 * 15, block_limit_shared_mem=1
+    )
+    found = flag(launch_facts, "occupancy_limit")
+    assert found.value == pytest.approx(23.4375)
+    assert found.message == (
+        "theoretical occupancy 23.44 % (15 of 64 warps per SM, 1 block of 15 warps) is limited by shared memory"
+    )
+
+
+# --- register_spills: spill bytes > 0 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spill_bytes, flagged", [(None, False), (0, False), (1, True)])
+def test_register_spills_default_boundary(spill_bytes, flagged):
+    assert codes(facts(spill_bytes=spill_bytes)) == (["register_spills"] if flagged else [])
+
+
+@pytest.mark.parametrize("spill_bytes, flagged", [(15, False), (16, False), (17, True)])
+def test_register_spills_custom_threshold(spill_bytes, flagged):
+    flagged_codes = codes(facts(spill_bytes=spill_bytes), Thresholds(max_spill_bytes=16))
+    assert flagged_codes == (["register_spills"] if flagged else [])
+
+
+def test_register_spills_message():
+    found = flag(facts(spill_bytes=96, registers_per_thread=255), "register_spills")
+    assert (found.value, found.message) == (96.0, "ptxas spills 96 bytes (stores + loads) at 255 registers per thread")
+
+
+# --- split_k_opportunity: blocks < SMs / 2 and >= 8 K-loop iterations ---------------------------
+
+
+def split_k_facts(tiles: int, k_iterations: int, **changes) -> LaunchFacts:
+    gemm = (tiles * 128, 128, k_iterations * 64)
+    return facts(sm_count=28, grid_blocks=tiles, gemm_mnk=gemm, tile_mnk=TILE_128x128x64, **changes)
+
+
+@pytest.mark.parametrize("tiles, flagged", [(13, True), (14, False), (15, False)])
+def test_split_k_tile_boundary(tiles, flagged):
+    assert ("split_k_opportunity" in codes(split_k_facts(tiles, 9))) is flagged
+
+
+@pytest.mark.parametrize("k_iterations, flagged", [(7, False), (8, True), (9, True)])
+def test_split_k_iteration_boundary(k_iterations, flagged):
+    assert ("split_k_opportunity" in codes(split_k_facts(8, k_iterations))) is flagged
+
+
+def test_split_k_opportunity_of_conv_1_on_an_rtx3060():
+    launch_facts = facts(sm_count=28, grid_blocks=8, gemm_mnk=CONV_1_GEMM, tile_mnk=TILE_128x128x64, filter_taps=9)
+    found = flag(launch_facts, "split_k_opportunity")
+    assert found.value == pytest.approx(8 / 28)
+    assert found.message == "8 blocks of 9 K-loop iterations on 28 SMs: split-K over 3 slices would give 24 blocks"
+
+
+def test_split_k_counts_the_slices_already_there():
+    found = flag(split_k_facts(4, 16, split_k_slices=2), "split_k_opportunity")
+    assert found.message == "8 blocks of 8 K-loop iterations on 28 SMs: split-K over 6 slices would give 24 blocks"
+
+
+# --- without an SM count -------------------------------------------------------------------------
+
+
+def test_rules_that_need_the_sm_count_say_so_and_the_others_still_run():
+    launch_facts = facts(sm_count=None, grid_blocks=1, gemm_mnk=CONV_1_GEMM, tile_mnk=TILE_128x128x64, spill_bytes=8)
+    assert codes(launch_facts) == ["sm_count_unknown", "tile_padding", "register_spills"]
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def test_kernel_short_name_of_both_name_formats():
+    for path in (RTX3060_CUTLASS, H100_CUTLASS):
+        name = parse_text_report(path.read_text())[0].kernel_name
+        assert kernel_short_name(name) == "ImplicitGemmConvolution 128x128x64, 3 stages"
+
+
+def test_kernel_short_name_of_a_two_stage_mainloop():
+    name = "void Kernel<ImplicitGemmConvolution<ImplicitGemmPipelined<GemmShape<64, 64, 32>, It, It>, Epi>>(Params)"
+    assert kernel_short_name(name) == "ImplicitGemmConvolution 64x64x32, 2 stages"
+
+
+def test_kernel_short_name_falls_back_to_the_first_60_characters():
+    name = "void evaluate_loss_kernel<autodiff::MSELoss>(float *, const float *, float *, int)"
+    assert kernel_short_name(name) == name.removeprefix("void ")[:60]
+    assert kernel_short_name("conv2d_forward_kernel(const float *)") == "conv2d_forward_kernel(const float *)"
+
+
+def test_render_diagnosis_shows_each_group_with_its_flags():
+    console = Console(record=True, width=300)
+    render_diagnosis(diagnose_report(RTX3060_CUTLASS, sms=28), console)
+    text = console.export_text()
+    for expected in (
+        "ImplicitGemmConvolution 128x128x64, 3 stages",
+        "21",
+        "36.32",
+        "8 blocks",
+        "128 threads",
+        "254",
+        "98.3 KB",
+        "8.33 % (1 block/SM, shared memory)",
+        "small_grid: 8 blocks on 28 SMs: 20 SMs idle (0.29 waves)",
+        "occupancy_limit:",
+    ):
+        assert expected in text
+
+
+def test_render_diagnosis_of_unflagged_kernels():
+    console = Console(record=True, width=300)
+    render_diagnosis(diagnose_report(RTX3060_NAIVE, sms=None), console)
+    text = console.export_text()
+    assert "2x2x256" in text and "16x16x1" in text and "none" in text

@@ -1,0 +1,153 @@
+"""The GPU path, end to end: run with `pytest -m gpu` on a machine with an NVIDIA GPU and CuPy."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.gpu
+
+cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+try:
+    GPU_COUNT = cupy.cuda.runtime.getDeviceCount()
+except cupy.cuda.runtime.CUDARuntimeError:
+    GPU_COUNT = 0
+if GPU_COUNT == 0:
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+from tuner.compile import Compiler  # noqa: E402
+from tuner.device import query_device  # noqa: E402
+from tuner.diagnose import kernel_facts  # noqa: E402
+from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.problem import ConvProblem, DataType  # noqa: E402
+from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
+from tuner.space import make_config, reference_config  # noqa: E402
+from tuner.status import Status  # noqa: E402
+from tuner.validate import TOLERANCE  # noqa: E402
+from tuner.worker import problem_to_dict  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CONV_1 = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)
+SMALL_PARAMS = {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1}
+
+
+@pytest.fixture(scope="module")
+def device():
+    return query_device()
+
+
+@pytest.fixture(scope="module")
+def compiled(device, tmp_path_factory):
+    compiler = Compiler(device.arch_flag, tmp_path_factory.mktemp("cache"))
+    configs = [reference_config(CONV_1), make_config(CONV_1, SMALL_PARAMS)]
+    results = {r.config: r for r in compiler.compile_many(configs)}
+    assert all(r.ok for r in results.values()), [r.error for r in results.values()]
+    return results
+
+
+@pytest.fixture(scope="module")
+def worker():
+    process = WorkerProcess(timeout_s=120)
+    yield process
+    process.close()
+
+
+def evaluate_request(library: Path, kernel_view: ConvProblem | None = None) -> dict:
+    request = {"op": "evaluate", "library": str(library), "problem": problem_to_dict(CONV_1), "split_k": 1,
+               "seed": 7, "l2_bytes": 50 << 20, "repeats": 5}
+    if kernel_view is not None:
+        request["kernel_problem"] = problem_to_dict(kernel_view)
+    return request
+
+
+def test_reference_config_is_right_and_timed(compiled, device, worker):
+    reference = compiled[reference_config(CONV_1)]
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=10).evaluate(reference.library, CONV_1, 1)
+    assert evaluation.status is Status.ok, evaluation.reason
+    assert evaluation.error < TOLERANCE[DataType.f32]
+    assert evaluation.grid == (8, 1, 1)  # 1024 output pixels / 128-row tiles, 32 channels in one 128 tile
+    assert evaluation.attributes.registers_per_thread == reference.ptxas.registers
+    assert 0.5 < evaluation.measurement.median_us < 1000
+    assert evaluation.measurement.copies * 180_000 >= 3 * device.l2_bytes  # inputs rotate past L2
+
+
+def test_planted_wrong_kernel_fails_validation(compiled, worker):
+    """The kernel is handed dilation 2 (pad 2 keeps the 32x32 output): every output is written, with
+    the wrong pixels. Validation must reject it; the same kernel on the true problem passes."""
+    library = compiled[make_config(CONV_1, SMALL_PARAMS)].library
+    wrong = dataclasses.replace(CONV_1, dilation=2, pad=2)
+    assert (wrong.p, wrong.q) == (CONV_1.p, CONV_1.q)
+    rejected = worker.request(evaluate_request(library, wrong))
+    assert rejected["status"] == Status.wrong_result.value
+    assert rejected["error"] > 100 * TOLERANCE[DataType.f32]
+    accepted = worker.request(evaluate_request(library))
+    assert accepted["status"] == Status.ok.value, accepted.get("reason")
+
+
+def test_planted_wrong_stride_leaves_outputs_unwritten(compiled, worker):
+    library = compiled[make_config(CONV_1, SMALL_PARAMS)].library
+    rejected = worker.request(evaluate_request(library, dataclasses.replace(CONV_1, stride=2)))
+    assert rejected["status"] == Status.wrong_result.value
+    assert "NaN" in rejected["reason"]
+
+
+def build_faulty(device, folder: Path, misbehaviour: int) -> Path:
+    library = folder / f"faulty_{misbehaviour}.so"
+    subprocess.run(["nvcc", f"-arch={device.arch_flag}", "--shared", "-Xcompiler", "-fPIC",
+                    f"-DMISBEHAVIOUR={misbehaviour}", str(REPO / "tests" / "data" / "faulty_candidate.cu"),
+                    "-o", str(library)], check=True)
+    return library
+
+
+def test_worker_survives_an_illegal_address(compiled, device, worker, tmp_path):
+    faulting = build_faulty(device, tmp_path, 1)
+    restarts = worker.restarts
+    faulted = worker.request(evaluate_request(faulting))
+    assert faulted["status"] == Status.launch_failed.value
+    assert "illegal" in faulted["reason"].lower() or "died" in faulted["reason"]
+    after = worker.request(evaluate_request(compiled[make_config(CONV_1, SMALL_PARAMS)].library))
+    assert after["status"] == Status.ok.value, after.get("reason")
+    assert worker.restarts == restarts + 1
+
+
+def test_worker_survives_a_hang(compiled, device, tmp_path):
+    hanging = build_faulty(device, tmp_path, 2)
+    worker = WorkerProcess(timeout_s=20)
+    try:
+        hung = worker.request(evaluate_request(hanging))
+        assert hung["status"] == Status.launch_failed.value and "hang" in hung["reason"]
+        after = worker.request(evaluate_request(compiled[make_config(CONV_1, SMALL_PARAMS)].library))
+        assert after["status"] == Status.ok.value, after.get("reason")
+    finally:
+        worker.close()
+
+
+def test_static_diagnosis_agrees_with_ncu(compiled, device, worker):
+    reference = compiled[reference_config(CONV_1)]
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(reference.library, CONV_1, 1)
+    facts = kernel_facts(reference.config, CONV_1, device, evaluation.grid_blocks, evaluation.attributes,
+                         reference.ptxas.spill_bytes)
+    try:
+        stats = profile_candidate(reference.library, CONV_1, 1)
+    except ProfilerUnavailable as error:
+        pytest.skip(str(error))
+    rows = agreement(facts, stats)
+    assert all(row.agrees for row in rows), rows
+    assert stats.grid_blocks == 8 and stats.registers_per_thread == reference.ptxas.registers
+
+
+def test_short_conv_1_study_writes_best_yaml(tmp_path):
+    command = [sys.executable, "tune.py", "--layer", "conv_1", "--trials", "6", "--results-dir", str(tmp_path),
+               "--top", "2", "--confirm-rounds", "1", "--ncu-top", "1"]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=580)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    [best] = tmp_path.glob("*/best.yaml")
+    entry = yaml.safe_load(best.read_text())["layers"]["conv_1"]
+    assert entry["runtime_us"] > 0 and entry["rel_l2_error"] < TOLERANCE[DataType.f32]
+    assert entry["reference"]["runtime_us"] > 0
+    assert "occupancy" in entry and isinstance(entry["waste"], list)
+    assert "re-measured side by side" in completed.stdout

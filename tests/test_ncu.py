@@ -1,0 +1,387 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tuner.ncu import (
+    LaunchStats,
+    NcuLaunch,
+    NcuMetric,
+    NcuReportError,
+    group_launches,
+    normalise_unit,
+    parse_csv_report,
+    parse_report,
+    parse_text_report,
+    parse_value,
+    read_report,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ncu"
+RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
+H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
+RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
+H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
+
+SOL = "GPU Speed Of Light Throughput"
+
+CSV_HEADER = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+    '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+)
+
+
+def csv_row(launch_id: int, section: str, name: str, unit: str, value: str, kernel: str = "k") -> str:
+    return (
+        f'"{launch_id}","1","app","host","{kernel}","1","7","(256, 1, 1)","(4, 2, 1)","0","8.6",'
+        f'"{section}","{name}","{unit}","{value}"'
+    )
+
+
+def launch_with(*metrics: NcuMetric, grid=(1, 1, 1), block=(32, 1, 1), name="k") -> NcuLaunch:
+    return NcuLaunch(name, grid, block, 0, "9.0", metrics)
+
+
+@pytest.fixture(scope="module")
+def h100_launches() -> list[NcuLaunch]:
+    return parse_text_report(H100_CUTLASS.read_text())
+
+
+@pytest.fixture(scope="module")
+def rtx3060_launches() -> list[NcuLaunch]:
+    return parse_text_report(RTX3060_CUTLASS.read_text())
+
+
+# --- values and units ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("20,977", 20977.0),
+        ("1,024", 1024.0),
+        ("98.30", 98.3),
+        ("0", 0.0),
+        ("PolicySpread", "PolicySpread"),
+        ("n/a", "n/a"),
+    ],
+)
+def test_parse_value_strips_thousands_commas_and_keeps_text(text, expected):
+    assert parse_value(text) == expected
+
+
+@pytest.mark.parametrize(
+    "unit, expected",
+    [
+        ("usecond", "us"),
+        ("nsecond", "ns"),
+        ("msecond", "ms"),
+        ("cycle/nsecond", "Ghz"),
+        ("Gbyte/second", "Gbyte/s"),
+        ("Kbyte/block", "Kbyte/block"),
+        ("register/thread", "register/thread"),
+    ],
+)
+def test_normalise_unit(unit, expected):
+    assert normalise_unit(unit) == expected
+
+
+# --- text report, ncu 2025.3 layout (H100) -------------------------------------------------------
+
+
+def test_h100_text_has_two_launches_with_shape_device_and_cc(h100_launches):
+    assert len(h100_launches) == 2
+    for launch in h100_launches:
+        assert launch.kernel_name.startswith("void Kernel<ImplicitGemmConvolution<ImplicitGemmMultistage<")
+        assert launch.kernel_name.endswith(">(Params)")
+        assert launch.grid == (8, 1, 1)
+        assert launch.block == (128, 1, 1)
+        assert launch.device == 0
+        assert launch.cc == "9.0"
+
+
+def test_h100_text_reads_every_metric_row_and_no_advice(h100_launches):
+    launch = h100_launches[0]
+    assert len(launch.metrics) == 40  # 10 speed-of-light + 17 launch statistics + 13 occupancy rows
+    assert {m.section for m in launch.metrics} == {SOL, "Launch Statistics", "Occupancy"}
+    assert not [m for m in launch.metrics if m.name in ("Metric Name", "OPT") or "Speedup" in m.name]
+
+
+def test_h100_text_metric_lookup(h100_launches):
+    first, second = h100_launches
+    assert first.metric("Duration") == NcuMetric(SOL, "Duration", "us", 10.62)
+    assert second.metric("Duration").value == 10.78
+    assert first.metric("Elapsed Cycles").value == 20977.0
+    assert first.metric("Memory Throughput", SOL) == NcuMetric(SOL, "Memory Throughput", "%", 3.44)
+    assert first.metric("Cluster Scheduling Policy").value == "PolicySpread"
+    assert first.metric("Dynamic Shared Memory Per Block").unit == "Kbyte/block"
+    assert first.metric("Duration", "Occupancy") is None
+    assert first.metric("No Such Metric") is None
+
+
+def test_h100_launch_stats(h100_launches):
+    stats = LaunchStats.from_launch(h100_launches[0])
+    assert stats == LaunchStats(
+        duration_us=10.62,
+        sm_throughput_pct=2.01,
+        memory_throughput_pct=3.44,
+        dram_throughput_pct=0.36,
+        grid_blocks=8,
+        block_threads=128,
+        registers_per_thread=254,
+        dynamic_smem_per_block_bytes=98_300,
+        static_smem_per_block_bytes=0,
+        driver_smem_per_block_bytes=1_020,
+        sm_count=132,
+        waves_per_sm=0.03,
+        block_limit_registers=2,
+        block_limit_shared_mem=2,
+        block_limit_warps=16,
+        block_limit_sm=32,
+        theoretical_active_warps_per_sm=8.0,
+        theoretical_occupancy_pct=12.5,
+        achieved_occupancy_pct=6.25,
+    )
+
+
+# --- text report, older layout (RTX 3060) --------------------------------------------------------
+
+
+def test_rtx3060_text_has_21_launches_without_shape_device_or_cc(rtx3060_launches):
+    assert len(rtx3060_launches) == 21
+    for launch in rtx3060_launches:
+        assert launch.kernel_name.startswith("void cutlass::Kernel<cutlass::conv::kernel::ImplicitGemmConvolution<")
+        assert launch.kernel_name.endswith(">(T1::Params)")  # the timestamp and context are not part of the name
+        assert (launch.grid, launch.block, launch.device, launch.cc) == (None, None, None, None)
+        assert len(launch.metrics) == 58  # 9 sections; the program's own CSV output is not a launch
+
+
+def test_rtx3060_text_units_are_normalised(rtx3060_launches):
+    launch = rtx3060_launches[0]
+    assert launch.metric("Duration") == NcuMetric(SOL, "Duration", "us", 36.29)
+    assert launch.metric("SM Frequency").unit == "Ghz"
+    assert launch.metric("Memory Throughput", "Memory Workload Analysis").unit == "Gbyte/s"
+    assert launch.metric("Function Cache Configuration").value == "cudaFuncCachePreferNone"
+
+
+def test_rtx3060_launch_stats_take_speed_of_light_percentages_not_bandwidth(rtx3060_launches):
+    stats = LaunchStats.from_launch(rtx3060_launches[0])
+    assert stats.memory_throughput_pct == 9.05  # "Memory [%]", not the 2.32 Gbyte/s of Memory Workload Analysis
+    assert stats.sm_throughput_pct == 11.38  # "Compute (SM) [%]"
+    assert stats.dram_throughput_pct == 0.69
+    assert stats.duration_us == 36.29
+
+
+def test_rtx3060_launch_stats(rtx3060_launches):
+    stats = LaunchStats.from_launch(rtx3060_launches[0])
+    assert (stats.grid_blocks, stats.block_threads, stats.registers_per_thread) == (8, 128, 254)
+    assert stats.dynamic_smem_per_block_bytes == 98_300
+    assert stats.static_smem_per_block_bytes == 0
+    assert stats.driver_smem_per_block_bytes == 1_020
+    assert stats.sm_count is None  # this ncu version prints no "# SMs"
+    assert stats.waves_per_sm == 0.29
+    limits = (stats.block_limit_registers, stats.block_limit_shared_mem, stats.block_limit_warps, stats.block_limit_sm)
+    assert limits == (2, 1, 12, 16)
+    assert (stats.theoretical_occupancy_pct, stats.achieved_occupancy_pct) == (8.33, 8.33)
+
+
+# --- text report, other kernels (naive conv training) --------------------------------------------
+
+
+def test_naive_report_reads_five_kernels_including_an_unindented_first_header():
+    launches = parse_text_report(RTX3060_NAIVE.read_text())
+    assert [launch.kernel_name.split("(")[0] for launch in launches] == [
+        "conv2d_forward_kernel",
+        "void evaluate_loss_kernel<autodiff::MSELoss>",
+        "void compute_loss_error_kernel<autodiff::MSELoss>",
+        "conv2d_compute_hidden_error_kernel",
+        "conv2d_backward_kernel",
+    ]
+    first = launches[0]
+    assert (first.grid, first.block, first.device, first.cc) == ((2, 2, 256), (16, 16, 1), 0, "8.6")
+    assert LaunchStats.from_launch(first).sm_count == 28
+
+
+def test_naive_report_converts_milliseconds_to_microseconds():
+    backward = parse_text_report(RTX3060_NAIVE.read_text())[-1]
+    assert backward.metric("Duration").unit == "ms"
+    assert LaunchStats.from_launch(backward).duration_us == pytest.approx(3550.0)
+
+
+# --- CSV report ----------------------------------------------------------------------------------
+
+
+def test_csv_sample_matches_the_h100_text_report(h100_launches):
+    launches = parse_csv_report(H100_CSV.read_text())
+    assert len(launches) == 2
+    for from_csv, from_text in zip(launches, h100_launches):
+        assert from_csv.kernel_name == from_text.kernel_name
+        assert (from_csv.grid, from_csv.block, from_csv.device, from_csv.cc) == ((8, 1, 1), (128, 1, 1), 0, "9.0")
+        assert LaunchStats.from_launch(from_csv) == LaunchStats.from_launch(from_text)
+
+
+def test_csv_sample_skips_prof_lines_program_output_and_rule_rows():
+    launches = parse_csv_report(H100_CSV.read_text())
+    assert [len(launch.metrics) for launch in launches] == [22, 22]
+    assert all(metric.name for launch in launches for metric in launch.metrics)
+    assert launches[0].metric("Elapsed Cycles").value == 20977.0
+
+
+def test_csv_without_rule_columns_and_with_prof_lines_inside():
+    text = "\n".join(
+        [
+            "==PROF== Connected to process 1",
+            CSV_HEADER,
+            csv_row(0, SOL, "Duration", "nsecond", "1,500"),
+            "==PROF== Disconnected from process 1",
+            csv_row(1, SOL, "Duration", "usecond", "2.5"),
+            csv_row(1, "Launch Statistics", "Registers Per Thread", "register/thread", "n/a"),
+        ]
+    )
+    first, second = parse_csv_report(text)
+    assert (first.grid, first.block, first.cc) == ((4, 2, 1), (256, 1, 1), "8.6")
+    assert LaunchStats.from_launch(first).duration_us == pytest.approx(1.5)
+    assert LaunchStats.from_launch(second).duration_us == 2.5
+    assert second.metric("Registers Per Thread").value == "n/a"
+    assert LaunchStats.from_launch(second).registers_per_thread is None
+    assert LaunchStats.from_launch(second).grid_blocks == 8  # from the Grid Size column
+
+
+def test_csv_from_another_page_is_refused():
+    raw_page = '"ID","Process ID","Process Name","Kernel Name","gpu__time_duration.sum"\n"0","1","app","k","1.0"\n'
+    with pytest.raises(NcuReportError, match="Metric Name"):
+        parse_csv_report(raw_page)
+
+
+def test_parse_report_picks_the_parser(h100_launches):
+    assert len(parse_report(H100_CSV.read_text())) == 2
+    assert parse_report(H100_CUTLASS.read_text()) == h100_launches
+
+
+# --- typed extraction with missing and converted figures -----------------------------------------
+
+
+def test_launch_stats_of_a_launch_without_metrics_are_none_except_the_header_shape():
+    stats = LaunchStats.from_launch(launch_with(grid=(4, 2, 1), block=(64, 2, 1)))
+    assert (stats.grid_blocks, stats.block_threads) == (8, 128)
+    from_metrics = [f.name for f in dataclasses.fields(stats) if f.name not in ("grid_blocks", "block_threads")]
+    assert all(getattr(stats, name) is None for name in from_metrics)
+
+
+def test_launch_stats_without_header_or_metrics_are_all_none():
+    stats = LaunchStats.from_launch(NcuLaunch("k", None, None, None, None, ()))
+    assert all(getattr(stats, f.name) is None for f in dataclasses.fields(stats))
+
+
+@pytest.mark.parametrize(
+    "unit, value, microseconds",
+    [("us", 10.62, 10.62), ("ns", 1500.0, 1.5), ("ms", 3.55, 3550.0), ("s", 0.5, 500_000.0), ("cycle", 9.0, None)],
+)
+def test_duration_is_converted_to_microseconds(unit, value, microseconds):
+    stats = LaunchStats.from_launch(launch_with(NcuMetric(SOL, "Duration", unit, value)))
+    assert stats.duration_us == (None if microseconds is None else pytest.approx(microseconds))
+
+
+@pytest.mark.parametrize(
+    "unit, value, size_bytes",
+    [
+        ("Kbyte/block", 98.3, 98_300),
+        ("byte/block", 580.0, 580),
+        ("Mbyte/block", 0.2, 200_000),
+        ("Kibyte/block", 1.0, 1024),
+    ],
+)
+def test_shared_memory_is_converted_to_bytes(unit, value, size_bytes):
+    launch = launch_with(NcuMetric("Launch Statistics", "Dynamic Shared Memory Per Block", unit, value))
+    assert LaunchStats.from_launch(launch).dynamic_smem_per_block_bytes == size_bytes
+
+
+def test_a_text_value_where_a_number_belongs_reads_as_missing():
+    launch = launch_with(NcuMetric("Launch Statistics", "Registers Per Thread", "register/thread", "n/a"))
+    assert LaunchStats.from_launch(launch).registers_per_thread is None
+
+
+# --- grouping ------------------------------------------------------------------------------------
+
+
+def test_rtx3060_launches_form_one_group_of_21_with_the_median_duration(rtx3060_launches):
+    (group,) = group_launches(rtx3060_launches)
+    assert group.count == 21
+    assert group.median_duration_us == pytest.approx(36.32)
+    assert (group.grid, group.block) == (None, None)
+    assert group.stats.grid_blocks == 8
+
+
+def test_h100_launches_form_one_group_of_two(h100_launches):
+    (group,) = group_launches(h100_launches)
+    assert (group.count, group.grid, group.block) == (2, (8, 1, 1), (128, 1, 1))
+    assert group.median_duration_us == pytest.approx((10.62 + 10.78) / 2)
+
+
+def test_groups_split_on_kernel_name_grid_and_block_in_order_of_first_launch():
+    launches = [
+        launch_with(grid=(8, 1, 1), name="a"),
+        launch_with(grid=(16, 1, 1), name="a"),
+        launch_with(grid=(8, 1, 1), name="b"),
+        launch_with(grid=(8, 1, 1), block=(64, 1, 1), name="a"),
+        launch_with(grid=(8, 1, 1), name="a"),
+    ]
+    groups = group_launches(launches)
+    assert [(g.kernel_name, g.grid, g.block, g.count) for g in groups] == [
+        ("a", (8, 1, 1), (32, 1, 1), 2),
+        ("a", (16, 1, 1), (32, 1, 1), 1),
+        ("b", (8, 1, 1), (32, 1, 1), 1),
+        ("a", (8, 1, 1), (64, 1, 1), 1),
+    ]
+    assert groups[0].median_duration_us is None
+
+
+def test_groups_without_header_shape_split_on_launch_statistics():
+    def old_style(grid_size: float) -> NcuLaunch:
+        return NcuLaunch("k", None, None, None, None, (NcuMetric("Launch Statistics", "Grid Size", "", grid_size),))
+
+    groups = group_launches([old_style(8.0), old_style(16.0), old_style(8.0)])
+    assert [(g.stats.grid_blocks, g.count) for g in groups] == [(8, 2), (16, 1)]
+
+
+# --- unreadable reports --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", [b"", b"   \n\n"])
+def test_empty_report_is_refused(tmp_path, content):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(content)
+    with pytest.raises(NcuReportError, match="empty") as error:
+        read_report(path)
+    assert "\n" not in str(error.value) and str(path) in str(error.value)
+
+
+def test_text_that_is_not_an_ncu_report_is_refused(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("Layer,N,H,W,C,K,R,S,Runtime,GFLOPs\nconv_1,1,32,32,32,32,3,3,90.5378,0.208469\n")
+    with pytest.raises(NcuReportError, match="no kernel launches found") as error:
+        read_report(path)
+    assert "ncu --page details" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_binary_report_is_refused_with_an_export_hint(tmp_path):
+    path = tmp_path / "profile.ncu-rep"
+    path.write_bytes(b"NVPROF\x00\x01\x02\xff\xfe binary junk")
+    with pytest.raises(NcuReportError, match="binary.*--import"):
+        read_report(path)
+
+
+def test_missing_report_is_refused(tmp_path):
+    with pytest.raises(NcuReportError, match="cannot read"):
+        read_report(tmp_path / "nope.txt")
+
+
+def test_csv_header_without_rows_is_refused():
+    with pytest.raises(NcuReportError, match="no kernel launches found"):
+        parse_csv_report(CSV_HEADER + "\n==PROF== Disconnected from process 1\n")
+
+
+def test_parsers_refuse_empty_text():
+    for parse in (parse_text_report, parse_csv_report):
+        with pytest.raises(NcuReportError, match="empty"):
+            parse("")

@@ -1,0 +1,422 @@
+"""Explain the waste of one kernel launch: small grids, partial waves, tile padding, low occupancy, spills."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from tuner.device import DeviceFacts
+from tuner.ncu import LaunchGroup, LaunchStats, NcuReportError, group_launches, read_report
+from tuner.problem import ConvProblem
+from tuner.run import KernelAttributes
+from tuner.space import IteratorAlgorithm, KernelConfig, kernel_problem
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every limit a waste rule compares against; each comment says which side of it is flagged."""
+
+    small_grid_sm_fill: float = 1.0  # small_grid: blocks < SMs x this
+    min_wave_efficiency: float = 0.8  # partial_wave: waves / ceil(waves) below this
+    max_padding_fraction: float = 0.10  # tile_padding: share of multiply-adds on padding above this
+    min_occupancy_pct: float = 25.0  # occupancy_limit: theoretical occupancy below this
+    max_spill_bytes: int = 0  # register_spills: spill stores + loads above this
+    split_k_max_tile_fill: float = 0.5  # split_k_opportunity: blocks < SMs x this ...
+    split_k_min_k_iterations: int = 8  # ... and at least this many K-loop iterations per block
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What the rules need to know about one launch; optional facts switch rules on when present."""
+
+    grid_blocks: int
+    threads_per_block: int
+    registers_per_thread: int
+    smem_per_block_bytes: int
+    sm_count: int | None
+    max_active_blocks_per_sm: int | None = None  # when known (e.g. from the CUDA occupancy API) it wins
+    block_limit_registers: int | None = None
+    block_limit_shared_mem: int | None = None
+    block_limit_warps: int | None = None
+    block_limit_sm: int | None = None
+    theoretical_occupancy_pct: float | None = None
+    spill_bytes: int | None = None  # ptxas spill stores + spill loads
+    gemm_mnk: tuple[int, int, int] | None = None  # implicit GEMM: N*P*Q, K_out, C*R*S
+    tile_mnk: tuple[int, int, int] | None = None  # threadblock tile
+    split_k_slices: int = 1
+    # CUTLASS's analytic and optimized fprop iterators walk C once per filter tap (R*S taps), padding C
+    # to the tile's K at every tap; few/fixed-channel iterators walk C*R*S as one dimension (1 tap).
+    filter_taps: int = 1
+    max_warps_per_sm: int = 64
+
+    @property
+    def warps_per_block(self) -> int:
+        return math.ceil(self.threads_per_block / 32)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    blocks_per_sm: int
+    limited_by: tuple[str, ...]  # the limits equal to blocks_per_sm (several on a tie)
+    active_warps_per_sm: int
+    max_warps_per_sm: int
+
+    @property
+    def theoretical_pct(self) -> float:
+        return 100.0 * self.active_warps_per_sm / self.max_warps_per_sm
+
+    @property
+    def limited_by_text(self) -> str:
+        return " and ".join(self.limited_by) or "an unreported limit"
+
+
+@dataclass(frozen=True)
+class WasteFlag:
+    """One kind of waste. `value` is the figure compared with its threshold:
+    small_grid and split_k_opportunity: blocks per SM; partial_wave: wave efficiency (0-1);
+    tile_padding: padded share of multiply-adds (0-1); occupancy_limit: theoretical occupancy %;
+    register_spills: bytes; sm_count_unknown: 0 (the rules that need the SM count were skipped)."""
+
+    code: str
+    value: float
+    message: str
+
+
+_REQUIRED_STATS = ("grid_blocks", "block_threads", "registers_per_thread", "dynamic_smem_per_block_bytes")
+
+
+def _max_warps_per_sm(stats: LaunchStats) -> int:
+    # ncu states occupancy as active warps over the device's maximum: 4 warps at 8.33 % -> 48 (sm_86).
+    warps, pct = stats.theoretical_active_warps_per_sm, stats.theoretical_occupancy_pct
+    if warps and pct:
+        return round(warps * 100.0 / pct)
+    return LaunchFacts.max_warps_per_sm
+
+
+def from_launch_stats(stats: LaunchStats, sm_count_override: int | None = None) -> LaunchFacts:
+    """Facts from an ncu launch; the override (e.g. --sms) wins over the report's `# SMs`."""
+    missing = [name for name in _REQUIRED_STATS if getattr(stats, name) is None]
+    if missing:
+        raise NcuReportError(
+            f"launch lacks {', '.join(missing)}: profile with `--section LaunchStats --section Occupancy`"
+        )
+    return LaunchFacts(
+        grid_blocks=stats.grid_blocks,
+        threads_per_block=stats.block_threads,
+        registers_per_thread=stats.registers_per_thread,
+        smem_per_block_bytes=stats.dynamic_smem_per_block_bytes + (stats.static_smem_per_block_bytes or 0),
+        sm_count=sm_count_override if sm_count_override is not None else stats.sm_count,
+        block_limit_registers=stats.block_limit_registers,
+        block_limit_shared_mem=stats.block_limit_shared_mem,
+        block_limit_warps=stats.block_limit_warps,
+        block_limit_sm=stats.block_limit_sm,
+        theoretical_occupancy_pct=stats.theoretical_occupancy_pct,
+        max_warps_per_sm=_max_warps_per_sm(stats),
+    )
+
+
+def occupancy(facts: LaunchFacts) -> Occupancy:
+    warps_limit = facts.block_limit_warps
+    if warps_limit is None:
+        warps_limit = facts.max_warps_per_sm // facts.warps_per_block
+    limits = {
+        "registers": facts.block_limit_registers,
+        "shared memory": facts.block_limit_shared_mem,
+        "warps": warps_limit,
+        "blocks per SM": facts.block_limit_sm,
+    }
+    known = {name: limit for name, limit in limits.items() if limit is not None}
+    blocks = facts.max_active_blocks_per_sm
+    if blocks is None:
+        blocks = min(known.values())
+    return Occupancy(
+        blocks_per_sm=blocks,
+        limited_by=tuple(name for name, limit in known.items() if limit == blocks),
+        active_warps_per_sm=blocks * facts.warps_per_block,
+        max_warps_per_sm=facts.max_warps_per_sm,
+    )
+
+
+# --- facts of a compiled candidate ---------------------------------------------------------------
+
+# The CUDA occupancy rules: registers are given out per warp in units of 256, and every block
+# costs the driver 1 KB of shared memory besides its own.
+REGISTER_ALLOCATION_UNIT = 256
+DRIVER_SMEM_PER_BLOCK = 1024
+
+
+def block_limits(registers_per_thread: int, smem_per_block: int, warps_per_block: int,
+                 device: DeviceFacts) -> dict[str, int]:
+    """Blocks per SM that each resource allows, as ncu's Occupancy section reports them."""
+    per_warp = math.ceil(registers_per_thread * 32 / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    warps_by_registers = device.registers_per_sm // per_warp if per_warp else device.max_warps_per_sm
+    return {
+        "registers": warps_by_registers // warps_per_block,
+        "shared_mem": device.smem_per_sm // (smem_per_block + DRIVER_SMEM_PER_BLOCK),
+        "warps": device.max_warps_per_sm // warps_per_block,
+        "sm": device.max_blocks_per_sm,
+    }
+
+
+def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, grid_blocks: int,
+                 attributes: KernelAttributes, spill_bytes: int | None) -> LaunchFacts:
+    """What the compiled kernel and the problem say about a launch, before any profiler runs."""
+    smem = attributes.dynamic_smem_bytes + attributes.static_smem_bytes
+    warps = attributes.threads_per_block // 32
+    limits = block_limits(attributes.registers_per_thread, smem, warps, device)
+    small_channels = config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels)
+    padded = kernel_problem(problem)
+    return LaunchFacts(
+        grid_blocks=grid_blocks,
+        threads_per_block=attributes.threads_per_block,
+        registers_per_thread=attributes.registers_per_thread,
+        smem_per_block_bytes=smem,
+        sm_count=device.sm_count,
+        max_active_blocks_per_sm=attributes.max_active_blocks_per_sm,
+        block_limit_registers=limits["registers"],
+        block_limit_shared_mem=limits["shared_mem"],
+        block_limit_warps=limits["warps"],
+        block_limit_sm=limits["sm"],
+        spill_bytes=spill_bytes,
+        gemm_mnk=padded.gemm_mnk,
+        tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
+        split_k_slices=config.split_k,
+        filter_taps=1 if small_channels else padded.r * padded.s,
+        max_warps_per_sm=device.max_warps_per_sm,
+    )
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _waves(facts: LaunchFacts, occ: Occupancy) -> float:
+    return facts.grid_blocks / (facts.sm_count * occ.blocks_per_sm)
+
+
+def _small_grid(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    blocks, sms = facts.grid_blocks, facts.sm_count
+    if blocks >= sms * limits.small_grid_sm_fill:
+        return None
+    idle = max(sms - blocks, 0)
+    waves = _waves(facts, occ) if occ.blocks_per_sm else 0.0
+    return WasteFlag(
+        "small_grid",
+        blocks / sms,
+        f"{_count(blocks, 'block')} on {_count(sms, 'SM')}: {_count(idle, 'SM')} idle ({waves:.2f} waves)",
+    )
+
+
+def _partial_wave(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    # Below one block per SM the grid is small, and small_grid says so.
+    if facts.grid_blocks < facts.sm_count or occ.blocks_per_sm == 0:
+        return None
+    slots = facts.sm_count * occ.blocks_per_sm
+    full_waves = math.ceil(facts.grid_blocks / slots)
+    efficiency = facts.grid_blocks / (full_waves * slots)
+    if efficiency >= limits.min_wave_efficiency:
+        return None
+    last_wave_blocks = facts.grid_blocks - (full_waves - 1) * slots
+    return WasteFlag(
+        "partial_wave",
+        efficiency,
+        f"{facts.grid_blocks / slots:.2f} waves of {slots} block slots ({facts.sm_count} SMs x {occ.blocks_per_sm}): "
+        f"the last wave runs {_count(last_wave_blocks, 'block')}, {efficiency:.0%} wave efficiency",
+    )
+
+
+def _padded_k(k: int, tile_k: int, taps: int) -> int:
+    if taps < 1 or k % taps:  # not C*R*S for these taps: pad K as one dimension
+        taps = 1
+    return taps * math.ceil(k // taps / tile_k) * tile_k
+
+
+def _padded(gemm: tuple[int, int, int], tile: tuple[int, int, int], taps: int) -> tuple[int, int, int]:
+    (m, n, k), (tile_m, tile_n, tile_k) = gemm, tile
+    return math.ceil(m / tile_m) * tile_m, math.ceil(n / tile_n) * tile_n, _padded_k(k, tile_k, taps)
+
+
+def _tile_padding(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    if facts.gemm_mnk is None or facts.tile_mnk is None:
+        return None
+    padded = _padded(facts.gemm_mnk, facts.tile_mnk, facts.filter_taps)
+    useful_macs, padded_macs = math.prod(facts.gemm_mnk), math.prod(padded)
+    wasted = (padded_macs - useful_macs) / padded_macs
+    if wasted <= limits.max_padding_fraction:
+        return None
+    per_dimension = ", ".join(
+        f"{dim} {size}->{size_padded}: {(size_padded - size) / size_padded:.0%}"
+        for dim, size, size_padded in zip("MNK", facts.gemm_mnk, padded)
+    )
+    return WasteFlag("tile_padding", wasted, f"{wasted:.1%} of the multiply-adds are tile padding ({per_dimension})")
+
+
+def _occupancy_limit(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    pct = occ.theoretical_pct
+    if pct >= limits.min_occupancy_pct:
+        return None
+    return WasteFlag(
+        "occupancy_limit",
+        pct,
+        f"theoretical occupancy {pct:.2f} % ({occ.active_warps_per_sm} of {occ.max_warps_per_sm} warps per SM, "
+        f"{_count(occ.blocks_per_sm, 'block')} of {_count(facts.warps_per_block, 'warp')}) is limited by "
+        f"{occ.limited_by_text}",
+    )
+
+
+def _register_spills(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    if facts.spill_bytes is None or facts.spill_bytes <= limits.max_spill_bytes:
+        return None
+    return WasteFlag(
+        "register_spills",
+        float(facts.spill_bytes),
+        f"ptxas spills {facts.spill_bytes} bytes (stores + loads) at {facts.registers_per_thread} registers per thread",
+    )
+
+
+def _split_k_opportunity(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    if facts.gemm_mnk is None or facts.tile_mnk is None:
+        return None
+    (m, n, k), (tile_m, tile_n, tile_k) = facts.gemm_mnk, facts.tile_mnk
+    blocks = math.ceil(m / tile_m) * math.ceil(n / tile_n) * facts.split_k_slices
+    k_iterations = math.ceil(_padded_k(k, tile_k, facts.filter_taps) // tile_k / facts.split_k_slices)
+    sms = facts.sm_count
+    if blocks >= sms * limits.split_k_max_tile_fill or k_iterations < limits.split_k_min_k_iterations:
+        return None
+    suggested = facts.split_k_slices * min(sms // blocks, k_iterations)
+    return WasteFlag(
+        "split_k_opportunity",
+        blocks / sms,
+        f"{blocks} blocks of {k_iterations} K-loop iterations on {sms} SMs: "
+        f"split-K over {suggested} slices would give {blocks // facts.split_k_slices * suggested} blocks",
+    )
+
+
+_SM_COUNT_RULES = (_small_grid, _partial_wave, _split_k_opportunity)
+_RULES = (_small_grid, _partial_wave, _tile_padding, _occupancy_limit, _register_spills, _split_k_opportunity)
+
+
+def diagnose(facts: LaunchFacts, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> list[WasteFlag]:
+    occ = occupancy(facts)
+    rules = _RULES
+    flags = []
+    if facts.sm_count is None:
+        rules = tuple(rule for rule in _RULES if rule not in _SM_COUNT_RULES)
+        flags.append(
+            WasteFlag(
+                "sm_count_unknown",
+                0.0,
+                "SM count unknown (not in the report, none given): grid, wave and split-K checks skipped",
+            )
+        )
+    flags.extend(flag for rule in rules if (flag := rule(facts, occ, thresholds)) is not None)
+    return flags
+
+
+def diagnose_report(
+    path: Path, sms: int | None, thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> list[tuple[LaunchGroup, Occupancy, list[WasteFlag]]]:
+    """Diagnose every launch group of an ncu text or CSV report; `sms` overrides the report's SM count."""
+    results = []
+    for group in group_launches(read_report(path)):
+        facts = from_launch_stats(group.stats, sms)
+        results.append((group, occupancy(facts), diagnose(facts, thresholds)))
+    return results
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def _template_arguments(text: str, template: str) -> list[str] | None:
+    """Top-level arguments of the first `template<...>` in a demangled name, or None."""
+    match = re.search(rf"(?<![\w]){re.escape(template)}<", text)
+    if match is None:
+        return None
+    arguments, depth, start = [], 0, match.end()
+    for index in range(match.end(), len(text)):
+        char = text[index]
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            if depth == 0:
+                arguments.append(text[start:index].strip())
+                return arguments
+            depth -= 1
+        elif char == "," and depth == 0:
+            arguments.append(text[start:index].strip())
+            start = index + 1
+    return None
+
+
+def _integer(argument: str) -> int | None:
+    """'128' or '(int)128' -> 128."""
+    match = re.fullmatch(r"(?:\([\w:]+\))?(\d+)", argument)
+    return int(match[1]) if match else None
+
+
+def _mainloop_stages(mainloop: str) -> int | None:
+    if re.match(r"(?:\w+::)*ImplicitGemmPipelined<", mainloop):
+        return 2
+    arguments = _template_arguments(mainloop, "ImplicitGemmMultistage")
+    # ImplicitGemmMultistage<Shape, IterA, SmemIterA, CacheA, IterB, SmemIterB, CacheB, Policy, Stages, ...>
+    if arguments is None or len(arguments) < 9:
+        return None
+    return _integer(arguments[8])
+
+
+def kernel_short_name(kernel_name: str) -> str:
+    """'ImplicitGemmConvolution 128x128x64, 3 stages' for CUTLASS 2.x convs; else the name's first 60 chars."""
+    fallback = kernel_name.removeprefix("void ")[:60]
+    kernel_arguments = _template_arguments(kernel_name, "ImplicitGemmConvolution")
+    if not kernel_arguments:
+        return fallback
+    shape = _template_arguments(kernel_arguments[0], "GemmShape")
+    dims = [_integer(argument) for argument in shape or []]
+    if len(dims) != 3 or None in dims:
+        return fallback
+    name = f"ImplicitGemmConvolution {'x'.join(map(str, dims))}"
+    stages = _mainloop_stages(kernel_arguments[0])
+    return f"{name}, {stages} stages" if stages else name
+
+
+def _dims_text(dims: tuple[int, int, int] | None, total: int | None, unit: str) -> str:
+    if dims is not None:
+        return "x".join(map(str, dims))
+    return "?" if total is None else f"{total} {unit}"
+
+
+def _smem_text(stats: LaunchStats) -> str:
+    if stats.dynamic_smem_per_block_bytes is None:
+        return "?"
+    return f"{(stats.dynamic_smem_per_block_bytes + (stats.static_smem_per_block_bytes or 0)) / 1000:.1f} KB"
+
+
+def render_diagnosis(results: list[tuple[LaunchGroup, Occupancy, list[WasteFlag]]], console: Console) -> None:
+    table = Table(title="Waste per kernel (Nsight Compute)", show_lines=True)
+    for column in ("kernel", "launches", "median µs", "grid", "block", "regs", "smem/block", "occupancy", "waste"):
+        table.add_column(column, overflow="fold")
+    for group, occ, flags in results:
+        stats = group.stats
+        median = group.median_duration_us
+        table.add_row(
+            kernel_short_name(group.kernel_name),
+            str(group.count),
+            "?" if median is None else f"{median:.2f}",
+            _dims_text(group.grid, stats.grid_blocks, "blocks"),
+            _dims_text(group.block, stats.block_threads, "threads"),
+            "?" if stats.registers_per_thread is None else str(stats.registers_per_thread),
+            _smem_text(stats),
+            f"{occ.theoretical_pct:.2f} % ({_count(occ.blocks_per_sm, 'block')}/SM, {occ.limited_by_text})",
+            "\n".join(f"{flag.code}: {flag.message}" for flag in flags) or "none",
+        )
+    console.print(table)

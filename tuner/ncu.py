@@ -1,0 +1,378 @@
+"""Read Nsight Compute (ncu) reports: `--page details` text (old and new layouts) and `--csv` output."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class NcuReportError(Exception):
+    """A report that holds no kernel launch ncu could have written."""
+
+
+@dataclass(frozen=True)
+class NcuMetric:
+    section: str
+    name: str
+    unit: str
+    value: float | str
+
+
+@dataclass(frozen=True)
+class NcuLaunch:
+    kernel_name: str
+    grid: tuple[int, int, int] | None  # None where the report does not print it (older ncu text)
+    block: tuple[int, int, int] | None
+    device: int | None
+    cc: str | None
+    metrics: tuple[NcuMetric, ...]
+
+    def metric(self, name: str, section: str | None = None) -> NcuMetric | None:
+        for metric in self.metrics:
+            if metric.name == name and (section is None or metric.section == section):
+                return metric
+        return None
+
+
+# Older ncu spells time units out and writes clock rates as cycles per nanosecond.
+_UNIT_SPELLINGS = (
+    ("cycle/nsecond", "Ghz"),
+    ("cycle/usecond", "Mhz"),
+    ("msecond", "ms"),
+    ("usecond", "us"),
+    ("nsecond", "ns"),
+    ("second", "s"),
+)
+_MICROSECONDS_PER_UNIT = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
+# ncu's Kbyte is 1000 bytes (98.30 Kbyte is a 98,304-byte allocation, rounded).
+_BYTES_PER_UNIT = {"byte": 1, "Kbyte": 1000, "Mbyte": 1000**2, "Gbyte": 1000**3, "Kibyte": 1024, "Mibyte": 1024**2}
+
+_SOL = "GPU Speed Of Light Throughput"
+_LAUNCH = "Launch Statistics"
+
+
+def normalise_unit(unit: str) -> str:
+    for spelled, short in _UNIT_SPELLINGS:
+        unit = unit.replace(spelled, short)
+    return unit
+
+
+def parse_value(text: str) -> float | str:
+    """'20,977' -> 20977.0; text that is not a number ('PolicySpread', 'all') stays text."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return text
+
+
+def _metric(section: str, name: str, unit: str, value: str) -> NcuMetric:
+    return NcuMetric(section, name.strip(), normalise_unit(unit.strip()), parse_value(value.strip()))
+
+
+_REPORT_HINT = "expected the output of `ncu --page details` (text) or `ncu --csv --page details`"
+
+
+def _require_text(text: str) -> None:
+    if not text.strip():
+        raise NcuReportError("the report is empty")
+    if "\0" in text:
+        raise NcuReportError("the report is binary (an .ncu-rep?); export it with `ncu --import FILE --page details`")
+
+
+def _require_launches(launches: list[NcuLaunch]) -> list[NcuLaunch]:
+    if not launches:
+        raise NcuReportError(f"no kernel launches found; {_REPORT_HINT}")
+    return launches
+
+
+# --- text report -------------------------------------------------------------------------------
+
+# `  void Kernel<...>(Params) (8, 1, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0` (new), or
+# `  void cutlass::Kernel<...>(T1::Params), 2025-May-15 09:00:25, Context 1, Stream 7` (old).
+_KERNEL_HEADER = re.compile(
+    r"^ {0,3}(?P<name>\S.*?)"
+    r"(?: \((?P<grid>\d+, \d+, \d+)\)x\((?P<block>\d+, \d+, \d+)\))?"
+    r"(?:, \d{4}-\w{3}-\d{1,2} \d{1,2}:\d{2}:\d{2})?"
+    r", Context \d+, Stream \d+(?P<rest>.*)$"
+)
+_DEVICE = re.compile(r"\bDevice (\d+)")
+_CC = re.compile(r"\bCC (\d+\.\d+)")
+_SECTION = re.compile(r"^ {4}Section: (?P<title>.+?)\s*$")
+_TABLE_RULE = re.compile(r"^ {4}-+ -+ -+\s*$")
+
+
+def _dims(text: str | None) -> tuple[int, int, int] | None:
+    if text is None:
+        return None
+    x, y, z = (int(part) for part in text.split(","))
+    return x, y, z
+
+
+def _column_spans(rule: str) -> list[tuple[int, int]]:
+    return [match.span() for match in re.finditer(r"-+", rule)]
+
+
+def _table_row(section: str, line: str, spans: list[tuple[int, int]]) -> NcuMetric | None:
+    """Cut a metric row at the columns its table's dash rule marks; the value may run past its rule."""
+    (_, name_end), (unit_start, unit_end), (value_start, _) = spans
+    name, unit, value = line[:name_end], line[unit_start:unit_end], line[value_start:]
+    if not name.strip() or not value.strip():
+        return None
+    if name.strip() == "Metric Name" and unit.strip() == "Metric Unit":
+        return None
+    return _metric(section, name, unit, value)
+
+
+@dataclass
+class _LaunchBuilder:
+    header: re.Match
+    metrics: list[NcuMetric]
+
+    def build(self) -> NcuLaunch:
+        rest = self.header["rest"]
+        device, cc = _DEVICE.search(rest), _CC.search(rest)
+        return NcuLaunch(
+            kernel_name=self.header["name"],
+            grid=_dims(self.header["grid"]),
+            block=_dims(self.header["block"]),
+            device=int(device[1]) if device else None,
+            cc=cc[1] if cc else None,
+            metrics=tuple(self.metrics),
+        )
+
+
+def parse_text_report(text: str) -> list[NcuLaunch]:
+    """Parse `ncu --page details` text; program output, ==PROF== lines and rule advice are skipped."""
+    _require_text(text)
+    builders: list[_LaunchBuilder] = []
+    section = ""
+    spans: list[tuple[int, int]] | None = None  # set while inside a metric table
+    rows_in_table = 0
+    for line in text.splitlines():
+        header = _KERNEL_HEADER.match(line)
+        if header:
+            builders.append(_LaunchBuilder(header, []))
+            section, spans = "", None
+            continue
+        if not builders:
+            continue
+        if not line.strip():
+            spans = None
+            continue
+        section_match = _SECTION.match(line)
+        if section_match:
+            section, spans = section_match["title"], None
+            continue
+        if _TABLE_RULE.match(line):
+            # New ncu rules off a `Metric Name` header row before the data rows; a rule after data ends the table.
+            if spans is not None and rows_in_table:
+                spans = None
+            else:
+                spans, rows_in_table = _column_spans(line), 0
+            continue
+        if spans is not None:
+            metric = _table_row(section, line, spans)
+            if metric is not None:
+                builders[-1].metrics.append(metric)
+                rows_in_table += 1
+    return _require_launches([builder.build() for builder in builders])
+
+
+# --- CSV report ----------------------------------------------------------------------------------
+
+_CSV_HEADER = re.compile(r'^"ID","Process ID",', re.MULTILINE)
+
+
+def _csv_dims(text: str | None) -> tuple[int, int, int] | None:
+    return _dims(text.strip().strip("()")) if text else None
+
+
+def _csv_metric(row: dict[str, str | None]) -> NcuMetric:
+    return _metric(
+        row.get("Section Name") or "", row["Metric Name"], row.get("Metric Unit") or "", row.get("Metric Value") or ""
+    )
+
+
+def _csv_launch(rows: list[dict[str, str | None]]) -> NcuLaunch:
+    first = rows[0]
+    device = (first.get("Device") or "").strip()
+    return NcuLaunch(
+        kernel_name=first.get("Kernel Name") or "",
+        grid=_csv_dims(first.get("Grid Size")),
+        block=_csv_dims(first.get("Block Size")),
+        device=int(device) if device.isdigit() else None,
+        cc=(first.get("CC") or "").strip() or None,
+        metrics=tuple(_csv_metric(row) for row in rows),
+    )
+
+
+def parse_csv_report(text: str) -> list[NcuLaunch]:
+    """Parse `ncu --csv --page details`: one row per metric, launches told apart by the ID column."""
+    _require_text(text)
+    header = _CSV_HEADER.search(text)
+    if header is None:
+        raise NcuReportError(f"no CSV header row (\"ID\",\"Process ID\",...) found; {_REPORT_HINT}")
+    reader = csv.DictReader(io.StringIO(text[header.start() :]))
+    if "Metric Name" not in (reader.fieldnames or []):
+        raise NcuReportError("ncu CSV has no 'Metric Name' column: export it with `--csv --page details`")
+    rows_by_id: dict[str, list[dict[str, str | None]]] = {}
+    for row in reader:
+        # ==PROF== messages and program output interleaved with the table have no launch ID; rule rows
+        # (newer ncu) have no metric name. Metric rows may stop short of the trailing rule columns.
+        if not (row["ID"] or "").isdigit() or not row.get("Metric Name"):
+            continue
+        rows_by_id.setdefault(row["ID"], []).append(row)
+    return _require_launches([_csv_launch(rows) for rows in rows_by_id.values()])
+
+
+# --- reading a file ------------------------------------------------------------------------------
+
+
+def parse_report(text: str) -> list[NcuLaunch]:
+    """Parse a text or CSV report, whichever `text` is."""
+    return parse_csv_report(text) if _CSV_HEADER.search(text) else parse_text_report(text)
+
+
+def read_report(path: Path) -> list[NcuLaunch]:
+    """Read a report file; NcuReportError names the file and says in one line what is wrong with it."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise NcuReportError(f"cannot read ncu report {path}: {error.strerror or error}") from None
+    try:
+        return parse_report(data.decode("utf-8", errors="replace"))
+    except NcuReportError as error:
+        raise NcuReportError(f"ncu report {path}: {error}") from None
+
+
+# --- typed figures -------------------------------------------------------------------------------
+
+
+def _number(launch: NcuLaunch, names: tuple[str, ...], section: str | None = None) -> float | None:
+    for name in names:
+        metric = launch.metric(name, section)
+        if metric is not None and isinstance(metric.value, float):
+            return metric.value
+    return None
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def _microseconds(launch: NcuLaunch, name: str) -> float | None:
+    metric = launch.metric(name, _SOL) or launch.metric(name)
+    if metric is None or not isinstance(metric.value, float):
+        return None
+    scale = _MICROSECONDS_PER_UNIT.get(metric.unit)
+    return None if scale is None else metric.value * scale
+
+
+def _bytes(launch: NcuLaunch, name: str) -> int | None:
+    metric = launch.metric(name)
+    if metric is None or not isinstance(metric.value, float):
+        return None
+    scale = _BYTES_PER_UNIT.get(metric.unit.split("/")[0])  # 'Kbyte/block' -> 'Kbyte'
+    return None if scale is None else round(metric.value * scale)
+
+
+def _volume(dims: tuple[int, int, int] | None) -> int | None:
+    return None if dims is None else dims[0] * dims[1] * dims[2]
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """The figures of one launch the diagnosis uses; None where the report lacks them."""
+
+    duration_us: float | None
+    sm_throughput_pct: float | None
+    memory_throughput_pct: float | None
+    dram_throughput_pct: float | None
+    grid_blocks: int | None
+    block_threads: int | None
+    registers_per_thread: int | None
+    dynamic_smem_per_block_bytes: int | None
+    static_smem_per_block_bytes: int | None
+    driver_smem_per_block_bytes: int | None
+    sm_count: int | None
+    waves_per_sm: float | None
+    block_limit_registers: int | None
+    block_limit_shared_mem: int | None
+    block_limit_warps: int | None
+    block_limit_sm: int | None
+    theoretical_active_warps_per_sm: float | None
+    theoretical_occupancy_pct: float | None
+    achieved_occupancy_pct: float | None
+
+    @classmethod
+    def from_launch(cls, launch: NcuLaunch) -> LaunchStats:
+        grid_size = _whole(_number(launch, ("Grid Size",), _LAUNCH))
+        block_size = _whole(_number(launch, ("Block Size",), _LAUNCH))
+        return cls(
+            duration_us=_microseconds(launch, "Duration"),
+            sm_throughput_pct=_number(launch, ("Compute (SM) Throughput", "Compute (SM) [%]"), _SOL),
+            memory_throughput_pct=_number(launch, ("Memory Throughput", "Memory [%]"), _SOL),
+            dram_throughput_pct=_number(launch, ("DRAM Throughput",), _SOL),
+            grid_blocks=grid_size if grid_size is not None else _volume(launch.grid),
+            block_threads=block_size if block_size is not None else _volume(launch.block),
+            registers_per_thread=_whole(_number(launch, ("Registers Per Thread",))),
+            dynamic_smem_per_block_bytes=_bytes(launch, "Dynamic Shared Memory Per Block"),
+            static_smem_per_block_bytes=_bytes(launch, "Static Shared Memory Per Block"),
+            driver_smem_per_block_bytes=_bytes(launch, "Driver Shared Memory Per Block"),
+            sm_count=_whole(_number(launch, ("# SMs",))),
+            waves_per_sm=_number(launch, ("Waves Per SM",)),
+            block_limit_registers=_whole(_number(launch, ("Block Limit Registers",))),
+            block_limit_shared_mem=_whole(_number(launch, ("Block Limit Shared Mem",))),
+            block_limit_warps=_whole(_number(launch, ("Block Limit Warps",))),
+            block_limit_sm=_whole(_number(launch, ("Block Limit SM",))),
+            theoretical_active_warps_per_sm=_number(launch, ("Theoretical Active Warps per SM",)),
+            theoretical_occupancy_pct=_number(launch, ("Theoretical Occupancy",)),
+            achieved_occupancy_pct=_number(launch, ("Achieved Occupancy",)),
+        )
+
+
+# --- grouping ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchGroup:
+    """Launches of one kernel with one launch shape (e.g. the same kernel timed 21 times)."""
+
+    kernel_name: str
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    launches: tuple[NcuLaunch, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.launches)
+
+    @property
+    def stats(self) -> LaunchStats:
+        return LaunchStats.from_launch(self.launches[0])
+
+    @property
+    def median_duration_us(self) -> float | None:
+        durations = [LaunchStats.from_launch(launch).duration_us for launch in self.launches]
+        known = [duration for duration in durations if duration is not None]
+        return statistics.median(known) if known else None
+
+
+def _group_key(launch: NcuLaunch) -> tuple:
+    # Older text reports print no grid or block dimensions: their Launch Statistics totals tell shapes apart.
+    stats = LaunchStats.from_launch(launch)
+    return launch.kernel_name, launch.grid, launch.block, stats.grid_blocks, stats.block_threads
+
+
+def group_launches(launches: list[NcuLaunch]) -> list[LaunchGroup]:
+    """Group launches by kernel name and launch shape, in order of first appearance."""
+    grouped: dict[tuple, list[NcuLaunch]] = {}
+    for launch in launches:
+        grouped.setdefault(_group_key(launch), []).append(launch)
+    return [
+        LaunchGroup(members[0].kernel_name, members[0].grid, members[0].block, tuple(members))
+        for members in grouped.values()
+    ]
