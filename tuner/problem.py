@@ -104,9 +104,12 @@ class ConvProblem:
 
     @property
     def dtype_key(self) -> str:
-        return "_".join(
-            t.value for t in (self.input_type, self.filter_type, self.output_type, self.accumulator_type)
-        )
+        return dtype_key(self)
+
+
+def dtype_key(typed) -> str:
+    """'f16_f16_f32_f32': input, filter, output and accumulator types of a problem or a config."""
+    return "_".join(t.value for t in (typed.input_type, typed.filter_type, typed.output_type, typed.accumulator_type))
 
 
 @dataclass(frozen=True)

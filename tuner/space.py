@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 import yaml
 
 from tuner.device import DeviceFacts
-from tuner.problem import ConvProblem, DataType
+from tuner.problem import ConvProblem, DataType, dtype_key
 
 
 class SpaceError(ValueError):
@@ -107,9 +107,7 @@ class KernelConfig:
 
     @property
     def dtype_key(self) -> str:
-        return "_".join(
-            t.value for t in (self.input_type, self.filter_type, self.output_type, self.accumulator_type)
-        )
+        return dtype_key(self)
 
     @property
     def search_params(self) -> dict[str, str | int]:
