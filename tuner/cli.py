@@ -2,33 +2,28 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-from dataclasses import asdict
-import statistics
+import signal
 import sys
 from pathlib import Path
 
 import optuna
 from rich.console import Console
 
-from tuner import report
-from tuner.compile import Compiler, CompileResult, ToolchainError, cutlass_version, nvcc_version
-from tuner.diagnose import LaunchFacts, diagnose, diagnose_report, kernel_facts, occupancy, render_diagnosis
-from tuner.device import DeviceFacts, device_from_dict
-from tuner.evaluate import GpuEvaluator, GpuUnavailable, WorkerProcess, query_device_facts
-from tuner.measure import Measurement
-from tuner.ncu import LaunchStats, NcuReportError
-from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
-from tuner.problem import ConvProblem, Layer, ProblemError, find_layer, load_layers, parse_shape
-from tuner.results import append_history, default_storage, gpu_dir, update_best
-from tuner.space import (REFERENCE_PARAMS, KernelConfig, SearchSpace, SpaceError, load_space, make_config,
-                         static_problems, valid_configs)
-from tuner.status import Status
-from tuner.study import Tuner, open_study, params_key, ranked, recorded_trials, study_name
+from tuner import nightly
+from tuner.compile import ToolchainError, nvcc_version
+from tuner.diagnose import diagnose_report, render_diagnosis
+from tuner.evaluate import GpuUnavailable
+from tuner.export import export_header
+from tuner.ncu import NcuReportError
+from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.results import ResultsError, gpu_dir
+from tuner.space import SpaceError, load_space
+from tuner.tuning import TuningOptions, TuningSession
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 1
+EXIT_REGRESSION = 3
 
 
 class UsageError(Exception):
@@ -38,17 +33,26 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py",
-        description="Find the fastest correct CUTLASS sm80 conv2d fprop configuration for a layer on this GPU. "
-                    "Other commands: `tune.py diagnose REPORT` (explain an ncu report).")
+        description="Find the fastest correct CUTLASS sm80 conv2d fprop configuration per layer on this GPU. "
+                    "Other commands: `tune.py diagnose REPORT` explains an ncu report; `tune.py export` writes "
+                    "results/<gpu>/best_configs.h for a C++ build.")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--layer", help="layer name from the layer table (see --list-layers)")
+    target.add_argument("--layers", help="comma-separated layer names, tuned one after another")
+    target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
     target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
     parser.add_argument("--trials", type=int, default=64,
-                        help="new candidates to compile and measure, added to the layer's existing study "
-                             "(impossible and already-measured configurations do not count; default 64)")
-    parser.add_argument("--storage", help="Optuna storage URL (e.g. sqlite:///s.db, postgresql://...); "
-                                          "default: a journal file in results/<gpu>/")
+                        help="candidates to compile and measure per layer in this run, added to the layer's "
+                             "study (impossible and already-measured configurations do not count; default 64)")
+    parser.add_argument("--run-id", help="name of this run; a run started again under the same id only does what "
+                                         "is left (default: unique per invocation, nightly-<UTC date> with --all/--layers)")
+    parser.add_argument("--fail-on-regression", action="store_true",
+                        help=f"exit with status 3 if a layer's best got more than "
+                             f"{nightly.REGRESSION_THRESHOLD:.0%} slower than the previous best")
+    parser.add_argument("--gpus", help="comma-separated GPU indices: one worker process per GPU on the same studies")
+    parser.add_argument("--storage", help="Optuna storage URL (e.g. postgresql://user@host/db for several hosts); "
+                                          "default: a journal file in results/<gpu>/ (several processes of one host)")
     parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default 0)")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs (default: cores, capped by free memory)")
     parser.add_argument("--top", type=int, default=3, help="configurations re-measured side by side at the end (default 3)")
@@ -76,15 +80,64 @@ def positive(name: str, value: int) -> int:
     return value
 
 
-def resolve_target(args: argparse.Namespace, layers: dict[str, Layer]) -> Layer:
+def shape_layer(text: str) -> Layer:
+    problem = parse_shape(text)
+    name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
+            f"_p{problem.pad}s{problem.stride}d{problem.dilation}")
+    return Layer(name, problem)
+
+
+def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[Layer]:
     if args.layer:
-        return find_layer(layers, args.layer)
+        return [find_layer(layers, args.layer)]
+    if args.layers:
+        names = [n.strip() for n in args.layers.split(",") if n.strip()]
+        if not names:
+            raise UsageError("--layers needs at least one layer name")
+        return [find_layer(layers, name) for name in dict.fromkeys(names)]
+    if args.all:
+        return list(layers.values())
     if args.shape:
-        problem = parse_shape(args.shape)
-        name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-                f"_p{problem.pad}s{problem.stride}d{problem.dilation}")
-        return Layer(name, problem)
-    raise UsageError("say what to tune: --layer NAME, --shape N,H,W,C,K,R,S, or --list-layers")
+        return [shape_layer(args.shape)]
+    raise UsageError("say what to tune: --layer NAME, --layers A,B, --all, --shape N,H,W,C,K,R,S, or --list-layers")
+
+
+def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
+    for name in ("trials", "top", "confirm_rounds", "ncu_top"):
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
+                         no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
+                         cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id)
+
+
+def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
+    layers = load_layers(args.layers_file)
+    if args.list_layers:
+        print_layers(console, layers)
+        return 0
+    targets = resolve_targets(args, layers)
+    space = load_space(args.space_file)
+    many = len(targets) > 1 or args.all or args.layers
+    run_id = args.run_id or (nightly.default_run_id() if many or args.gpus else None)
+    options = options_from(args, run_id)
+    nvcc_version()  # fail before the GPU is touched if there is no compiler
+    if args.gpus:
+        try:
+            gpus = nightly.parse_gpus(args.gpus)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        return nightly.run_on_gpus(argv, gpus, run_id, REPO / "tune.py")
+    session = TuningSession(options, space, console)
+    try:
+        outcomes = [session.tune_layer(layer) for layer in targets]
+    finally:
+        session.close()
+    console.print(nightly.regression_table(outcomes))
+    if any(o.runtime_us is None for o in outcomes):
+        return EXIT_ENVIRONMENT
+    if args.fail_on_regression and nightly.regressions(outcomes):
+        return EXIT_REGRESSION
+    return 0
 
 
 def print_layers(console: Console, layers: dict[str, Layer]) -> None:
@@ -98,176 +151,6 @@ def print_layers(console: Console, layers: dict[str, Layer]) -> None:
         table.add_row(name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s}", str(p.pad),
                       str(p.stride), p.dtype_key, f"{p.flops / 1e9:.3f}")
     console.print(table)
-
-
-def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig, CompileResult],
-            evaluator: GpuEvaluator, problem: ConvProblem, rounds: int) -> list[report.Confirmed]:
-    """Re-measure the finalists and the reference interleaved, so that their ratios are fair;
-    each gets the median of its rounds."""
-    runs: dict[str, list] = {label: [] for label, _ in configs}
-    for _ in range(rounds):
-        for label, config in configs:
-            evaluation = evaluator.evaluate(compiled[config.compiled].library, problem, config.split_k)
-            if evaluation.status is Status.ok:
-                runs[label].append(evaluation)
-    confirmed = []
-    for label, config in configs:
-        if not runs[label]:
-            continue
-        middle = sorted(runs[label], key=lambda e: e.measurement.median_us)[len(runs[label]) // 2]
-        ptxas = compiled[config.compiled].ptxas
-        confirmed.append(report.Confirmed(
-            label, config, middle.measurement, max(e.error for e in runs[label]), middle.grid_blocks,
-            middle.attributes, ptxas.spill_bytes if ptxas else None))
-    return confirmed
-
-
-def profile_finalists(rows: list[report.Confirmed], facts: dict[str, LaunchFacts],
-                      compiled: dict[KernelConfig, CompileResult], problem: ConvProblem, top: int,
-                      console: Console) -> dict[str, tuple[LaunchStats, list[Agreement]]]:
-    """ncu on the fastest `top` rows; where ncu cannot run, say so once and go on without it."""
-    profiles = {}
-    for row in sorted(rows, key=lambda r: r.measurement.median_us)[:top]:
-        try:
-            stats = profile_candidate(compiled[row.config.compiled].library, problem, row.config.split_k)
-        except ProfilerUnavailable as error:
-            console.print(f"[yellow]ncu: {error}; the waste table is the static diagnosis alone[/]")
-            break
-        profiles[row.label] = (stats, agreement(facts[row.label], stats))
-    return profiles
-
-
-def best_entry(layer: Layer, winner: report.Confirmed, reference: report.Confirmed | None, study,
-               device: DeviceFacts, measured: int, facts: LaunchFacts,
-               profile: tuple[LaunchStats, list[Agreement]] | None) -> dict:
-    m: Measurement = winner.measurement
-    entry = {
-        "problem": {k: (v.value if hasattr(v, "value") else v) for k, v in vars(layer.problem).items()},
-        "family": "sm80",
-        "params": winner.config.search_params,
-        "kernel": winner.config.name,
-        "runtime_us": round(m.median_us, 3),
-        "spread": round(m.spread, 4),
-        "p10_us": round(m.p10_us, 3),
-        "p90_us": round(m.p90_us, 3),
-        "tflops": round(m.tflops(layer.problem), 3),
-        "gbps": round(m.gbps(layer.problem), 1),
-        "rel_l2_error": float(f"{winner.error:.3e}"),
-        "grid_blocks": winner.grid_blocks,
-        "waves": round(winner.grid_blocks / (device.sm_count * max(1, winner.attributes.max_active_blocks_per_sm)), 3),
-        "registers_per_thread": winner.attributes.registers_per_thread,
-        "spill_bytes": winner.spill_bytes,
-        "smem_bytes": winner.smem_bytes,
-        "study": {"name": study.study_name, "trials": len(study.trials), "measured_this_run": measured},
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    occ = occupancy(facts)
-    entry["occupancy"] = {"blocks_per_sm": occ.blocks_per_sm, "limited_by": list(occ.limited_by),
-                          "theoretical_pct": round(occ.theoretical_pct, 2)}
-    entry["waste"] = [{"code": f.code, "value": round(f.value, 4), "message": f.message} for f in diagnose(facts)]
-    if profile is not None:
-        stats, agreements = profile
-        entry["ncu"] = {k: v for k, v in asdict(stats).items() if v is not None}
-        entry["ncu"]["agrees_with_static"] = {a.fact: a.agrees for a in agreements}
-    if reference is not None:
-        entry["reference"] = {"params": reference.config.search_params,
-                              "runtime_us": round(reference.measurement.median_us, 3),
-                              "grid_blocks": reference.grid_blocks,
-                              "speedup": round(reference.measurement.median_us / m.median_us, 3)}
-    return entry
-
-
-def table_header(device: DeviceFacts) -> dict:
-    return {
-        "device": {"name": device.name, "slug": device.slug, "compute_capability": f"{device.cc_major}.{device.cc_minor}",
-                   "sm_count": device.sm_count, "l2_bytes": device.l2_bytes},
-        "toolchain": {"nvcc": nvcc_version(), "cutlass": cutlass_version(), "driver": device.driver_version,
-                      "cuda_runtime": device.runtime_version},
-    }
-
-
-def tune(args: argparse.Namespace, console: Console) -> int:
-    layers = load_layers(args.layers_file)
-    if args.list_layers:
-        print_layers(console, layers)
-        return 0
-    layer = resolve_target(args, layers)
-    space = load_space(args.space_file)
-    for name in ("trials", "top", "confirm_rounds", "ncu_top"):
-        positive("--" + name.replace("_", "-"), getattr(args, name))
-    nvcc_version()  # fail before the GPU is touched if there is no compiler
-
-    worker = WorkerProcess(timeout_s=args.timeout)
-    device = device_from_dict(query_device_facts(worker))
-    report.print_device(console, device)
-    valid = valid_configs(space, layer.problem, device)
-    report.print_space(console, layer.name, layer.problem, space.size, len(valid), len({c.compiled for c in valid}))
-
-    storage = args.storage or default_storage(args.results_dir, device.slug)
-    study = open_study(study_name(device, layer.name, layer.problem), storage, args.seed)
-    reference = make_config(layer.problem, REFERENCE_PARAMS)
-    if params_key(REFERENCE_PARAMS) not in recorded_trials(study, layer.problem) and not static_problems(reference, layer.problem, device):
-        study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True}, skip_if_exists=True)
-
-    compiler = Compiler(device.arch_flag, args.cache_dir, args.jobs)
-    evaluator = GpuEvaluator(device.l2_bytes, worker)
-    try:
-        with report.StudyDisplay(console, args.trials) as display:
-            measured = Tuner(study, layer.problem, space, device, compiler, evaluator, display.callbacks()).run(args.trials)
-        console.print(f"study {study.study_name}: {len(study.trials)} trials in all; this run: "
-                      f"{report.outcome_line(display.outcomes)}")
-        return finish(args, console, layer, device, study, compiler, evaluator, reference, measured)
-    finally:
-        evaluator.close()
-
-
-def finish(args, console, layer: Layer, device: DeviceFacts, study, compiler: Compiler, evaluator: GpuEvaluator,
-           reference: KernelConfig, measured: int) -> int:
-    records = list(recorded_trials(study, layer.problem).values())
-    console.print(report.failures_table(sorted(records, key=lambda r: r.number)))
-    best = ranked(study, layer.problem)
-    if not best:
-        console.print("[red]no candidate passed validation; nothing recorded[/]")
-        return EXIT_ENVIRONMENT
-    finalists = [(f"#{i + 1}", r.config) for i, r in enumerate(best[:args.top])]
-    if all(config != reference for _, config in finalists) and not static_problems(reference, layer.problem, device):
-        finalists.append(("reference", reference))
-    compiled = {r.config.compiled: r for r in compiler.compile_many([c for _, c in finalists])}
-    rows = confirm(finalists, compiled, evaluator, layer.problem, args.confirm_rounds)
-    if not rows:
-        console.print("[red]the finalists failed when re-measured; nothing recorded[/]")
-        return EXIT_ENVIRONMENT
-    console.print(report.confirmed_table(rows, layer.problem, device))
-    winner = min(rows, key=lambda r: r.measurement.median_us)
-    reference_row = next((r for r in rows if r.config == reference), None)
-    say_versus_reference(console, winner, reference_row, device)
-    facts = {r.label: kernel_facts(r.config, layer.problem, device, r.grid_blocks, r.attributes, r.spill_bytes)
-             for r in rows}
-    profiles = {} if args.no_ncu else profile_finalists(rows, facts, compiled, layer.problem, args.ncu_top, console)
-    console.print(report.waste_table([(r, facts[r.label]) for r in rows], profiles))
-    folder = gpu_dir(args.results_dir, device.slug)
-    entry = best_entry(layer, winner, reference_row, study, device, measured, facts[winner.label],
-                       profiles.get(winner.label))
-    path = update_best(folder, layer.name, entry, table_header(device))
-    append_history(folder, {"layer": layer.name, "kernel": winner.config.name, "runtime_us": entry["runtime_us"],
-                            "measured": measured, "study": study.study_name})
-    console.print(f"wrote {path}")
-    return 0
-
-
-def say_versus_reference(console: Console, winner: report.Confirmed, reference: report.Confirmed | None,
-                         device: DeviceFacts) -> None:
-    if reference is None:
-        console.print("reference configuration (128x128x64, 3 stages) cannot run this problem here")
-        return
-    ratio = reference.measurement.median_us / winner.measurement.median_us
-    console.print(f"winner {winner.measurement.median_us:.2f} µs vs reference {reference.measurement.median_us:.2f} µs: "
-                  f"{ratio:.2f}x faster; grid {winner.grid_blocks} blocks vs {reference.grid_blocks} on {device.sm_count} SMs")
-    if winner.grid_blocks < device.sm_count:
-        m, n, _ = winner.config.tile.m, winner.config.tile.n, None
-        console.print(f"the winner launches fewer blocks than SMs: the problem holds only "
-                      f"{winner.grid_blocks} tiles of {m}x{n} (times split-K {winner.config.split_k}); "
-                      f"smaller tiles or more split-K measured slower")
 
 
 def build_diagnose_parser() -> argparse.ArgumentParser:
@@ -293,16 +176,50 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+def build_export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tune.py export",
+        description="Turn results/<gpu>/best.yaml into results/<gpu>/best_configs.h: one alias per layer of exactly "
+                    "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name.")
+    parser.add_argument("--gpu", action="append", help="GPU slug under results/ (repeatable; default: every GPU "
+                                                        "folder that has a best.yaml)")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
+    return parser
+
+
+def export_command(argv: list[str], console: Console) -> int:
+    args = build_export_parser().parse_args(argv)
+    slugs = args.gpu or sorted(p.parent.name for p in args.results_dir.glob("*/best.yaml"))
+    if not slugs:
+        raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
+    for slug in slugs:
+        console.print(f"wrote {export_header(gpu_dir(args.results_dir, slug))}")
+    return 0
+
+
+def fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends a study like Ctrl-C: unfinished trials are marked for a retry
+
+
+COMMANDS = {"diagnose": diagnose_command, "export": export_command}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    signal.signal(signal.SIGTERM, _interrupt)
     # rich wraps at 80 columns when not on a terminal; logs of a study want whole rows.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     try:
-        if argv[:1] == ["diagnose"]:
-            return diagnose_command(argv[1:], console)
-        return tune(build_parser().parse_args(argv), console)
-    except (UsageError, ProblemError, SpaceError, NcuReportError) as error:
+        if argv[:1] and argv[0] in COMMANDS:
+            return COMMANDS[argv[0]](argv[1:], console)
+        return tune(build_parser().parse_args(argv), argv, console)
+    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError) as error:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)

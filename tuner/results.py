@@ -40,6 +40,7 @@ def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the table is for everyone
         with os.fdopen(descriptor, "w") as handle:
             handle.write(text)
             handle.flush()
@@ -49,6 +50,12 @@ def atomic_write(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 @contextlib.contextmanager

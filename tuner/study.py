@@ -3,6 +3,8 @@ evaluate on the GPU, tell Optuna what happened. One study per (GPU, layer, probl
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -133,9 +135,45 @@ class StudyProgress:
     on_evaluated: Callable[[TrialRecord], None] = lambda record: None
 
 
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_orphans(study: optuna.Study) -> int:
+    """RUNNING trials whose worker process on this host is gone (killed hard) become FAIL, so the
+    study neither waits on them nor counts them. Other hosts' trials are left to their own workers."""
+    host = socket.gethostname()
+    orphans = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = str(trial.user_attrs.get("worker", ""))
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host == host and pid.isdigit() and not _process_alive(int(pid)):
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            orphans += 1
+    return orphans
+
+
+def counted_in_run(study: optuna.Study, run_id: str) -> int:
+    """Candidates compiled and evaluated under this run id, by any worker: what --trials counts."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    return sum(1 for t in finished if t.user_attrs.get("run") == run_id and "compile_s" in t.user_attrs
+               and "from_record" not in t.user_attrs)
+
+
 class Tuner:
     def __init__(self, study: optuna.Study, problem: ConvProblem, space: SearchSpace, device: DeviceFacts,
-                 compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None):
+                 compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
+                 run_id: str | None = None):
         self.study = study
         self.problem = problem
         self.space = space
@@ -144,46 +182,65 @@ class Tuner:
         self.evaluator = evaluator
         self.progress = progress or StudyProgress()
         self.distributions = distributions(space)
+        self.run_id = run_id or f"{worker_id()}:{dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}"
+        self.worker = worker_id()
 
-    def run(self, new_candidates: int, batch_size: int | None = None) -> int:
-        """Ask until `new_candidates` configurations have been compiled and evaluated (impossible and
-        already-recorded ones do not count); returns how many were. Stops early once the sampler
-        only proposes what the study already knows."""
+    def run(self, candidates: int, batch_size: int | None = None) -> int:
+        """Ask until `candidates` configurations have been compiled and evaluated under this run id,
+        by this worker or any other on the study (impossible and already-recorded ones do not count);
+        a run resumed under the same id only does what is left. Returns how many this call did.
+        Stops early once the sampler only proposes what the study already knows."""
         batch_size = max(1, batch_size or self.compiler.jobs)
         done, idle_asks = 0, 0
-        while done < new_candidates and idle_asks < EXHAUSTED_AFTER_ASKS:
-            batch, idle = self._fill_batch(min(batch_size, new_candidates - done))
+        while idle_asks < EXHAUSTED_AFTER_ASKS:
+            remaining = candidates - counted_in_run(self.study, self.run_id)
+            if remaining <= 0:
+                break
+            batch, idle = self._fill_batch(min(batch_size, remaining))
             idle_asks = idle_asks + idle if not batch else 0
             if batch:
                 self._run_batch(batch)
                 done += len(batch)
         return done
 
+    def _ask(self) -> optuna.Trial:
+        trial = self.study.ask(self.distributions)
+        trial.set_user_attr("worker", self.worker)
+        trial.set_user_attr("run", self.run_id)
+        return trial
+
+    def _claimed_elsewhere(self, trial: optuna.Trial, key: tuple) -> int | None:
+        """An older RUNNING trial with the same parameters (another worker's, or earlier in this
+        batch): the lower trial number measures it, so no configuration is measured twice."""
+        for other in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if other.number < trial.number and params_key(other.params) == key:
+                return other.number
+        return None
+
     def _fill_batch(self, size: int) -> tuple[list[tuple[optuna.Trial, KernelConfig]], int]:
         """Ask trials until `size` new candidates are in hand; answer the rest at once."""
         batch: list[tuple[optuna.Trial, KernelConfig]] = []
-        in_batch: set[tuple] = set()
         record = recorded_trials(self.study, self.problem)
         idle = 0
         while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS:
-            trial = self.study.ask(self.distributions)
+            trial = self._ask()
             key = params_key(trial.params)
             config = make_config(self.problem, trial.params)
             if key in record:
                 self._answer_from_record(trial, record[key])
             elif (reasons := static_problems(config, self.problem, self.device)):
                 self._tell(trial, config, Status.invalid, None, {"reason": "; ".join(reasons), "config": config.name})
-            elif key in in_batch:
-                self.study.tell(trial, state=TrialState.FAIL)  # the same candidate is already in this batch
+            elif (owner := self._claimed_elsewhere(trial, key)) is not None:
+                trial.set_user_attr("duplicate_of", owner)
+                self.study.tell(trial, state=TrialState.FAIL)  # FAIL: samplers ignore it
             else:
                 batch.append((trial, config))
-                in_batch.add(key)
                 continue
             idle += 1
         return batch, idle
 
     def _answer_from_record(self, trial: optuna.Trial, recorded: TrialRecord) -> None:
-        attrs = {k: v for k, v in recorded.attrs.items() if k != "from_record"}
+        attrs = {k: v for k, v in recorded.attrs.items() if k not in ("from_record", "run", "worker")}
         attrs["from_record"] = recorded.number
         self._tell(trial, recorded.config, recorded.status, recorded.median_us, attrs)
 
