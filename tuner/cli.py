@@ -105,6 +105,10 @@ def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[
 def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
     for name in ("trials", "top", "confirm_rounds", "ncu_top"):
         positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.jobs is not None:
+        positive("--jobs", args.jobs)
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be more than 0 seconds, got {args.timeout}")
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
                          cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id)

@@ -145,9 +145,15 @@ class Compiler:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)
             log, failed = completed.stdout + completed.stderr, completed.returncode != 0
+            transient = completed.returncode < 0
+            if transient:
+                log = f"nvcc killed by signal {-completed.returncode}\n" + log
         except subprocess.TimeoutExpired:
-            log, failed = f"nvcc timed out after {COMPILE_TIMEOUT_S} s", True
+            log, failed, transient = f"nvcc timed out after {COMPILE_TIMEOUT_S} s", True, True
         seconds = time.monotonic() - started
+        if transient:  # not the source's fault: report it, cache nothing, retry next time
+            shutil.rmtree(scratch, ignore_errors=True)
+            return CompileResult(config, key, None, seconds, False, error_excerpt(log), None)
         (scratch / "ptxas.txt").write_text(log)
         if failed:
             (scratch / "error.txt").write_text(error_excerpt(log))

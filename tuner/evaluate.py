@@ -14,7 +14,7 @@ from tuner.measure import Measurement
 from tuner.problem import ConvProblem
 from tuner.run import KernelAttributes
 from tuner.status import Status
-from tuner.worker import RESPONSE_PREFIX, problem_to_dict
+from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX, problem_to_dict
 
 DEFAULT_TIMEOUT_S = 120.0
 STDERR_TAIL_LINES = 5
@@ -68,7 +68,8 @@ class WorkerProcess:
         self.lines = Queue()
         self.stderr_tail = []
         threading.Thread(target=self._pump_stdout, args=(self.process, self.lines), daemon=True).start()
-        threading.Thread(target=self._pump_stderr, args=(self.process,), daemon=True).start()
+        self.stderr_pump = threading.Thread(target=self._pump_stderr, args=(self.process,), daemon=True)
+        self.stderr_pump.start()
 
     @staticmethod
     def _pump_stdout(process: subprocess.Popen, lines: Queue) -> None:
@@ -99,10 +100,20 @@ class WorkerProcess:
                     "reason": f"no answer within {self.timeout_s:.0f} s (hang); worker restarted"}
         if line is None:
             self.process.wait()
+            self.stderr_pump.join(timeout=5)  # its last words explain the death
             tail = " | ".join(self.stderr_tail) or "no output"
             return {"status": Status.launch_failed.value,
                     "reason": f"worker died with exit code {self.process.returncode}: {tail}"}
-        return json.loads(line)
+        response = json.loads(line)
+        if response.pop(CONTEXT_LOST, False):
+            self._await_exit()  # so that the next request starts a fresh worker instead of meeting a dying one
+        return response
+
+    def _await_exit(self) -> None:
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -158,7 +158,7 @@ def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
     merged = {**defaults, **entry}
     unknown = set(merged) - set(_SHAPE_FIELDS + _OPTIONAL_FIELDS + _TYPE_FIELDS)
     if unknown:
-        raise ProblemError(f"layer {name!r}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise ProblemError(f"layer {name!r}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
     missing = [f for f in _SHAPE_FIELDS if f not in merged]
     if missing:
         raise ProblemError(f"layer {name!r}: missing {', '.join(missing)}")
@@ -176,6 +176,8 @@ def load_layers(path: Path) -> dict[str, Layer]:
         document = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ProblemError(f"layer table {path} not found; pass --layers-file PATH") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProblemError(f"layer table {path} cannot be read ({type(error).__name__}); pass a YAML file") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

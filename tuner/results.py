@@ -78,7 +78,7 @@ def read_best(folder: Path) -> dict:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError:
         raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
-    if not isinstance(document.get("layers", {}), dict):
+    if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
         raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
     document.setdefault("layers", {})
     return document

@@ -102,16 +102,15 @@ def cupy_dtype(dtype: DataType) -> str:
 
 @dataclass
 class TensorSet:
-    """Device buffers for one launch: x and w as the kernel sees them (C padded), y, workspace."""
+    """Device buffers for one launch: x and w as the kernel sees them (C padded), and y."""
 
     x: object
     w: object
     y: object
-    workspace: object | None
 
     @property
     def nbytes(self) -> int:
-        return sum(int(t.nbytes) for t in (self.x, self.w, self.y) if t is not None)
+        return sum(int(t.nbytes) for t in (self.x, self.w, self.y))
 
 
 def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
@@ -133,13 +132,12 @@ def pad_channels(tensor, channels: int):
     return cupy.pad(tensor, [(0, 0)] * (tensor.ndim - 1) + [(0, extra)])
 
 
-def make_tensor_set(problem: ConvProblem, x, w, workspace_bytes: int) -> TensorSet:
+def make_tensor_set(problem: ConvProblem, x, w) -> TensorSet:
     import cupy
 
     padded = kernel_problem(problem)
     y = cupy.full((problem.n, problem.p, problem.q, problem.k), cupy.nan, dtype=cupy_dtype(problem.output_type))
-    workspace = cupy.zeros(workspace_bytes, dtype=cupy.uint8) if workspace_bytes else None
-    return TensorSet(pad_channels(x, padded.c), pad_channels(w, padded.c), y, workspace)
+    return TensorSet(pad_channels(x, padded.c), pad_channels(w, padded.c), y)
 
 
 def pointer(array) -> int:

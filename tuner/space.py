@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import re
 import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,7 +43,7 @@ class Shape3:
     @classmethod
     def parse(cls, text: str) -> "Shape3":
         parts = str(text).lower().split("x")
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and int(p) > 0 for p in parts):
             raise SpaceError(f"shape {text!r} must look like 128x128x64 (three positive whole numbers)")
         return cls(*(int(p) for p in parts))
 
@@ -354,12 +355,15 @@ def _check_split_k(config: KernelConfig, problem: ConvProblem, device: DeviceFac
     return None
 
 
-STATIC_RULES = (_check_types, _check_warp_split, _check_warp_tile, _check_accumulators, _check_threads,
+STATIC_RULES = (_check_warp_split, _check_warp_tile, _check_accumulators, _check_threads,
                 _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k)
 
 
 def static_problems(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-    """Every reason the configuration cannot run, found without compiling; empty when valid."""
+    """Every reason the configuration cannot run, found without compiling; empty when valid.
+    Unsupported data types stop here: the other rules need the instruction shape of the type."""
+    if (reason := _check_types(config, problem, device)):
+        return [reason]
     return [reason for rule in STATIC_RULES if (reason := rule(config, problem, device))]
 
 

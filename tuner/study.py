@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import uuid
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -182,7 +183,7 @@ class Tuner:
         self.evaluator = evaluator
         self.progress = progress or StudyProgress()
         self.distributions = distributions(space)
-        self.run_id = run_id or f"{worker_id()}:{dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}"
+        self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
         self.worker = worker_id()
 
     def run(self, candidates: int, batch_size: int | None = None) -> int:
@@ -254,7 +255,7 @@ class Tuner:
                 del pending[id(config)]
         finally:
             for trial in pending.values():  # interrupted: FAIL, so that a resumed study tries them again
-                self.study.tell(trial, state=TrialState.FAIL)
+                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
     def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
         attrs = compile_attrs(result)

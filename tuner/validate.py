@@ -57,8 +57,8 @@ def relative_l2(output, reference) -> float:
 def check_output(output, reference, output_type: DataType) -> Validation:
     xm = array_module(output)
     if not bool(xm.isfinite(output).all()):
-        unwritten = int(xm.isnan(output).sum())
-        return Validation(False, math.inf, f"{unwritten} of {output.size} outputs NaN or Inf (unwritten or overflowed)")
+        bad = int(output.size - xm.isfinite(output).sum())
+        return Validation(False, math.inf, f"{bad} of {output.size} outputs NaN or Inf (unwritten or overflowed)")
     error = relative_l2(output, reference)
     tolerance = TOLERANCE[output_type]
     if error > tolerance:
