@@ -1,0 +1,61 @@
+"""Shared fixtures of the CPU test suite: the repository's own tables and an H100's facts."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # plain `pytest` from anywhere, not only `python -m pytest` at the root
+    sys.path.insert(0, str(REPO))
+
+from tuner.device import DeviceFacts  # noqa: E402
+from tuner.problem import ConvProblem, load_layers  # noqa: E402
+from tuner.space import SearchSpace, load_space, make_config  # noqa: E402
+
+LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
+SPACE_FILE = REPO / "search_spaces" / "sm80.yaml"
+
+H100 = DeviceFacts(
+    name="NVIDIA H100 80GB HBM3",
+    cc_major=9,
+    cc_minor=0,
+    sm_count=132,
+    smem_optin_per_block=232448,
+    smem_per_sm=233472,
+    registers_per_sm=65536,
+    l2_bytes=52428800,
+    max_threads_per_sm=2048,
+    max_blocks_per_sm=32,
+)
+
+
+@pytest.fixture
+def h100() -> DeviceFacts:
+    return H100
+
+
+@pytest.fixture(scope="session")
+def layers() -> dict:
+    return load_layers(LAYERS_FILE)
+
+
+@pytest.fixture(scope="session")
+def conv_1(layers) -> ConvProblem:
+    return layers["conv_1"].problem
+
+
+@pytest.fixture(scope="session")
+def sm80_space() -> SearchSpace:
+    return load_space(SPACE_FILE)
+
+
+def params(tile="128x128x64", warps="2x2x1", stages=3, swizzle=1, iterator="optimized", split_k=1) -> dict:
+    """Sampled parameters in the form the study stores them; defaults are the reference config."""
+    return {"tile": tile, "warps": warps, "stages": stages, "swizzle": swizzle, "iterator": iterator,
+            "split_k": split_k}
+
+
+def config_for(problem: ConvProblem, **overrides):
+    return make_config(problem, params(**overrides))

@@ -1,0 +1,122 @@
+"""tune.py as a user runs it: a subprocess at the repository root."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+def tune(*args: str, tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+           "CUTLASS_TUNER_CACHE": str(tmp_path / "tuner-cache"), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, str(REPO / "tune.py"), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_help_mentions_every_flag(tmp_path):
+    result = tune("--help", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    flags = [flag for action in build_parser()._actions for flag in action.option_strings]
+    for flag in ["--layer", "--shape", "--list-layers", "--trials", "--storage", "--seed", "--jobs", "--top",
+                 "--confirm-rounds", "--timeout", "--layers-file", "--space-file", "--results-dir", "--cache-dir"]:
+        assert flag in flags, flag
+    for flag in flags:
+        assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), flag
+    assert "usage: tune.py" in text
+
+
+def test_list_layers(tmp_path):
+    result = tune("--list-layers", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\bconv_1\b", result.stdout)
+    assert re.search(r"\br50_s4_3x3_b32\b", result.stdout)
+    assert result.stdout.count("r50_") == 46
+    assert result.stderr == ""
+
+
+def test_unknown_layer(tmp_path):
+    result = tune("--layer", "conv_9", tmp_path=tmp_path)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "'conv_9'" in line and "--list-layers" in line
+    assert result.stdout == ""
+
+
+def test_shape_with_an_empty_output(tmp_path):
+    result = tune("--shape", "1,2,2,32,32,3,3", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "empty" in one_error_line(result)
+
+
+def test_shape_with_too_few_numbers(tmp_path):
+    result = tune("--shape", "1,32,32,32", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "4 numbers" in one_error_line(result)
+
+
+def test_zero_trials(tmp_path):
+    result = tune("--layer", "conv_1", "--trials", "0", "--results-dir", str(tmp_path / "results"), tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "--trials must be at least 1" in one_error_line(result)
+    assert not (tmp_path / "results").exists()
+
+
+def test_malformed_layers_file(tmp_path):
+    layers = tmp_path / "layers.yaml"
+    layers.write_text("layers:\n  conv_1: {n: 1, h: 32\n")
+    result = tune("--layer", "conv_1", "--layers-file", str(layers), tmp_path=tmp_path)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "layers.yaml" in line and "not valid YAML" in line
+
+
+def test_layers_file_that_is_a_directory(tmp_path):
+    result = tune("--list-layers", "--layers-file", str(tmp_path), tmp_path=tmp_path)
+    assert result.returncode == 2
+    one_error_line(result)
+
+
+def test_malformed_space_file(tmp_path):
+    space = tmp_path / "sm80.yaml"
+    space.write_text((REPO / "search_spaces" / "sm80.yaml").read_text().replace("swizzle: [1, 2, 4, 8]",
+                                                                                "swizzle: [1, 3]"))
+    result = tune("--layer", "conv_1", "--space-file", str(space), tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "swizzle value 3" in one_error_line(result)
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="checks the answer where there is no CuPy (and no GPU)")
+def test_without_a_gpu_exits_1_and_writes_nothing(tmp_path):
+    results = tmp_path / "results"
+    cache = tmp_path / "cache"
+    result = tune("--layer", "conv_1", "--trials", "2", "--results-dir", str(results), "--cache-dir", str(cache),
+                  tmp_path=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = one_error_line(result)
+    assert "GPU" in line or "CuPy" in line
+    assert not results.exists() or not any(results.rglob("*"))
+    assert not cache.exists() or not any(cache.rglob("*"))
+    assert not (tmp_path / "tuner-cache").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--jobs", "-1"), ("--timeout", "0"), ("--timeout", "-5")])
+def test_non_positive_jobs_and_timeout_are_usage_errors(tmp_path, flag, value):
+    result = tune("--layer", "conv_1", flag, value, "--results-dir", str(tmp_path / "results"), tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert flag in one_error_line(result)

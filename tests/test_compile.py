@@ -1,0 +1,315 @@
+"""The compile stage, with one real nvcc build of a small CUTLASS candidate (about 10 s) and one of a
+broken source (well under a second); everything else is answered from the cache or a fake nvcc."""
+import dataclasses
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import tuner.compile as compile_module
+from conftest import config_for
+from tuner.compile import (
+    ERROR_EXCERPT_LINES,
+    CompileResult,
+    Compiler,
+    PtxasReport,
+    ToolchainError,
+    cache_key,
+    cutlass_include_dirs,
+    default_cache_dir,
+    default_jobs,
+    error_excerpt,
+    nvcc_flags,
+    nvcc_version,
+    parse_ptxas,
+)
+from tuner.codegen import candidate_source
+from tuner.problem import ConvProblem
+from tuner.run import KernelLibrary, problem_array
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+MANGLED = ("_ZN7cutlass6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22ImplicitGemmMultistage"
+           "INS_4gemm9GemmShapeILi128ELi128ELi64EEEEEEEvNT_6ParamsE")
+
+# ptxas -v of the reference 128x128x64 candidate for sm_90 (CUDA 13), as nvcc prints it.
+PTXAS_254 = f"""\
+ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function '{MANGLED}' for 'sm_90'
+ptxas info    : Function properties for {MANGLED}
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 254 registers, used 1 barriers
+ptxas info    : Compile time = 1873.221 ms
+"""
+
+# A 128x128 warp tile: the register file overflows into local memory.
+PTXAS_SPILLS = f"""\
+ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function '{MANGLED}' for 'sm_90'
+ptxas info    : Function properties for {MANGLED}
+    1160 bytes stack frame, 1828 bytes spill stores, 2200 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 400 bytes cmem[0]
+"""
+
+
+# --- pure functions -----------------------------------------------------------------------------
+
+def test_parse_ptxas_without_spills():
+    assert parse_ptxas(PTXAS_254) == PtxasReport(registers=254, spill_store_bytes=0, spill_load_bytes=0,
+                                                 stack_frame_bytes=0)
+
+
+def test_parse_ptxas_with_spills():
+    report = parse_ptxas(PTXAS_SPILLS)
+    assert report == PtxasReport(registers=255, spill_store_bytes=1828, spill_load_bytes=2200, stack_frame_bytes=1160)
+    assert report.spill_bytes == 4028
+
+
+def test_parse_ptxas_without_a_resource_line():
+    assert parse_ptxas("candidate.cu(3): error: identifier \"x\" is undefined\n") is None
+    assert parse_ptxas("") is None
+
+
+def test_error_excerpt_keeps_error_lines():
+    log = "\n".join(["In file included from a.h:1,", "candidate.cu(12): error: expected a \";\"",
+                     "   int x", "       ^", "1 error detected in the compilation of \"candidate.cu\"."])
+    assert error_excerpt(log).splitlines() == ["candidate.cu(12): error: expected a \";\"",
+                                               "1 error detected in the compilation of \"candidate.cu\"."]
+
+
+def test_error_excerpt_is_bounded():
+    log = "\n".join(f"candidate.cu({i}): error: number {i}" for i in range(40))
+    lines = error_excerpt(log).splitlines()
+    assert len(lines) == ERROR_EXCERPT_LINES
+    assert lines[0].endswith("number 0")
+
+
+def test_error_excerpt_without_errors_gives_the_head():
+    log = "\n".join(f"line {i}" for i in range(30))
+    assert error_excerpt(log).splitlines() == [f"line {i}" for i in range(ERROR_EXCERPT_LINES)]
+
+
+def test_nvcc_flags():
+    flags = nvcc_flags("sm_90")
+    assert "-arch=sm_90" in flags and "--shared" in flags and "-O3" in flags
+    assert flags[flags.index("-Xptxas") + 1] == "-v"
+    for include in cutlass_include_dirs():
+        assert f"-I{include}" in flags
+        assert include.is_dir()
+    assert (cutlass_include_dirs()[0] / "cutlass" / "conv" / "device" / "implicit_gemm_convolution.h").is_file()
+
+
+@needs_nvcc
+def test_cache_key_changes_with_source_flags_and_arch():
+    flags = nvcc_flags("sm_90")
+    key = cache_key("source", flags, "sm_90")
+    assert len(key) == 64 and int(key, 16) >= 0
+    assert cache_key("source", list(flags), "sm_90") == key
+    assert cache_key("source ", flags, "sm_90") != key
+    assert cache_key("source", flags + ["-G"], "sm_90") != key
+    assert cache_key("source", flags, "sm_80") != key
+    assert cache_key("source", nvcc_flags("sm_80"), "sm_90") != key
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUTLASS_TUNER_CACHE", str(tmp_path / "tuner"))
+    assert default_cache_dir() == tmp_path / "tuner" / "compile"
+    monkeypatch.delenv("CUTLASS_TUNER_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "cutlass-conv-tuner" / "compile"
+
+
+def test_default_jobs():
+    assert 1 <= default_jobs() <= (os.cpu_count() or 1)
+
+
+def test_missing_nvcc_is_a_toolchain_error(monkeypatch):
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    nvcc_version.cache_clear()
+    try:
+        with pytest.raises(ToolchainError, match="nvcc not found"):
+            nvcc_version()
+    finally:
+        nvcc_version.cache_clear()
+
+
+# --- real builds --------------------------------------------------------------------------------
+
+def forbid_nvcc(monkeypatch):
+    """From here on any subprocess (nvcc) fails the test: answers must come from the cache."""
+    nvcc_version()  # the version is read (and cached) before subprocess is taken away
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"nvcc ran: {args}")
+
+    monkeypatch.setattr(compile_module.subprocess, "run", no_subprocess)
+
+
+@pytest.fixture(scope="module")
+def small_config(conv_1):
+    return config_for(conv_1, tile="64x64x32", warps="2x2x1", stages=3)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, small_config):
+    """One real nvcc build of a CUTLASS candidate into a fresh cache."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    cache = tmp_path_factory.mktemp("compile-cache")
+    compiler = Compiler("sm_90", cache, jobs=1)
+    started = time.monotonic()
+    result = compiler.compile(small_config)
+    return compiler, result, time.monotonic() - started
+
+
+def test_real_compile(built, small_config):
+    compiler, result, _ = built
+    assert result.ok, result.error
+    assert result.error is None and result.cached is False and result.seconds > 1
+    assert result.config == small_config
+    assert result.library.is_file() and result.library.read_bytes()[:4] == b"\x7fELF"
+    entry = result.library.parent
+    assert entry == compiler.cache_dir / result.key[:2] / result.key
+    assert (entry / "candidate.cu").read_text() == candidate_source(small_config)
+    assert result.key == cache_key(candidate_source(small_config), compiler.flags, "sm_90")
+    assert "Used" in (entry / "ptxas.txt").read_text()
+    assert not (entry / "error.txt").exists()
+    # 64x64x32 with 4 warps: a 32x32 warp tile, a few dozen registers, no spills
+    assert 32 <= result.ptxas.registers <= 255
+    assert result.ptxas.spill_bytes == 0
+    # nothing else in the cache: no scratch folder left behind
+    assert [p.name for p in (compiler.cache_dir / result.key[:2]).iterdir()] == [result.key]
+
+
+def test_compiled_library_answers_its_host_entry_points(built, conv_1):
+    """The C ABI that tuner.run loads, called without a GPU: can_implement, workspace and grid are host code."""
+    _, result, _ = built
+    library = KernelLibrary(result.library)
+    assert library.can_implement(problem_array(conv_1, 1)) == 0
+    assert library.workspace_bytes(problem_array(conv_1, 1)) == 0
+    assert library.grid(problem_array(conv_1, 1)) == (16, 1, 1)    # 1024/64 x ceil(32/64) tiles
+    assert library.grid(problem_array(conv_1, 4)) == (16, 1, 4)    # serial split-K slices in z
+    assert library.workspace_bytes(problem_array(conv_1, 4)) > 0   # the split-K semaphores
+    misaligned = ConvProblem(n=1, h=32, w=32, c=36, k=32, r=3, s=3, pad=1, output_type=conv_1.output_type)
+    assert library.can_implement(problem_array(misaligned, 1)) != 0  # C=36 is not a multiple of 8
+
+
+def test_second_compile_comes_from_the_cache(built, small_config, monkeypatch):
+    compiler, first, _ = built
+    forbid_nvcc(monkeypatch)
+    started = time.monotonic()
+    again = Compiler("sm_90", compiler.cache_dir, jobs=1).compile(small_config)
+    assert time.monotonic() - started < 1.0
+    assert again.cached is True and again.seconds == 0.0
+    assert (again.library, again.key, again.ptxas) == (first.library, first.key, first.ptxas)
+
+
+def test_split_k_variant_shares_the_kernel(built, small_config, monkeypatch):
+    compiler, first, _ = built
+    forbid_nvcc(monkeypatch)
+    variant = dataclasses.replace(small_config, split_k=4)
+    result = compiler.compile(variant)
+    assert result.cached and result.library == first.library
+    assert result.config == variant and result.config.split_k == 4
+
+
+def test_compile_many_from_the_cache(built, small_config, monkeypatch):
+    compiler, first, _ = built
+    forbid_nvcc(monkeypatch)
+    configs = [small_config, dataclasses.replace(small_config, split_k=2)]
+    done = []
+    results = compiler.compile_many(configs, done.append)
+    assert [r.config for r in results] == configs
+    assert sorted(r.config.split_k for r in done) == [1, 2]
+    assert all(r.cached and r.library == first.library for r in results)
+
+
+def test_broken_source_fails_and_the_failure_is_cached(tmp_path, small_config, monkeypatch):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    monkeypatch.setattr(compile_module, "candidate_source", lambda config: "this is not C++ at all;\n")
+    compiler = Compiler("sm_90", tmp_path, jobs=1)
+    result = compiler.compile(small_config)
+    assert not result.ok and result.library is None and result.ptxas is None
+    assert result.cached is False
+    assert "error" in result.error.lower()
+    assert "candidate.cu" in result.error
+    entry = tmp_path / result.key[:2] / result.key
+    assert (entry / "error.txt").read_text() == result.error
+    assert not (entry / "candidate.so").exists()
+
+    forbid_nvcc(monkeypatch)
+    again = compiler.compile(small_config)
+    assert not again.ok and again.cached is True and again.error == result.error
+
+
+def test_racing_builds_of_one_kernel_publish_one_entry(tmp_path, small_config, monkeypatch):
+    """Two configs that differ only in split-K are one kernel. Built at once (a fake nvcc holds both builds
+    until both have started), one cache entry wins, the other build's scratch folder is removed and both
+    results point at the winner."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    nvcc_version()
+    both_started = threading.Barrier(2, timeout=10)
+
+    def fake_nvcc(command, cwd, **kwargs):
+        both_started.wait()
+        (Path(cwd) / "candidate.so").write_bytes(b"\x7fELF fake")
+        return subprocess.CompletedProcess(command, 0, "", "ptxas info    : Used 42 registers, used 1 barriers\n")
+
+    monkeypatch.setattr(compile_module.subprocess, "run", fake_nvcc)
+    compiler = Compiler("sm_90", tmp_path, jobs=2)
+    variant = dataclasses.replace(small_config, split_k=2)
+    results = compiler.compile_many([small_config, variant])
+    assert all(r.ok and not r.cached for r in results)
+    assert results[0].library == results[1].library and results[0].library.is_file()
+    assert results[0].ptxas.registers == 42
+    entries = [p for p in tmp_path.rglob("*") if p.is_dir() and p.parent != tmp_path]
+    assert [p.name for p in entries] == [results[0].key]
+
+
+@pytest.mark.parametrize("failure", ["timeout", "killed"])
+def test_a_transient_nvcc_failure_is_not_cached(tmp_path, small_config, monkeypatch, failure):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    nvcc_version()
+
+    def failing_nvcc(command, cwd, **kwargs):
+        if failure == "timeout":
+            raise subprocess.TimeoutExpired(command, kwargs.get("timeout"))
+        return subprocess.CompletedProcess(command, -9, "", "")
+
+    def working_nvcc(command, cwd, **kwargs):
+        (Path(cwd) / "candidate.so").write_bytes(b"\x7fELF fake")
+        return subprocess.CompletedProcess(command, 0, "", "ptxas info    : Used 40 registers, used 1 barriers\n")
+
+    compiler = Compiler("sm_90", tmp_path, jobs=1)
+    monkeypatch.setattr(compile_module.subprocess, "run", failing_nvcc)
+    assert not compiler.compile(small_config).ok
+    monkeypatch.setattr(compile_module.subprocess, "run", working_nvcc)
+    again = compiler.compile(small_config)
+    assert again.ok and not again.cached
+
+
+def test_compile_many_calls_on_done_once_per_config(conv_1, monkeypatch):
+    configs = [config_for(conv_1, tile=t, stages=s) for t in ("64x64x32", "128x128x64") for s in (2, 3, 4)]
+    threads = set()
+
+    def fake_compile(self, config):
+        threads.add(threading.get_ident())
+        time.sleep(0.02 * (config.stages % 3))
+        return CompileResult(config, config.name, Path(f"/cache/{config.name}.so"), 0.01, False, None, None)
+
+    monkeypatch.setattr(Compiler, "compile", fake_compile)
+    compiler = Compiler("sm_90", Path("/nonexistent"), jobs=3)
+    done = []
+    results = compiler.compile_many(configs, done.append)
+    assert [r.config for r in results] == configs                        # in the order asked
+    assert sorted(r.config.name for r in done) == sorted(c.name for c in configs)  # each once
+    assert len(done) == len(configs)
+    assert len(threads) > 1                                              # in parallel
+    assert compiler.compile_many([], done.append) == []

@@ -1,0 +1,289 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tuner.problem import ConvProblem, DataType, Layer, ProblemError, find_layer, load_layers, parse_shape
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert message and "\n" not in message, f"not a one-line message: {message!r}"
+    return message
+
+
+# --- output size and implicit-GEMM arithmetic ----------------------------------------------------
+
+@pytest.mark.parametrize(
+    "shape, expected_pq",
+    [
+        (dict(h=32, w=32, r=3, s=3, pad=1), (32, 32)),                       # "same" 3x3
+        (dict(h=32, w=32, r=3, s=3, pad=0), (30, 30)),                       # "valid" 3x3
+        (dict(h=56, w=56, r=3, s=3, pad=1, stride=2), (28, 28)),             # ResNet 3x3 stride 2
+        (dict(h=224, w=224, r=7, s=7, pad=3, stride=2), (112, 112)),         # ResNet stem
+        (dict(h=56, w=56, r=1, s=1, pad=0, stride=2), (28, 28)),             # 1x1 downsample
+        (dict(h=10, w=10, r=3, s=3, pad=0, dilation=2), (6, 6)),             # effective 5x5 filter
+        (dict(h=10, w=10, r=3, s=3, pad=2, dilation=2), (10, 10)),
+        (dict(h=9, w=6, r=3, s=1, pad=0, stride=2), (4, 3)),                 # non-square, floor division
+        (dict(h=11, w=7, r=2, s=3, pad=1, stride=3, dilation=2), (4, 2)),
+        (dict(h=1, w=1, r=3, s=3, pad=1), (1, 1)),
+    ],
+)
+def test_output_size(shape, expected_pq):
+    problem = ConvProblem(n=1, c=8, k=8, **shape)
+    assert (problem.p, problem.q) == expected_pq
+
+
+def test_conv_1_arithmetic(conv_1):
+    # M = N*P*Q = 1*32*32, N = K = 32, K = C*R*S = 32*9
+    assert conv_1.gemm_mnk == (1024, 32, 288)
+    assert conv_1.flops == 2 * 1024 * 32 * 288 == 18_874_368
+    # x: 32*32*32 f16, w: 32*3*3*32 f16, y: 32*32*32 f32
+    assert conv_1.input_elements == 32768
+    assert conv_1.filter_elements == 9216
+    assert conv_1.output_elements == 32768
+    assert conv_1.bytes_moved == 32768 * 2 + 9216 * 2 + 32768 * 4 == 215_040
+
+
+def test_arithmetic_with_stride_batch_and_f16_output():
+    problem = ConvProblem(n=32, h=56, w=56, c=128, k=128, r=3, s=3, pad=1, stride=2)
+    assert (problem.p, problem.q) == (28, 28)
+    assert problem.gemm_mnk == (32 * 28 * 28, 128, 128 * 9)
+    assert problem.flops == 2 * 25088 * 128 * 1152
+    assert problem.bytes_moved == (32 * 56 * 56 * 128 + 128 * 9 * 128 + 32 * 28 * 28 * 128) * 2
+
+
+def test_datatype_sizes():
+    assert [(t.bits, t.bytes) for t in (DataType.f16, DataType.bf16, DataType.f32)] == [(16, 2), (16, 2), (32, 4)]
+
+
+def test_problem_is_frozen_and_hashable(conv_1):
+    same = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)
+    assert same == conv_1 and hash(same) == hash(conv_1)
+    assert len({same, conv_1, dataclasses.replace(conv_1, k=64)}) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conv_1.n = 2
+
+
+def test_shape_text_and_dtype_key(conv_1):
+    assert conv_1.shape_text == "N=1 H=32 W=32 C=32 K=32 R=3 S=3 pad=1 stride=1 dilation=1"
+    assert conv_1.dtype_key == "f16_f16_f32_f32"
+
+
+@pytest.mark.parametrize(
+    "fields, word",
+    [
+        (dict(n=0), "n=0"),
+        (dict(c=-1), "c=-1"),
+        (dict(stride=0), "stride=0"),
+        (dict(dilation=0), "dilation=0"),
+        (dict(pad=-1), "pad=-1"),
+        (dict(h=2, w=2, r=3, s=3), "empty"),           # the 3x3 filter does not fit 2x2 without padding
+        (dict(h=4, w=4, r=3, s=3, dilation=2), "empty"),
+    ],
+)
+def test_impossible_problems_are_refused(fields, word):
+    base = dict(n=1, h=8, w=8, c=4, k=4, r=3, s=3)
+    with pytest.raises(ProblemError) as error:
+        ConvProblem(**{**base, **fields})
+    assert word in one_line(error)
+
+
+# --- the layer table ----------------------------------------------------------------------------
+
+def test_conv_1_is_exactly_the_reference_case(layers):
+    assert layers["conv_1"] == Layer("conv_1", ConvProblem(
+        n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, stride=1, dilation=1,
+        input_type=DataType.f16, filter_type=DataType.f16, output_type=DataType.f32,
+        accumulator_type=DataType.f32))
+
+
+def resnet50_v15_convs() -> set[tuple]:
+    """Every distinct conv of torchvision's ResNet-50 (v1.5: stride on the 3x3) at 224x224, derived
+    from the architecture: (h, w, c, k, r, s, pad, stride)."""
+    convs = {(224, 224, 3, 64, 7, 7, 3, 2)}
+    stages = [  # (input channels, bottleneck width, output channels, input size, stride, blocks)
+        (64, 64, 256, 56, 1, 3), (256, 128, 512, 56, 2, 4), (512, 256, 1024, 28, 2, 6), (1024, 512, 2048, 14, 2, 3)]
+    for c_in, mid, c_out, size, stride, blocks in stages:
+        out = size // stride
+        convs |= {(size, size, c_in, mid, 1, 1, 0, 1), (size, size, mid, mid, 3, 3, 1, stride),
+                  (out, out, mid, c_out, 1, 1, 0, 1), (size, size, c_in, c_out, 1, 1, 0, stride)}
+        for _ in range(blocks - 1):
+            convs |= {(out, out, c_out, mid, 1, 1, 0, 1), (out, out, mid, mid, 3, 3, 1, 1),
+                      (out, out, mid, c_out, 1, 1, 0, 1)}
+    return convs
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_table_holds_every_resnet50_conv_at_batch(layers, batch):
+    expected = resnet50_v15_convs()
+    assert len(expected) == 23
+    at_batch = {name: layer.problem for name, layer in layers.items() if name.endswith(f"_b{batch}")}
+    assert len(at_batch) == 23
+    shapes = {(p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride) for p in at_batch.values()}
+    assert shapes == expected
+    for name, p in at_batch.items():
+        assert name.startswith("r50_")
+        assert p.n == batch and p.dilation == 1, name
+        assert p.dtype_key == "f16_f16_f16_f32", name
+
+
+def test_table_is_conv_1_plus_both_batches(layers):
+    assert len(layers) == 1 + 23 + 23
+    assert set(layers) - {n for n in layers if n.startswith("r50_")} == {"conv_1"}
+    for name, layer in layers.items():
+        assert layer.name == name
+        if name.endswith("_b1"):
+            twin = layers[name[:-len("_b1")] + "_b32"].problem
+            assert twin == dataclasses.replace(layer.problem, n=32)
+
+
+def test_r50_stem_and_stage4_values(layers):
+    stem = layers["r50_stem_b32"].problem
+    assert (stem.n, stem.c, stem.k, stem.p, stem.q) == (32, 3, 64, 112, 112)
+    s4 = layers["r50_s4_3x3_b32"].problem
+    assert s4.gemm_mnk == (32 * 14 * 14, 256, 2304)
+    assert round(s4.flops / 1e9, 3) == 7.399
+
+
+# --- --shape ------------------------------------------------------------------------------------
+
+def test_parse_shape_seven_numbers_takes_defaults():
+    problem = parse_shape("1,32,32,32,32,3,3")
+    assert problem == ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3)
+    assert (problem.pad, problem.stride, problem.dilation) == (0, 1, 1)
+    assert problem.dtype_key == "f16_f16_f16_f32"
+
+
+def test_parse_shape_all_ten_numbers_with_spaces():
+    problem = parse_shape(" 2, 56,56 ,64,128, 3,3, 1, 2, 1 ")
+    assert problem == ConvProblem(n=2, h=56, w=56, c=64, k=128, r=3, s=3, pad=1, stride=2, dilation=1)
+    assert (problem.p, problem.q) == (28, 28)
+
+
+def test_parse_shape_with_dtypes():
+    problem = parse_shape("1,32,32,32,32,3,3,1", {"output_type": DataType.f32})
+    assert problem.output_type is DataType.f32 and problem.pad == 1
+
+
+@pytest.mark.parametrize(
+    "text, word",
+    [
+        ("1,32,32,32,32,3", "6 numbers"),
+        ("1,32,32,32,32,3,3,1,1,1,1", "11 numbers"),
+        ("", "1 numbers"),
+        ("1,32,32,32,32,3,3.0", "whole numbers"),
+        ("1,32,32,32,thirty,3,3", "whole numbers"),
+        ("1,32,32,,32,3,3", "whole numbers"),
+        ("1,32,32,32,32,3,-3", "s=-3"),
+        ("1,32,32,32,32,3,3,-1", "pad=-1"),
+        ("1,32,32,32,32,3,3,0,0", "stride=0"),
+        ("1,2,2,32,32,3,3", "empty"),                # output size 0x0
+        ("1,4,4,32,32,3,3,0,1,2", "empty"),          # dilated 3x3 spans 5 > 4
+    ],
+)
+def test_parse_shape_refuses(text, word):
+    with pytest.raises(ProblemError) as error:
+        parse_shape(text)
+    assert word in one_line(error)
+
+
+# --- load_layers errors -------------------------------------------------------------------------
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "layers.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = "{n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3}"
+
+
+def test_load_layers_minimal_table_applies_defaults(tmp_path):
+    path = write(tmp_path, f"defaults: {{pad: 1, output_type: f32}}\nlayers:\n  a: {GOOD}\n  b: {{n: 2, h: 8, w: 8, c: 4, k: 4, r: 1, s: 1, pad: 0}}\n")
+    layers = load_layers(path)
+    assert list(layers) == ["a", "b"]
+    assert layers["a"].problem.pad == 1 and layers["a"].problem.output_type is DataType.f32
+    assert layers["b"].problem.pad == 0 and layers["b"].problem.n == 2
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("layers:\n  a: {n: 1, h: 8\n", ["not valid YAML"]),
+        ("layers: [a, b]\n  - c\n", ["not valid YAML"]),
+        ("defaults: {pad: 1}\n", ["'layers:'"]),
+        ("layers: [conv_1]\n", ["'layers:'"]),
+        ("- just a list\n", ["'layers:'"]),
+        ("", ["'layers:'"]),
+        ("defaults: [1]\nlayers:\n  a: " + GOOD + "\n", ["'defaults' must be a mapping"]),
+        ("layers:\n  a: 3\n", ["'a'", "mapping"]),
+        ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, bias: 1}\n", ["'a'", "unknown", "bias"]),
+        ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3}\n", ["'a'", "missing", "s"]),
+        ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, output_type: f64}\n", ["'a'", "output_type", "f64"]),
+        ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, input_type: [f16]}\n", ["'a'", "input_type"]),
+        ("layers:\n  a: {n: true, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3}\n", ["'a'", "n must be a whole number", "True"]),
+        ("layers:\n  a: {n: 1, h: 8.0, w: 8, c: 4, k: 4, r: 3, s: 3}\n", ["'a'", "h must be a whole number"]),
+        ("layers:\n  a: {n: 1, h: '8', w: 8, c: 4, k: 4, r: 3, s: 3}\n", ["'a'", "h must be a whole number"]),
+        ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, pad: -1}\n", ["'a'", "pad=-1"]),
+        ("layers:\n  a: {n: 1, h: 2, w: 2, c: 4, k: 4, r: 3, s: 3}\n", ["'a'", "empty"]),
+    ],
+)
+def test_load_layers_refuses(tmp_path, text, words):
+    with pytest.raises(ProblemError) as error:
+        load_layers(write(tmp_path, text))
+    message = one_line(error)
+    for word in words:
+        assert word in message
+
+
+def test_load_layers_yaml_error_names_the_line(tmp_path):
+    with pytest.raises(ProblemError) as error:
+        load_layers(write(tmp_path, "layers:\n  a: " + GOOD + "\n  b: {n: 1, h: 8\n"))
+    assert "at line" in one_line(error)
+
+
+def test_load_layers_missing_file(tmp_path):
+    with pytest.raises(ProblemError) as error:
+        load_layers(tmp_path / "nope.yaml")
+    message = one_line(error)
+    assert "nope.yaml" in message and "not found" in message
+
+
+def test_load_layers_unknown_integer_field(tmp_path):
+    with pytest.raises(ProblemError) as error:
+        load_layers(write(tmp_path, "layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, 7: 1, bias: 0}\n"))
+    assert "unknown" in one_line(error)
+
+
+@pytest.mark.parametrize("kind", ["directory", "binary"])
+def test_load_layers_unreadable_file(tmp_path, kind):
+    if kind == "directory":
+        path = tmp_path / "layers.yaml"
+        path.mkdir()
+    else:
+        path = tmp_path / "layers.yaml"
+        path.write_bytes(b"\xff\xfe\x00layers")
+    with pytest.raises(ProblemError) as error:
+        load_layers(path)
+    assert "layers.yaml" in one_line(error)
+
+
+# --- find_layer ---------------------------------------------------------------------------------
+
+def test_find_layer(layers):
+    assert find_layer(layers, "r50_s4_3x3_b32").problem.k == 256
+
+
+def test_find_layer_unknown_with_hint(layers):
+    with pytest.raises(ProblemError) as error:
+        find_layer(layers, "conv")
+    message = one_line(error)
+    assert "'conv'" in message and "conv_1" in message and "--list-layers" in message
+
+
+def test_find_layer_unknown_without_hint(layers):
+    with pytest.raises(ProblemError) as error:
+        find_layer(layers, "vgg16_conv5")
+    message = one_line(error)
+    assert "'vgg16_conv5'" in message and "did you mean" not in message

@@ -1,0 +1,130 @@
+import json
+import os
+import stat
+
+import optuna
+import pytest
+import yaml
+
+from tuner.results import (
+    BEST_FILE,
+    HISTORY_FILE,
+    JOURNAL_FILE,
+    ResultsError,
+    append_history,
+    atomic_write,
+    default_storage,
+    gpu_dir,
+    read_best,
+    update_best,
+)
+
+HEADER = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3", "sm_count": 132},
+          "toolchain": {"nvcc": "13.0.48", "cutlass": "4.2.0.0", "driver": "13.0"}}
+
+
+def entry(runtime_us: float, tile: str = "64x64x32") -> dict:
+    return {"family": "sm80", "params": {"tile": tile, "stages": 4}, "runtime_us": runtime_us, "tflops": 4.49}
+
+
+def test_gpu_dir(tmp_path):
+    assert gpu_dir(tmp_path, "nvidia-h100-80gb-hbm3") == tmp_path / "nvidia-h100-80gb-hbm3"
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    path = tmp_path / "deep" / "best.yaml"
+    atomic_write(path, "first\n")
+    atomic_write(path, "second\n")
+    assert path.read_text() == "second\n"
+    assert [p.name for p in path.parent.iterdir()] == ["best.yaml"]
+
+
+def test_atomic_write_is_readable_by_others(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "best.yaml", "x\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "best.yaml").stat().st_mode) == 0o644
+
+
+def test_atomic_write_failure_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "best.yaml"
+    atomic_write(path, "old\n")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["best.yaml"]
+
+
+def test_update_best_keeps_other_layers_and_rewrites_the_header(tmp_path):
+    folder = tmp_path / "nvidia-h100-80gb-hbm3"
+    update_best(folder, "r50_s4_3x3_b32", entry(23.3, "128x128x32"), HEADER)
+    newer = {**HEADER, "toolchain": {**HEADER["toolchain"], "driver": "13.1"}}
+    path = update_best(folder, "conv_1", entry(4.2), newer)
+    assert path == folder / BEST_FILE
+    document = yaml.safe_load(path.read_text())
+    assert list(document) == ["device", "toolchain", "layers"]
+    assert document["toolchain"]["driver"] == "13.1"
+    assert list(document["layers"]) == ["conv_1", "r50_s4_3x3_b32"]  # sorted
+    assert document["layers"]["r50_s4_3x3_b32"] == entry(23.3, "128x128x32")
+    assert document["layers"]["conv_1"] == entry(4.2)
+    # a layer tuned again replaces its own entry only
+    update_best(folder, "conv_1", entry(4.1), newer)
+    document = read_best(folder)
+    assert document["layers"]["conv_1"]["runtime_us"] == 4.1
+    assert document["layers"]["r50_s4_3x3_b32"]["runtime_us"] == 23.3
+    assert sorted(p.name for p in folder.iterdir()) == sorted([BEST_FILE, ".lock"])
+
+
+def test_read_best_of_a_new_folder(tmp_path):
+    assert read_best(tmp_path / "nothing-yet") == {"layers": {}}
+
+
+def test_corrupted_best_yaml_raises(tmp_path):
+    (tmp_path / BEST_FILE).write_text("device: {name: H100\nlayers:\n  conv_1: [\n")
+    with pytest.raises(ResultsError, match="not valid YAML"):
+        read_best(tmp_path)
+    with pytest.raises(ResultsError):
+        update_best(tmp_path, "conv_1", entry(4.2), HEADER)
+    assert (tmp_path / BEST_FILE).read_text().startswith("device: {name: H100")  # left for the user to restore
+
+
+def test_best_yaml_without_a_layers_mapping_raises(tmp_path):
+    (tmp_path / BEST_FILE).write_text("layers: [conv_1]\n")
+    with pytest.raises(ResultsError, match="'layers' mapping"):
+        read_best(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["- conv_1\n- r50_s4_3x3_b32\n", "just some text\n"])
+def test_best_yaml_that_is_not_a_mapping_raises(tmp_path, text):
+    (tmp_path / BEST_FILE).write_text(text)
+    with pytest.raises(ResultsError):
+        read_best(tmp_path)
+
+
+def test_append_history_appends_json_lines(tmp_path):
+    folder = tmp_path / "gpu"
+    append_history(folder, {"layer": "conv_1", "runtime_us": 4.2})
+    append_history(folder, {"layer": "r50_s4_3x3_b32", "runtime_us": 23.3, "measured": 64})
+    lines = (folder / HISTORY_FILE).read_text().splitlines()
+    assert len(lines) == 2
+    first, second = (json.loads(line) for line in lines)
+    assert first["layer"] == "conv_1" and first["runtime_us"] == 4.2
+    assert (second["layer"], second["runtime_us"], second["measured"]) == ("r50_s4_3x3_b32", 23.3, 64)
+    assert first["at"].endswith("+00:00") and len(first["at"]) == len("2026-01-01T00:00:00+00:00")
+
+
+def test_default_storage_is_a_journal_in_the_gpu_folder(tmp_path):
+    storage = default_storage(tmp_path, "nvidia-h100-80gb-hbm3")
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    journal = tmp_path / "nvidia-h100-80gb-hbm3" / JOURNAL_FILE
+    assert journal.is_file() and journal.stat().st_size > 0
+    again = optuna.load_study(study_name="s", storage=default_storage(tmp_path, "nvidia-h100-80gb-hbm3"))
+    assert [t.value for t in again.trials] == [1.0]

@@ -1,0 +1,392 @@
+"""The Optuna loop with a fake compiler and a fake GPU, on the real sm80 space and conv_1."""
+import dataclasses
+import datetime
+import itertools
+import math
+import os
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from conftest import config_for, params
+from tuner.compile import CompileResult, PtxasReport
+from tuner.evaluate import Evaluation
+from tuner.measure import Measurement
+from tuner.run import KernelAttributes
+from tuner.space import REFERENCE_PARAMS, IteratorAlgorithm, SearchSpace, Shape3, make_config, reference_config, \
+    static_problems
+from tuner.status import Status
+from tuner.study import (
+    EXHAUSTED_AFTER_ASKS,
+    StudyProgress,
+    counted_in_run,
+    fail_orphans,
+    Tuner,
+    distributions,
+    open_study,
+    params_key,
+    ranked,
+    recorded_trials,
+    study_name,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def fake_median(config) -> float:
+    """A made-up device time that depends on every parameter."""
+    return round(2.0 + config.tile.m * config.tile.n / 4096 + 0.3 * config.stages + 0.05 * config.split_k
+                 + 0.01 * config.swizzle + 0.001 * config.warps.m + 0.0001 * config.warps.n
+                 + (0.5 if config.iterator is IteratorAlgorithm.analytic else 0.0), 6)
+
+
+def wrong(config) -> bool:
+    """The fake GPU computes garbage for swizzle 2."""
+    return config.swizzle == 2
+
+
+class FakeCompiler:
+    """Records every configuration it is asked to compile; 'fails' the ones `fails` picks."""
+
+    def __init__(self, jobs: int = 2, fails=lambda config: False):
+        self.jobs = jobs
+        self.fails = fails
+        self.compiled = []
+        self.kernel_of: dict[Path, object] = {}
+
+    def compile_many(self, configs, on_done=None):
+        results = []
+        for config in configs:
+            self.compiled.append(config)
+            if self.fails(config):
+                result = CompileResult(config, "k" + config.compiled.name, None, 2.0, False,
+                                       "candidate.cu(40): error: no instance of constructor", None)
+            else:
+                library = Path("/fake-cache") / config.compiled.name / "candidate.so"
+                self.kernel_of[library] = config.compiled
+                result = CompileResult(config, "k" + config.compiled.name, library, 2.0, False, None,
+                                       PtxasReport(96, 0, 0, 0))
+            if on_done:
+                on_done(result)
+            results.append(result)
+        return results
+
+
+class FakeEvaluator:
+    def __init__(self, compiler: FakeCompiler, raise_on_call: int | None = None):
+        self.compiler = compiler
+        self.raise_on_call = raise_on_call
+        self.calls = []
+
+    def evaluate(self, library, problem, split_k):
+        config = dataclasses.replace(self.compiler.kernel_of[library], split_k=split_k)
+        self.calls.append(config)
+        if self.raise_on_call is not None and len(self.calls) == self.raise_on_call:
+            raise RuntimeError("the GPU fell off the bus")
+        m, n, _ = problem.gemm_mnk
+        grid = (math.ceil(m / config.tile.m), math.ceil(n / config.tile.n), split_k)
+        attributes = KernelAttributes(96, 0, config.mainloop_smem_bytes, 0, config.threads, 2)
+        if wrong(config):
+            return Evaluation(Status.wrong_result, reason="relative L2 error 3.10e-01 exceeds 1e-04 for f32",
+                              error=0.31, grid=grid, attributes=attributes)
+        median = fake_median(config)
+        return Evaluation(Status.ok, error=2e-7, measurement=Measurement(median, median * 0.98, median * 1.03, 30,
+                                                                           732, 732),
+                          grid=grid, attributes=attributes)
+
+
+RUN_IDS = (f"test-run-{i}" for i in itertools.count())
+
+
+class Setup:
+    def __init__(self, problem, space, device, storage=None, seed=0, jobs=2, run_id=None, **evaluator_options):
+        self.problem, self.space, self.device = problem, space, device
+        self.storage = storage or optuna.storages.InMemoryStorage()
+        self.name = study_name(device, "conv_1", problem)
+        self.study = open_study(self.name, self.storage, seed)
+        self.compiler = FakeCompiler(jobs=jobs)
+        self.evaluator = FakeEvaluator(self.compiler, **evaluator_options)
+        self.events = {"batch": [], "compiled": [], "evaluated": []}
+        progress = StudyProgress(on_batch=self.events["batch"].append,
+                                 on_compiled=self.events["compiled"].append,
+                                 on_evaluated=self.events["evaluated"].append)
+        self.run_id = run_id or next(RUN_IDS)
+        self.tuner = Tuner(self.study, problem, space, device, self.compiler, self.evaluator, progress,
+                           run_id=self.run_id)
+
+    def trials(self, *states):
+        return self.study.get_trials(deepcopy=False, states=states or None)
+
+
+@pytest.fixture
+def setup(conv_1, sm80_space, h100):
+    return Setup(conv_1, sm80_space, h100)
+
+
+def config_of(trial, problem):
+    return make_config(problem, trial.params)
+
+
+def test_study_name(conv_1, h100):
+    name = study_name(h100, "conv_1", conv_1)
+    assert name == "nvidia-h100-80gb-hbm3/conv_1/n1h32w32c32k32r3s3p1u1d1/sm80/f16_f16_f32_f32"
+    other = study_name(h100, "conv_1", dataclasses.replace(conv_1, output_type=conv_1.input_type))
+    assert other != name and other.endswith("f16_f16_f16_f32")
+
+
+def test_open_study_reopens_the_same_study(conv_1, h100):
+    storage = optuna.storages.InMemoryStorage()
+    first = open_study("s", storage, seed=0)
+    first.add_trial(optuna.trial.create_trial(value=1.0))
+    again = open_study("s", storage, seed=0)
+    assert again.direction == optuna.study.StudyDirection.MINIMIZE
+    assert len(again.trials) == 1 and isinstance(again.sampler, optuna.samplers.TPESampler)
+
+
+def test_params_key_ignores_order_and_type():
+    assert params_key({"stages": 3, "tile": "64x64x32"}) == params_key({"tile": "64x64x32", "stages": "3"})
+    assert params_key(params()) != params_key(params(stages=4))
+
+
+def test_distributions_are_the_space_choices(sm80_space):
+    dists = distributions(sm80_space)
+    assert set(dists) == set(REFERENCE_PARAMS)
+    assert dists["tile"].choices == tuple(t.text for t in sm80_space.tiles)
+
+
+def test_run_compiles_exactly_n_new_configs(setup):
+    assert setup.tuner.run(7) == 7
+    compiled = setup.compiler.compiled
+    assert len(compiled) == 7
+    assert len({c.name for c in compiled}) == 7
+    assert all(static_problems(c, setup.problem, setup.device) == [] for c in compiled)
+    assert setup.events["batch"] == [2, 2, 2, 1]  # batches sized to the compile jobs
+    assert len(setup.events["compiled"]) == 7
+    assert setup.evaluator.calls == compiled
+    measured = [t for t in setup.trials(TrialState.COMPLETE, TrialState.PRUNED)
+                if t.user_attrs.get("status") != "invalid"]
+    assert sorted(t.user_attrs["config"] for t in measured) == sorted(c.name for c in compiled)
+    assert setup.trials(TrialState.RUNNING, TrialState.WAITING) == []
+
+
+def test_statically_invalid_configs_are_pruned_without_compiling(setup):
+    setup.tuner.run(6)
+    invalid = [t for t in setup.trials() if t.user_attrs.get("status") == "invalid"]
+    assert invalid, "the sm80 space holds many configs conv_1 cannot run; the sampler should have hit some"
+    compiled_names = {c.name for c in setup.compiler.compiled}
+    for trial in invalid:
+        config = config_of(trial, setup.problem)
+        assert trial.state is TrialState.PRUNED and trial.value is None
+        assert trial.user_attrs["reason"] == "; ".join(static_problems(config, setup.problem, setup.device))
+        assert trial.user_attrs["config"] == config.name
+        assert config.name not in compiled_names
+
+
+def test_enqueued_reference_is_the_first_candidate(setup):
+    setup.study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True})
+    assert setup.tuner.run(1) == 1
+    assert setup.compiler.compiled == [reference_config(setup.problem)]
+    first = setup.trials()[0]
+    assert first.params == REFERENCE_PARAMS
+    assert first.user_attrs["reference"] is True
+    assert first.state is TrialState.COMPLETE
+    assert first.value == fake_median(reference_config(setup.problem))
+
+
+def test_measured_trial_attributes(setup):
+    setup.study.enqueue_trial(REFERENCE_PARAMS)
+    setup.tuner.run(1)
+    attrs = setup.trials()[0].user_attrs
+    config = reference_config(setup.problem)
+    assert attrs["status"] == "ok" and attrs["config"] == config.name
+    assert attrs["compile_cached"] is False and attrs["ptxas"]["registers"] == 96
+    assert attrs["measurement"]["median_us"] == fake_median(config)
+    assert attrs["tflops"] == pytest.approx(setup.problem.flops / (fake_median(config) * 1e-6) / 1e12)
+    assert attrs["grid"] == [8, 1, 1]  # 1024/128 x 32/128 tiles
+    assert attrs["error"] == 2e-7
+
+
+def test_wrong_results_are_pruned_and_never_ranked(setup):
+    wrong_params = params(tile="64x64x32", swizzle=2)
+    setup.study.enqueue_trial(wrong_params)
+    setup.tuner.run(10)
+    wrong_trials = [t for t in setup.trials() if t.user_attrs.get("status") == "wrong_result"]
+    assert wrong_trials and wrong_trials[0].params == wrong_params
+    for trial in wrong_trials:
+        assert trial.state is TrialState.PRUNED and trial.value is None
+        assert trial.user_attrs["error"] == 0.31 and "relative L2 error" in trial.user_attrs["reason"]
+    best = ranked(setup.study, setup.problem)
+    assert best, "some candidates should have measured"
+    assert all(r.status is Status.ok and not wrong(r.config) for r in best)
+    medians = [r.median_us for r in best]
+    assert medians == sorted(medians)
+    assert medians == sorted(fake_median(c) for c in setup.evaluator.calls if not wrong(c))
+    assert all(r.median_us == fake_median(r.config) for r in best)
+
+
+def test_a_config_twice_in_one_batch_is_measured_once(setup):
+    setup.study.enqueue_trial(params(tile="64x64x32"))
+    setup.study.enqueue_trial(params(tile="64x64x32"))
+    setup.tuner.run(2)
+    first, second = setup.trials()[:2]
+    assert first.state is TrialState.COMPLETE
+    assert second.state is TrialState.FAIL and second.user_attrs["duplicate_of"] == first.number
+    names = [c.name for c in setup.compiler.compiled]
+    assert names.count(config_for(setup.problem, tile="64x64x32").name) == 1
+    assert len(names) == 2
+
+
+def test_compile_failures_are_pruned_with_the_error(setup):
+    setup.compiler.fails = lambda config: config.stages == 5
+    setup.study.enqueue_trial(params(tile="64x64x32", stages=5))
+    setup.tuner.run(1)
+    trial = setup.trials()[0]
+    assert trial.state is TrialState.PRUNED
+    assert trial.user_attrs["status"] == "compile_failed"
+    assert "error: no instance of constructor" in trial.user_attrs["reason"]
+    assert setup.evaluator.calls == []
+
+
+def test_second_run_answers_known_configs_from_the_record(conv_1, sm80_space, h100):
+    first = Setup(conv_1, sm80_space, h100)
+    first.study.enqueue_trial(params(tile="64x64x32"))                  # will measure
+    first.study.enqueue_trial(params(tile="64x64x32", swizzle=2))       # will be wrong
+    first.study.enqueue_trial(params(iterator="few_channels"))          # invalid for C=32
+    first.tuner.run(4)
+    by_key = {params_key(t.params): t for t in first.trials()}
+    originals = [by_key[params_key(p)] for p in (params(tile="64x64x32"), params(tile="64x64x32", swizzle=2),
+                                                  params(iterator="few_channels"))]
+
+    second = Setup(conv_1, sm80_space, h100, storage=first.storage, seed=1)  # the same study, reopened
+    assert len(second.study.trials) == len(first.study.trials)
+    for original in originals:
+        second.study.enqueue_trial(original.params)
+    assert second.tuner.run(3) == 3
+
+    answered = second.trials()[len(first.study.trials):len(first.study.trials) + 3]
+    for original, answer in zip(originals, answered):
+        assert answer.params == original.params
+        assert answer.user_attrs["from_record"] == original.number
+        assert answer.state is original.state and answer.value == original.value
+        assert answer.user_attrs["status"] == original.user_attrs["status"]
+        assert answer.user_attrs["run"] == second.run_id        # answered in this run, not counted by it
+    assert counted_in_run(second.study, second.run_id) == 3
+    assert len(second.compiler.compiled) == 3
+    first_names = {c.name for c in first.compiler.compiled}
+    assert not first_names & {c.name for c in second.compiler.compiled}   # nothing compiled twice
+    # from-record answers are not ranked twice
+    best = ranked(second.study, conv_1)
+    assert len(best) == len({r.config.name for r in best})
+    assert all("from_record" not in r.attrs for r in best)
+
+
+def test_evaluator_exception_leaves_the_unfinished_trials_failed(conv_1, sm80_space, h100):
+    broken = Setup(conv_1, sm80_space, h100, raise_on_call=3)   # the first call of the second batch
+    with pytest.raises(RuntimeError, match="fell off the bus"):
+        broken.tuner.run(6)
+    assert broken.trials(TrialState.RUNNING, TrialState.WAITING) == []
+    failed = [t for t in broken.trials(TrialState.FAIL) if "status" not in t.user_attrs]
+    assert len(failed) == 2
+    told = [t for t in broken.trials(TrialState.COMPLETE, TrialState.PRUNED) if t.user_attrs.get("status") != "invalid"]
+    assert len(told) == 2
+    recorded = recorded_trials(broken.study, conv_1)
+    assert all(params_key(t.params) not in recorded for t in failed)
+
+    resumed = Setup(conv_1, sm80_space, h100, storage=broken.storage)
+    for trial in failed:
+        resumed.study.enqueue_trial(trial.params)
+    assert resumed.tuner.run(2) == 2
+    assert sorted(c.name for c in resumed.compiler.compiled) == sorted(config_of(t, conv_1).name for t in failed)
+    retried = resumed.trials()[-2:]
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "from_record" not in t.user_attrs
+               for t in retried)
+
+
+class Interrupted(Exception):
+    """Stands in for Ctrl-C arriving while the progress display draws a result."""
+
+
+def test_interrupt_in_a_progress_callback_propagates(conv_1, sm80_space, h100):
+    run = Setup(conv_1, sm80_space, h100)
+
+    def on_evaluated(record):
+        if record.status is Status.ok:
+            raise Interrupted()
+
+    run.tuner.progress = StudyProgress(on_evaluated=on_evaluated)
+    run.study.enqueue_trial(params(tile="64x64x32"))
+    run.study.enqueue_trial(params(tile="128x128x32"))
+    with pytest.raises(Interrupted):
+        run.tuner.run(2)
+    states = [t.state for t in run.trials()]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL]
+
+
+def test_a_small_space_is_exhausted(conv_1, h100):
+    space = SearchSpace("sm80", (Shape3(64, 64, 32),), (Shape3(2, 2, 1), Shape3(1, 8, 1)), (3,), (1,),
+                        (IteratorAlgorithm.optimized, IteratorAlgorithm.few_channels), (1, 2))
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(study_name="tiny", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    compiler = FakeCompiler()
+    tuner = Tuner(study, conv_1, space, h100, compiler, FakeEvaluator(compiler), run_id="tiny")
+    assert tuner.run(10) == 2  # only optimized, 2x2x1 warps, split-K 1 or 2 can run
+    assert sorted(c.split_k for c in compiler.compiled) == [1, 2]
+    assert len(study.trials) >= EXHAUSTED_AFTER_ASKS
+
+
+def test_a_run_resumed_under_its_id_does_only_what_is_left(conv_1, sm80_space, h100):
+    broken = Setup(conv_1, sm80_space, h100, run_id="nightly-2026-11-22", raise_on_call=3)
+    with pytest.raises(RuntimeError):
+        broken.tuner.run(5)
+    assert counted_in_run(broken.study, "nightly-2026-11-22") == 2
+    resumed = Setup(conv_1, sm80_space, h100, storage=broken.storage, run_id="nightly-2026-11-22")
+    assert resumed.tuner.run(5) == 3
+    assert counted_in_run(resumed.study, "nightly-2026-11-22") == 5
+    assert resumed.tuner.run(5) == 0  # done: running it again does nothing
+    other = Setup(conv_1, sm80_space, h100, storage=broken.storage, run_id="nightly-2026-11-23")
+    assert other.tuner.run(2) == 2     # a new run id starts counting afresh
+
+
+class FrozenClock(datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.datetime(2026, 11, 22, 3, 0, 0, 123456, tzinfo=tz)
+
+
+def test_default_run_ids_are_unique(conv_1, sm80_space, h100, monkeypatch):
+    import tuner.study as study_module
+
+    monkeypatch.setattr(study_module, "dt", types.SimpleNamespace(datetime=FrozenClock, timezone=datetime.timezone))
+    storage = optuna.storages.InMemoryStorage()
+    first = Setup(conv_1, sm80_space, h100, storage=storage)
+    first_tuner = Tuner(first.study, conv_1, sm80_space, h100, first.compiler, first.evaluator)
+    assert first_tuner.run(2) == 2
+    second = Setup(conv_1, sm80_space, h100, storage=storage)
+    second_tuner = Tuner(second.study, conv_1, sm80_space, h100, second.compiler, second.evaluator)
+    assert second_tuner.run_id != first_tuner.run_id
+    assert second_tuner.run(2) == 2
+
+
+def test_fail_orphans(conv_1, sm80_space, h100):
+    study = Setup(conv_1, sm80_space, h100).study
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(dead.stdout)
+    host = socket.gethostname()
+    owners = [f"{host}:{dead_pid}", f"{host}:{os.getpid()}", f"elsewhere-{host}:{dead_pid}", ""]
+    trials = []
+    for owner in owners:
+        trial = study.ask()
+        if owner:
+            trial.set_user_attr("worker", owner)
+        trials.append(trial)
+    assert fail_orphans(study) == 1
+    states = [study.trials[t.number].state for t in trials]
+    assert states == [TrialState.FAIL, TrialState.RUNNING, TrialState.RUNNING, TrialState.RUNNING]
+    assert fail_orphans(study) == 0
