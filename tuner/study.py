@@ -221,10 +221,10 @@ class Tuner:
     def _fill_batch(self, size: int) -> tuple[list[tuple[optuna.Trial, KernelConfig]], int]:
         """Ask trials until `size` new candidates are in hand; answer the rest at once."""
         batch: list[tuple[optuna.Trial, KernelConfig]] = []
-        record = recorded_trials(self.study, self.problem)
         idle = 0
         while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS:
             trial = self._ask()
+            record = recorded_trials(self.study, self.problem)  # fresh: other workers finish trials too
             key = params_key(trial.params)
             config = make_config(self.problem, trial.params)
             if key in record:

@@ -1,0 +1,110 @@
+"""Measurements recorded on a GPU, replayed without one: a compiler and an evaluator that answer
+from a CSV of (configuration, outcome, µs). CPU tests of the search and of several workers use it,
+and so does the benchmark's replayed tuner. Configurations the recording lacks are answered
+infra_error, never with an invented number."""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from tuner.compile import CompileResult
+from tuner.evaluate import Evaluation
+from tuner.measure import Measurement
+from tuner.problem import ConvProblem
+from tuner.space import KernelConfig, make_config
+from tuner.status import Status
+from tuner.study import recorded_trials
+
+PARAM_FIELDS = ("tile", "warps", "stages", "swizzle", "iterator", "split_k")
+FIELDS = (*PARAM_FIELDS, "status", "median_us", "p10_us", "p90_us", "error", "grid_blocks", "blocks_per_sm")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    status: Status
+    median_us: float | None
+    p10_us: float | None
+    p90_us: float | None
+    error: float | None
+
+
+def _number(text: str) -> float | None:
+    return float(text) if text not in ("", "None") else None
+
+
+def read_record(path: Path, problem: ConvProblem) -> dict[str, Recorded]:
+    """Configuration name -> what was recorded. Lines starting with # are comments."""
+    with open(path, newline="") as handle:
+        rows = csv.DictReader(line for line in handle if not line.startswith("#"))
+        return {make_config(problem, row).name: Recorded(Status(row["status"]), _number(row["median_us"]),
+                                                         _number(row["p10_us"]), _number(row["p90_us"]),
+                                                         _number(row["error"]))
+                for row in rows}
+
+
+def record_rows(study: optuna.Study, problem: ConvProblem) -> list[dict]:
+    rows = []
+    for record in recorded_trials(study, problem).values():
+        if record.status is Status.invalid:  # never compiled: the static checks answer those
+            continue
+        measurement = record.attrs.get("measurement") or {}
+        grid = record.attrs.get("grid") or [0, 0, 0]
+        rows.append({**record.config.search_params, "status": record.status.value,
+                     "median_us": record.median_us, "p10_us": measurement.get("p10_us"),
+                     "p90_us": measurement.get("p90_us"), "error": record.attrs.get("error"),
+                     "grid_blocks": grid[0] * grid[1] * grid[2],
+                     "blocks_per_sm": (record.attrs.get("attributes") or {}).get("max_active_blocks_per_sm")})
+    return sorted(rows, key=lambda r: [str(r[f]) for f in PARAM_FIELDS])
+
+
+def write_record(path: Path, rows: list[dict], comment: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        for line in comment.splitlines():
+            handle.write(f"# {line}\n")
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+class ReplayCompiler:
+    """'Compiles' instantly; the library path names the configuration for ReplayEvaluator."""
+
+    def __init__(self, jobs: int = 8):
+        self.jobs = jobs
+        self.kernels: set[str] = set()
+
+    def compile_many(self, configs: list[KernelConfig], on_done=None) -> list[CompileResult]:
+        results = []
+        for config in configs:
+            self.kernels.add(config.compiled.name)
+            result = CompileResult(config, config.name, Path("replay") / config.name, 0.0, False, None, None)
+            if on_done:
+                on_done(result)
+            results.append(result)
+        return results
+
+
+class ReplayEvaluator:
+    def __init__(self, record: dict[str, Recorded], log: Path | None = None):
+        self.record = record
+        self.log = log
+        self.evaluated: list[str] = []
+
+    def evaluate(self, library: Path, problem: ConvProblem, split_k: int) -> Evaluation:
+        name = library.name
+        self.evaluated.append(name)
+        if self.log:
+            with open(self.log, "a") as handle:
+                handle.write(name + "\n")
+        recorded = self.record.get(name)
+        if recorded is None:
+            return Evaluation(Status.infra_error, reason="not in the recording being replayed")
+        if recorded.status is not Status.ok:
+            return Evaluation(recorded.status, reason="recorded outcome", error=recorded.error)
+        measurement = Measurement(recorded.median_us, recorded.p10_us or recorded.median_us,
+                                  recorded.p90_us or recorded.median_us, 0, 0, 0)
+        return Evaluation(Status.ok, error=recorded.error, measurement=measurement)
