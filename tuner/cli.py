@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import signal
 import sys
 from pathlib import Path
@@ -38,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "results/<gpu>/best_configs.h for a C++ build.")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--layer", help="layer name from the layer table (see --list-layers)")
-    target.add_argument("--layers", help="comma-separated layer names, tuned one after another")
+    target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
+                                         "tuned one after another")
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
     target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
@@ -94,12 +96,22 @@ def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[
         names = [n.strip() for n in args.layers.split(",") if n.strip()]
         if not names:
             raise UsageError("--layers needs at least one layer name")
-        return [find_layer(layers, name) for name in dict.fromkeys(names)]
+        return list({layer.name: layer for name in names for layer in matching_layers(layers, name)}.values())
     if args.all:
         return list(layers.values())
     if args.shape:
         return [shape_layer(args.shape)]
     raise UsageError("say what to tune: --layer NAME, --layers A,B, --all, --shape N,H,W,C,K,R,S, or --list-layers")
+
+
+def matching_layers(layers: dict[str, Layer], pattern: str) -> list[Layer]:
+    """A layer name, or a shell-style pattern such as 'r50_*_b32'."""
+    if not any(char in pattern for char in "*?["):
+        return [find_layer(layers, pattern)]
+    matches = [layer for name, layer in layers.items() if fnmatch.fnmatchcase(name, pattern)]
+    if not matches:
+        raise UsageError(f"--layers pattern {pattern!r} matches no layer; see --list-layers")
+    return matches
 
 
 def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
