@@ -19,6 +19,7 @@ from tuner.ncu import NcuReportError
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.results import ResultsError, gpu_dir
 from tuner.space import SpaceError, load_space
+from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,7 +220,9 @@ def fail(message: str, code: int) -> int:
 
 
 def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends a study like Ctrl-C: unfinished trials are marked for a retry
+    """SIGTERM or Ctrl-C: the candidate in hand is finished and recorded, then the run stops and the
+    unstarted ones are marked for a retry. A second signal stops at once."""
+    request_stop()
 
 
 COMMANDS = {"diagnose": diagnose_command, "export": export_command}
@@ -229,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     # rich wraps at 80 columns when not on a terminal; logs of a study want whole rows.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import threading
 import uuid
 import warnings
 from dataclasses import asdict, dataclass
@@ -136,6 +137,22 @@ class StudyProgress:
     on_evaluated: Callable[[TrialRecord], None] = lambda record: None
 
 
+_stop_requested = threading.Event()
+
+
+def request_stop() -> None:
+    """First call: finish the candidate in hand, record it, then stop (KeyboardInterrupt from the
+    study loop). A second call stops at once."""
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
+    _stop_requested.set()
+
+
+def _stop_if_requested() -> None:
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -194,6 +211,7 @@ class Tuner:
         batch_size = max(1, batch_size or self.compiler.jobs)
         done, idle_asks = 0, 0
         while idle_asks < EXHAUSTED_AFTER_ASKS:
+            _stop_if_requested()
             remaining = candidates - counted_in_run(self.study, self.run_id)
             if remaining <= 0:
                 break
@@ -251,6 +269,7 @@ class Tuner:
         try:
             results = self.compiler.compile_many([config for _, config in batch], self.progress.on_compiled)
             for (trial, config), result in zip(batch, results):
+                _stop_if_requested()  # between candidates: nothing measured is ever left untold
                 self._evaluate(trial, config, result)
                 del pending[id(config)]
         finally:
