@@ -58,7 +58,7 @@ def _wait_for_lines(log: Path, count: int, timeout: float = 60) -> None:
     raise AssertionError(f"{log} never reached {count} evaluations")
 
 
-def _check_resumed(journal: str, logs: list[Path]) -> None:
+def _check_resumed(journal: str, logs: list[Path], in_flight_lost: int = 0) -> None:
     study = optuna.load_study(study_name="resume", storage=JournalStorage(JournalFileBackend(journal)))
     assert counted_in_run(study, RUN) == TRIALS
     assert not study.get_trials(states=(TrialState.RUNNING,))
@@ -67,8 +67,8 @@ def _check_resumed(journal: str, logs: list[Path]) -> None:
                        and "from_record" not in t.user_attrs)
     assert max(recorded.values()) == 1
     first_run = logs[0].read_text().split()
-    # Everything the killed run finished is in the study; at most the one in flight is measured again.
-    assert len(set(first_run) - set(recorded)) == 0
+    # Everything the killed run finished is in the study; SIGKILL may take the one in flight with it.
+    assert len(set(first_run) - set(recorded)) <= in_flight_lost
     assert len(first_run) + len(logs[1].read_text().split()) <= TRIALS + 4 + 1
 
 
@@ -82,7 +82,7 @@ def test_sigterm_mid_run_then_resume(tmp_path, conv_1, sm80_space, h100):
     second = _start(journal, logs[1], conv_1, sm80_space, h100)
     second.join(timeout=120)
     assert second.exitcode == 0
-    _check_resumed(journal, logs)
+    _check_resumed(journal, logs)  # SIGTERM: the candidate in hand was finished and recorded
 
 
 def test_sigkill_leaves_orphans_that_the_resume_retries(tmp_path, conv_1, sm80_space, h100):
@@ -94,4 +94,4 @@ def test_sigkill_leaves_orphans_that_the_resume_retries(tmp_path, conv_1, sm80_s
     second = _start(journal, logs[1], conv_1, sm80_space, h100)
     second.join(timeout=120)
     assert second.exitcode == 0
-    _check_resumed(journal, logs)
+    _check_resumed(journal, logs, in_flight_lost=1)
