@@ -225,7 +225,13 @@ def _interrupt(signum, frame) -> None:
     request_stop()
 
 
-COMMANDS = {"diagnose": diagnose_command, "export": export_command}
+def bench_command(argv: list[str], console: Console) -> int:
+    from tuner import bench
+
+    return bench.main(argv, console)
+
+
+COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command}
 
 
 def main(argv: list[str] | None = None) -> int:

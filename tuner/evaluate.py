@@ -138,11 +138,15 @@ class GpuEvaluator:
         self.repeats = repeats
         self.seed = 0
 
-    def evaluate(self, library: Path, problem: ConvProblem, split_k: int) -> Evaluation:
-        self.seed += 1  # fresh random inputs for every candidate
+    def evaluate(self, library: Path, problem: ConvProblem, split_k: int, seed: int | None = None) -> Evaluation:
+        """Fresh random inputs for every candidate, unless a seed is given: a landscape times every
+        kernel of a layer on the same inputs, which the worker then prepares only once."""
+        if seed is None:
+            self.seed += 1
         response = self.worker.request({
             "op": "evaluate", "library": str(library), "problem": problem_to_dict(problem),
-            "split_k": split_k, "seed": self.seed, "l2_bytes": self.l2_bytes, "repeats": self.repeats,
+            "split_k": split_k, "seed": self.seed if seed is None else seed, "l2_bytes": self.l2_bytes,
+            "repeats": self.repeats,
         })
         return evaluation_from_response(response)
 

@@ -174,6 +174,14 @@ def handle(request: dict) -> tuple[dict, bool]:
     try:
         if request.get("op") == "device":
             return describe_device(), True
+        if request.get("op") == "cudnn":
+            from tuner.baseline import cudnn_fprop_us
+
+            return cudnn_fprop_us(problem_from_dict(request["problem"]), int(request["l2_bytes"])), True
+        if request.get("op") == "ceilings":
+            from tuner.baseline import ceilings
+
+            return ceilings(), True
         return evaluate(request), True
     except LaunchError as error:
         return {"status": Status.launch_failed.value, "reason": str(error)}, True

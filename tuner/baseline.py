@@ -1,0 +1,83 @@
+"""What the tuned kernels are compared with, measured the tuner's way (CUDA-graph replay over
+copies larger than 3x L2, median of the replays): cuDNN through PyTorch, and the device's own
+matrix and copy ceilings. Runs inside the worker process; PyTorch is optional."""
+from __future__ import annotations
+
+import statistics
+
+from tuner.measure import launches_per_replay, rotation_copies
+from tuner.problem import ConvProblem
+
+CEILING_MATMUL_SIZE = 8192
+CEILING_COPY_BYTES = 2 << 30
+REPEATS = 20
+
+
+def _graph_time_us(torch, step, launches: int, repeats: int = REPEATS) -> float:
+    """Median device time of one `step(index)` over graph replays of `launches` steps."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for index in range(3):  # warm-up outside capture (cuDNN picks its algorithm here)
+            step(index)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for index in range(launches):
+            step(index)
+    for _ in range(3):
+        graph.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e3 / launches)
+    return statistics.median(samples)
+
+
+def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
+    """cuDNN's conv2d fprop for the problem: NHWC (channels_last) f16 in and out, f32 accumulation,
+    cudnn.benchmark on. cuDNN gives f16 output for f16 inputs whatever the problem's output type."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device("cuda")
+    x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=torch.float16)
+    x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
+    w = torch.empty(problem.k, problem.c, problem.r, problem.s, device=device, dtype=torch.float16)
+    w = w.uniform_(-1, 1).to(memory_format=torch.channels_last)
+    bytes_per_set = problem.bytes_moved
+    free, _ = torch.cuda.mem_get_info()
+    copies = rotation_copies(bytes_per_set, l2_bytes, free)
+    inputs = [(x.clone(memory_format=torch.channels_last), w.clone(memory_format=torch.channels_last))
+              for _ in range(copies)]
+    outputs = [None] * copies
+
+    def step(index: int) -> None:
+        xi, wi = inputs[index % copies]
+        outputs[index % copies] = torch.nn.functional.conv2d(
+            xi, wi, stride=problem.stride, padding=problem.pad, dilation=problem.dilation)
+
+    us = _graph_time_us(torch, step, launches_per_replay(copies))
+    return {"cudnn_us": us, "cudnn_version": torch.backends.cudnn.version(), "copies": copies}
+
+
+def ceilings() -> dict:
+    """Measured f16 matrix-product rate (f32 accumulation) and device-to-device copy bandwidth."""
+    import torch
+
+    n = CEILING_MATMUL_SIZE
+    a = torch.empty(n, n, device="cuda", dtype=torch.float16).uniform_(-1, 1)
+    b = torch.empty(n, n, device="cuda", dtype=torch.float16).uniform_(-1, 1)
+    c = torch.empty(n, n, device="cuda", dtype=torch.float16)
+    matmul_us = _graph_time_us(torch, lambda i: torch.matmul(a, b, out=c), 10)
+    source = torch.empty(CEILING_COPY_BYTES // 2, device="cuda", dtype=torch.float16).uniform_(-1, 1)
+    target = torch.empty_like(source)
+    copy_us = _graph_time_us(torch, lambda i: target.copy_(source), 10)
+    return {"matmul_tflops": 2 * n ** 3 / (matmul_us * 1e-6) / 1e12,
+            "copy_gbps": 2 * CEILING_COPY_BYTES / (copy_us * 1e-6) / 1e9,
+            "torch_version": torch.__version__}

@@ -1,0 +1,220 @@
+"""`tune.py bench`: the search proven on one GPU, side by side in one table.
+
+1. The exhaustive landscape: every statically valid candidate of search_spaces/sm80_landscape.yaml,
+   each kernel compiled once, timed on every layer of the suite -> results/<gpu>/landscape/<layer>.csv.
+2. The tuner at several budgets and seeds, replayed on that landscape (every candidate it can
+   propose was measured there): best found / exhaustive best, and kernels compiled; with and
+   without the cost model's prior.
+3. cuDNN through PyTorch, timed the same way; tuned / cuDNN and the geometric mean.
+4. The share of the measured matrix and copy ceilings each layer reaches.
+With --replay-only the GPU steps are skipped and the committed landscape is replayed (CPU)."""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from tuner.costmodel import Ceilings, prior_picks
+from tuner.device import DeviceFacts, device_from_dict
+from tuner.problem import ConvProblem, Layer, load_layers
+from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
+from tuner.results import atomic_write, gpu_dir
+from tuner.space import SearchSpace, load_space, valid_configs
+from tuner.status import Status
+from tuner.study import Tuner, open_study, ranked
+from tuner.worker import problem_to_dict
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = ("conv_1", "r50_s2_3x3_b1", "r50_s5_3x3_b1", "r50_s3_1x1_256to128_b32", "r50_s4_3x3_b32", "r50_s5_3x3_b32")
+BUDGETS = (16, 32, 64)
+SEEDS = (0, 1, 2)
+PRIOR_PICKS = 8
+LANDSCAPE_REPEATS = 15
+BENCH_FILE = "bench.yaml"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    budget: int
+    with_prior: bool
+    ratios: tuple[float, ...]  # best found / exhaustive best, one per seed
+    kernels: tuple[int, ...]   # distinct kernels compiled, one per seed
+
+    @property
+    def median_ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+
+def landscape_path(folder: Path, layer: str) -> Path:
+    return folder / "landscape" / f"{layer}.csv"
+
+
+def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFacts, compiler, evaluator,
+                      folder: Path, console: Console) -> None:
+    """Compile every kernel the suite needs once, then time every candidate on every layer."""
+    per_layer = {layer.name: valid_configs(space, layer.problem, device) for layer in layers}
+    kernels = sorted({c.compiled for configs in per_layer.values() for c in configs})
+    console.print(f"landscape: {len(kernels)} kernels to compile, "
+                  f"{sum(len(c) for c in per_layer.values())} candidates to time")
+    compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
+    for index, layer in enumerate(layers):
+        rows = []
+        for config in per_layer[layer.name]:
+            result = compiled[config.compiled]
+            if not result.ok:
+                rows.append({**config.search_params, "status": Status.compile_failed.value})
+                continue
+            evaluation = evaluator.evaluate(result.library, layer.problem, config.split_k, seed=1000 + index)
+            m = evaluation.measurement
+            rows.append({**config.search_params, "status": evaluation.status.value,
+                         "median_us": m and m.median_us, "p10_us": m and m.p10_us, "p90_us": m and m.p90_us,
+                         "error": evaluation.error, "grid_blocks": evaluation.grid_blocks,
+                         "blocks_per_sm": evaluation.attributes and evaluation.attributes.max_active_blocks_per_sm})
+        write_record(landscape_path(folder, layer.name), rows,
+                     f"Landscape of {layer.name} on {device.name}: every statically valid candidate of "
+                     f"search_spaces/sm80_landscape.yaml,\nrecorded by: python tune.py bench "
+                     f"(same inputs for every candidate of the layer, {LANDSCAPE_REPEATS} graph replays each)")
+        ok = [r["median_us"] for r in rows if r["status"] == Status.ok.value]
+        console.print(f"  {layer.name}: {len(ok)} of {len(rows)} ok, best {min(ok, default=math.nan):.2f} µs")
+
+
+def replay_search(problem: ConvProblem, space: SearchSpace, device: DeviceFacts, record: dict[str, Recorded],
+                  budget: int, seed: int, prior: list) -> tuple[float, int]:
+    """The tuner with `budget` candidates on the recorded landscape: best µs found, kernels compiled."""
+    study = open_study("replay", optuna.storages.InMemoryStorage(), seed)
+    for config in prior:
+        study.enqueue_trial(config.search_params)
+    compiler = ReplayCompiler(jobs=8)
+    Tuner(study, problem, space, device, compiler, ReplayEvaluator(record), run_id="replay").run(budget)
+    best = ranked(study, problem)
+    return (best[0].median_us if best else math.inf), len(compiler.kernels)
+
+
+def search_results(layer: Layer, space: SearchSpace, device: DeviceFacts, record: dict[str, Recorded],
+                   ceilings: Ceilings, budgets=BUDGETS, seeds=SEEDS) -> list[SearchResult]:
+    exhaustive = min(r.median_us for r in record.values() if r.status is Status.ok)
+    prior = prior_picks(space, layer.problem, device, PRIOR_PICKS, ceilings)
+    results = []
+    for with_prior in (False, True):
+        for budget in budgets:
+            runs = [replay_search(layer.problem, space, device, record, budget, seed, prior if with_prior else [])
+                    for seed in seeds]
+            results.append(SearchResult(budget, with_prior, tuple(best / exhaustive for best, _ in runs),
+                                        tuple(kernels for _, kernels in runs)))
+    return results
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def bench_table(layers: list[Layer], records: dict[str, dict[str, Recorded]], searches: dict[str, list[SearchResult]],
+                measured: dict, ceilings: Ceilings) -> Table:
+    table = Table(title="tuner vs exhaustive vs cuDNN (µs; search columns: best found / exhaustive best, "
+                        "median over seeds, with kernels compiled)")
+    columns = ["layer", "exhaustive", "median/best", "worst/best"]
+    columns += [f"TPE@{r.budget}" + ("+prior" if r.with_prior else "") for r in next(iter(searches.values()))]
+    columns += ["cuDNN", "exh./cuDNN", "% matmul peak", "% copy bw"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "layer" else "right")
+    cudnn_ratios = []
+    for layer in layers:
+        times = sorted(r.median_us for r in records[layer.name].values() if r.status is Status.ok)
+        best = times[0]
+        row = [layer.name, f"{best:.2f}", f"{statistics.median(times) / best:.2f}x", f"{times[-1] / best:.2f}x"]
+        row += [f"{r.median_ratio:.3f} ({statistics.median(r.kernels):.0f})" for r in searches[layer.name]]
+        cudnn = (measured.get("cudnn") or {}).get(layer.name)
+        if cudnn:
+            cudnn_ratios.append(best / cudnn)
+        row += [f"{cudnn:.2f}" if cudnn else "-", f"{best / cudnn:.2f}" if cudnn else "-"]
+        row += [f"{100 * layer.problem.flops / (best * 1e-6) / (ceilings.matmul_tflops * 1e12):.1f}",
+                f"{100 * layer.problem.bytes_moved / (best * 1e-6) / (ceilings.copy_gbps * 1e9):.1f}"]
+        table.add_row(*row)
+    if cudnn_ratios:
+        table.add_row("geometric mean", *[""] * (len(columns) - 4), "", f"{geometric_mean(cudnn_ratios):.2f}", "", "")
+    return table
+
+
+def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Console) -> tuple[DeviceFacts, dict]:
+    """Steps that need the GPU: the landscape, cuDNN and the ceilings, all through one worker."""
+    from tuner.compile import Compiler
+    from tuner.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
+
+    worker = WorkerProcess(timeout_s=120)
+    device = device_from_dict(query_device_facts(worker))
+    folder = gpu_dir(args.results_dir, device.slug)
+    evaluator = GpuEvaluator(device.l2_bytes, worker, repeats=LANDSCAPE_REPEATS)
+    try:
+        measure_landscape(layers, space, device, Compiler(device.arch_flag, args.cache_dir, args.jobs), evaluator,
+                          folder, console)
+        measured = {"device": device.to_dict(), "ceilings": worker.request({"op": "ceilings"}), "cudnn": {}}
+        for layer in ([] if args.no_cudnn else layers):
+            answer = worker.request({"op": "cudnn", "problem": problem_to_dict(layer.problem),
+                                     "l2_bytes": device.l2_bytes})
+            if "cudnn_us" in answer:
+                measured["cudnn"][layer.name] = answer["cudnn_us"]
+                measured["cudnn_version"] = answer["cudnn_version"]
+            else:
+                console.print(f"[yellow]cuDNN not timed for {layer.name}: {answer.get('reason')}[/]")
+    finally:
+        evaluator.close()
+    atomic_write(folder / BENCH_FILE, yaml.safe_dump(measured, sort_keys=False))
+    return device, measured
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tune.py bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", default=",".join(SUITE), help="comma-separated suite (default: %(default)s)")
+    parser.add_argument("--space-file", type=Path, default=REPO / "search_spaces" / "sm80_landscape.yaml",
+                        help="the landscape's search space (default search_spaces/sm80_landscape.yaml)")
+    parser.add_argument("--layers-file", type=Path, default=REPO / "search_spaces" / "layers.yaml")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results")
+    parser.add_argument("--gpu", help="with --replay-only: GPU slug under results/ (default: the only one)")
+    parser.add_argument("--replay-only", action="store_true",
+                        help="no GPU: replay the committed landscape and cuDNN/ceiling numbers")
+    parser.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN baseline")
+    parser.add_argument("--measure-only", action="store_true",
+                        help="measure on the GPU and write results/<gpu>/, but replay no search (do that "
+                             "later with --replay-only, on any machine)")
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds per budget (default 3)")
+    parser.add_argument("--cache-dir", type=Path, help="compile cache")
+    parser.add_argument("--jobs", type=int, help="parallel nvcc jobs")
+    return parser
+
+
+def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
+    from tuner.results import ResultsError
+
+    slugs = [args.gpu] if args.gpu else sorted(p.parent.name for p in args.results_dir.glob(f"*/{BENCH_FILE}"))
+    if len(slugs) != 1:
+        raise ResultsError(f"--replay-only needs one results/<gpu>/{BENCH_FILE}; found {slugs or 'none'} (pass --gpu)")
+    measured = yaml.safe_load((gpu_dir(args.results_dir, slugs[0]) / BENCH_FILE).read_text())
+    return device_from_dict(measured["device"]), measured
+
+
+def main(argv: list[str], console: Console) -> int:
+    args = build_parser().parse_args(argv)
+    table = load_layers(args.layers_file)
+    from tuner.cli import matching_layers
+
+    layers = [layer for name in args.layers.split(",") if name.strip() for layer in matching_layers(table, name.strip())]
+    space = load_space(args.space_file)
+    device, measured = recorded_measurements(args) if args.replay_only else measure_on_gpu(layers, space, args, console)
+    if args.measure_only:
+        return 0
+    ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+    console.print(f"{device.name}: measured ceilings {ceilings.matmul_tflops:.0f} TFLOP/s f16 matmul, "
+                  f"{ceilings.copy_gbps:.0f} GB/s copy")
+    folder = gpu_dir(args.results_dir, device.slug)
+    records = {layer.name: read_record(landscape_path(folder, layer.name), layer.problem) for layer in layers}
+    searches = {layer.name: search_results(layer, space, device, records[layer.name], ceilings,
+                                           seeds=tuple(range(args.seeds))) for layer in layers}
+    console.print(bench_table(layers, records, searches, measured, ceilings))
+    return 0

@@ -1,0 +1,79 @@
+"""A cost model that ranks candidates before anything is compiled: waves of blocks over the SMs,
+tile padding, occupancy from shared memory and an estimate of registers, the memory floor, and
+the serial split-K epilogue. Its best picks seed a study (Optuna's enqueue_trial)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tuner.device import DeviceFacts
+from tuner.diagnose import DRIVER_SMEM_PER_BLOCK
+from tuner.problem import ConvProblem
+from tuner.space import KernelConfig, SearchSpace, k_iterations, kernel_problem, valid_configs
+
+# Rates of an H100-class part used when no measured ceiling is given; only ratios between
+# candidates matter for the ranking.
+DEFAULT_MATMUL_TFLOPS = 600.0
+DEFAULT_COPY_GBPS = 3000.0
+# Fixed cost of a launch and its epilogue, and of one main-loop iteration's latency (µs).
+LAUNCH_US = 2.0
+ITERATION_LATENCY_US = 0.05
+# Registers a thread needs besides its accumulators (addresses, fragments, pipeline state).
+REGISTER_OVERHEAD = 60
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
+    copy_gbps: float = DEFAULT_COPY_GBPS
+
+
+def blocks_per_sm(config: KernelConfig, device: DeviceFacts) -> int:
+    registers = min(255, config.warp_tile.m * config.warp_tile.n // 32 + REGISTER_OVERHEAD)
+    by_registers = device.registers_per_sm // (registers * config.threads)
+    by_smem = device.smem_per_sm // (config.mainloop_smem_bytes + DRIVER_SMEM_PER_BLOCK)
+    by_warps = device.max_warps_per_sm // config.warp_count
+    return max(1, min(by_registers, by_smem, by_warps, device.max_blocks_per_sm))
+
+
+def warp_efficiency(config: KernelConfig) -> float:
+    """Tensor-core efficiency of a warp tile: 64x64 and larger keep the pipes busy; small warp
+    tiles spend their time on shared-memory loads."""
+    return min(1.0, math.sqrt(config.warp_tile.m * config.warp_tile.n / (64 * 64)))
+
+
+def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts,
+                 ceilings: Ceilings = Ceilings()) -> float:
+    padded = kernel_problem(problem)
+    m, n, _ = padded.gemm_mnk
+    tiles = math.ceil(m / config.tile.m) * math.ceil(n / config.tile.n)
+    blocks = tiles * config.split_k
+    resident = blocks_per_sm(config, device)
+    waves = math.ceil(blocks / (device.sm_count * resident))
+    iterations = math.ceil(k_iterations(config, problem) / config.split_k)
+    block_flops = 2 * config.tile.m * config.tile.n * config.tile.k * iterations
+    sharing = min(resident, math.ceil(blocks / device.sm_count))  # blocks that share one SM's tensor cores
+    sm_rate = ceilings.matmul_tflops * 1e12 / device.sm_count * warp_efficiency(config)
+    compute_us = waves * (block_flops * sharing / sm_rate * 1e6 + iterations * ITERATION_LATENCY_US / config.stages * 3)
+    memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
+    split_k_us = (config.split_k - 1) * problem.output_elements * 2 * problem.output_type.bytes / (ceilings.copy_gbps * 1e9) * 1e6
+    return LAUNCH_US + max(compute_us, memory_us) + split_k_us
+
+
+def ranked_by_model(space: SearchSpace, problem: ConvProblem, device: DeviceFacts,
+                    ceilings: Ceilings = Ceilings()) -> list[KernelConfig]:
+    configs = valid_configs(space, problem, device)
+    return sorted(configs, key=lambda c: (predicted_us(c, problem, device, ceilings), c.name))
+
+
+def prior_picks(space: SearchSpace, problem: ConvProblem, device: DeviceFacts, count: int,
+                ceilings: Ceilings = Ceilings()) -> list[KernelConfig]:
+    """The model's `count` best, at most two per threadblock shape so the seeds differ in kind."""
+    picks, per_tile = [], {}
+    for config in ranked_by_model(space, problem, device, ceilings):
+        if per_tile.get(config.tile, 0) < 2:
+            picks.append(config)
+            per_tile[config.tile] = per_tile.get(config.tile, 0) + 1
+        if len(picks) == count:
+            break
+    return picks
