@@ -21,11 +21,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from tuner.costmodel import Ceilings, prior_picks
+from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.problem import ConvProblem, Layer, load_layers
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import atomic_write, gpu_dir
+from tuner.results import BENCH_FILE, atomic_write, gpu_dir
 from tuner.space import SearchSpace, load_space, valid_configs
 from tuner.status import Status
 from tuner.study import Tuner, open_study, ranked
@@ -35,9 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 SUITE = ("conv_1", "r50_s2_3x3_b1", "r50_s5_3x3_b1", "r50_s3_1x1_256to128_b32", "r50_s4_3x3_b32", "r50_s5_3x3_b32")
 BUDGETS = (16, 32, 64)
 SEEDS = (0, 1, 2)
-PRIOR_PICKS = 8
 LANDSCAPE_REPEATS = 15
-BENCH_FILE = "bench.yaml"
 
 
 @dataclass(frozen=True)
@@ -117,19 +115,19 @@ def geometric_mean(values: list[float]) -> float:
 
 def bench_table(layers: list[Layer], records: dict[str, dict[str, Recorded]], searches: dict[str, list[SearchResult]],
                 measured: dict, ceilings: Ceilings) -> Table:
-    table = Table(title="tuner vs exhaustive vs cuDNN (µs; search columns: best found / exhaustive best, "
-                        "median over seeds, with kernels compiled)")
-    columns = ["layer", "exhaustive", "median/best", "worst/best"]
-    columns += [f"TPE@{r.budget}" + ("+prior" if r.with_prior else "") for r in next(iter(searches.values()))]
-    columns += ["cuDNN", "exh./cuDNN", "% matmul peak", "% copy bw"]
+    table = Table(title="tuner vs exhaustive vs cuDNN. exh: best of the landscape (µs); TPE<budget>[+p]: best found "
+                        "/ exhaustive best, median over seeds (kernels compiled); +p: seeded by the cost model")
+    columns = ["layer", "exh µs", "median", "worst"]
+    columns += [f"TPE{r.budget}" + ("+p" if r.with_prior else "") for r in next(iter(searches.values()))]
+    columns += ["cuDNN µs", "exh/cuDNN", "%peak", "%bw"]
     for column in columns:
-        table.add_column(column, justify="left" if column == "layer" else "right")
+        table.add_column(column, justify="left" if column == "layer" else "right", no_wrap=column == "layer")
     cudnn_ratios = []
     for layer in layers:
         times = sorted(r.median_us for r in records[layer.name].values() if r.status is Status.ok)
         best = times[0]
         row = [layer.name, f"{best:.2f}", f"{statistics.median(times) / best:.2f}x", f"{times[-1] / best:.2f}x"]
-        row += [f"{r.median_ratio:.3f} ({statistics.median(r.kernels):.0f})" for r in searches[layer.name]]
+        row += [f"{r.median_ratio:.3f}\n({statistics.median(r.kernels):.0f})" for r in searches[layer.name]]
         cudnn = (measured.get("cudnn") or {}).get(layer.name)
         if cudnn:
             cudnn_ratios.append(best / cudnn)
@@ -138,7 +136,7 @@ def bench_table(layers: list[Layer], records: dict[str, dict[str, Recorded]], se
                 f"{100 * layer.problem.bytes_moved / (best * 1e-6) / (ceilings.copy_gbps * 1e9):.1f}"]
         table.add_row(*row)
     if cudnn_ratios:
-        table.add_row("geometric mean", *[""] * (len(columns) - 4), "", f"{geometric_mean(cudnn_ratios):.2f}", "", "")
+        table.add_row("geometric mean", *[""] * (len(columns) - 4), f"{geometric_mean(cudnn_ratios):.2f}", "", "")
     return table
 
 

@@ -20,6 +20,7 @@ from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_sh
 from tuner.results import ResultsError, gpu_dir
 from tuner.space import SpaceError, load_space
 from tuner.study import request_stop
+from tuner.costmodel import PRIOR_PICKS
 from tuner.tuning import TuningOptions, TuningSession
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--storage", help="Optuna storage URL (e.g. postgresql://user@host/db for several hosts); "
                                           "default: a journal file in results/<gpu>/ (several processes of one host)")
     parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default 0)")
+    parser.add_argument("--prior", type=int, default=PRIOR_PICKS,
+                        help="a new study starts with this many of the cost model's best picks (default 8; 0: none)")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs (default: cores, capped by free memory)")
     parser.add_argument("--top", type=int, default=3, help="configurations re-measured side by side at the end (default 3)")
     parser.add_argument("--confirm-rounds", type=int, default=3,
@@ -120,11 +123,14 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.jobs is not None:
         positive("--jobs", args.jobs)
+    if args.prior < 0:
+        raise UsageError(f"--prior must be 0 or more, got {args.prior}")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be more than 0 seconds, got {args.timeout}")
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
-                         cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id)
+                         cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id,
+                         prior=args.prior)
 
 
 def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:

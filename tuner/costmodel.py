@@ -5,27 +5,49 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from tuner.device import DeviceFacts
 from tuner.diagnose import DRIVER_SMEM_PER_BLOCK
 from tuner.problem import ConvProblem
+from tuner.results import BENCH_FILE
 from tuner.space import KernelConfig, SearchSpace, k_iterations, kernel_problem, valid_configs
 
 # Rates of an H100-class part used when no measured ceiling is given; only ratios between
 # candidates matter for the ranking.
 DEFAULT_MATMUL_TFLOPS = 600.0
 DEFAULT_COPY_GBPS = 3000.0
-# Fixed cost of a launch and its epilogue, and of one main-loop iteration's latency (µs).
+# Fixed cost of a launch and its epilogue, of one main-loop iteration's latency, and of each extra
+# serial split-K slice, whose epilogue waits for the previous slice's (µs). These three and the
+# warp-efficiency exponent were fitted to the H100 landscape of `tune.py bench` (6 layers,
+# results/nvidia-h100-80gb-hbm3/landscape/): treat them as a starting point on other GPUs.
 LAUNCH_US = 2.0
-ITERATION_LATENCY_US = 0.05
+ITERATION_LATENCY_US = 0.1
+SPLIT_K_SLICE_US = 1.0
+WARP_EFFICIENCY_EXPONENT = 0.25
 # Registers a thread needs besides its accumulators (addresses, fragments, pipeline state).
 REGISTER_OVERHEAD = 60
+
+
+# How many of the model's picks start a new study.
+PRIOR_PICKS = 8
 
 
 @dataclass(frozen=True)
 class Ceilings:
     matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
     copy_gbps: float = DEFAULT_COPY_GBPS
+
+
+def measured_ceilings(folder: Path) -> Ceilings:
+    """The matrix and copy ceilings `tune.py bench` measured on this GPU, or the defaults."""
+    bench = folder / BENCH_FILE
+    if not bench.exists():
+        return Ceilings()
+    measured = (yaml.safe_load(bench.read_text()) or {}).get("ceilings") or {}
+    return Ceilings(measured.get("matmul_tflops", DEFAULT_MATMUL_TFLOPS), measured.get("copy_gbps", DEFAULT_COPY_GBPS))
 
 
 def blocks_per_sm(config: KernelConfig, device: DeviceFacts) -> int:
@@ -39,7 +61,7 @@ def blocks_per_sm(config: KernelConfig, device: DeviceFacts) -> int:
 def warp_efficiency(config: KernelConfig) -> float:
     """Tensor-core efficiency of a warp tile: 64x64 and larger keep the pipes busy; small warp
     tiles spend their time on shared-memory loads."""
-    return min(1.0, math.sqrt(config.warp_tile.m * config.warp_tile.n / (64 * 64)))
+    return min(1.0, (config.warp_tile.m * config.warp_tile.n / (64 * 64)) ** WARP_EFFICIENCY_EXPONENT)
 
 
 def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts,
@@ -56,7 +78,8 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     sm_rate = ceilings.matmul_tflops * 1e12 / device.sm_count * warp_efficiency(config)
     compute_us = waves * (block_flops * sharing / sm_rate * 1e6 + iterations * ITERATION_LATENCY_US / config.stages * 3)
     memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
-    split_k_us = (config.split_k - 1) * problem.output_elements * 2 * problem.output_type.bytes / (ceilings.copy_gbps * 1e9) * 1e6
+    split_k_us = (config.split_k - 1) * (SPLIT_K_SLICE_US + problem.output_elements * 2 * problem.output_type.bytes
+                                         / (ceilings.copy_gbps * 1e9) * 1e6)
     return LAUNCH_US + max(compute_us, memory_us) + split_k_us
 
 

@@ -16,6 +16,7 @@ import yaml
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
 JOURNAL_FILE = "optuna.journal"
+BENCH_FILE = "bench.yaml"
 
 
 class ResultsError(RuntimeError):

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tuner import report
+from tuner.costmodel import PRIOR_PICKS, measured_ceilings, prior_picks
 from tuner.compile import Compiler, CompileResult, cutlass_version, nvcc_version
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.diagnose import LaunchFacts, kernel_facts
@@ -38,6 +39,7 @@ class TuningOptions:
     jobs: int | None
     timeout_s: float
     run_id: str | None
+    prior: int = PRIOR_PICKS
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class TuningSession:
         self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
         self.folder = gpu_dir(options.results_dir, self.device.slug)
         self.storage = options.storage or default_storage(options.results_dir, self.device.slug)
+        self.ceilings = measured_ceilings(self.folder)
         report.print_device(console, self.device)
 
     def close(self) -> None:
@@ -176,6 +179,9 @@ class TuningSession:
         if (params_key(REFERENCE_PARAMS) not in recorded_trials(study, layer.problem)
                 and not static_problems(reference, layer.problem, self.device)):
             study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True}, skip_if_exists=True)
+        if not study.trials or len(study.trials) == 1:  # a new study: seed it with the cost model's picks
+            for config in prior_picks(self.space, layer.problem, self.device, self.options.prior, self.ceilings):
+                study.enqueue_trial(config.search_params, user_attrs={"prior": True}, skip_if_exists=True)
         with report.StudyDisplay(self.console, self.options.trials) as display:
             tuner = Tuner(study, layer.problem, self.space, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)

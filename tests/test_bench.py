@@ -1,0 +1,67 @@
+"""The search on the recorded H100 landscape (results/nvidia-h100-80gb-hbm3/landscape/, measured by
+`python tune.py bench` on the H100): with the cost model's prior, TPE gets within 3 % of the
+exhaustive best in 32 trials on at least 5 of the 6 suite layers, and within 2 % at the median."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from tuner import bench
+from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
+from tuner.device import device_from_dict
+from tuner.replay import read_record
+from tuner.space import load_space
+from tuner.status import Status
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
+WITHIN = 1.03
+LAYERS_WITHIN = 5
+MEDIAN_WITHIN = 1.02
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return yaml.safe_load((RESULTS / "bench.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def landscape_space():
+    return load_space(bench.REPO / "search_spaces" / "sm80_landscape.yaml")
+
+
+def ratios_at_32(layer, space, device, ceilings) -> list[float]:
+    record = read_record(bench.landscape_path(RESULTS, layer.name), layer.problem)
+    exhaustive = min(r.median_us for r in record.values() if r.status is Status.ok)
+    prior = prior_picks(space, layer.problem, device, PRIOR_PICKS, ceilings)
+    return [bench.replay_search(layer.problem, space, device, record, 32, seed, prior)[0] / exhaustive
+            for seed in (0, 1, 2)]
+
+
+def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_space):
+    device = device_from_dict(measured["device"])
+    ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+    medians = {name: statistics.median(ratios_at_32(layers[name], landscape_space, device, ceilings))
+               for name in bench.SUITE}
+    assert sum(ratio <= WITHIN for ratio in medians.values()) >= LAYERS_WITHIN, medians
+    assert statistics.median(medians.values()) <= MEDIAN_WITHIN, medians
+
+
+def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
+    from tuner.space import valid_configs
+
+    device = device_from_dict(measured["device"])
+    for name in bench.SUITE:
+        record = read_record(bench.landscape_path(RESULTS, name), layers[name].problem)
+        assert {c.name for c in valid_configs(landscape_space, layers[name].problem, device)} == set(record)
+        assert sum(r.status is Status.ok for r in record.values()) > 100
+
+
+def test_replayed_bench_prints_the_table(capsys):
+    console = Console(width=220, force_terminal=False)
+    assert bench.main(["--replay-only", "--seeds", "1", "--layers", "conv_1,r50_s4_3x3_b32"], console) == 0
+    printed = capsys.readouterr().out
+    assert "exh/cuDNN" in printed and "r50_s4_3x3_b32" in printed and "geometric mean" in printed
