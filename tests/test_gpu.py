@@ -28,7 +28,7 @@ from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # n
 from tuner.space import make_config, reference_config  # noqa: E402
 from tuner.status import Status  # noqa: E402
 from tuner.validate import TOLERANCE  # noqa: E402
-from tuner.worker import problem_to_dict  # noqa: E402
+from tuner.problem import problem_to_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONV_1 = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)

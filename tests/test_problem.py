@@ -287,3 +287,15 @@ def test_find_layer_unknown_without_hint(layers):
         find_layer(layers, "vgg16_conv5")
     message = one_line(error)
     assert "'vgg16_conv5'" in message and "did you mean" not in message
+
+
+def test_strided_1x1_reads_a_quarter_of_the_input():
+    downsample = ConvProblem(n=32, h=56, w=56, c=256, k=512, r=1, s=1, stride=2)
+    assert downsample.touched_input_elements == downsample.input_elements // 4
+    assert downsample.bytes_moved == (downsample.input_elements // 4 + downsample.filter_elements
+                                      + downsample.output_elements) * 2
+
+
+def test_overlapping_windows_read_every_input_pixel():
+    stem = ConvProblem(n=1, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
+    assert stem.touched_input_elements == stem.input_elements

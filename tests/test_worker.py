@@ -7,7 +7,8 @@ import pytest
 from tuner import worker
 from tuner.problem import ConvProblem, DataType
 from tuner.status import Status
-from tuner.worker import CONTEXT_LOST, EXIT_CONTEXT_LOST, RESPONSE_PREFIX, problem_from_dict, problem_to_dict
+from tuner.problem import problem_from_dict, problem_to_dict
+from tuner.worker import CONTEXT_LOST, EXIT_CONTEXT_LOST, RESPONSE_PREFIX
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 

@@ -29,7 +29,7 @@ from tuner.results import BENCH_FILE, atomic_write, gpu_dir
 from tuner.space import SearchSpace, load_space, valid_configs
 from tuner.status import Status
 from tuner.study import Tuner, open_study, ranked
-from tuner.worker import problem_to_dict
+from tuner.problem import problem_to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = ("conv_1", "r50_s2_3x3_b1", "r50_s5_3x3_b1", "r50_s3_1x1_256to128_b32", "r50_s4_3x3_b32", "r50_s5_3x3_b32")

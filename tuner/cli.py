@@ -237,7 +237,13 @@ def bench_command(argv: list[str], console: Console) -> int:
     return bench.main(argv, console)
 
 
-COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command}
+def plots_command(argv: list[str], console: Console) -> int:
+    from tuner import plots
+
+    return plots.main(argv, console)
+
+
+COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command}
 
 
 def main(argv: list[str] | None = None) -> int:

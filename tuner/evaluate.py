@@ -14,7 +14,8 @@ from tuner.measure import Measurement
 from tuner.problem import ConvProblem
 from tuner.run import KernelAttributes
 from tuner.status import Status
-from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX, problem_to_dict
+from tuner.problem import problem_to_dict
+from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX
 
 DEFAULT_TIMEOUT_S = 120.0
 STDERR_TAIL_LINES = 5

@@ -8,7 +8,7 @@ from pathlib import Path
 from string import Template
 
 from tuner.codegen import TEMPLATES, kernel_alias
-from tuner.problem import ConvProblem, DataType
+from tuner.problem import ConvProblem, ProblemError, problem_from_dict
 from tuner.results import BEST_FILE, ResultsError, atomic_write, read_best
 from tuner.space import kernel_problem, make_config
 
@@ -22,10 +22,8 @@ def cpp_identifier(name: str) -> str:
 
 def _problem(entry: dict, layer: str) -> ConvProblem:
     try:
-        values = entry["problem"]
-        types = {k: DataType(v) for k, v in values.items() if k.endswith("_type")}
-        return ConvProblem(**{k: int(v) for k, v in values.items() if not k.endswith("_type")}, **types)
-    except (KeyError, TypeError, ValueError) as error:
+        return problem_from_dict(entry["problem"])
+    except (KeyError, ProblemError) as error:
         raise ResultsError(f"best.yaml layer {layer!r}: unreadable problem ({error})") from None
 
 

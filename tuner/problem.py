@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
@@ -87,10 +87,21 @@ class ConvProblem:
         return self.n * self.p * self.q * self.k
 
     @property
+    def touched_input_elements(self) -> int:
+        """Input elements some filter tap reads: a stride wider than the filter skips pixels."""
+        def touched(size: int, outputs: int, taps: int) -> int:
+            span = self.dilation * (taps - 1) + 1
+            covered = outputs * span if self.stride >= span else (outputs - 1) * self.stride + span
+            return min(size, covered)
+
+        return self.n * touched(self.h, self.p, self.r) * touched(self.w, self.q, self.s) * self.c
+
+    @property
     def bytes_moved(self) -> int:
-        """Bytes that must cross device memory at least once: each tensor read or written once."""
+        """Bytes that must cross device memory at least once: each tensor read or written once
+        (of the input, the pixels the filter windows touch)."""
         return (
-            self.input_elements * self.input_type.bytes
+            self.touched_input_elements * self.input_type.bytes
             + self.filter_elements * self.filter_type.bytes
             + self.output_elements * self.output_type.bytes
         )
@@ -110,6 +121,20 @@ class ConvProblem:
 def dtype_key(typed) -> str:
     """'f16_f16_f32_f32': input, filter, output and accumulator types of a problem or a config."""
     return "_".join(t.value for t in (typed.input_type, typed.filter_type, typed.output_type, typed.accumulator_type))
+
+
+def problem_from_dict(values: dict) -> ConvProblem:
+    """A problem from its dict form (worker requests, best.yaml entries)."""
+    try:
+        types = {k: DataType(v) for k, v in values.items() if k.endswith("_type")}
+        ints = {k: int(v) for k, v in values.items() if not k.endswith("_type")}
+        return ConvProblem(**ints, **types)
+    except (TypeError, ValueError) as error:
+        raise ProblemError(f"unreadable problem {values!r}: {error}") from None
+
+
+def problem_to_dict(problem: ConvProblem) -> dict:
+    return {k: (v.value if isinstance(v, DataType) else v) for k, v in asdict(problem).items()}
 
 
 @dataclass(frozen=True)

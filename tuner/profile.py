@@ -14,7 +14,7 @@ from pathlib import Path
 from tuner.diagnose import LaunchFacts, occupancy
 from tuner.ncu import LaunchStats, NcuReportError, parse_csv_report
 from tuner.problem import ConvProblem
-from tuner.worker import problem_to_dict
+from tuner.problem import problem_to_dict
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
 NCU_TIMEOUT_S = 300

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tuner.measure import rotation_copies, time_graph
-from tuner.problem import ConvProblem, DataType
+from tuner.problem import ConvProblem, problem_from_dict
 from tuner.run import (KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer, problem_array,
                        random_inputs)
 from tuner.status import Status
@@ -21,16 +21,6 @@ RESPONSE_PREFIX = "@@TUNER@@ "
 EXIT_CONTEXT_LOST = 3
 # Set in a response after which the worker exits: the parent waits for that exit.
 CONTEXT_LOST = "context_lost"
-
-
-def problem_from_dict(values: dict) -> ConvProblem:
-    types = {k: DataType(v) for k, v in values.items() if k.endswith("_type")}
-    ints = {k: int(v) for k, v in values.items() if not k.endswith("_type")}
-    return ConvProblem(**ints, **types)
-
-
-def problem_to_dict(problem: ConvProblem) -> dict:
-    return {k: (v.value if isinstance(v, DataType) else v) for k, v in asdict(problem).items()}
 
 
 class BoundKernel:

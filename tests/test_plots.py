@@ -1,0 +1,45 @@
+"""Pictures from a storage and a best.yaml, no GPU: a replayed study stands in for a real one."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from rich.console import Console
+
+from tuner import plots
+from tuner.problem import problem_to_dict
+from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
+from tuner.results import default_storage, gpu_dir, update_best
+from tuner.study import Tuner, open_study
+
+pytest.importorskip("matplotlib")
+RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
+
+
+def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
+    storage = default_storage(tmp_path, h100.slug)
+    study = open_study("conv_1-study", storage, 0)
+    record = read_record(RECORD, conv_1)
+    with open(RECORD) as handle:  # start from recorded configurations, so enough trials complete
+        rows = [line.split(",") for line in handle if not line.startswith(("#", "tile"))]
+    for row in rows[:12]:
+        study.enqueue_trial(dict(zip(("tile", "warps", "stages", "swizzle", "iterator", "split_k"),
+                                     (row[0], row[1], int(row[2]), int(row[3]), row[4], int(row[5])))))
+    Tuner(study, conv_1, sm80_space, h100, ReplayCompiler(), ReplayEvaluator(record), run_id="plots").run(24)
+    entry = {"problem": problem_to_dict(conv_1), "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0,
+             "study": {"name": "conv_1-study"}}
+    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})
+    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    folder = gpu_dir(tmp_path, h100.slug) / "plots"
+    for name in ("conv_1_history.png", "conv_1_importances.png", "summary.png"):
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_layer_is_a_results_error(tmp_path, h100):
+    from tuner.results import ResultsError
+
+    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"study": {"name": "x"}},
+                {"device": {"name": h100.name, "slug": h100.slug}})
+    with pytest.raises(ResultsError, match="not in"):
+        plots.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())

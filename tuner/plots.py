@@ -1,0 +1,117 @@
+"""`tune.py plots`: pictures of what the studies found, from the storage and best.yaml alone (no GPU).
+Per layer: Optuna's optimisation history and parameter importances; per GPU: µs and the share of
+the roofline of every layer. Needs matplotlib (pip install -e '.[plots]')."""
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import optuna
+
+from tuner.costmodel import measured_ceilings
+from tuner.problem import problem_from_dict
+from tuner.results import ResultsError, default_storage, gpu_dir, read_best
+
+REPO = Path(__file__).resolve().parents[1]
+MIN_TRIALS_FOR_IMPORTANCE = 10
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ResultsError("matplotlib is not installed: pip install -e '.[plots]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def layer_plots(study: optuna.Study, layer: str, folder: Path) -> list[Path]:
+    plt = _pyplot()
+    from optuna.visualization import matplotlib as optuna_plots
+
+    written = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
+        axes = optuna_plots.plot_optimization_history(study)
+        axes.set_title(f"{layer}: optimisation history (µs, lower is better)", loc="left")
+        written.append(_save(plt, axes.figure, folder / f"{layer}_history.png"))
+        complete = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]
+        if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
+            # PED-ANOVA needs no scikit-learn, unlike Optuna's default fANOVA.
+            evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+            axes = optuna_plots.plot_param_importances(study, evaluator=evaluator)
+            axes.set_title(f"{layer}: parameter importances (PED-ANOVA)", loc="left")
+            written.append(_save(plt, axes.figure, folder / f"{layer}_importances.png"))
+    return written
+
+
+def _save(plt, figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.set_size_inches(9, 5)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
+def summary_plot(best: dict, ceilings, path: Path) -> Path:
+    """µs per layer and the share of the roofline (max of the matrix and the copy floor) it reaches."""
+    plt = _pyplot()
+    names = sorted(best["layers"])
+    entries = [best["layers"][n] for n in names]
+    runtime = [e["runtime_us"] for e in entries]
+    shares = []
+    for entry in entries:
+        problem = problem_from_dict(entry["problem"])
+        floor_us = max(problem.flops / (ceilings.matmul_tflops * 1e12),
+                       problem.bytes_moved / (ceilings.copy_gbps * 1e9)) * 1e6
+        shares.append(100 * floor_us / entry["runtime_us"])
+    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(14, 8))
+    top.bar(range(len(names)), runtime, color="tab:blue")
+    top.set_ylabel("µs (tuned)")
+    top.set_yscale("log")
+    top.set_title(f"{best['device']['name']}: tuned sm80 conv2d fprop per layer")
+    bottom.bar(range(len(names)), shares, color="tab:green")
+    bottom.set_ylabel("% of roofline")
+    bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tune.py plots", description=__doc__.split("\n")[0])
+    parser.add_argument("--gpu", help="GPU slug under results/ (default: the only one with a best.yaml)")
+    parser.add_argument("--layers", help="comma-separated layers to draw (default: every layer in best.yaml)")
+    parser.add_argument("--storage", help="Optuna storage URL (default: the journal in results/<gpu>/)")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results")
+    return parser
+
+
+def main(argv: list[str], console) -> int:
+    args = build_parser().parse_args(argv)
+    slugs = [args.gpu] if args.gpu else sorted(p.parent.name for p in args.results_dir.glob("*/best.yaml"))
+    if len(slugs) != 1:
+        raise ResultsError(f"say which GPU with --gpu (found {slugs or 'no results/<gpu>/best.yaml'})")
+    folder = gpu_dir(args.results_dir, slugs[0])
+    best = read_best(folder)
+    storage = args.storage or default_storage(args.results_dir, slugs[0])
+    wanted = args.layers.split(",") if args.layers else sorted(best["layers"])
+    for layer in wanted:
+        entry = best["layers"].get(layer)
+        if entry is None:
+            raise ResultsError(f"layer {layer!r} is not in {folder / 'best.yaml'}")
+        try:
+            study = optuna.load_study(study_name=entry["study"]["name"], storage=storage)
+        except KeyError:
+            console.print(f"[yellow]{layer}: its study is not in the storage; no per-layer plots[/]")
+            continue
+        for path in layer_plots(study, layer, folder / "plots"):
+            console.print(f"wrote {path}")
+    console.print(f"wrote {summary_plot(best, measured_ceilings(folder), folder / 'plots' / 'summary.png')}")
+    return 0
