@@ -62,7 +62,8 @@ def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):
     assert all(count > 0 for count in per_worker), per_worker  # both contribute
     assert max(Counter(evaluated).values()) == 1  # no configuration measured twice
     study = optuna.load_study(study_name="two-workers", storage=JournalStorage(JournalFileBackend(journal)))
-    assert counted_in_run(study, RUN) == len(evaluated) >= TRIALS  # every measurement recorded, once
+    assert counted_in_run(study, RUN) == len(evaluated)  # every measurement recorded, once
+    assert TRIALS <= len(evaluated) <= TRIALS + 4  # shared: at most one batch (4) over the run's budget
     states = Counter(t.state for t in study.trials)
     assert states[optuna.trial.TrialState.RUNNING] == 0
     numbers = [t.number for t in study.trials]

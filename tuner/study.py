@@ -188,6 +188,13 @@ def counted_in_run(study: optuna.Study, run_id: str) -> int:
                and "from_record" not in t.user_attrs)
 
 
+def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
+    """Candidates other workers of this run hold right now (asked, not yet told): they will count,
+    so a worker does not start a batch that would overshoot --trials."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return sum(1 for t in running if t.user_attrs.get("run") == run_id)
+
+
 class Tuner:
     def __init__(self, study: optuna.Study, problem: ConvProblem, space: SearchSpace, device: DeviceFacts,
                  compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
@@ -212,7 +219,8 @@ class Tuner:
         done, idle_asks = 0, 0
         while idle_asks < EXHAUSTED_AFTER_ASKS:
             _stop_if_requested()
-            remaining = candidates - counted_in_run(self.study, self.run_id)
+            remaining = (candidates - counted_in_run(self.study, self.run_id)
+                         - in_flight_in_run(self.study, self.run_id))
             if remaining <= 0:
                 break
             batch, idle = self._fill_batch(min(batch_size, remaining))
