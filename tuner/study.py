@@ -219,11 +219,9 @@ class Tuner:
         done, idle_asks = 0, 0
         while idle_asks < EXHAUSTED_AFTER_ASKS:
             _stop_if_requested()
-            remaining = (candidates - counted_in_run(self.study, self.run_id)
-                         - in_flight_in_run(self.study, self.run_id))
-            if remaining <= 0:
+            if self._remaining(candidates) <= 0:
                 break
-            batch, idle = self._fill_batch(min(batch_size, remaining))
+            batch, idle = self._fill_batch(batch_size, candidates)
             idle_asks = idle_asks + idle if not batch else 0
             if batch:
                 self._run_batch(batch)
@@ -244,11 +242,17 @@ class Tuner:
                 return other.number
         return None
 
-    def _fill_batch(self, size: int) -> tuple[list[tuple[optuna.Trial, KernelConfig]], int]:
-        """Ask trials until `size` new candidates are in hand; answer the rest at once."""
+    def _remaining(self, candidates: int) -> int:
+        """What is left of the run's budget once every worker's finished and in-hand candidates
+        (this worker's batch so far included: its trials are RUNNING) are counted."""
+        return candidates - counted_in_run(self.study, self.run_id) - in_flight_in_run(self.study, self.run_id)
+
+    def _fill_batch(self, size: int, candidates: int) -> tuple[list[tuple[optuna.Trial, KernelConfig]], int]:
+        """Ask trials until `size` new candidates are in hand, or the run's budget is taken by this
+        worker and the others; answer the impossible and the recorded ones at once."""
         batch: list[tuple[optuna.Trial, KernelConfig]] = []
         idle = 0
-        while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS:
+        while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS and self._remaining(candidates) > 0:
             trial = self._ask()
             record = recorded_trials(self.study, self.problem)  # fresh: other workers finish trials too
             key = params_key(trial.params)
