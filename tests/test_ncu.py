@@ -385,3 +385,18 @@ def test_parsers_refuse_empty_text():
     for parse in (parse_text_report, parse_csv_report):
         with pytest.raises(NcuReportError, match="empty"):
             parse("")
+
+
+def test_real_h100_csv_report_recorded_by_the_tuner():
+    """tests/data/ncu/h100_ncu_2025.3_conv_1_128x128x64.csv: `python scripts/capture_ncu_csv.py`
+    on the H100 (ncu 2025.3.1, the tuner's own --csv --page details command)."""
+    text = (Path(__file__).parent / "data" / "ncu" / "h100_ncu_2025.3_conv_1_128x128x64.csv").read_text()
+    [launch] = parse_csv_report(text)
+    stats = LaunchStats.from_launch(launch)
+    assert stats.grid_blocks == 8 and stats.block_threads == 128
+    assert stats.registers_per_thread == 254
+    assert stats.sm_count == 132
+    assert stats.block_limit_registers == 2 and stats.block_limit_shared_mem == 2
+    assert stats.theoretical_occupancy_pct == pytest.approx(12.5)
+    assert abs(stats.dynamic_smem_per_block_bytes - 98304) < 100
+    assert 0 < stats.duration_us < 100
