@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import signal
+import uuid
 import sys
 from pathlib import Path
 
@@ -141,7 +142,10 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
     targets = resolve_targets(args, layers)
     space = load_space(args.space_file)
     many = len(targets) > 1 or args.all or args.layers
-    run_id = args.run_id or (nightly.default_run_id() if many or args.gpus else None)
+    # Several layers: one id per UTC day, so a killed nightly resumes. Several GPUs on one layer:
+    # one fresh id that all their workers share, so they split --trials between them.
+    run_id = args.run_id or (nightly.default_run_id() if many else
+                             f"gpus-{uuid.uuid4().hex[:12]}" if args.gpus else None)
     options = options_from(args, run_id)
     nvcc_version()  # fail before the GPU is touched if there is no compiler
     if args.gpus:
@@ -218,11 +222,6 @@ def export_command(argv: list[str], console: Console) -> int:
     for slug in slugs:
         console.print(f"wrote {export_header(gpu_dir(args.results_dir, slug))}")
     return 0
-
-
-def fail(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
 
 
 def _interrupt(signum, frame) -> None:
