@@ -56,8 +56,11 @@ def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
     device = device_from_dict(measured["device"])
     for name in bench.SUITE:
         record = read_record(bench.landscape_path(RESULTS, name), layers[name].problem)
-        assert {c.name for c in valid_configs(landscape_space, layers[name].problem, device)} == set(record)
-        assert sum(r.status is Status.ok for r in record.values()) > 100
+        valid = {c.name for c in valid_configs(landscape_space, layers[name].problem, device)}
+        assert valid <= set(record)
+        # what the static rules learned from this landscape excludes only candidates that failed
+        assert all(record[n].status is not Status.ok for n in set(record) - valid)
+        assert sum(record[n].status is Status.ok for n in valid) > 100
 
 
 def test_replayed_bench_prints_the_table(capsys):

@@ -365,3 +365,20 @@ def test_a_tiny_space(conv_1, h100):
     assert [c.name for c in valid_configs(space, conv_1, h100)] == [
         "64x64x32_w2x2x1_s3_sw1_optimized_sk1_a8x4_f16_f16_f32_f32"]
     assert len(list(itertools.islice(all_configs(space, conv_1), 100))) == 8
+
+
+def test_epilogue_rule_rejects_16_wide_warp_tiles_with_8_element_output(layers, h100):
+    problem = layers["r50_s4_3x3_b32"].problem  # f16 output, K=256: 8-element accesses
+    narrow = config_for(problem, tile="64x32x32", warps="1x2x1")  # warp tile 64x16
+    assert any("epilogue" in reason for reason in static_problems(narrow, problem, h100))
+
+
+def test_epilogue_rule_keeps_16_wide_warp_tiles_with_f32_output(conv_1, h100):
+    narrow = config_for(conv_1, tile="64x32x32", warps="1x2x1")  # f32 output: 4-element accesses
+    assert not static_problems(narrow, conv_1, h100)
+
+
+def test_128_wide_warp_tiles_with_f16_output_are_rejected(layers, h100):
+    problem = layers["r50_s4_3x3_b32"].problem
+    wide = config_for(problem, tile="64x128x32", warps="2x1x1")  # warp tile 32x128
+    assert any("wrong results" in reason for reason in static_problems(wide, problem, h100))

@@ -305,6 +305,20 @@ def _check_accumulators(config: KernelConfig, problem: ConvProblem, device: Devi
     return None
 
 
+def _check_epilogue(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    """Two warp-tile widths that the H100 landscape (results/nvidia-h100-80gb-hbm3/landscape/, 5 layers
+    with 16-bit output) showed never to work, and no working candidate is excluded by them."""
+    if _check_warp_split(config, problem, device):
+        return None
+    width = config.warp_tile.n
+    if width == 16 and config.alignment_c == 8:
+        return ("a 16-wide warp tile cannot be tiled by CUTLASS's epilogue with 8-element output accesses "
+                "(static assertion in output_tile_thread_map.h)")
+    if width >= 128 and config.output_type.bits == 16:
+        return f"warp tiles {width} wide with 16-bit output gave wrong results on every layer of the H100 landscape"
+    return None
+
+
 def _check_threads(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
     if config.threads > MAX_THREADS_PER_BLOCK:
         return f"{config.threads} threads per block exceed {MAX_THREADS_PER_BLOCK}"
@@ -355,7 +369,7 @@ def _check_split_k(config: KernelConfig, problem: ConvProblem, device: DeviceFac
     return None
 
 
-STATIC_RULES = (_check_warp_split, _check_warp_tile, _check_accumulators, _check_threads,
+STATIC_RULES = (_check_warp_split, _check_warp_tile, _check_accumulators, _check_epilogue, _check_threads,
                 _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k)
 
 
