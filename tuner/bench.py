@@ -152,7 +152,9 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
     try:
         measure_landscape(layers, space, device, Compiler(device.arch_flag, args.cache_dir, args.jobs), evaluator,
                           folder, console)
-        measured = {"device": device.to_dict(), "ceilings": worker.request({"op": "ceilings"}), "cudnn": {}}
+        earlier = folder / BENCH_FILE
+        kept = (yaml.safe_load(earlier.read_text()) or {}).get("cudnn", {}) if earlier.exists() else {}
+        measured = {"device": device.to_dict(), "ceilings": worker.request({"op": "ceilings"}), "cudnn": dict(kept)}
         for layer in ([] if args.no_cudnn else layers):
             answer = worker.request({"op": "cudnn", "problem": problem_to_dict(layer.problem),
                                      "l2_bytes": device.l2_bytes})
@@ -169,7 +171,8 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tune.py bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", default=",".join(SUITE), help="comma-separated suite (default: %(default)s)")
+    parser.add_argument("--layers", help=f"comma-separated suite or patterns (default when measuring: "
+                                         f"{','.join(SUITE)}; with --replay-only: every layer with a landscape)")
     parser.add_argument("--space-file", type=Path, default=REPO / "search_spaces" / "sm80_landscape.yaml",
                         help="the landscape's search space (default search_spaces/sm80_landscape.yaml)")
     parser.add_argument("--layers-file", type=Path, default=REPO / "search_spaces" / "layers.yaml")
@@ -202,9 +205,17 @@ def main(argv: list[str], console: Console) -> int:
     table = load_layers(args.layers_file)
     from tuner.cli import matching_layers
 
-    layers = [layer for name in args.layers.split(",") if name.strip() for layer in matching_layers(table, name.strip())]
     space = load_space(args.space_file)
-    device, measured = recorded_measurements(args) if args.replay_only else measure_on_gpu(layers, space, args, console)
+    if args.replay_only:
+        device, measured = recorded_measurements(args)
+        recorded = {p.stem for p in (gpu_dir(args.results_dir, device.slug) / "landscape").glob("*.csv")}
+        default = [name for name in table if name in recorded]
+    else:
+        default = list(SUITE)
+    names = args.layers.split(",") if args.layers else default
+    layers = [layer for name in names if name.strip() for layer in matching_layers(table, name.strip())]
+    if not args.replay_only:
+        device, measured = measure_on_gpu(layers, space, args, console)
     if args.measure_only:
         return 0
     ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
