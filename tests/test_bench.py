@@ -1,6 +1,7 @@
-"""The search on the recorded H100 landscape (results/nvidia-h100-80gb-hbm3/landscape/, measured by
-`python tune.py bench` on the H100): with the cost model's prior, TPE gets within 3 % of the
-exhaustive best in 32 trials on at least 5 of the 6 suite layers, and within 2 % at the median."""
+"""The search on the recorded H100 landscapes (results/nvidia-h100-80gb-hbm3/landscape/, 16 layers
+measured by `python tune.py bench` on the H100): with the cost model's prior, TPE gets within 3 %
+of the exhaustive best in 32 trials on at least three quarters of the layers (12 of 16 when
+recorded), and within 2 % at the median over the layers."""
 from __future__ import annotations
 
 import statistics
@@ -19,8 +20,12 @@ from tuner.status import Status
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
 WITHIN = 1.03
-LAYERS_WITHIN = 5
+SHARE_OF_LAYERS_WITHIN = 0.75
 MEDIAN_WITHIN = 1.02
+
+
+def recorded_layers() -> list[str]:
+    return sorted(p.stem for p in (RESULTS / "landscape").glob("*.csv"))
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +49,11 @@ def ratios_at_32(layer, space, device, ceilings) -> list[float]:
 def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_space):
     device = device_from_dict(measured["device"])
     ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+    names = recorded_layers()
+    assert set(bench.SUITE) <= set(names)
     medians = {name: statistics.median(ratios_at_32(layers[name], landscape_space, device, ceilings))
-               for name in bench.SUITE}
-    assert sum(ratio <= WITHIN for ratio in medians.values()) >= LAYERS_WITHIN, medians
+               for name in names}
+    assert sum(ratio <= WITHIN for ratio in medians.values()) >= SHARE_OF_LAYERS_WITHIN * len(names), medians
     assert statistics.median(medians.values()) <= MEDIAN_WITHIN, medians
 
 
@@ -54,13 +61,13 @@ def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
     from tuner.space import valid_configs
 
     device = device_from_dict(measured["device"])
-    for name in bench.SUITE:
+    for name in recorded_layers():
         record = read_record(bench.landscape_path(RESULTS, name), layers[name].problem)
         valid = {c.name for c in valid_configs(landscape_space, layers[name].problem, device)}
         assert valid <= set(record)
         # what the static rules learned from this landscape excludes only candidates that failed
         assert all(record[n].status is not Status.ok for n in set(record) - valid)
-        assert sum(record[n].status is Status.ok for n in valid) > 100
+        assert sum(record[n].status is Status.ok for n in valid) >= 50
 
 
 def test_replayed_bench_prints_the_table(capsys):
