@@ -16,6 +16,11 @@ from tuner.space import SearchSpace, load_space, make_config  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 SPACE_FILE = REPO / "search_spaces" / "sm80.yaml"
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ncu"
+RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
+H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
+RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
+H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
 
 H100 = DeviceFacts(
     name="NVIDIA H100 80GB HBM3",

@@ -1,5 +1,4 @@
 import dataclasses
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -17,11 +16,7 @@ from tuner.diagnose import (
 )
 from tuner.ncu import LaunchStats, NcuLaunch, NcuReportError, parse_text_report
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ncu"
-RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
-H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
-RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
-H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
+from conftest import H100_CSV, H100_CUTLASS, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
 
 # conv_1: N=1, H=W=32, C=K=32, 3x3, pad 1 -> implicit GEMM M = 1*32*32, N = 32, K = 32*3*3.
 CONV_1_GEMM = (1024, 32, 288)

@@ -17,11 +17,7 @@ from tuner.ncu import (
     read_report,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ncu"
-RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
-H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
-RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
-H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
+from conftest import H100_CSV, H100_CUTLASS, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
 
 SOL = "GPU Speed Of Light Throughput"
 

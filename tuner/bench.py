@@ -25,7 +25,7 @@ from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.problem import ConvProblem, Layer, load_layers
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import BENCH_FILE, atomic_write, gpu_dir
+from tuner.results import BENCH_FILE, atomic_write, gpu_dir, gpu_slugs
 from tuner.space import SearchSpace, load_space, valid_configs
 from tuner.status import Status
 from tuner.study import Tuner, open_study, ranked
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
     from tuner.results import ResultsError
 
-    slugs = [args.gpu] if args.gpu else sorted(p.parent.name for p in args.results_dir.glob(f"*/{BENCH_FILE}"))
+    slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir, BENCH_FILE)
     if len(slugs) != 1:
         raise ResultsError(f"--replay-only needs one results/<gpu>/{BENCH_FILE}; found {slugs or 'none'} (pass --gpu)")
     measured = yaml.safe_load((gpu_dir(args.results_dir, slugs[0]) / BENCH_FILE).read_text())

@@ -18,7 +18,7 @@ from tuner.evaluate import GpuUnavailable
 from tuner.export import export_header
 from tuner.ncu import NcuReportError
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
-from tuner.results import ResultsError, gpu_dir
+from tuner.results import ResultsError, gpu_dir, gpu_slugs
 from tuner.space import SpaceError, load_space
 from tuner.study import request_stop
 from tuner.costmodel import PRIOR_PICKS
@@ -216,7 +216,7 @@ def build_export_parser() -> argparse.ArgumentParser:
 
 def export_command(argv: list[str], console: Console) -> int:
     args = build_export_parser().parse_args(argv)
-    slugs = args.gpu or sorted(p.parent.name for p in args.results_dir.glob("*/best.yaml"))
+    slugs = args.gpu or gpu_slugs(args.results_dir)
     if not slugs:
         raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
     for slug in slugs:

@@ -15,7 +15,7 @@ from tuner.problem import ConvProblem
 from tuner.run import KernelAttributes
 from tuner.status import Status
 from tuner.problem import problem_to_dict
-from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX
+from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX, worker_env
 
 DEFAULT_TIMEOUT_S = 120.0
 STDERR_TAIL_LINES = 5
@@ -61,11 +61,9 @@ class WorkerProcess:
         self.restarts = 0
 
     def _start(self) -> None:
-        repo_root = str(Path(__file__).resolve().parents[1])
-        env = {**self.env, "PYTHONPATH": os.pathsep.join(filter(None, [repo_root, self.env.get("PYTHONPATH")]))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tuner.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+            stderr=subprocess.PIPE, text=True, env=worker_env(self.env), bufsize=1)
         self.lines = Queue()
         self.stderr_tail = []
         threading.Thread(target=self._pump_stdout, args=(self.process, self.lines), daemon=True).start()

@@ -11,7 +11,7 @@ import optuna
 
 from tuner.costmodel import measured_ceilings
 from tuner.problem import problem_from_dict
-from tuner.results import ResultsError, default_storage, gpu_dir, read_best
+from tuner.results import ResultsError, default_storage, gpu_dir, gpu_slugs, read_best
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], console) -> int:
     args = build_parser().parse_args(argv)
-    slugs = [args.gpu] if args.gpu else sorted(p.parent.name for p in args.results_dir.glob("*/best.yaml"))
+    slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir)
     if len(slugs) != 1:
         raise ResultsError(f"say which GPU with --gpu (found {slugs or 'no results/<gpu>/best.yaml'})")
     folder = gpu_dir(args.results_dir, slugs[0])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tuner.diagnose import LaunchFacts, occupancy
 from tuner.ncu import LaunchStats, NcuReportError, parse_csv_report
-from tuner.problem import ConvProblem
-from tuner.problem import problem_to_dict
+from tuner.problem import ConvProblem, problem_to_dict
+from tuner.worker import worker_env
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
 NCU_TIMEOUT_S = 300
@@ -52,12 +52,10 @@ def profile_candidate(library: Path, problem: ConvProblem, split_k: int) -> Laun
         raise ProfilerUnavailable("ncu not found on PATH: install Nsight Compute for confirmed numbers")
     request = {"op": "evaluate", "library": str(library), "problem": problem_to_dict(problem),
                "split_k": split_k, "seed": 1, "validate_only": True}
-    repo_root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo_root, os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "ncu.csv"
         completed = subprocess.run(ncu_command(ncu, report, request), capture_output=True, text=True,
-                                   env=env, timeout=NCU_TIMEOUT_S)
+                                   env=worker_env(dict(os.environ)), timeout=NCU_TIMEOUT_S)
         text = report.read_text() if report.exists() else ""
     if "ERR_NVGPUCTRPERM" in text + completed.stdout + completed.stderr:
         raise ProfilerUnavailable("ncu may not read the GPU counters here (ERR_NVGPUCTRPERM)")

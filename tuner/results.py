@@ -27,6 +27,11 @@ def gpu_dir(results_root: Path, slug: str) -> Path:
     return results_root / slug
 
 
+def gpu_slugs(results_root: Path, holding: str = BEST_FILE) -> list[str]:
+    """The GPU folders under results/ that hold the named file."""
+    return sorted(path.parent.name for path in results_root.glob(f"*/{holding}"))
+
+
 def default_storage(results_root: Path, slug: str):
     """A journal file: several worker processes of one host may share it (SQLite may not)."""
     from optuna.storages import JournalStorage

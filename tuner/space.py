@@ -286,8 +286,6 @@ def _check_warp_split(config: KernelConfig, problem: ConvProblem, device: Device
 
 
 def _check_warp_tile(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    if _check_warp_split(config, problem, device):
-        return None  # reported by the rule above
     warp, inst = config.warp_tile, config.instruction
     if warp.m % inst.m or warp.n % (2 * inst.n) or warp.k % inst.k:
         return (f"warp tile {warp.text} is not a multiple of the {inst.text} instruction "
@@ -296,8 +294,6 @@ def _check_warp_tile(config: KernelConfig, problem: ConvProblem, device: DeviceF
 
 
 def _check_accumulators(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    if _check_warp_split(config, problem, device):
-        return None
     per_thread = config.warp_tile.m * config.warp_tile.n // 32
     if per_thread > MAX_ACCUMULATORS_PER_THREAD:
         return (f"warp tile {config.warp_tile.m}x{config.warp_tile.n} needs {per_thread} accumulator registers "
@@ -308,8 +304,6 @@ def _check_accumulators(config: KernelConfig, problem: ConvProblem, device: Devi
 def _check_epilogue(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
     """Two warp-tile widths that the H100 landscape (results/nvidia-h100-80gb-hbm3/landscape/, 5 layers
     with 16-bit output) showed never to work, and no working candidate is excluded by them."""
-    if _check_warp_split(config, problem, device):
-        return None
     width = config.warp_tile.n
     if width == 16 and config.alignment_c == 8:
         return ("a 16-wide warp tile cannot be tiled by CUTLASS's epilogue with 8-element output accesses "
@@ -369,7 +363,9 @@ def _check_split_k(config: KernelConfig, problem: ConvProblem, device: DeviceFac
     return None
 
 
-STATIC_RULES = (_check_warp_split, _check_warp_tile, _check_accumulators, _check_epilogue, _check_threads,
+# These need a warp tile, so they run only once the threadblock divides by the warp count.
+WARP_TILE_RULES = (_check_warp_tile, _check_accumulators, _check_epilogue)
+STATIC_RULES = (_check_threads,
                 _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k)
 
 
@@ -378,7 +374,9 @@ def static_problems(config: KernelConfig, problem: ConvProblem, device: DeviceFa
     Unsupported data types stop here: the other rules need the instruction shape of the type."""
     if (reason := _check_types(config, problem, device)):
         return [reason]
-    return [reason for rule in STATIC_RULES if (reason := rule(config, problem, device))]
+    split = _check_warp_split(config, problem, device)
+    rules = STATIC_RULES if split else WARP_TILE_RULES + STATIC_RULES
+    return ([split] if split else []) + [reason for rule in rules if (reason := rule(config, problem, device))]
 
 
 def all_configs(space: SearchSpace, problem: ConvProblem) -> Iterator[KernelConfig]:

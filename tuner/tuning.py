@@ -175,11 +175,12 @@ class TuningSession:
         orphans = fail_orphans(study)
         if orphans:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
+        new_study = not study.trials
         reference = make_config(layer.problem, REFERENCE_PARAMS)
         if (params_key(REFERENCE_PARAMS) not in recorded_trials(study, layer.problem)
                 and not static_problems(reference, layer.problem, self.device)):
             study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True}, skip_if_exists=True)
-        if not study.trials or len(study.trials) == 1:  # a new study: seed it with the cost model's picks
+        if new_study:  # seed it with the cost model's picks
             for config in prior_picks(self.space, layer.problem, self.device, self.options.prior, self.ceilings):
                 study.enqueue_trial(config.search_params, user_attrs={"prior": True}, skip_if_exists=True)
         with report.StudyDisplay(self.console, self.options.trials) as display:

@@ -5,6 +5,7 @@ answers and exits; the parent starts a fresh one."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from dataclasses import asdict, dataclass
@@ -17,10 +18,16 @@ from tuner.run import (KernelLibrary, LaunchError, TensorSet, make_tensor_set, p
 from tuner.status import Status
 from tuner.validate import check_output, reference_fprop
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 RESPONSE_PREFIX = "@@TUNER@@ "
 EXIT_CONTEXT_LOST = 3
 # Set in a response after which the worker exits: the parent waits for that exit.
 CONTEXT_LOST = "context_lost"
+
+
+def worker_env(base: dict) -> dict:
+    """The environment in which `python -m tuner.worker` finds this repository's tuner package."""
+    return {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))}
 
 
 class BoundKernel:
@@ -79,7 +86,7 @@ class Workbench:
         return check_output(self.sets[index].y, self.reference, self.problem.output_type)
 
 
-def kernel_facts(library: KernelLibrary, args) -> dict:
+def grid_and_attributes(library: KernelLibrary, args) -> dict:
     return {"grid": library.grid(args), "attributes": asdict(library.attributes())}
 
 
@@ -89,7 +96,7 @@ def run_candidate(bench: Workbench, library: KernelLibrary, args, repeats: int, 
     refusal = library.can_implement(args)
     if refusal:
         return {"status": Status.invalid.value, "reason": f"CUTLASS can_implement refused the problem (cutlass::Status {refusal})"}
-    facts = kernel_facts(library, args)
+    facts = grid_and_attributes(library, args)
     stream = bench.stream
     bench.poison(0)
     single = BoundKernel(library, args, bench.sets[:1], stream.ptr)
