@@ -75,3 +75,33 @@ def test_replayed_bench_prints_the_table(capsys):
     assert bench.main(["--replay-only", "--seeds", "1", "--layers", "conv_1,r50_s4_3x3_b32"], console) == 0
     printed = capsys.readouterr().out
     assert "exh/cuDNN" in printed and "r50_s4_3x3_b32" in printed and "geometric mean" in printed
+
+
+def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, landscape_space):
+    """The 'search' step's plumbing, on the CPU: replayed compiles and timings of conv_1's landscape."""
+    from tuner.replay import ReplayCompiler, ReplayEvaluator
+
+    device = device_from_dict(measured["device"])
+    record = read_record(bench.landscape_path(RESULTS, "conv_1"), layers["conv_1"].problem)
+    caches, compiler = [], ReplayCompiler()
+
+    def make_compiler(cache):
+        caches.append(cache)
+        assert cache.is_dir() and not any(cache.iterdir())
+        return compiler
+
+    evaluator = ReplayEvaluator(record)
+    found = bench.product_search(layers["conv_1"], landscape_space, device, make_compiler, evaluator, Ceilings(), 12)
+    assert len(caches) == 1 and not caches[0].exists()  # the cold cache is removed afterwards
+    assert found.kernels_compiled == len(compiler.kernels) <= 12
+    exhaustive = min(r.median_us for r in record.values() if r.status is Status.ok)
+    assert found.best_us == min(record[name].median_us for name in evaluator.evaluated
+                                if record[name].status is Status.ok) >= exhaustive
+    assert found.wall_s >= 0
+
+
+def test_unknown_bench_step_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench.build_parser().parse_args(["--steps", "landscape,everything"])
+    assert stop.value.code == 2
+    assert "unknown step" in capsys.readouterr().err

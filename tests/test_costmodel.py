@@ -1,7 +1,9 @@
 """The cost model ranks candidates sensibly without compiling anything."""
 from __future__ import annotations
 
-from tuner.costmodel import Ceilings, blocks_per_sm, predicted_us, prior_picks, ranked_by_model
+from tuner.costmodel import (PRIOR_STAGES, PRIOR_SWIZZLE, Ceilings, blocks_per_sm, predicted_us, prior_candidates,
+                             prior_picks, ranked_by_model)
+from tuner.space import IteratorAlgorithm
 from tuner.space import make_config
 
 
@@ -42,5 +44,25 @@ def test_prior_picks_are_valid_distinct_and_varied(conv_1, sm80_space, h100):
     picks = prior_picks(sm80_space, conv_1, h100, 8)
     assert len(picks) == len(set(picks)) == 8
     assert max(sum(1 for p in picks if p.tile == tile) for tile in {p.tile for p in picks}) <= 2
+    assert picks[0] == prior_candidates(sm80_space, conv_1, h100)[0]
+
+
+def test_prior_keeps_the_knobs_the_model_cannot_see_at_the_fitted_values(conv_1, sm80_space, h100):
+    picks = prior_picks(sm80_space, conv_1, h100, 8)
+    assert all(p.stages in PRIOR_STAGES and p.swizzle == PRIOR_SWIZZLE for p in picks)
+    assert all(p.iterator is IteratorAlgorithm.optimized for p in picks)
+    # ...while the ranking over the whole space has other stage counts and swizzles tied with them
     ranked = ranked_by_model(sm80_space, conv_1, h100)
-    assert picks[0] == ranked[0]
+    assert {c.swizzle for c in ranked[:40]} != {PRIOR_SWIZZLE}
+
+
+def test_prior_for_few_channels_takes_the_channel_iterator(layers, sm80_space, h100):
+    stem = layers["r50_stem_b1"].problem
+    assert {p.iterator for p in prior_picks(sm80_space, stem, h100, 8)} == {IteratorAlgorithm.fixed_channels}
+
+
+def test_single_warp_blocks_leave_tensor_cores_idle(layers, h100):
+    problem = layers["r50_s5_3x3_b1"].problem  # fewer blocks than SMs: one block per SM
+    one_warp = make_config(problem, params("64x64x64", warps="1x1x1"))
+    four_warps = make_config(problem, params("64x64x64", warps="2x2x1"))
+    assert predicted_us(one_warp, problem, h100) > predicted_us(four_warps, problem, h100)

@@ -7,12 +7,19 @@
    without the cost model's prior.
 3. cuDNN through PyTorch, timed the same way; tuned / cuDNN and the geometric mean.
 4. The share of the measured matrix and copy ceilings each layer reaches.
+5. The tuner as `tune.py --trials 32` runs it, on the GPU: the product's whole space
+   (search_spaces/sm80.yaml, 50x the landscape's kernels), the reference and the cost model's picks
+   queued first, every kernel compiled into an empty cache: best found / the landscape's best (the
+   landscape is a slice of that space, so a ratio under 1 is a better kernel the slice lacks), kernels
+   compiled and wall seconds per layer.
 With --replay-only the GPU steps are skipped and the committed landscape is replayed (CPU)."""
 from __future__ import annotations
 
 import argparse
 import math
 import statistics
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +35,7 @@ from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record,
 from tuner.results import BENCH_FILE, atomic_write, gpu_dir, gpu_slugs
 from tuner.space import SearchSpace, load_space, valid_configs
 from tuner.status import Status
-from tuner.study import Tuner, open_study, ranked
+from tuner.study import Tuner, open_study, ranked, recorded_trials
 from tuner.problem import problem_to_dict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +43,8 @@ SUITE = ("conv_1", "r50_s2_3x3_b1", "r50_s5_3x3_b1", "r50_s3_1x1_256to128_b32", 
 BUDGETS = (16, 32, 64)
 SEEDS = (0, 1, 2)
 LANDSCAPE_REPEATS = 15
+PRODUCT_TRIALS = 32
+STEPS = ("landscape", "cudnn", "search")
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,15 @@ class SearchResult:
     @property
     def median_ratio(self) -> float:
         return statistics.median(self.ratios)
+
+
+@dataclass(frozen=True)
+class ProductSearch:
+    """One layer tuned the way `tune.py` tunes it, measured on the GPU."""
+    best_us: float
+    kernel: str
+    kernels_compiled: int
+    wall_s: float
 
 
 def landscape_path(folder: Path, layer: str) -> Path:
@@ -116,10 +134,13 @@ def geometric_mean(values: list[float]) -> float:
 def bench_table(layers: list[Layer], records: dict[str, dict[str, Recorded]], searches: dict[str, list[SearchResult]],
                 measured: dict, ceilings: Ceilings) -> Table:
     table = Table(title="tuner vs exhaustive vs cuDNN. exh: best of the landscape (µs); TPE<budget>[+p]: best found "
-                        "/ exhaustive best, median over seeds (kernels compiled); +p: seeded by the cost model")
+                        "/ exhaustive best, median over seeds (kernels compiled); +p: seeded by the cost model; "
+                        "GPU tuner: tune.py's search of its whole space on the GPU, best / exh (kernels compiled, "
+                        "cold-cache wall time)")
     columns = ["layer", "exh µs", "median", "worst"]
     columns += [f"TPE{r.budget}" + ("+p" if r.with_prior else "") for r in next(iter(searches.values()))]
-    columns += ["cuDNN µs", "exh/cuDNN", "%peak", "%bw"]
+    product = measured.get("product_search") or {}
+    columns += ["GPU tuner\n/exh", "cuDNN µs", "exh/cuDNN", "%peak", "%bw"]
     for column in columns:
         table.add_column(column, justify="left" if column == "layer" else "right", no_wrap=column == "layer")
     cudnn_ratios = []
@@ -128,6 +149,8 @@ def bench_table(layers: list[Layer], records: dict[str, dict[str, Recorded]], se
         best = times[0]
         row = [layer.name, f"{best:.2f}", f"{statistics.median(times) / best:.2f}x", f"{times[-1] / best:.2f}x"]
         row += [f"{r.median_ratio:.3f}\n({statistics.median(r.kernels):.0f})" for r in searches[layer.name]]
+        found = product.get(layer.name)
+        row += [f"{found['best_us'] / best:.3f}\n({found['kernels_compiled']}, {found['wall_s']:.0f} s)" if found else "-"]
         cudnn = (measured.get("cudnn") or {}).get(layer.name)
         if cudnn:
             cudnn_ratios.append(best / cudnn)
@@ -140,22 +163,51 @@ def bench_table(layers: list[Layer], records: dict[str, dict[str, Recorded]], se
     return table
 
 
+def product_search(layer: Layer, space: SearchSpace, device: DeviceFacts, make_compiler, evaluator,
+                   ceilings: Ceilings, trials: int) -> ProductSearch | None:
+    """`trials` candidates of `space` with the product's seeding; `make_compiler(cache_dir)` is given
+    an empty cache, so that the wall time is a cold start's."""
+    from tuner.tuning import seed_study
+
+    study = open_study("bench-product", optuna.storages.InMemoryStorage(), seed=0)
+    seed_study(study, layer.problem, space, device, PRIOR_PICKS, ceilings)
+    with tempfile.TemporaryDirectory(prefix="bench-cold-cache-") as cache:
+        started = time.monotonic()
+        Tuner(study, layer.problem, space, device, make_compiler(Path(cache)), evaluator, run_id="bench").run(trials)
+        wall_s = time.monotonic() - started
+    best = ranked(study, layer.problem)
+    kernels = {t.config.compiled for t in recorded_trials(study, layer.problem).values()
+               if t.status is not Status.invalid}
+    if not best:
+        return None
+    return ProductSearch(best[0].median_us, best[0].config.name, len(kernels), wall_s)
+
+
+def kept_measurements(folder: Path) -> dict:
+    earlier = folder / BENCH_FILE
+    return (yaml.safe_load(earlier.read_text()) or {}) if earlier.exists() else {}
+
+
 def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Console) -> tuple[DeviceFacts, dict]:
-    """Steps that need the GPU: the landscape, cuDNN and the ceilings, all through one worker."""
+    """Steps that need the GPU, all through one worker; earlier layers' figures in bench.yaml are kept."""
     from tuner.compile import Compiler
     from tuner.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 
     worker = WorkerProcess(timeout_s=120)
     device = device_from_dict(query_device_facts(worker))
     folder = gpu_dir(args.results_dir, device.slug)
+    kept = kept_measurements(folder)
+    measured = {"device": device.to_dict(), "ceilings": worker.request({"op": "ceilings"}),
+                "cudnn": dict(kept.get("cudnn") or {}), "product_search": dict(kept.get("product_search") or {})}
+    if "cudnn_version" in kept:
+        measured["cudnn_version"] = kept["cudnn_version"]
+    ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
     evaluator = GpuEvaluator(device.l2_bytes, worker, repeats=LANDSCAPE_REPEATS)
     try:
-        measure_landscape(layers, space, device, Compiler(device.arch_flag, args.cache_dir, args.jobs), evaluator,
-                          folder, console)
-        earlier = folder / BENCH_FILE
-        kept = (yaml.safe_load(earlier.read_text()) or {}).get("cudnn", {}) if earlier.exists() else {}
-        measured = {"device": device.to_dict(), "ceilings": worker.request({"op": "ceilings"}), "cudnn": dict(kept)}
-        for layer in ([] if args.no_cudnn else layers):
+        if "landscape" in args.steps:
+            measure_landscape(layers, space, device, Compiler(device.arch_flag, args.cache_dir, args.jobs),
+                              evaluator, folder, console)
+        for layer in layers if "cudnn" in args.steps else []:
             answer = worker.request({"op": "cudnn", "problem": problem_to_dict(layer.problem),
                                      "l2_bytes": device.l2_bytes})
             if "cudnn_us" in answer:
@@ -163,6 +215,21 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
                 measured["cudnn_version"] = answer["cudnn_version"]
             else:
                 console.print(f"[yellow]cuDNN not timed for {layer.name}: {answer.get('reason')}[/]")
+        product_space = load_space(args.product_space)
+        tuner_evaluator = GpuEvaluator(device.l2_bytes, worker)  # the tuner's repeats; shares the worker
+        for layer in layers if "search" in args.steps else []:
+            found = product_search(layer, product_space, device,
+                                   lambda cache: Compiler(device.arch_flag, cache, args.jobs), tuner_evaluator,
+                                   ceilings, args.product_trials)
+            if found is None:
+                console.print(f"[yellow]{layer.name}: the tuner found no valid kernel[/]")
+                continue
+            measured["product_search"][layer.name] = {
+                "best_us": round(found.best_us, 3), "kernel": found.kernel, "trials": args.product_trials,
+                "kernels_compiled": found.kernels_compiled, "wall_s": round(found.wall_s, 1)}
+            console.print(f"  tuner on {args.product_space.name}: {layer.name} {found.best_us:.2f} µs "
+                          f"({found.kernel}), {found.kernels_compiled} kernels, {found.wall_s:.0f} s cold")
+            atomic_write(folder / BENCH_FILE, yaml.safe_dump(measured, sort_keys=False))  # a kill keeps these
     finally:
         evaluator.close()
     atomic_write(folder / BENCH_FILE, yaml.safe_dump(measured, sort_keys=False))
@@ -180,7 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", help="with --replay-only: GPU slug under results/ (default: the only one)")
     parser.add_argument("--replay-only", action="store_true",
                         help="no GPU: replay the committed landscape and cuDNN/ceiling numbers")
-    parser.add_argument("--no-cudnn", action="store_true", help="skip the cuDNN baseline")
+    parser.add_argument("--steps", type=steps_list, default=STEPS,
+                        help=f"GPU steps to run, comma-separated (default {','.join(STEPS)}): 'landscape' times "
+                             "every candidate of --space-file, 'cudnn' the baseline, 'search' the tuner on "
+                             "--product-space; the table replays whatever is recorded")
+    parser.add_argument("--product-space", type=Path, default=REPO / "search_spaces" / "sm80.yaml",
+                        help="the space `tune.py` searches, for the 'search' step (default search_spaces/sm80.yaml)")
+    parser.add_argument("--product-trials", type=positive_int, default=PRODUCT_TRIALS,
+                        help=f"candidates per layer in the 'search' step (default {PRODUCT_TRIALS})")
     parser.add_argument("--measure-only", action="store_true",
                         help="measure on the GPU and write results/<gpu>/, but replay no search (do that "
                              "later with --replay-only, on any machine)")
@@ -188,6 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path, help="compile cache")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs")
     return parser
+
+
+def steps_list(text: str) -> tuple[str, ...]:
+    steps = tuple(step.strip() for step in text.split(",") if step.strip())
+    unknown = [step for step in steps if step not in STEPS]
+    if unknown or not steps:
+        raise argparse.ArgumentTypeError(f"unknown step(s) {unknown or text!r}; choose from {','.join(STEPS)}")
+    return steps
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
+    return int(text)
 
 
 def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
@@ -226,4 +314,22 @@ def main(argv: list[str], console: Console) -> int:
     searches = {layer.name: search_results(layer, space, device, records[layer.name], ceilings,
                                            seeds=tuple(range(args.seeds))) for layer in layers}
     console.print(bench_table(layers, records, searches, measured, ceilings))
+    line = product_summary(layers, records, measured)
+    if line:
+        console.print(line)
     return 0
+
+
+def product_summary(layers: list[Layer], records: dict[str, dict[str, Recorded]], measured: dict) -> str | None:
+    product = measured.get("product_search") or {}
+    ratios, walls = [], []
+    for layer in layers:
+        if layer.name in product:
+            best = min(r.median_us for r in records[layer.name].values() if r.status is Status.ok)
+            ratios.append(product[layer.name]["best_us"] / best)
+            walls.append(product[layer.name]["wall_s"])
+    if not ratios:
+        return None
+    return (f"GPU tuner over its whole space: best / landscape best within 2 % on {sum(r <= 1.02 for r in ratios)} "
+            f"of {len(ratios)} layers, median {statistics.median(ratios):.3f}, worst {max(ratios):.3f}; "
+            f"cold-cache wall time per layer median {statistics.median(walls):.0f} s, longest {max(walls):.0f} s")

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tuner import report
-from tuner.costmodel import PRIOR_PICKS, measured_ceilings, prior_picks
+from tuner.costmodel import PRIOR_PICKS, Ceilings, measured_ceilings, prior_picks
 from tuner.compile import Compiler, CompileResult, cutlass_version, nvcc_version
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.diagnose import LaunchFacts, kernel_facts
@@ -56,6 +56,18 @@ class LayerOutcome:
         if self.runtime_us is None or not self.previous_us:
             return None
         return self.runtime_us / self.previous_us - 1.0
+
+
+def seed_study(study, problem: ConvProblem, space: SearchSpace, device: DeviceFacts, prior: int,
+               ceilings: Ceilings) -> None:
+    """Queue the reference config and the cost model's picks, each unless the study has it already:
+    a study made before the model (or before a change to it) gets the current picks on its next run."""
+    reference = make_config(problem, REFERENCE_PARAMS)
+    if (params_key(REFERENCE_PARAMS) not in recorded_trials(study, problem)
+            and not static_problems(reference, problem, device)):
+        study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True}, skip_if_exists=True)
+    for config in prior_picks(space, problem, device, prior, ceilings):
+        study.enqueue_trial(config.search_params, user_attrs={"prior": True}, skip_if_exists=True)
 
 
 def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig, CompileResult],
@@ -175,14 +187,8 @@ class TuningSession:
         orphans = fail_orphans(study)
         if orphans:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
-        new_study = not study.trials
         reference = make_config(layer.problem, REFERENCE_PARAMS)
-        if (params_key(REFERENCE_PARAMS) not in recorded_trials(study, layer.problem)
-                and not static_problems(reference, layer.problem, self.device)):
-            study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True}, skip_if_exists=True)
-        if new_study:  # seed it with the cost model's picks
-            for config in prior_picks(self.space, layer.problem, self.device, self.options.prior, self.ceilings):
-                study.enqueue_trial(config.search_params, user_attrs={"prior": True}, skip_if_exists=True)
+        seed_study(study, layer.problem, self.space, self.device, self.options.prior, self.ceilings)
         with report.StudyDisplay(self.console, self.options.trials) as display:
             tuner = Tuner(study, layer.problem, self.space, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)
