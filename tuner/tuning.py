@@ -195,7 +195,7 @@ class TuningSession:
             measured = tuner.run(self.options.trials)
         self.console.print(f"study {study.study_name}: {len(study.trials)} trials in all; this run: "
                            f"{report.outcome_line(display.outcomes)}")
-        entry = self.finish(layer, study, reference, measured, tuner.run_id)
+        entry = self.finish(layer, study, reference, measured, tuner.run_id, previous and previous.get("params"))
         if entry is None:
             return LayerOutcome(layer.name, None, previous and previous.get("runtime_us"), None, measured)
         if previous and previous.get("run") != tuner.run_id:
@@ -207,7 +207,8 @@ class TuningSession:
         return LayerOutcome(layer.name, entry["runtime_us"], (entry.get("previous") or {}).get("runtime_us"),
                             entry["kernel"], measured)
 
-    def finish(self, layer: Layer, study, reference: KernelConfig, measured: int, run_id: str) -> dict | None:
+    def finish(self, layer: Layer, study, reference: KernelConfig, measured: int, run_id: str,
+               previous_params: dict | None = None) -> dict | None:
         """Re-measure the finalists side by side, explain them, and build the layer's best entry."""
         device, options, console = self.device, self.options, self.console
         records = sorted(recorded_trials(study, layer.problem).values(), key=lambda r: r.number)
@@ -217,9 +218,7 @@ class TuningSession:
         if not best:
             console.print("[red]no candidate passed validation; nothing recorded[/]")
             return None
-        finalists = [(f"#{i + 1}", r.config) for i, r in enumerate(best[:options.top])]
-        if all(config != reference for _, config in finalists) and not static_problems(reference, layer.problem, device):
-            finalists.append(("reference", reference))
+        finalists = finalist_configs(best, options.top, reference, previous_params, layer.problem, device)
         compiled = {r.config.compiled: r for r in self.compiler.compile_many([c for _, c in finalists])}
         rows = confirm(finalists, compiled, self.evaluator, layer.problem, options.confirm_rounds)
         if not rows:
@@ -236,6 +235,24 @@ class TuningSession:
         console.print(report.waste_table([(r, facts[r.label]) for r in rows], profiles))
         return best_entry(layer, winner, reference_row, study, device, measured, facts[winner.label],
                           profiles.get(winner.label), run_id)
+
+
+def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig, previous_params: dict | None,
+                     problem: ConvProblem, device: DeviceFacts) -> list[tuple[str, KernelConfig]]:
+    """The study's `top` fastest, then the reference config and the layer's previous best where the
+    study lacks them and they can run: re-measured side by side, the previous best can win again, so a
+    study that lost its history (or a short one) never replaces a faster kernel with a slower one."""
+    finalists = [(f"#{i + 1}", r.config) for i, r in enumerate(best[:top])]
+    extra = [("reference", reference)]
+    if previous_params:
+        try:
+            extra.append(("previous", make_config(problem, previous_params)))
+        except (KeyError, ValueError):  # an entry written by an older search space: nothing to re-measure
+            pass
+    for label, config in extra:
+        if all(config != chosen for _, chosen in finalists) and not static_problems(config, problem, device):
+            finalists.append((label, config))
+    return finalists
 
 
 def say_versus_reference(console: Console, winner: report.Confirmed, reference: report.Confirmed | None,
