@@ -193,6 +193,7 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
     from tuner.compile import Compiler
     from tuner.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 
+    product_space = load_space(args.product_space) if "search" in args.steps else None  # a typo fails first
     worker = WorkerProcess(timeout_s=120)
     device = device_from_dict(query_device_facts(worker))
     folder = gpu_dir(args.results_dir, device.slug)
@@ -215,7 +216,6 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
                 measured["cudnn_version"] = answer["cudnn_version"]
             else:
                 console.print(f"[yellow]cuDNN not timed for {layer.name}: {answer.get('reason')}[/]")
-        product_space = load_space(args.product_space)
         tuner_evaluator = GpuEvaluator(device.l2_bytes, worker)  # the tuner's repeats; shares the worker
         for layer in layers if "search" in args.steps else []:
             found = product_search(layer, product_space, device,
@@ -242,8 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          f"{','.join(SUITE)}; with --replay-only: every layer with a landscape)")
     parser.add_argument("--space-file", type=Path, default=REPO / "search_spaces" / "sm80_landscape.yaml",
                         help="the landscape's search space (default search_spaces/sm80_landscape.yaml)")
-    parser.add_argument("--layers-file", type=Path, default=REPO / "search_spaces" / "layers.yaml")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "results")
+    parser.add_argument("--layers-file", type=Path, default=REPO / "search_spaces" / "layers.yaml",
+                        help="the layer table (default search_spaces/layers.yaml)")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results",
+                        help="where results/<gpu>/landscape/ and bench.yaml are read and written (default results/)")
     parser.add_argument("--gpu", help="with --replay-only: GPU slug under results/ (default: the only one)")
     parser.add_argument("--replay-only", action="store_true",
                         help="no GPU: replay the committed landscape and cuDNN/ceiling numbers")
@@ -258,8 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--measure-only", action="store_true",
                         help="measure on the GPU and write results/<gpu>/, but replay no search (do that "
                              "later with --replay-only, on any machine)")
-    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds per budget (default 3)")
-    parser.add_argument("--cache-dir", type=Path, help="compile cache")
+    parser.add_argument("--seeds", type=positive_int, default=len(SEEDS),
+                        help="seeds per budget of the replayed search (default 3)")
+    parser.add_argument("--cache-dir", type=Path,
+                        help="compile cache of the landscape step (default: the tuner's; the 'search' step "
+                             "always compiles into an empty one, to time a cold start)")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs")
     return parser
 
