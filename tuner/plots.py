@@ -28,6 +28,13 @@ def _pyplot():
     return plt
 
 
+def _retitle(axes, title: str) -> None:
+    """Optuna's plots carry a centred title of their own: replace it rather than draw over it."""
+    for location in ("center", "left", "right"):
+        axes.set_title("", loc=location)
+    axes.set_title(title)
+
+
 def layer_plots(study: optuna.Study, layer: str, folder: Path) -> list[Path]:
     plt = _pyplot()
     from optuna.visualization import matplotlib as optuna_plots
@@ -36,14 +43,14 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path) -> list[Path]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
         axes = optuna_plots.plot_optimization_history(study)
-        axes.set_title(f"{layer}: optimisation history (µs, lower is better)", loc="left")
+        _retitle(axes, f"{layer}: optimisation history (µs, lower is better)")
         written.append(_save(plt, axes.figure, folder / f"{layer}_history.png"))
         complete = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]
         if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
             # PED-ANOVA needs no scikit-learn, unlike Optuna's default fANOVA.
             evaluator = optuna.importance.PedAnovaImportanceEvaluator()
             axes = optuna_plots.plot_param_importances(study, evaluator=evaluator)
-            axes.set_title(f"{layer}: parameter importances (PED-ANOVA)", loc="left")
+            _retitle(axes, f"{layer}: parameter importances (PED-ANOVA)")
             written.append(_save(plt, axes.figure, folder / f"{layer}_importances.png"))
     return written
 
