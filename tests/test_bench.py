@@ -40,7 +40,7 @@ def landscape_space():
 
 def ratios_at_32(layer, space, device, ceilings) -> list[float]:
     record = read_record(bench.landscape_path(RESULTS, layer.name), layer.problem)
-    exhaustive = min(r.median_us for r in record.values() if r.status is Status.ok)
+    exhaustive = bench.exhaustive_best(record)
     prior = prior_picks(space, layer.problem, device, PRIOR_PICKS, ceilings)
     return [bench.replay_search(layer.problem, space, device, record, 32, seed, prior)[0] / exhaustive
             for seed in (0, 1, 2)]
@@ -48,7 +48,7 @@ def ratios_at_32(layer, space, device, ceilings) -> list[float]:
 
 def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_space):
     device = device_from_dict(measured["device"])
-    ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+    ceilings = bench.bench_ceilings(measured)
     names = recorded_layers()
     assert set(bench.SUITE) <= set(names)
     medians = {name: statistics.median(ratios_at_32(layers[name], landscape_space, device, ceilings))
@@ -94,7 +94,7 @@ def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, 
     found = bench.product_search(layers["conv_1"], landscape_space, device, make_compiler, evaluator, Ceilings(), 12)
     assert len(caches) == 1 and not caches[0].exists()  # the cold cache is removed afterwards
     assert found.kernels_compiled == len(compiler.kernels) <= 12
-    exhaustive = min(r.median_us for r in record.values() if r.status is Status.ok)
+    exhaustive = bench.exhaustive_best(record)
     assert found.best_us == min(record[name].median_us for name in evaluator.evaluated
                                 if record[name].status is Status.ok) >= exhaustive
     assert found.wall_s >= 0
@@ -105,3 +105,11 @@ def test_unknown_bench_step_is_a_usage_error(capsys):
         bench.build_parser().parse_args(["--steps", "landscape,everything"])
     assert stop.value.code == 2
     assert "unknown step" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--seeds", "--product-trials", "--jobs"])
+def test_whole_number_options_below_one_are_usage_errors(option):
+    from tuner.cli import UsageError
+
+    with pytest.raises(UsageError, match=f"{option} must be at least 1"):
+        bench.main(["--replay-only", option, "0"], Console())

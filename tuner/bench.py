@@ -68,6 +68,15 @@ class ProductSearch:
     wall_s: float
 
 
+def exhaustive_best(record: dict[str, Recorded]) -> float:
+    """The fastest valid candidate's µs in a layer's landscape."""
+    return min(r.median_us for r in record.values() if r.status is Status.ok)
+
+
+def bench_ceilings(measured: dict) -> Ceilings:
+    return Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+
+
 def landscape_path(folder: Path, layer: str) -> Path:
     return folder / "landscape" / f"{layer}.csv"
 
@@ -115,7 +124,7 @@ def replay_search(problem: ConvProblem, space: SearchSpace, device: DeviceFacts,
 
 def search_results(layer: Layer, space: SearchSpace, device: DeviceFacts, record: dict[str, Recorded],
                    ceilings: Ceilings, budgets=BUDGETS, seeds=SEEDS) -> list[SearchResult]:
-    exhaustive = min(r.median_us for r in record.values() if r.status is Status.ok)
+    exhaustive = exhaustive_best(record)
     prior = prior_picks(space, layer.problem, device, PRIOR_PICKS, ceilings)
     results = []
     for with_prior in (False, True):
@@ -176,10 +185,10 @@ def product_search(layer: Layer, space: SearchSpace, device: DeviceFacts, make_c
         Tuner(study, layer.problem, space, device, make_compiler(Path(cache)), evaluator, run_id="bench").run(trials)
         wall_s = time.monotonic() - started
     best = ranked(study, layer.problem)
-    kernels = {t.config.compiled for t in recorded_trials(study, layer.problem).values()
-               if t.status is not Status.invalid}
     if not best:
         return None
+    kernels = {t.config.compiled for t in recorded_trials(study, layer.problem).values()
+               if t.status is not Status.invalid}
     return ProductSearch(best[0].median_us, best[0].config.name, len(kernels), wall_s)
 
 
@@ -202,8 +211,12 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
                 "cudnn": dict(kept.get("cudnn") or {}), "product_search": dict(kept.get("product_search") or {})}
     if "cudnn_version" in kept:
         measured["cudnn_version"] = kept["cudnn_version"]
-    ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+    ceilings = bench_ceilings(measured)
     evaluator = GpuEvaluator(device.l2_bytes, worker, repeats=LANDSCAPE_REPEATS)
+
+    def save() -> None:  # after every layer, so that a kill keeps what was measured
+        atomic_write(folder / BENCH_FILE, yaml.safe_dump(measured, sort_keys=False))
+
     try:
         if "landscape" in args.steps:
             measure_landscape(layers, space, device, Compiler(device.arch_flag, args.cache_dir, args.jobs),
@@ -216,6 +229,7 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
                 measured["cudnn_version"] = answer["cudnn_version"]
             else:
                 console.print(f"[yellow]cuDNN not timed for {layer.name}: {answer.get('reason')}[/]")
+            save()
         tuner_evaluator = GpuEvaluator(device.l2_bytes, worker)  # the tuner's repeats; shares the worker
         for layer in layers if "search" in args.steps else []:
             found = product_search(layer, product_space, device,
@@ -229,10 +243,10 @@ def measure_on_gpu(layers: list[Layer], space: SearchSpace, args, console: Conso
                 "kernels_compiled": found.kernels_compiled, "wall_s": round(found.wall_s, 1)}
             console.print(f"  tuner on {args.product_space.name}: {layer.name} {found.best_us:.2f} µs "
                           f"({found.kernel}), {found.kernels_compiled} kernels, {found.wall_s:.0f} s cold")
-            atomic_write(folder / BENCH_FILE, yaml.safe_dump(measured, sort_keys=False))  # a kill keeps these
+            save()
     finally:
         evaluator.close()
-    atomic_write(folder / BENCH_FILE, yaml.safe_dump(measured, sort_keys=False))
+    save()
     return device, measured
 
 
@@ -255,12 +269,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "--product-space; the table replays whatever is recorded")
     parser.add_argument("--product-space", type=Path, default=REPO / "search_spaces" / "sm80.yaml",
                         help="the space `tune.py` searches, for the 'search' step (default search_spaces/sm80.yaml)")
-    parser.add_argument("--product-trials", type=positive_int, default=PRODUCT_TRIALS,
+    parser.add_argument("--product-trials", type=int, default=PRODUCT_TRIALS,
                         help=f"candidates per layer in the 'search' step (default {PRODUCT_TRIALS})")
     parser.add_argument("--measure-only", action="store_true",
                         help="measure on the GPU and write results/<gpu>/, but replay no search (do that "
                              "later with --replay-only, on any machine)")
-    parser.add_argument("--seeds", type=positive_int, default=len(SEEDS),
+    parser.add_argument("--seeds", type=int, default=len(SEEDS),
                         help="seeds per budget of the replayed search (default 3)")
     parser.add_argument("--cache-dir", type=Path,
                         help="compile cache of the landscape step (default: the tuner's; the 'search' step "
@@ -277,12 +291,6 @@ def steps_list(text: str) -> tuple[str, ...]:
     return steps
 
 
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
-    return int(text)
-
-
 def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
     from tuner.results import ResultsError
 
@@ -295,8 +303,12 @@ def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
 
 def main(argv: list[str], console: Console) -> int:
     args = build_parser().parse_args(argv)
+    from tuner.cli import matching_layers, positive
+
+    for option, value in (("--seeds", args.seeds), ("--product-trials", args.product_trials), ("--jobs", args.jobs)):
+        if value is not None:
+            positive(option, value)
     table = load_layers(args.layers_file)
-    from tuner.cli import matching_layers
 
     space = load_space(args.space_file)
     if args.replay_only:
@@ -311,7 +323,7 @@ def main(argv: list[str], console: Console) -> int:
         device, measured = measure_on_gpu(layers, space, args, console)
     if args.measure_only:
         return 0
-    ceilings = Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
+    ceilings = bench_ceilings(measured)
     console.print(f"{device.name}: measured ceilings {ceilings.matmul_tflops:.0f} TFLOP/s f16 matmul, "
                   f"{ceilings.copy_gbps:.0f} GB/s copy")
     folder = gpu_dir(args.results_dir, device.slug)
@@ -330,7 +342,7 @@ def product_summary(layers: list[Layer], records: dict[str, dict[str, Recorded]]
     ratios, walls = [], []
     for layer in layers:
         if layer.name in product:
-            best = min(r.median_us for r in records[layer.name].values() if r.status is Status.ok)
+            best = exhaustive_best(records[layer.name])
             ratios.append(product[layer.name]["best_us"] / best)
             walls.append(product[layer.name]["wall_s"])
     if not ratios:
