@@ -12,7 +12,9 @@ if str(REPO) not in sys.path:  # plain `pytest` from anywhere, not only `python 
 
 from tuner.device import DeviceFacts  # noqa: E402
 from tuner.problem import ConvProblem, load_layers  # noqa: E402
-from tuner.space import SearchSpace, load_space, make_config  # noqa: E402
+from tuner.families.base import SearchSpace  # noqa: E402
+from tuner.families.sm80.space import make_config  # noqa: E402
+from tuner.space import load_space  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 SPACE_FILE = REPO / "search_spaces" / "sm80.yaml"

@@ -12,10 +12,10 @@ import yaml
 from rich.console import Console
 
 from tuner import bench
-from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
+from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
 from tuner.device import device_from_dict
 from tuner.replay import read_record
-from tuner.space import load_space
+from tuner.space import JointSpace, load_space
 from tuner.status import Status
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
@@ -24,8 +24,12 @@ SHARE_OF_LAYERS_WITHIN = 0.9
 MEDIAN_WITHIN = 1.02
 
 
-def recorded_layers() -> list[str]:
-    return sorted(p.stem for p in (RESULTS / "landscape").glob("*.csv"))
+def recorded_layers(family: str = "sm80") -> list[str]:
+    return sorted(p.stem for p in (RESULTS / "landscape" / family).glob("*.csv"))
+
+
+def sm80_record(name: str, problem):
+    return read_record(bench.landscape_path(RESULTS, "sm80", name), problem, "sm80")
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +43,11 @@ def landscape_space():
 
 
 def ratios_at_32(layer, space, device, ceilings) -> list[float]:
-    record = read_record(bench.landscape_path(RESULTS, layer.name), layer.problem)
+    record = sm80_record(layer.name, layer.problem)
     exhaustive = bench.exhaustive_best(record)
-    prior = prior_picks(space, layer.problem, device, PRIOR_PICKS, ceilings)
-    return [bench.replay_search(layer.problem, space, device, record, 32, seed, prior)[0] / exhaustive
+    joint = JointSpace((space,))
+    prior = joint_prior_picks(joint, layer.problem, device, PRIOR_PICKS, ceilings)
+    return [bench.replay_search(layer.problem, joint, device, record, 32, seed, prior)[0] / exhaustive
             for seed in (0, 1, 2)]
 
 
@@ -62,7 +67,7 @@ def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
 
     device = device_from_dict(measured["device"])
     for name in recorded_layers():
-        record = read_record(bench.landscape_path(RESULTS, name), layers[name].problem)
+        record = sm80_record(name, layers[name].problem)
         valid = {c.name for c in valid_configs(landscape_space, layers[name].problem, device)}
         assert valid <= set(record)
         # what the static rules learned from this landscape excludes only candidates that failed
@@ -74,7 +79,7 @@ def test_replayed_bench_prints_the_table(capsys):
     console = Console(width=220, force_terminal=False)
     assert bench.main(["--replay-only", "--seeds", "1", "--layers", "conv_1,r50_s4_3x3_b32"], console) == 0
     printed = capsys.readouterr().out
-    assert "exh/cuDNN" in printed and "r50_s4_3x3_b32" in printed and "geometric mean" in printed
+    assert "cuDNN" in printed and "r50_s4_3x3_b32" in printed and "geometric mean" in printed
 
 
 def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, landscape_space):
@@ -82,7 +87,7 @@ def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, 
     from tuner.replay import ReplayCompiler, ReplayEvaluator
 
     device = device_from_dict(measured["device"])
-    record = read_record(bench.landscape_path(RESULTS, "conv_1"), layers["conv_1"].problem)
+    record = sm80_record("conv_1", layers["conv_1"].problem)
     caches, compiler = [], ReplayCompiler()
 
     def make_compiler(cache):
@@ -91,7 +96,8 @@ def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, 
         return compiler
 
     evaluator = ReplayEvaluator(record)
-    found = bench.product_search(layers["conv_1"], landscape_space, device, make_compiler, evaluator, Ceilings(), 12)
+    found = bench.product_search(layers["conv_1"], JointSpace((landscape_space,)), device, make_compiler, evaluator,
+                                 Ceilings(), 12)
     assert len(caches) == 1 and not caches[0].exists()  # the cold cache is removed afterwards
     assert found.kernels_compiled == len(compiler.kernels) <= 12
     exhaustive = bench.exhaustive_best(record)

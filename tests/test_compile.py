@@ -27,9 +27,11 @@ from tuner.compile import (
     nvcc_version,
     parse_ptxas,
 )
+from conftest import H100
 from tuner.codegen import candidate_source
+from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem
-from tuner.run import KernelLibrary, problem_array
+from tuner.run import KernelLibrary, LaunchGrid, problem_array
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
@@ -94,7 +96,7 @@ def test_error_excerpt_without_errors_gives_the_head():
 
 
 def test_nvcc_flags():
-    flags = nvcc_flags("sm_90")
+    flags = nvcc_flags(["-arch=sm_90"])
     assert "-arch=sm_90" in flags and "--shared" in flags and "-O3" in flags
     assert flags[flags.index("-Xptxas") + 1] == "-v"
     for include in cutlass_include_dirs():
@@ -105,14 +107,21 @@ def test_nvcc_flags():
 
 @needs_nvcc
 def test_cache_key_changes_with_source_flags_and_arch():
-    flags = nvcc_flags("sm_90")
-    key = cache_key("source", flags, "sm_90")
+    flags = nvcc_flags(["-arch=sm_90"])
+    key = cache_key("source", flags)
     assert len(key) == 64 and int(key, 16) >= 0
-    assert cache_key("source", list(flags), "sm_90") == key
-    assert cache_key("source ", flags, "sm_90") != key
-    assert cache_key("source", flags + ["-G"], "sm_90") != key
-    assert cache_key("source", flags, "sm_80") != key
-    assert cache_key("source", nvcc_flags("sm_80"), "sm_90") != key
+    assert cache_key("source", list(flags)) == key
+    assert cache_key("source ", flags) != key
+    assert cache_key("source", flags + ["-G"]) != key
+    assert cache_key("source", nvcc_flags(["-arch=sm_80"])) != key
+    assert cache_key("source", nvcc_flags(["-gencode=arch=compute_90a,code=sm_90a"])) != key
+
+
+@needs_nvcc
+def test_cache_key_does_not_depend_on_where_cutlass_is_installed():
+    flags = nvcc_flags(["-arch=sm_90"])
+    moved = [("-I/elsewhere/site-packages/" + f[2:].rsplit("/", 1)[-1]) if f.startswith("-I") else f for f in flags]
+    assert moved != flags and cache_key("source", moved) == cache_key("source", flags)
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):
@@ -160,7 +169,7 @@ def built(tmp_path_factory, small_config):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     cache = tmp_path_factory.mktemp("compile-cache")
-    compiler = Compiler("sm_90", cache, jobs=1)
+    compiler = Compiler(H100, cache, jobs=1)
     started = time.monotonic()
     result = compiler.compile(small_config)
     return compiler, result, time.monotonic() - started
@@ -175,7 +184,7 @@ def test_real_compile(built, small_config):
     entry = result.library.parent
     assert entry == compiler.cache_dir / result.key[:2] / result.key
     assert (entry / "candidate.cu").read_text() == candidate_source(small_config)
-    assert result.key == cache_key(candidate_source(small_config), compiler.flags, "sm_90")
+    assert result.key == cache_key(candidate_source(small_config), compiler.flags(small_config))
     assert "Used" in (entry / "ptxas.txt").read_text()
     assert not (entry / "error.txt").exists()
     # 64x64x32 with 4 warps: a 32x32 warp tile, a few dozen registers, no spills
@@ -189,20 +198,21 @@ def test_compiled_library_answers_its_host_entry_points(built, conv_1):
     """The C ABI that tuner.run loads, called without a GPU: can_implement, workspace and grid are host code."""
     _, result, _ = built
     library = KernelLibrary(result.library)
-    assert library.can_implement(problem_array(conv_1, 1)) == 0
-    assert library.workspace_bytes(problem_array(conv_1, 1)) == 0
-    assert library.grid(problem_array(conv_1, 1)) == (16, 1, 1)    # 1024/64 x ceil(32/64) tiles
-    assert library.grid(problem_array(conv_1, 4)) == (16, 1, 4)    # serial split-K slices in z
-    assert library.workspace_bytes(problem_array(conv_1, 4)) > 0   # the split-K semaphores
+    one, four = LaunchArgs(32, split_k=1), LaunchArgs(32, split_k=4)
+    assert library.can_implement(problem_array(conv_1, one)) == 0
+    assert library.workspace_bytes(problem_array(conv_1, one)) == 0
+    assert library.grid(problem_array(conv_1, one)) == LaunchGrid((16, 1, 1))  # 1024/64 x ceil(32/64) tiles
+    assert library.grid(problem_array(conv_1, four)) == LaunchGrid((16, 1, 4))  # serial split-K slices in z
+    assert library.workspace_bytes(problem_array(conv_1, four)) > 0   # the split-K semaphores
     misaligned = ConvProblem(n=1, h=32, w=32, c=36, k=32, r=3, s=3, pad=1, output_type=conv_1.output_type)
-    assert library.can_implement(problem_array(misaligned, 1)) != 0  # C=36 is not a multiple of 8
+    assert library.can_implement(problem_array(misaligned, LaunchArgs(36))) != 0  # C=36 is not a multiple of 8
 
 
 def test_second_compile_comes_from_the_cache(built, small_config, monkeypatch):
     compiler, first, _ = built
     forbid_nvcc(monkeypatch)
     started = time.monotonic()
-    again = Compiler("sm_90", compiler.cache_dir, jobs=1).compile(small_config)
+    again = Compiler(H100, compiler.cache_dir, jobs=1).compile(small_config)
     assert time.monotonic() - started < 1.0
     assert again.cached is True and again.seconds == 0.0
     assert (again.library, again.key, again.ptxas) == (first.library, first.key, first.ptxas)
@@ -232,7 +242,7 @@ def test_broken_source_fails_and_the_failure_is_cached(tmp_path, small_config, m
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     monkeypatch.setattr(compile_module, "candidate_source", lambda config: "this is not C++ at all;\n")
-    compiler = Compiler("sm_90", tmp_path, jobs=1)
+    compiler = Compiler(H100, tmp_path, jobs=1)
     result = compiler.compile(small_config)
     assert not result.ok and result.library is None and result.ptxas is None
     assert result.cached is False
@@ -262,7 +272,7 @@ def test_racing_builds_of_one_kernel_publish_one_entry(tmp_path, small_config, m
         return subprocess.CompletedProcess(command, 0, "", "ptxas info    : Used 42 registers, used 1 barriers\n")
 
     monkeypatch.setattr(compile_module.subprocess, "run", fake_nvcc)
-    compiler = Compiler("sm_90", tmp_path, jobs=2)
+    compiler = Compiler(H100, tmp_path, jobs=2)
     variant = dataclasses.replace(small_config, split_k=2)
     results = compiler.compile_many([small_config, variant])
     assert all(r.ok and not r.cached for r in results)
@@ -287,7 +297,7 @@ def test_a_transient_nvcc_failure_is_not_cached(tmp_path, small_config, monkeypa
         (Path(cwd) / "candidate.so").write_bytes(b"\x7fELF fake")
         return subprocess.CompletedProcess(command, 0, "", "ptxas info    : Used 40 registers, used 1 barriers\n")
 
-    compiler = Compiler("sm_90", tmp_path, jobs=1)
+    compiler = Compiler(H100, tmp_path, jobs=1)
     monkeypatch.setattr(compile_module.subprocess, "run", failing_nvcc)
     assert not compiler.compile(small_config).ok
     monkeypatch.setattr(compile_module.subprocess, "run", working_nvcc)
@@ -305,7 +315,7 @@ def test_compile_many_calls_on_done_once_per_config(conv_1, monkeypatch):
         return CompileResult(config, config.name, Path(f"/cache/{config.name}.so"), 0.01, False, None, None)
 
     monkeypatch.setattr(Compiler, "compile", fake_compile)
-    compiler = Compiler("sm_90", Path("/nonexistent"), jobs=3)
+    compiler = Compiler(H100, Path("/nonexistent"), jobs=3)
     done = []
     results = compiler.compile_many(configs, done.append)
     assert [r.config for r in results] == configs                        # in the order asked

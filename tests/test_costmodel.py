@@ -1,10 +1,11 @@
 """The cost model ranks candidates sensibly without compiling anything."""
 from __future__ import annotations
 
-from tuner.costmodel import (PRIOR_STAGES, PRIOR_SWIZZLE, Ceilings, blocks_per_sm, predicted_us, prior_candidates,
+from tuner.costmodel import (Ceilings, joint_prior_picks, picks_per_family, predicted_us, prior_candidates,
                              prior_picks, ranked_by_model)
-from tuner.space import IteratorAlgorithm
-from tuner.space import make_config
+from tuner.families.sm80.costmodel import PRIOR_STAGES, PRIOR_SWIZZLE, blocks_per_sm
+from tuner.families.sm80.space import IteratorAlgorithm, make_config
+from tuner.space import JointSpace
 
 
 def params(tile: str, warps: str = "2x2x1", stages: int = 3, split_k: int = 1) -> dict:
@@ -66,3 +67,10 @@ def test_single_warp_blocks_leave_tensor_cores_idle(layers, h100):
     one_warp = make_config(problem, params("64x64x64", warps="1x1x1"))
     four_warps = make_config(problem, params("64x64x64", warps="2x2x1"))
     assert predicted_us(one_warp, problem, h100) > predicted_us(four_warps, problem, h100)
+
+
+def test_joint_prior_gives_every_family_its_share(conv_1, sm80_space, h100):
+    assert picks_per_family(8, 1) == 8 and picks_per_family(8, 2) == 4 and picks_per_family(8, 3) == 3
+    assert picks_per_family(0, 3) == 0
+    joint = JointSpace((sm80_space,))
+    assert joint_prior_picks(joint, conv_1, h100, 8) == prior_picks(sm80_space, conv_1, h100, 8)

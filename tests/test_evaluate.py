@@ -18,7 +18,9 @@ from tuner.evaluate import (
     evaluation_from_response,
     query_device_facts,
 )
+from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
+from tuner.messages import EvaluateRequest
 from tuner.run import KernelAttributes
 from tuner.status import Status
 from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX
@@ -221,13 +223,14 @@ class RecordingWorker:
 def test_gpu_evaluator_request(conv_1):
     worker = RecordingWorker(FULL_RESPONSE)
     evaluator = GpuEvaluator(l2_bytes=52428800, worker=worker, repeats=7)
-    first = evaluator.evaluate(Path("/cache/ab/abc/candidate.so"), conv_1, 2)
-    evaluator.evaluate(Path("/cache/ab/abc/candidate.so"), conv_1, 1)
+    first = evaluator.evaluate(Path("/cache/ab/abc/candidate.so"), conv_1, LaunchArgs(32, split_k=2))
+    evaluator.evaluate(Path("/cache/ab/abc/candidate.so"), conv_1, LaunchArgs(32))
     assert first.measurement.median_us == 4.2
     request = worker.requests[0]
     assert request["op"] == "evaluate" and request["library"] == "/cache/ab/abc/candidate.so"
     assert request["problem"]["c"] == 32 and request["problem"]["output_type"] == "f32"
-    assert (request["split_k"], request["l2_bytes"], request["repeats"]) == (2, 52428800, 7)
+    assert (request["launch"]["split_k"], request["l2_bytes"], request["repeats"]) == (2, 52428800, 7)
+    assert EvaluateRequest.from_dict(request).launch == LaunchArgs(32, split_k=2)
     assert worker.requests[1]["seed"] != request["seed"]  # fresh inputs for every candidate
     evaluator.close()
     assert worker.closed

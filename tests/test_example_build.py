@@ -1,6 +1,8 @@
 """The C++ example (examples/cpp) configures and builds against an exported header: CPU only, no GPU.
 The example is copied next to a freshly rendered results/<gpu>/best_configs.h in tmp_path, so that its
-default header path (../../results/<TUNED_GPU>/best_configs.h) is the one exercised."""
+default header path (../../results/<TUNED_GPU>/best_configs.h) is the one exercised. To keep CI's time
+in bounds the header holds a few of the H100's layers, the first of each kernel family in best.yaml
+(the whole header is built and run on the GPU itself: results/logs/)."""
 from __future__ import annotations
 
 import os
@@ -23,17 +25,24 @@ needs_toolchain = pytest.mark.skipif(
     shutil.which("cmake") is None or shutil.which("nvcc") is None, reason="needs cmake and nvcc on PATH")
 
 
+def one_layer_per_family(document: dict) -> dict:
+    chosen = {}
+    for name, entry in sorted(document["layers"].items()):
+        chosen.setdefault(entry.get("family", "sm80"), (name, entry))
+    return {**document, "layers": dict(chosen.values())}
+
+
 def _tree(tmp_path: Path) -> Path:
     """tmp_path/examples/cpp (a copy of the example) and tmp_path/results/<gpu>/best_configs.h."""
     shutil.copytree(EXAMPLE, tmp_path / "examples" / "cpp", ignore=shutil.ignore_patterns("build*"))
     header = tmp_path / "results" / GPU / HEADER_FILE
     header.parent.mkdir(parents=True)
-    header.write_text(render_header(read_best(RESULTS)))
+    header.write_text(render_header(one_layer_per_family(read_best(RESULTS))))
     return tmp_path / "examples" / "cpp"
 
 
 def _cmake(*args: str, timeout: int) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "CUDAARCHS"}  # the example's default arch: 90
+    env = {k: v for k, v in os.environ.items() if k != "CUDAARCHS"}  # the example's default arch: 90a
     return subprocess.run(["cmake", *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -51,7 +60,7 @@ def test_example_configures_and_builds(tmp_path):
     assert configured.returncode == 0, configured.stdout + configured.stderr
     assert "namespace nvidia_h100_80gb_hbm3" in configured.stdout
     cache = (build / "CMakeCache.txt").read_text()
-    assert "CMAKE_CUDA_ARCHITECTURES:STRING=90" in cache
+    assert "CMAKE_CUDA_ARCHITECTURES:STRING=90a" in cache
 
     built = _cmake("--build", str(build), "-j", str(os.cpu_count() or 2), timeout=900)
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]

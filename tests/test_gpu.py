@@ -23,12 +23,13 @@ from tuner.compile import Compiler  # noqa: E402
 from tuner.device import query_device  # noqa: E402
 from tuner.diagnose import kernel_facts  # noqa: E402
 from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.families.base import LaunchArgs  # noqa: E402
+from tuner.families.sm80.space import make_config, reference_config  # noqa: E402
+from tuner.messages import EvaluateRequest  # noqa: E402
 from tuner.problem import ConvProblem, DataType  # noqa: E402
 from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
-from tuner.space import make_config, reference_config  # noqa: E402
 from tuner.status import Status  # noqa: E402
 from tuner.validate import TOLERANCE  # noqa: E402
-from tuner.problem import problem_to_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONV_1 = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)
@@ -42,7 +43,7 @@ def device():
 
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
-    compiler = Compiler(device.arch_flag, tmp_path_factory.mktemp("cache"))
+    compiler = Compiler(device, tmp_path_factory.mktemp("cache"))
     configs = [reference_config(CONV_1), make_config(CONV_1, SMALL_PARAMS)]
     results = {r.config: r for r in compiler.compile_many(configs)}
     assert all(r.ok for r in results.values()), [r.error for r in results.values()]
@@ -56,17 +57,15 @@ def worker():
     process.close()
 
 
-def evaluate_request(library: Path, kernel_view: ConvProblem | None = None) -> dict:
-    request = {"op": "evaluate", "library": str(library), "problem": problem_to_dict(CONV_1), "split_k": 1,
-               "seed": 7, "l2_bytes": 50 << 20, "repeats": 5}
-    if kernel_view is not None:
-        request["kernel_problem"] = problem_to_dict(kernel_view)
-    return request
+def evaluate_request(library: Path, kernel_view: ConvProblem | None = None, problem: ConvProblem = CONV_1,
+                     launch: LaunchArgs | None = None) -> dict:
+    return EvaluateRequest(str(library), problem, launch or LaunchArgs(problem.c), seed=7, l2_bytes=50 << 20,
+                           repeats=5, kernel_problem=kernel_view).to_dict()
 
 
 def test_reference_config_is_right_and_timed(compiled, device, worker):
     reference = compiled[reference_config(CONV_1)]
-    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=10).evaluate(reference.library, CONV_1, 1)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=10).evaluate(reference.library, CONV_1, LaunchArgs(32))
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < TOLERANCE[DataType.f32]
     assert evaluation.grid == (8, 1, 1)  # 1024 output pixels / 128-row tiles, 32 channels in one 128 tile
@@ -128,11 +127,11 @@ def test_worker_survives_a_hang(compiled, device, tmp_path):
 
 def test_static_diagnosis_agrees_with_ncu(compiled, device, worker):
     reference = compiled[reference_config(CONV_1)]
-    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(reference.library, CONV_1, 1)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(reference.library, CONV_1, LaunchArgs(32))
     facts = kernel_facts(reference.config, CONV_1, device, evaluation.grid_blocks, evaluation.attributes,
                          reference.ptxas.spill_bytes)
     try:
-        stats = profile_candidate(reference.library, CONV_1, 1)
+        stats = profile_candidate(reference.library, CONV_1, LaunchArgs(32))
     except ProfilerUnavailable as error:
         pytest.skip(str(error))
     rows = agreement(facts, stats)

@@ -8,6 +8,7 @@ from rich.console import Console
 
 from tuner import plots
 from tuner.problem import problem_to_dict
+from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.results import default_storage, gpu_dir, update_best
 from tuner.study import Tuner, open_study
@@ -19,13 +20,14 @@ RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
     storage = default_storage(tmp_path, h100.slug)
     study = open_study("conv_1-study", storage, 0)
-    record = read_record(RECORD, conv_1)
+    record = read_record(RECORD, conv_1, "sm80")
     with open(RECORD) as handle:  # start from recorded configurations, so enough trials complete
         rows = [line.split(",") for line in handle if not line.startswith(("#", "tile"))]
     for row in rows[:12]:
-        study.enqueue_trial(dict(zip(("tile", "warps", "stages", "swizzle", "iterator", "split_k"),
-                                     (row[0], row[1], int(row[2]), int(row[3]), row[4], int(row[5])))))
-    Tuner(study, conv_1, sm80_space, h100, ReplayCompiler(), ReplayEvaluator(record), run_id="plots").run(24)
+        knobs = zip(("tile", "warps", "stages", "swizzle", "iterator", "split_k"),
+                    (row[0], row[1], int(row[2]), int(row[3]), row[4], int(row[5])))
+        study.enqueue_trial({"family": "sm80", **{f"sm80.{name}": value for name, value in knobs}})
+    Tuner(study, conv_1, JointSpace((sm80_space,)), h100, ReplayCompiler(), ReplayEvaluator(record), run_id="plots").run(24)
     entry = {"problem": problem_to_dict(conv_1), "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0,
              "study": {"name": "conv_1-study"}}
     update_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})

@@ -9,8 +9,10 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.space import make_config
+from tuner.families.base import LaunchArgs
+from tuner.families.sm80.space import make_config
 from tuner.status import Status
 from tuner.study import Tuner, counted_in_run, open_study
 
@@ -20,7 +22,7 @@ TRIALS = 24
 
 
 def test_record_holds_real_h100_numbers(conv_1):
-    record = read_record(RECORD, conv_1)
+    record = read_record(RECORD, conv_1, "sm80")
     measured = [r.median_us for r in record.values() if r.status is Status.ok]
     assert len(measured) >= 100
     assert 3.5 < min(measured) < 5.0  # the conv_1 winners took about 4 µs
@@ -28,22 +30,22 @@ def test_record_holds_real_h100_numbers(conv_1):
 
 
 def test_replay_answers_recorded_and_refuses_the_rest(conv_1):
-    record = read_record(RECORD, conv_1)
+    record = read_record(RECORD, conv_1, "sm80")
     name = next(n for n, r in record.items() if r.status is Status.ok)
     evaluator = ReplayEvaluator(record)
-    assert evaluator.evaluate(Path("replay") / name, conv_1, 1).measurement.median_us == record[name].median_us
+    assert evaluator.evaluate(Path("replay") / name, conv_1, LaunchArgs(32)).measurement.median_us == record[name].median_us
     unknown = make_config(conv_1, {"tile": "64x64x64", "warps": "2x2x1", "stages": 6, "swizzle": 8,
                                    "iterator": "analytic", "split_k": 8})
     if unknown.name not in record:
-        assert evaluator.evaluate(Path("replay") / unknown.name, conv_1, 8).status is Status.infra_error
+        assert evaluator.evaluate(Path("replay") / unknown.name, conv_1, LaunchArgs(32, split_k=8)).status is Status.infra_error
 
 
 def _worker(journal: str, log: str, seed: int, conv_1, space, device) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = JournalStorage(JournalFileBackend(journal))
     study = open_study("two-workers", storage, seed)
-    evaluator = ReplayEvaluator(read_record(RECORD, conv_1), Path(log))
-    Tuner(study, conv_1, space, device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
+    evaluator = ReplayEvaluator(read_record(RECORD, conv_1, "sm80"), Path(log))
+    Tuner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
 
 
 def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):

@@ -13,6 +13,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.study import Tuner, counted_in_run, fail_orphans, open_study
 
@@ -35,9 +36,9 @@ def _tune(journal: str, log: str, conv_1, space, device, on_sigterm: bool) -> No
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = open_study("resume", JournalStorage(JournalFileBackend(journal)), 0)
     fail_orphans(study)
-    evaluator = SlowReplay(read_record(RECORD, conv_1), Path(log))
+    evaluator = SlowReplay(read_record(RECORD, conv_1, "sm80"), Path(log))
     try:
-        Tuner(study, conv_1, space, device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
+        Tuner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
     except KeyboardInterrupt:
         pass
 

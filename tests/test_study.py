@@ -14,13 +14,15 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from conftest import config_for, params
+from conftest import config_for
+from conftest import params as sm80_params
 from tuner.compile import CompileResult, PtxasReport
 from tuner.evaluate import Evaluation
 from tuner.measure import Measurement
 from tuner.run import KernelAttributes
-from tuner.space import REFERENCE_PARAMS, IteratorAlgorithm, SearchSpace, Shape3, make_config, reference_config, \
-    static_problems
+from tuner.families.base import SearchSpace
+from tuner.families.sm80.space import IteratorAlgorithm, reference_config
+from tuner.space import JointSpace, config_from_params, static_problems
 from tuner.status import Status
 from tuner.study import (
     EXHAUSTED_AFTER_ASKS,
@@ -28,7 +30,7 @@ from tuner.study import (
     counted_in_run,
     fail_orphans,
     Tuner,
-    distributions,
+    ask_config,
     open_study,
     params_key,
     ranked,
@@ -37,6 +39,11 @@ from tuner.study import (
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def params(**overrides) -> dict:
+    """sm80 parameters as the joint study stores them; defaults are the reference config."""
+    return {"family": "sm80", **{f"sm80.{name}": value for name, value in sm80_params(**overrides).items()}}
 
 
 def fake_median(config) -> float:
@@ -84,7 +91,8 @@ class FakeEvaluator:
         self.raise_on_call = raise_on_call
         self.calls = []
 
-    def evaluate(self, library, problem, split_k):
+    def evaluate(self, library, problem, launch):
+        split_k = launch.split_k
         config = dataclasses.replace(self.compiler.kernel_of[library], split_k=split_k)
         self.calls.append(config)
         if self.raise_on_call is not None and len(self.calls) == self.raise_on_call:
@@ -106,9 +114,10 @@ RUN_IDS = (f"test-run-{i}" for i in itertools.count())
 
 class Setup:
     def __init__(self, problem, space, device, storage=None, seed=0, jobs=2, run_id=None, **evaluator_options):
-        self.problem, self.space, self.device = problem, space, device
+        self.problem, self.device = problem, device
+        self.space = JointSpace((space,)) if isinstance(space, SearchSpace) else space
         self.storage = storage or optuna.storages.InMemoryStorage()
-        self.name = study_name(device, "conv_1", problem)
+        self.name = study_name(device, "conv_1", problem, self.space)
         self.study = open_study(self.name, self.storage, seed)
         self.compiler = FakeCompiler(jobs=jobs)
         self.evaluator = FakeEvaluator(self.compiler, **evaluator_options)
@@ -117,7 +126,7 @@ class Setup:
                                  on_compiled=self.events["compiled"].append,
                                  on_evaluated=self.events["evaluated"].append)
         self.run_id = run_id or next(RUN_IDS)
-        self.tuner = Tuner(self.study, problem, space, device, self.compiler, self.evaluator, progress,
+        self.tuner = Tuner(self.study, problem, self.space, device, self.compiler, self.evaluator, progress,
                            run_id=self.run_id)
 
     def trials(self, *states):
@@ -130,13 +139,14 @@ def setup(conv_1, sm80_space, h100):
 
 
 def config_of(trial, problem):
-    return make_config(problem, trial.params)
+    return config_from_params(problem, trial.params)
 
 
-def test_study_name(conv_1, h100):
-    name = study_name(h100, "conv_1", conv_1)
-    assert name == "nvidia-h100-80gb-hbm3/conv_1/n1h32w32c32k32r3s3p1u1d1/sm80/f16_f16_f32_f32"
-    other = study_name(h100, "conv_1", dataclasses.replace(conv_1, output_type=conv_1.input_type))
+def test_study_name(conv_1, h100, sm80_space):
+    joint = JointSpace((sm80_space,))
+    name = study_name(h100, "conv_1", conv_1, joint)
+    assert name == "nvidia-h100-80gb-hbm3/conv_1/n1h32w32c32k32r3s3p1u1d1/families=sm80/f16_f16_f32_f32"
+    other = study_name(h100, "conv_1", dataclasses.replace(conv_1, output_type=conv_1.input_type), joint)
     assert other != name and other.endswith("f16_f16_f16_f32")
 
 
@@ -154,10 +164,12 @@ def test_params_key_ignores_order_and_type():
     assert params_key(params()) != params_key(params(stages=4))
 
 
-def test_distributions_are_the_space_choices(sm80_space):
-    dists = distributions(sm80_space)
-    assert set(dists) == set(REFERENCE_PARAMS)
-    assert dists["tile"].choices == tuple(t.text for t in sm80_space.tiles)
+def test_ask_samples_the_family_then_its_knobs(sm80_space):
+    study = open_study("ask", optuna.storages.InMemoryStorage(), seed=0)
+    trial = ask_config(study, JointSpace((sm80_space,)))
+    assert set(trial.params) == set(params())
+    assert trial.params["family"] == "sm80" and trial.params["sm80.tile"] in sm80_space.choices["tile"]
+    assert trial.distributions["sm80.tile"].choices == sm80_space.choices["tile"]
 
 
 def test_run_compiles_exactly_n_new_configs(setup):
@@ -189,18 +201,18 @@ def test_statically_invalid_configs_are_pruned_without_compiling(setup):
 
 
 def test_enqueued_reference_is_the_first_candidate(setup):
-    setup.study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True})
+    setup.study.enqueue_trial(params(), user_attrs={"reference": True})
     assert setup.tuner.run(1) == 1
     assert setup.compiler.compiled == [reference_config(setup.problem)]
     first = setup.trials()[0]
-    assert first.params == REFERENCE_PARAMS
+    assert first.params == params()
     assert first.user_attrs["reference"] is True
     assert first.state is TrialState.COMPLETE
     assert first.value == fake_median(reference_config(setup.problem))
 
 
 def test_measured_trial_attributes(setup):
-    setup.study.enqueue_trial(REFERENCE_PARAMS)
+    setup.study.enqueue_trial(params())
     setup.tuner.run(1)
     attrs = setup.trials()[0].user_attrs
     config = reference_config(setup.problem)
@@ -329,8 +341,9 @@ def test_interrupt_in_a_progress_callback_propagates(conv_1, sm80_space, h100):
 
 
 def test_a_small_space_is_exhausted(conv_1, h100):
-    space = SearchSpace("sm80", (Shape3(64, 64, 32),), (Shape3(2, 2, 1), Shape3(1, 8, 1)), (3,), (1,),
-                        (IteratorAlgorithm.optimized, IteratorAlgorithm.few_channels), (1, 2))
+    space = JointSpace((SearchSpace("sm80", (("tile", ("64x64x32",)), ("warps", ("2x2x1", "1x8x1")), ("stages", (3,)),
+                                             ("swizzle", (1,)), ("iterator", ("optimized", "few_channels")),
+                                             ("split_k", (1, 2)))),))
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(study_name="tiny", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
     compiler = FakeCompiler()
@@ -365,10 +378,10 @@ def test_default_run_ids_are_unique(conv_1, sm80_space, h100, monkeypatch):
     monkeypatch.setattr(study_module, "dt", types.SimpleNamespace(datetime=FrozenClock, timezone=datetime.timezone))
     storage = optuna.storages.InMemoryStorage()
     first = Setup(conv_1, sm80_space, h100, storage=storage)
-    first_tuner = Tuner(first.study, conv_1, sm80_space, h100, first.compiler, first.evaluator)
+    first_tuner = Tuner(first.study, conv_1, first.space, h100, first.compiler, first.evaluator)
     assert first_tuner.run(2) == 2
     second = Setup(conv_1, sm80_space, h100, storage=storage)
-    second_tuner = Tuner(second.study, conv_1, sm80_space, h100, second.compiler, second.evaluator)
+    second_tuner = Tuner(second.study, conv_1, second.space, h100, second.compiler, second.evaluator)
     assert second_tuner.run_id != first_tuner.run_id
     assert second_tuner.run(2) == 2
 

@@ -5,7 +5,8 @@ import optuna
 
 from conftest import params
 from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
-from tuner.space import REFERENCE_PARAMS, make_config
+from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
+from tuner.space import JointSpace, joint_params
 from tuner.status import Status
 from tuner.study import TrialRecord, open_study
 from tuner.tuning import finalist_configs, seed_study
@@ -17,12 +18,14 @@ def record(number: int, config, us: float) -> TrialRecord:
 
 def test_seed_study_queues_reference_and_prior_once(conv_1, sm80_space, h100):
     study = open_study("seed", optuna.storages.InMemoryStorage(), seed=0)
-    seed_study(study, conv_1, sm80_space, h100, PRIOR_PICKS, Ceilings())
-    seed_study(study, conv_1, sm80_space, h100, PRIOR_PICKS, Ceilings())  # a later run adds nothing twice
+    joint = JointSpace((sm80_space,))
+    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())
+    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())  # a later run adds nothing twice
     queued = [t.system_attrs["fixed_params"] for t in study.trials]
-    picks = [c.search_params for c in prior_picks(sm80_space, conv_1, h100, PRIOR_PICKS, Ceilings())]
-    assert queued[0] == REFERENCE_PARAMS
-    assert queued[1:] == [p for p in picks if p != REFERENCE_PARAMS]
+    picks = [joint_params(c) for c in prior_picks(sm80_space, conv_1, h100, PRIOR_PICKS, Ceilings())]
+    reference = joint_params(make_config(conv_1, REFERENCE_PARAMS))
+    assert queued[0] == reference
+    assert queued[1:] == [p for p in picks if p != reference]
 
 
 def test_previous_best_is_re_measured_beside_the_study_finalists(conv_1, h100):
@@ -30,7 +33,7 @@ def test_previous_best_is_re_measured_beside_the_study_finalists(conv_1, h100):
             record(1, make_config(conv_1, params("64x32x32", "2x1x1", stages=4)), 4.5)]
     reference = make_config(conv_1, REFERENCE_PARAMS)
     previous = params("32x32x64", "2x1x1", stages=5, swizzle=2)
-    finalists = finalist_configs(best, 2, reference, previous, conv_1, h100)
+    finalists = finalist_configs(best, 2, reference, {"family": "sm80", "params": previous}, conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "#2", "reference", "previous"]
     assert finalists[-1][1] == make_config(conv_1, previous)
 
@@ -38,13 +41,20 @@ def test_previous_best_is_re_measured_beside_the_study_finalists(conv_1, h100):
 def test_previous_best_already_a_finalist_is_not_added_twice(conv_1, h100):
     first = make_config(conv_1, params("32x32x32", "2x1x1", stages=4))
     finalists = finalist_configs([record(0, first, 4.0)], 2, make_config(conv_1, REFERENCE_PARAMS),
-                                 first.search_params, conv_1, h100)
+                                 {"family": "sm80", "params": first.search_params}, conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "reference"]
 
 
 def test_previous_entry_from_an_unknown_space_is_skipped(conv_1, h100):
     first = make_config(conv_1, params("32x32x32", "2x1x1", stages=4))
     finalists = finalist_configs([record(0, first, 4.0)], 1, make_config(conv_1, REFERENCE_PARAMS),
-                                 {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
-                                  "iterator": "no_such_iterator", "split_k": 1}, conv_1, h100)
+                                 {"params": {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
+                                             "iterator": "no_such_iterator", "split_k": 1}}, conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "reference"]
+
+
+def test_the_best_of_each_family_joins_the_finalists(conv_1, sm80_space, h100):
+    best = [record(0, make_config(conv_1, params("32x32x32", "2x1x1", stages=4)), 4.0),
+            record(1, make_config(conv_1, params("64x32x32", "2x1x1", stages=4)), 4.5)]
+    finalists = finalist_configs(best, 1, None, None, conv_1, h100, JointSpace((sm80_space,)))
+    assert [label for label, _ in finalists] == ["#1"]  # the fastest sm80 is #1 already

@@ -66,6 +66,29 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
     return {"cudnn_us": us, "cudnn_version": torch.backends.cudnn.version(), "copies": copies}
 
 
+def cublas_gemm_us(problem: ConvProblem, l2_bytes: int) -> dict:
+    """cuBLAS (through torch.matmul) on the GEMM a 1x1, stride-1, unpadded conv is in NHWC:
+    [N*H*W, C] x [C, K] -> [N*H*W, K], f16 in and out, f32 accumulation."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    m, n, k = problem.gemm_mnk
+    device = torch.device("cuda")
+    a = torch.empty(m, k, device=device, dtype=torch.float16).uniform_(-1, 1)
+    b = torch.empty(n, k, device=device, dtype=torch.float16).uniform_(-1, 1)  # KRSC filters: C contiguous
+    free, _ = torch.cuda.mem_get_info()
+    copies = rotation_copies(problem.bytes_moved, l2_bytes, free)
+    inputs = [(a.clone(), b.clone()) for _ in range(copies)]
+    outputs = [torch.empty(m, n, device=device, dtype=torch.float16) for _ in range(copies)]
+
+    def step(index: int) -> None:
+        ai, bi = inputs[index % copies]
+        torch.matmul(ai, bi.t(), out=outputs[index % copies])
+
+    us = _graph_time_us(torch, step, launches_per_replay(copies))
+    return {"cublas_us": us, "copies": copies}
+
+
 def ceilings() -> dict:
     """Measured f16 matrix-product rate (f32 accumulation) and device-to-device copy bandwidth."""
     import torch

@@ -18,8 +18,10 @@ from tuner.evaluate import GpuUnavailable
 from tuner.export import export_header
 from tuner.ncu import NcuReportError
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.families import registry
+from tuner.families.base import SearchSpace, SpaceError
 from tuner.results import ResultsError, gpu_dir, gpu_slugs
-from tuner.space import SpaceError, load_space
+from tuner.space import default_space_file, load_space
 from tuner.study import request_stop
 from tuner.costmodel import PRIOR_PICKS
 from tuner.tuning import TuningOptions, TuningSession
@@ -37,7 +39,9 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py",
-        description="Find the fastest correct CUTLASS sm80 conv2d fprop configuration per layer on this GPU. "
+        description="Find the fastest correct CUTLASS conv2d fprop kernel per layer on this GPU, searching every "
+                    "kernel family the GPU can run (sm80: CUTLASS 2.x; sm90_conv: 3.x TMA + wgmma implicit GEMM; "
+                    "sm90_gemm: 3.x GEMM for 1x1 stride-1 layers) in one study per layer. "
                     "Other commands: `tune.py diagnose REPORT` explains an ncu report; `tune.py export` writes "
                     "results/<gpu>/best_configs.h for a C++ build.")
     target = parser.add_mutually_exclusive_group()
@@ -73,8 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds a candidate may run on the GPU before it counts as hung (default 120)")
     parser.add_argument("--layers-file", type=Path, default=REPO / "search_spaces" / "layers.yaml",
                         help="layer table (default search_spaces/layers.yaml)")
-    parser.add_argument("--space-file", type=Path, default=REPO / "search_spaces" / "sm80.yaml",
-                        help="search space (default search_spaces/sm80.yaml)")
+    parser.add_argument("--family", help="comma-separated kernel families to search (default: every family this GPU "
+                                         f"and the layer allow; known: {', '.join(registry.names())})")
+    parser.add_argument("--space-file", type=Path, action="append",
+                        help="a family's search space, in place of search_spaces/<family>.yaml (repeatable, one "
+                             "per family; the file's 'family:' key says whose)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results",
                         help="where results/<gpu>/ lives (default results/ in the repository)")
     parser.add_argument("--cache-dir", type=Path, help="compile cache (default ~/.cache/cutlass-conv-tuner/compile "
@@ -110,6 +117,40 @@ def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[
     raise UsageError("say what to tune: --layer NAME, --layers A,B, --all, --shape N,H,W,C,K,R,S, or --list-layers")
 
 
+def chosen_spaces(family_text: str | None, space_files: list[Path] | None) -> tuple[SearchSpace, ...]:
+    """The spaces to search: the named families (default every known one), each from its
+    --space-file if one was given, else from search_spaces/<family>.yaml."""
+    if family_text is not None:
+        names = [name.strip() for name in family_text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in registry.names()]
+        if unknown or not names:
+            raise UsageError(f"--family {family_text!r}: unknown family {', '.join(unknown) or '(none given)'}; "
+                             f"choose from {', '.join(registry.names())}")
+    else:
+        names = list(registry.names())
+    given = {}
+    for path in space_files or []:
+        space = load_space(path)
+        if space.family in given:
+            raise UsageError(f"--space-file: two files for family {space.family} ({given[space.family][0]} and {path})")
+        given[space.family] = (path, space)
+    stray = [family for family in given if family not in names]
+    if stray:
+        raise UsageError(f"--space-file for {', '.join(stray)}, which --family leaves out; add it to --family")
+    return tuple(given[name][1] if name in given else load_space(default_space_file(name)) for name in names)
+
+
+def check_layers_runnable(targets: list[Layer], spaces: tuple[SearchSpace, ...], explicit: bool) -> None:
+    """Before any GPU work: a layer that none of the families can run (whatever the GPU) is refused
+    with each family's reason. A family the GPU cannot run is found once the GPU is known."""
+    for layer in targets:
+        reasons = [(space.family, registry.get(space.family).layer_problem(layer.problem)) for space in spaces]
+        if all(reason for _, reason in reasons):
+            said = "; ".join(f"{family}: {reason}" for family, reason in reasons)
+            hint = " (or leave out --family to try every family)" if explicit else ""
+            raise UsageError(f"layer {layer.name}: no kernel family can run it: {said}{hint}")
+
+
 def matching_layers(layers: dict[str, Layer], pattern: str) -> list[Layer]:
     """A layer name, or a shell-style pattern such as 'r50_*_b32'."""
     if not any(char in pattern for char in "*?["):
@@ -141,7 +182,8 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         print_layers(console, layers)
         return 0
     targets = resolve_targets(args, layers)
-    space = load_space(args.space_file)
+    spaces = chosen_spaces(args.family, args.space_file)
+    check_layers_runnable(targets, spaces, explicit=bool(args.family))
     many = len(targets) > 1 or args.all or args.layers
     # Several layers: one id per UTC day, so a killed nightly resumes. Several GPUs on one layer:
     # one fresh id that all their workers share, so they split --trials between them.
@@ -155,7 +197,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         except ValueError as error:
             raise UsageError(str(error)) from None
         return nightly.run_on_gpus(argv, gpus, run_id, REPO / "tune.py")
-    session = TuningSession(options, space, console)
+    session = TuningSession(options, spaces, console)
     try:
         outcomes = [session.tune_layer(layer) for layer in targets]
     finally:
@@ -172,12 +214,13 @@ def print_layers(console: Console, layers: dict[str, Layer]) -> None:
     from rich.table import Table
 
     table = Table(title="layers")
-    for column in ("name", "N", "H", "W", "C", "K", "RxS", "pad", "stride", "types", "GFLOP"):
+    for column in ("name", "N", "H", "W", "C", "K", "RxS", "pad", "stride", "types", "GFLOP", "families"):
         table.add_column(column, no_wrap=True)
     for name, layer in layers.items():
         p = layer.problem
+        families = [family for family, kind in registry.families().items() if kind.layer_problem(p) is None]
         table.add_row(name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s}", str(p.pad),
-                      str(p.stride), p.dtype_key, f"{p.flops / 1e9:.3f}")
+                      str(p.stride), p.dtype_key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none")
     console.print(table)
 
 

@@ -16,7 +16,9 @@ from typing import Callable, Iterable
 
 from tuner.codegen import candidate_source
 from tuner.cutlass_pkg import source_path
-from tuner.space import KernelConfig
+from tuner.device import DeviceFacts
+from tuner.families import registry
+from tuner.families.base import KernelConfig
 
 # One CUTLASS candidate takes about this much host memory in nvcc at its peak.
 NVCC_PEAK_BYTES = 2 << 30
@@ -81,15 +83,21 @@ def cutlass_version() -> str:
     return version("nvidia-cutlass")
 
 
-def nvcc_flags(arch: str) -> list[str]:
+def nvcc_flags(arch_flags: list[str]) -> list[str]:
+    """Everything but the source and output: the family's arch flags (e.g. -arch=sm_90, or
+    -gencode=arch=compute_90a,code=sm_90a for wgmma) after the common ones."""
     include, util_include = cutlass_include_dirs()
-    return ["-O3", "-std=c++17", f"-arch={arch}", "--shared", "-Xcompiler", "-fPIC", "-DNDEBUG",
+    return ["-O3", "-std=c++17", *arch_flags, "--shared", "-Xcompiler", "-fPIC", "-DNDEBUG",
             "-Xptxas", "-v", f"-I{include}", f"-I{util_include}"]
 
 
-def cache_key(source: str, flags: list[str], arch: str) -> str:
+def cache_key(source: str, flags: list[str]) -> str:
+    """SHA-256 of the source, the flags, nvcc's and CUTLASS's versions. The include folders enter as
+    CUTLASS's version, not as paths: a cache filled on one machine serves another with the same
+    toolchain wherever its wheel is installed."""
+    portable = [flag for flag in flags if not flag.startswith("-I")]
     digest = hashlib.sha256()
-    for part in (source, "\0".join(flags), arch, nvcc_version()):
+    for part in (source, "\0".join(portable), nvcc_version(), cutlass_version()):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
@@ -115,11 +123,13 @@ def error_excerpt(log: str) -> str:
 
 
 class Compiler:
-    def __init__(self, arch: str, cache_dir: Path | None = None, jobs: int | None = None):
-        self.arch = arch
+    def __init__(self, device: DeviceFacts, cache_dir: Path | None = None, jobs: int | None = None):
+        self.device = device
         self.cache_dir = cache_dir or default_cache_dir()
         self.jobs = jobs or default_jobs()
-        self.flags = nvcc_flags(arch)
+
+    def flags(self, config: KernelConfig) -> list[str]:
+        return nvcc_flags(registry.family_of(config).arch_flags(self.device))
 
     def _entry(self, key: str) -> Path:
         return self.cache_dir / key[:2] / key
@@ -127,20 +137,21 @@ class Compiler:
     def compile(self, config: KernelConfig) -> CompileResult:
         compiled = config.compiled
         source = candidate_source(compiled)
-        key = cache_key(source, self.flags, self.arch)
+        flags = self.flags(compiled)
+        key = cache_key(source, flags)
         entry = self._entry(key)
         if (entry / "candidate.so").exists():
             return self._result(config, key, entry, seconds=0.0, cached=True)
         if (entry / "error.txt").exists():
             return CompileResult(config, key, None, 0.0, True, (entry / "error.txt").read_text(), None)
-        return self._build(config, key, source, entry)
+        return self._build(config, key, source, flags, entry)
 
-    def _build(self, config: KernelConfig, key: str, source: str, entry: Path) -> CompileResult:
+    def _build(self, config: KernelConfig, key: str, source: str, flags: list[str], entry: Path) -> CompileResult:
         entry.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         (scratch / "candidate.cu").write_text(source)
         started = time.monotonic()
-        command = ["nvcc", *self.flags, "candidate.cu", "-o", "candidate.so"]
+        command = ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
         try:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)

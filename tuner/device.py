@@ -4,6 +4,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+# The CUDA occupancy rules: registers are given out per warp in units of 256, and every block
+# costs the driver 1 KB of shared memory besides its own.
+REGISTER_ALLOCATION_UNIT = 256
+DRIVER_SMEM_PER_BLOCK = 1024
+
 
 @dataclass(frozen=True)
 class DeviceFacts:

@@ -9,11 +9,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tuner.device import DeviceFacts
+from tuner.device import DRIVER_SMEM_PER_BLOCK, REGISTER_ALLOCATION_UNIT, DeviceFacts
 from tuner.ncu import LaunchGroup, LaunchStats, NcuReportError, group_launches, read_report
+from tuner.families import registry
+from tuner.families.base import KernelConfig
 from tuner.problem import ConvProblem
 from tuner.run import KernelAttributes
-from tuner.space import IteratorAlgorithm, KernelConfig, kernel_problem
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,22 @@ class LaunchFacts:
     # to the tile's K at every tap; few/fixed-channel iterators walk C*R*S as one dimension (1 tap).
     filter_taps: int = 1
     max_warps_per_sm: int = 64
+    # Output tiles x splits: the units of work. A persistent kernel launches at most one wave of
+    # CTAs that loop over them; elsewhere every unit is a block of the grid.
+    work_tiles: int | None = None
+    persistent: bool = False
+    cluster_size: int = 1
+    # Whether the kernel can split K (sm80 serial split-K, sm90 GEMM stream-K): the split-K rule
+    # suggests it only then.
+    can_split_k: bool = True
 
     @property
     def warps_per_block(self) -> int:
         return math.ceil(self.threads_per_block / 32)
+
+    @property
+    def work_units(self) -> int:
+        return self.work_tiles if self.work_tiles is not None else self.grid_blocks
 
 
 @dataclass(frozen=True)
@@ -146,10 +159,6 @@ def occupancy(facts: LaunchFacts) -> Occupancy:
 
 # --- facts of a compiled candidate ---------------------------------------------------------------
 
-# The CUDA occupancy rules: registers are given out per warp in units of 256, and every block
-# costs the driver 1 KB of shared memory besides its own.
-REGISTER_ALLOCATION_UNIT = 256
-DRIVER_SMEM_PER_BLOCK = 1024
 
 
 def block_limits(registers_per_thread: int, smem_per_block: int, warps_per_block: int,
@@ -168,11 +177,12 @@ def block_limits(registers_per_thread: int, smem_per_block: int, warps_per_block
 def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, grid_blocks: int,
                  attributes: KernelAttributes, spill_bytes: int | None) -> LaunchFacts:
     """What the compiled kernel and the problem say about a launch, before any profiler runs."""
+    family = registry.family_of(config)
     smem = attributes.dynamic_smem_bytes + attributes.static_smem_bytes
     warps = attributes.threads_per_block // 32
     limits = block_limits(attributes.registers_per_thread, smem, warps, device)
-    small_channels = config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels)
-    padded = kernel_problem(problem)
+    shape = family.launch_shape(config, problem, device)
+    cluster = shape.cluster
     return LaunchFacts(
         grid_blocks=grid_blocks,
         threads_per_block=attributes.threads_per_block,
@@ -185,11 +195,15 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
         block_limit_warps=limits["warps"],
         block_limit_sm=limits["sm"],
         spill_bytes=spill_bytes,
-        gemm_mnk=padded.gemm_mnk,
-        tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
-        split_k_slices=config.split_k,
-        filter_taps=1 if small_channels else padded.r * padded.s,
+        gemm_mnk=family.kernel_problem(problem).gemm_mnk,
+        tile_mnk=shape.tile_mnk,
+        split_k_slices=shape.split_k_slices,
+        filter_taps=shape.filter_taps,
         max_warps_per_sm=device.max_warps_per_sm,
+        work_tiles=shape.work_tiles,
+        persistent=shape.persistent,
+        cluster_size=cluster[0] * cluster[1] * cluster[2],
+        can_split_k=shape.can_split_k,
     )
 
 
@@ -205,33 +219,44 @@ def _waves(facts: LaunchFacts, occ: Occupancy) -> float:
 
 
 def _small_grid(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
-    blocks, sms = facts.grid_blocks, facts.sm_count
-    if blocks >= sms * limits.small_grid_sm_fill:
+    units, sms = facts.work_units, facts.sm_count
+    if units >= sms * limits.small_grid_sm_fill:
         return None
-    idle = max(sms - blocks, 0)
+    idle = max(sms - units, 0)
+    if facts.persistent:
+        return WasteFlag("small_grid", units / sms,
+                         f"{_count(units, 'output tile')} for {_count(facts.grid_blocks, 'persistent CTA')} on "
+                         f"{_count(sms, 'SM')}: {_count(idle, 'SM')} idle")
     waves = _waves(facts, occ) if occ.blocks_per_sm else 0.0
     return WasteFlag(
         "small_grid",
-        blocks / sms,
-        f"{_count(blocks, 'block')} on {_count(sms, 'SM')}: {_count(idle, 'SM')} idle ({waves:.2f} waves)",
+        units / sms,
+        f"{_count(units, 'block')} on {_count(sms, 'SM')}: {_count(idle, 'SM')} idle ({waves:.2f} waves)",
     )
 
 
 def _partial_wave(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
     # Below one block per SM the grid is small, and small_grid says so.
-    if facts.grid_blocks < facts.sm_count or occ.blocks_per_sm == 0:
+    units = facts.work_units
+    if units < facts.sm_count or occ.blocks_per_sm == 0:
         return None
-    slots = facts.sm_count * occ.blocks_per_sm
-    full_waves = math.ceil(facts.grid_blocks / slots)
-    efficiency = facts.grid_blocks / (full_waves * slots)
+    # A persistent grid's CTAs are all resident and take the tiles in rounds; otherwise the SMs'
+    # block slots take the blocks in waves.
+    slots = facts.grid_blocks if facts.persistent else facts.sm_count * occ.blocks_per_sm
+    full_waves = math.ceil(units / slots)
+    efficiency = units / (full_waves * slots)
     if efficiency >= limits.min_wave_efficiency:
         return None
-    last_wave_blocks = facts.grid_blocks - (full_waves - 1) * slots
+    last_wave = units - (full_waves - 1) * slots
+    if facts.persistent:
+        return WasteFlag("partial_wave", efficiency,
+                         f"{units} output tiles over {slots} persistent CTAs: {units / slots:.2f} rounds, the last "
+                         f"busies {_count(last_wave, 'CTA')}, {efficiency:.0%} efficiency")
     return WasteFlag(
         "partial_wave",
         efficiency,
-        f"{facts.grid_blocks / slots:.2f} waves of {slots} block slots ({facts.sm_count} SMs x {occ.blocks_per_sm}): "
-        f"the last wave runs {_count(last_wave_blocks, 'block')}, {efficiency:.0%} wave efficiency",
+        f"{units / slots:.2f} waves of {slots} block slots ({facts.sm_count} SMs x {occ.blocks_per_sm}): "
+        f"the last wave runs {_count(last_wave, 'block')}, {efficiency:.0%} wave efficiency",
     )
 
 
@@ -285,7 +310,7 @@ def _register_spills(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> 
 
 
 def _split_k_opportunity(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
-    if facts.gemm_mnk is None or facts.tile_mnk is None:
+    if facts.gemm_mnk is None or facts.tile_mnk is None or not facts.can_split_k:
         return None
     (m, n, k), (tile_m, tile_n, tile_k) = facts.gemm_mnk, facts.tile_mnk
     blocks = math.ceil(m / tile_m) * math.ceil(n / tile_n) * facts.split_k_slices

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
 
+from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
+from tuner.messages import EvaluateRequest
 from tuner.problem import ConvProblem
 from tuner.run import KernelAttributes
 from tuner.status import Status
-from tuner.problem import problem_to_dict
 from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX, worker_env
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -29,6 +30,7 @@ class Evaluation:
     measurement: Measurement | None = None
     grid: tuple[int, int, int] | None = None
     attributes: KernelAttributes | None = None
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     @property
     def grid_blocks(self) -> int | None:
@@ -39,6 +41,7 @@ def evaluation_from_response(response: dict) -> Evaluation:
     measurement = response.get("measurement")
     attributes = response.get("attributes")
     grid = response.get("grid")
+    cluster = response.get("cluster")
     return Evaluation(
         status=Status(response["status"]),
         reason=response.get("reason"),
@@ -46,6 +49,7 @@ def evaluation_from_response(response: dict) -> Evaluation:
         measurement=Measurement(**measurement) if measurement else None,
         grid=tuple(grid) if grid else None,
         attributes=KernelAttributes(**attributes) if attributes else None,
+        cluster=tuple(cluster) if cluster else (1, 1, 1),
     )
 
 
@@ -137,17 +141,14 @@ class GpuEvaluator:
         self.repeats = repeats
         self.seed = 0
 
-    def evaluate(self, library: Path, problem: ConvProblem, split_k: int, seed: int | None = None) -> Evaluation:
+    def evaluate(self, library: Path, problem: ConvProblem, launch: LaunchArgs, seed: int | None = None) -> Evaluation:
         """Fresh random inputs for every candidate, unless a seed is given: a landscape times every
         kernel of a layer on the same inputs, which the worker then prepares only once."""
         if seed is None:
             self.seed += 1
-        response = self.worker.request({
-            "op": "evaluate", "library": str(library), "problem": problem_to_dict(problem),
-            "split_k": split_k, "seed": self.seed if seed is None else seed, "l2_bytes": self.l2_bytes,
-            "repeats": self.repeats,
-        })
-        return evaluation_from_response(response)
+        request = EvaluateRequest(str(library), problem, launch, self.seed if seed is None else seed,
+                                  self.l2_bytes, self.repeats)
+        return evaluation_from_response(self.worker.request(request.to_dict()))
 
     def close(self) -> None:
         self.worker.close()

@@ -1,61 +1,114 @@
 """results/<gpu>/best.yaml -> results/<gpu>/best_configs.h: the tuned kernels for a C++ build.
 One header per GPU, each in its own namespace; a build includes the header of the GPU it targets
-(or several, and picks at run time with matches_device)."""
+(or several, and picks at run time with matches_device). Every string from best.yaml reaches C++
+as an escaped literal and every number as a checked integer or float; names become identifiers
+only through cpp_identifier."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-from string import Template
 
-from tuner.codegen import TEMPLATES, kernel_alias
+from tuner.codegen import TEMPLATES, include_lines, problem_struct
+from tuner.families import registry
+from tuner.families.base import KernelConfig, SpaceError, read_template
 from tuner.problem import ConvProblem, ProblemError, problem_from_dict
 from tuner.results import BEST_FILE, ResultsError, atomic_write, read_best
-from tuner.space import kernel_problem, make_config
+from tuner.space import make_config
 
 HEADER_FILE = "best_configs.h"
+_SAFE_CHARS = re.compile(r"[A-Za-z0-9 _.,:;+\-=/()\[\]@#%^&*!~|<>{}]")
 
 
 def cpp_identifier(name: str) -> str:
-    identifier = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    identifier = re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
     return identifier if not identifier[0].isdigit() else "_" + identifier
+
+
+def cpp_string(text: object) -> str:
+    """A C++ string literal holding `text`: anything but plain characters as a 3-digit octal
+    escape of its UTF-8 bytes, so no quote, backslash, newline or trigraph survives."""
+    out = []
+    for char in str(text):
+        if _SAFE_CHARS.fullmatch(char) and char != "?":
+            out.append(char)
+        else:
+            out.extend(f"\\{byte:03o}" for byte in char.encode("utf-8"))
+    return '"' + "".join(out) + '"'
+
+
+def cpp_int(value: object, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value < 2**31:
+        raise ResultsError(f"best.yaml: {what} must be a whole number, got {value!r}")
+    return str(value)
+
+
+def cpp_double(value: object, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ResultsError(f"best.yaml: {what} must be a finite number, got {value!r}")
+    return f"{float(value):.3f}"
 
 
 def _problem(entry: dict, layer: str) -> ConvProblem:
     try:
         return problem_from_dict(entry["problem"])
-    except (KeyError, ProblemError) as error:
+    except (KeyError, TypeError, ProblemError) as error:
         raise ResultsError(f"best.yaml layer {layer!r}: unreadable problem ({error})") from None
 
 
-def _row(name: str, entry: dict, problem: ConvProblem) -> str:
-    config = make_config(problem, entry["params"])
-    values = [
-        f'"{name}"', problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s, problem.pad,
-        problem.stride, problem.dilation, kernel_problem(problem).c, config.split_k,
-        config.tile.m, config.tile.n, config.tile.k, config.warps.m, config.warps.n, config.warps.k,
-        config.stages, config.swizzle, f'"{config.iterator.value}"', f"{float(entry['runtime_us']):.3f}",
-        f'"{config.name}"', f'"{entry.get("date", "")}"',
-    ]
-    return "    {" + ", ".join(str(v) for v in values) + "},"
+def _config(entry: dict, layer: str, problem: ConvProblem) -> KernelConfig:
+    try:
+        return make_config(problem, str(entry.get("family", "sm80")), dict(entry["params"]))
+    except (KeyError, TypeError, ValueError, SpaceError) as error:
+        raise ResultsError(f"best.yaml layer {layer!r}: unreadable kernel parameters ({error})") from None
+
+
+def _row(name: str, entry: dict, problem: ConvProblem, config: KernelConfig) -> str:
+    family = registry.family_of(config)
+    launch = family.launch_args(config, problem)
+    ints = [problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s, problem.pad,
+            problem.stride, problem.dilation, launch.kernel_channels]
+    values = [cpp_string(name), *(cpp_int(v, f"layer {name!r} problem") for v in ints), cpp_string(family.name),
+              *(cpp_int(v, f"layer {name!r} run-time argument") for v in (launch.split_k, launch.raster, launch.swizzle)),
+              *(cpp_int(v, f"layer {name!r} tile") for v in (config.tile.m, config.tile.n, config.tile.k)),
+              cpp_double(entry.get("runtime_us"), f"layer {name!r} runtime_us"),
+              cpp_string(config.name), cpp_string(entry.get("date", ""))]
+    return "    {" + ", ".join(values) + "},"
 
 
 def render_header(document: dict) -> str:
-    device, toolchain, layers = document.get("device"), document.get("toolchain", {}), document["layers"]
+    device, toolchain, layers = document.get("device"), document.get("toolchain") or {}, document["layers"]
     if not device or not layers:
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
-    aliases, rows, for_each = [], [], []
+    aliases, rows, for_each, families = [], [], [], {}
     for index, (name, entry) in enumerate(sorted(layers.items())):
         problem = _problem(entry, name)
+        config = _config(entry, name, problem)
+        family = registry.family_of(config)
+        families[family.name] = family
         alias = cpp_identifier(name)
-        aliases.append(kernel_alias(make_config(problem, entry["params"]), alias))
-        rows.append(_row(name, entry, problem))
-        for_each.append(f"  X({alias}, {index})")
-    namespace = cpp_identifier(device["slug"])
-    major, minor = str(device["compute_capability"]).split(".")
-    return Template((TEMPLATES / "best_configs.h.in").read_text()).substitute(
-        gpu_name=device["name"], slug=device["slug"], namespace=namespace, upper_namespace=namespace.upper(),
-        cc=int(major) * 10 + int(minor), sm_count=int(device["sm_count"]),
-        nvcc=toolchain.get("nvcc", ""), cutlass=toolchain.get("cutlass", ""), driver=toolchain.get("driver", ""),
+        aliases.append(family.kernel_alias(config, alias))
+        aliases.append(f"using {alias}_runner = {family.cpp().runner_class}<{alias}>;\n")
+        rows.append(_row(name, entry, problem, config))
+        for_each.append(f"  X({alias}_runner, {index})")
+    pieces = [family.cpp() for family in families.values()]
+    includes = tuple(dict.fromkeys(header for piece in pieces for header in piece.includes))
+    namespace = cpp_identifier(str(device.get("slug", "")))
+    try:
+        major, minor = (int(part) for part in str(device["compute_capability"]).split("."))
+    except (KeyError, ValueError):
+        raise ResultsError(f"best.yaml: device compute_capability {device.get('compute_capability')!r} "
+                           "is not MAJOR.MINOR") from None
+    return read_template(TEMPLATES / "best_configs.h.in").substitute(
+        gpu_name=re.sub(r"[^A-Za-z0-9 ._-]", "?", str(device.get("name", ""))),
+        slug=re.sub(r"[^A-Za-z0-9._-]", "?", str(device.get("slug", ""))),
+        gpu_name_literal=cpp_string(device.get("name", "")),
+        namespace=namespace, upper_namespace=namespace.upper(),
+        cc=cpp_int(major * 10 + minor, "compute capability"), sm_count=cpp_int(device.get("sm_count"), "sm_count"),
+        nvcc=cpp_string(toolchain.get("nvcc", "")), cutlass=cpp_string(toolchain.get("cutlass", "")),
+        driver=cpp_string(toolchain.get("driver", "")),
+        includes=include_lines(includes), problem=problem_struct(),
+        runners="\n".join(piece.runner for piece in pieces),
         aliases="\n".join(aliases), rows="\n".join(rows), layer_count=len(rows),
         for_each=" \\\n".join(for_each),
     )

@@ -306,6 +306,7 @@ class LaunchStats:
     theoretical_active_warps_per_sm: float | None
     theoretical_occupancy_pct: float | None
     achieved_occupancy_pct: float | None
+    cluster_size: int | None = None  # CTAs per thread block cluster (sm90); None: no clusters (ncu says 0)
 
     @classmethod
     def from_launch(cls, launch: NcuLaunch) -> LaunchStats:
@@ -331,6 +332,7 @@ class LaunchStats:
             theoretical_active_warps_per_sm=_number(launch, ("Theoretical Active Warps per SM",)),
             theoretical_occupancy_pct=_number(launch, ("Theoretical Occupancy",)),
             achieved_occupancy_pct=_number(launch, ("Achieved Occupancy",)),
+            cluster_size=_whole(_number(launch, ("Cluster Size",))) or None,
         )
 
 

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.diagnose import LaunchFacts, occupancy
+from tuner.families.base import LaunchArgs
+from tuner.messages import EvaluateRequest
 from tuner.ncu import LaunchStats, NcuReportError, parse_csv_report
-from tuner.problem import ConvProblem, problem_to_dict
+from tuner.problem import ConvProblem
 from tuner.worker import worker_env
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
 NCU_TIMEOUT_S = 300
-KERNEL_FILTER = "regex:ImplicitGemmConvolution"
+# The kernels every family launches: CUTLASS 2.x convs, 3.x GEMMs and 3.x convs.
+KERNEL_FILTER = "regex:ImplicitGemmConvolution|GemmUniversal|ConvUniversal"
 
 
 class ProfilerUnavailable(RuntimeError):
@@ -45,13 +48,12 @@ def ncu_command(ncu: str, report: Path, request: dict) -> list[str]:
             sys.executable, "-m", "tuner.worker", "--once", json.dumps(request)]
 
 
-def profile_candidate(library: Path, problem: ConvProblem, split_k: int) -> LaunchStats:
+def profile_candidate(library: Path, problem: ConvProblem, launch: LaunchArgs) -> LaunchStats:
     """One launch of the candidate under ncu; its launch statistics, occupancy and speed of light."""
     ncu = shutil.which("ncu")
     if ncu is None:
         raise ProfilerUnavailable("ncu not found on PATH: install Nsight Compute for confirmed numbers")
-    request = {"op": "evaluate", "library": str(library), "problem": problem_to_dict(problem),
-               "split_k": split_k, "seed": 1, "validate_only": True}
+    request = EvaluateRequest(str(library), problem, launch, seed=1, validate_only=True).to_dict()
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "ncu.csv"
         completed = subprocess.run(ncu_command(ncu, report, request), capture_output=True, text=True,
@@ -76,4 +78,5 @@ def agreement(static: LaunchFacts, measured: LaunchStats) -> list[Agreement]:
                   None if measured.dynamic_smem_per_block_bytes is None else
                   (measured.dynamic_smem_per_block_bytes + (measured.static_smem_per_block_bytes or 0)) / 1000),
         Agreement("theoretical occupancy %", occ.theoretical_pct, measured.theoretical_occupancy_pct),
-    ]
+    ] + ([Agreement("cluster size", static.cluster_size, measured.cluster_size)]
+         if static.cluster_size > 1 or (measured.cluster_size or 0) > 1 else [])

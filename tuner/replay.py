@@ -12,14 +12,20 @@ import optuna
 
 from tuner.compile import CompileResult
 from tuner.evaluate import Evaluation
+from tuner.families import registry
+from tuner.families.base import KernelConfig, LaunchArgs
 from tuner.measure import Measurement
 from tuner.problem import ConvProblem
-from tuner.space import KernelConfig, make_config
+from tuner.space import make_config
 from tuner.status import Status
 from tuner.study import recorded_trials
 
-PARAM_FIELDS = ("tile", "warps", "stages", "swizzle", "iterator", "split_k")
-FIELDS = (*PARAM_FIELDS, "status", "median_us", "p10_us", "p90_us", "error", "grid_blocks", "blocks_per_sm")
+OUTCOME_FIELDS = ("status", "median_us", "p10_us", "p90_us", "error", "grid_blocks", "blocks_per_sm")
+
+
+def fields(family: str) -> tuple[str, ...]:
+    """A family's record columns: its knobs, then the outcome."""
+    return (*registry.get(family).knobs, *OUTCOME_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -35,20 +41,23 @@ def _number(text: str) -> float | None:
     return float(text) if text not in ("", "None") else None
 
 
-def read_record(path: Path, problem: ConvProblem) -> dict[str, Recorded]:
-    """Configuration name -> what was recorded. Lines starting with # are comments."""
+def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Recorded]:
+    """Configuration name -> what was recorded for one family's candidates. Lines starting with #
+    are comments."""
+    knobs = registry.get(family).knobs
     with open(path, newline="") as handle:
         rows = csv.DictReader(line for line in handle if not line.startswith("#"))
-        return {make_config(problem, row).name: Recorded(Status(row["status"]), _number(row["median_us"]),
-                                                         _number(row["p10_us"]), _number(row["p90_us"]),
-                                                         _number(row["error"]))
+        return {make_config(problem, family, {k: row[k] for k in knobs}).name:
+                Recorded(Status(row["status"]), _number(row["median_us"]), _number(row["p10_us"]),
+                         _number(row["p90_us"]), _number(row["error"]))
                 for row in rows}
 
 
-def record_rows(study: optuna.Study, problem: ConvProblem) -> list[dict]:
+def record_rows(study: optuna.Study, problem: ConvProblem, family: str) -> list[dict]:
+    """One family's measured trials of a study as record rows."""
     rows = []
     for record in recorded_trials(study, problem).values():
-        if record.status is Status.invalid:  # never compiled: the static checks answer those
+        if record.status is Status.invalid or record.config.family != family:  # invalid: never compiled
             continue
         measurement = record.attrs.get("measurement") or {}
         grid = record.attrs.get("grid") or [0, 0, 0]
@@ -57,15 +66,15 @@ def record_rows(study: optuna.Study, problem: ConvProblem) -> list[dict]:
                      "p90_us": measurement.get("p90_us"), "error": record.attrs.get("error"),
                      "grid_blocks": grid[0] * grid[1] * grid[2],
                      "blocks_per_sm": (record.attrs.get("attributes") or {}).get("max_active_blocks_per_sm")})
-    return sorted(rows, key=lambda r: [str(r[f]) for f in PARAM_FIELDS])
+    return sorted(rows, key=lambda r: [str(r[f]) for f in registry.get(family).knobs])
 
 
-def write_record(path: Path, rows: list[dict], comment: str) -> None:
+def write_record(path: Path, rows: list[dict], comment: str, family: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
         for line in comment.splitlines():
             handle.write(f"# {line}\n")
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer = csv.DictWriter(handle, fieldnames=fields(family))
         writer.writeheader()
         writer.writerows(rows)
 
@@ -94,7 +103,7 @@ class ReplayEvaluator:
         self.log = log
         self.evaluated: list[str] = []
 
-    def evaluate(self, library: Path, problem: ConvProblem, split_k: int) -> Evaluation:
+    def evaluate(self, library: Path, problem: ConvProblem, launch: LaunchArgs) -> Evaluation:
         name = library.name
         self.evaluated.append(name)
         if self.log:

@@ -15,8 +15,10 @@ from tuner.diagnose import LaunchFacts, diagnose, occupancy
 from tuner.measure import Measurement
 from tuner.ncu import LaunchStats
 from tuner.problem import ConvProblem
+from tuner.families import registry
+from tuner.families.base import KernelConfig
 from tuner.run import KernelAttributes
-from tuner.space import KernelConfig
+from tuner.space import JointSpace
 from tuner.study import StudyProgress, TrialRecord
 
 
@@ -31,6 +33,7 @@ class Confirmed:
     grid_blocks: int
     attributes: KernelAttributes
     spill_bytes: int | None
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     @property
     def smem_bytes(self) -> int:
@@ -38,8 +41,7 @@ class Confirmed:
 
 
 def describe_config(config: KernelConfig) -> str:
-    return (f"{config.tile.text} w{config.warps.text} s{config.stages} sw{config.swizzle} "
-            f"{config.iterator.value} sk{config.split_k}")
+    return f"{config.family} {registry.family_of(config).describe(config)}"
 
 
 def print_device(console: Console, device: DeviceFacts) -> None:
@@ -48,12 +50,15 @@ def print_device(console: Console, device: DeviceFacts) -> None:
                   f"driver {device.driver_version}")
 
 
-def print_space(console: Console, layer: str, problem: ConvProblem, space_size: int, valid: int, kernels: int) -> None:
+def print_space(console: Console, layer: str, problem: ConvProblem, joint: JointSpace,
+                valid: list[KernelConfig]) -> None:
     m, n, k = problem.gemm_mnk
     console.print(f"[bold]{layer}[/]: {problem.shape_text} ({problem.dtype_key}); implicit GEMM {m}x{n}x{k}, "
                   f"{problem.flops / 1e9:.3f} GFLOP")
-    console.print(f"sm80 space: {space_size} candidates, {valid} pass the static checks "
-                  f"({kernels} distinct kernels to compile)")
+    for space in joint.spaces:
+        mine = [c for c in valid if c.family == space.family]
+        console.print(f"{space.family} space: {space.size} candidates, {len(mine)} pass the static checks "
+                      f"({len({c.compiled for c in mine})} distinct kernels to compile)")
 
 
 class StudyDisplay:
@@ -76,7 +81,8 @@ class StudyDisplay:
 
     def _on_compiled(self, result: CompileResult) -> None:
         note = "cached" if result.cached else f"{result.seconds:.0f} s"
-        self.progress.update(self.compile_task, advance=1, note=f"{result.config.tile.text} {note}")
+        self.progress.update(self.compile_task, advance=1,
+                             note=f"{result.config.family} {result.config.tile.text} {note}")
 
     def _on_evaluated(self, record: TrialRecord) -> None:
         self.outcomes[record.status.value + (" (recorded)" if "from_record" in record.attrs else "")] += 1
@@ -108,6 +114,8 @@ def confirmed_table(rows: list[Confirmed], problem: ConvProblem, device: DeviceF
     for row in rows:
         m = row.measurement
         blocks = f"{row.grid_blocks}" + (" [red]<SMs[/]" if row.grid_blocks < device.sm_count else "")
+        if row.cluster != (1, 1, 1):
+            blocks += f" in {'x'.join(map(str, row.cluster))} clusters"
         table.add_row(row.label, describe_config(row.config), f"{m.median_us:.2f}", f"{100 * m.spread:.1f}%",
                       f"{m.median_us / fastest:.2f}x", f"{m.tflops(problem):.2f}", f"{m.gbps(problem):.0f}",
                       f"{row.error:.1e}", blocks, f"{row.attributes.registers_per_thread}",

@@ -5,11 +5,13 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem, DataType
-from tuner.space import kernel_problem
 
-PROBLEM_FIELDS = 14
-ABI_VERSION = 1
+PROBLEM_FIELDS = 16
+ABI_VERSION = 2
+# CUTLASS takes problem extents as int32: a tensor or GEMM extent beyond this cannot be handed over.
+INT32_MAX = 2**31 - 1
 
 
 class LaunchError(RuntimeError):
@@ -26,11 +28,26 @@ class KernelAttributes:
     max_active_blocks_per_sm: int
 
 
-def problem_array(problem: ConvProblem, split_k: int) -> ctypes.Array:
-    """The int32[14] the entry points read: N,H,W,C,K,R,S,pad,stride,dilation,split_k,P,Q,0."""
-    padded = kernel_problem(problem)
-    values = (padded.n, padded.h, padded.w, padded.c, padded.k, padded.r, padded.s, padded.pad,
-              padded.stride, padded.dilation, split_k, padded.p, padded.q, 0)
+@dataclass(frozen=True)
+class LaunchGrid:
+    """The launch of one problem: the grid in blocks (CTAs) and the cluster shape (1x1x1 before sm90)."""
+
+    grid: tuple[int, int, int]
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def problem_array(problem: ConvProblem, launch: LaunchArgs) -> ctypes.Array:
+    """The int32[16] the entry points read (tuner/templates/problem.h):
+    N,H,W,C,K,R,S,pad,stride,dilation,split_k,P,Q,raster,swizzle,0 with C the kernel's channels."""
+    values = (problem.n, problem.h, problem.w, launch.kernel_channels, problem.k, problem.r, problem.s, problem.pad,
+              problem.stride, problem.dilation, launch.split_k, problem.p, problem.q, launch.raster,
+              launch.swizzle, 0)
+    if max(values) > INT32_MAX:
+        raise LaunchError(f"a problem extent exceeds CUTLASS's int32 limit ({INT32_MAX})")
     return (ctypes.c_int32 * PROBLEM_FIELDS)(*values)
 
 
@@ -62,10 +79,10 @@ class KernelLibrary:
     def workspace_bytes(self, problem: ctypes.Array) -> int:
         return self.lib.tuner_workspace_bytes(problem)
 
-    def grid(self, problem: ctypes.Array) -> tuple[int, int, int]:
-        grid = (ctypes.c_int32 * 3)()
+    def grid(self, problem: ctypes.Array) -> LaunchGrid:
+        grid = (ctypes.c_int32 * 6)()
         self.lib.tuner_grid(problem, grid)
-        return grid[0], grid[1], grid[2]
+        return LaunchGrid((grid[0], grid[1], grid[2]), (grid[3], grid[4], grid[5]))
 
     def attributes(self) -> KernelAttributes:
         values = (ctypes.c_int32 * 6)()
@@ -132,12 +149,11 @@ def pad_channels(tensor, channels: int):
     return cupy.pad(tensor, [(0, 0)] * (tensor.ndim - 1) + [(0, extra)])
 
 
-def make_tensor_set(problem: ConvProblem, x, w) -> TensorSet:
+def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int) -> TensorSet:
     import cupy
 
-    padded = kernel_problem(problem)
     y = cupy.full((problem.n, problem.p, problem.q, problem.k), cupy.nan, dtype=cupy_dtype(problem.output_type))
-    return TensorSet(pad_channels(x, padded.c), pad_channels(w, padded.c), y)
+    return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, kernel_channels), y)
 
 
 def pointer(array) -> int:

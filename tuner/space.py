@@ -1,389 +1,153 @@
-"""The sm80 search space: typed kernel configurations and the static checks that need no compile."""
+"""Search spaces: each family's YAML file parsed by its family, and the joint space of one layer (every
+family that can run it on this device) as the study samples it: a `family` parameter, then that
+family's knobs under `<family>.<knob>` names, so that the families' knobs never share a name."""
 from __future__ import annotations
 
-import enum
-import re
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import yaml
 
 from tuner.device import DeviceFacts
-from tuner.problem import ConvProblem, DataType, dtype_key
+from tuner.families import registry
+from tuner.families.base import KernelConfig, SearchSpace, SpaceError
+from tuner.problem import ConvProblem
+
+REPO = Path(__file__).resolve().parents[1]
+SPACES = REPO / "search_spaces"
+FAMILY_PARAM = "family"
+# Space files larger than this are not a search space; refuse before parsing them.
+MAX_SPACE_BYTES = 1 << 20
 
 
-class SpaceError(ValueError):
-    """A search-space file that does not parse into known, typed values."""
+def default_space_file(family: str) -> Path:
+    return SPACES / f"{family}.yaml"
 
 
-class IteratorAlgorithm(enum.Enum):
-    optimized = "optimized"
-    analytic = "analytic"
-    few_channels = "few_channels"
-    fixed_channels = "fixed_channels"
-
-
-SWIZZLES = (1, 2, 4, 8)
-# Channels at or under this count are "small C": the few/fixed-channel iterators exist for them.
-SMALL_CHANNELS = 8
-MAX_THREADS_PER_BLOCK = 1024
-# A 64x64 warp tile holds 128 f32 accumulators per thread; larger ones spill (seen on the H100:
-# 128x128 warp tiles used 255 registers and kilobytes of spills, and ran 10-40x slower).
-MAX_ACCUMULATORS_PER_THREAD = 128
-
-
-@dataclass(frozen=True, order=True)
-class Shape3:
-    m: int
-    n: int
-    k: int
-
-    @classmethod
-    def parse(cls, text: str) -> "Shape3":
-        parts = str(text).lower().split("x")
-        if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and int(p) > 0 for p in parts):
-            raise SpaceError(f"shape {text!r} must look like 128x128x64 (three positive whole numbers)")
-        return cls(*(int(p) for p in parts))
-
-    @property
-    def text(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}"
-
-    @property
-    def volume(self) -> int:
-        return self.m * self.n * self.k
-
-
-@dataclass(frozen=True, order=True)
-class KernelConfig:
-    """One sm80 implicit-GEMM fprop kernel plus its run-time split-K; all a candidate needs."""
-
-    tile: Shape3
-    warps: Shape3
-    stages: int
-    swizzle: int
-    iterator: IteratorAlgorithm
-    split_k: int
-    alignment_ab: int
-    alignment_c: int
-    input_type: DataType
-    filter_type: DataType
-    output_type: DataType
-    accumulator_type: DataType
-
-    @property
-    def warp_tile(self) -> Shape3:
-        return Shape3(self.tile.m // self.warps.m, self.tile.n // self.warps.n, self.tile.k // self.warps.k)
-
-    @property
-    def warp_count(self) -> int:
-        return self.warps.volume
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warp_count
-
-    @property
-    def instruction(self) -> Shape3:
-        return INSTRUCTION_SHAPES[self.input_type]
-
-    @property
-    def mainloop_smem_bytes(self) -> int:
-        per_stage = self.tile.m * self.tile.k * self.input_type.bytes + self.tile.n * self.tile.k * self.filter_type.bytes
-        return self.stages * per_stage
-
-    @property
-    def compiled(self) -> "KernelConfig":
-        """The configuration as compiled: split-K is a run-time argument, so it does not count."""
-        return replace(self, split_k=1)
-
-    @property
-    def name(self) -> str:
-        return (
-            f"{self.tile.text}_w{self.warps.text}_s{self.stages}_sw{self.swizzle}_{self.iterator.value}"
-            f"_sk{self.split_k}_a{self.alignment_ab}x{self.alignment_c}_{self.dtype_key}"
-        )
-
-    @property
-    def dtype_key(self) -> str:
-        return dtype_key(self)
-
-    @property
-    def search_params(self) -> dict[str, str | int]:
-        """The values Optuna samples, in the form stored in the study."""
-        return {
-            "tile": self.tile.text,
-            "warps": self.warps.text,
-            "stages": self.stages,
-            "swizzle": self.swizzle,
-            "iterator": self.iterator.value,
-            "split_k": self.split_k,
-        }
-
-
-INSTRUCTION_SHAPES = {DataType.f16: Shape3(16, 8, 16), DataType.bf16: Shape3(16, 8, 16)}
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    family: str
-    tiles: tuple[Shape3, ...]
-    warps: tuple[Shape3, ...]
-    stages: tuple[int, ...]
-    swizzles: tuple[int, ...]
-    iterators: tuple[IteratorAlgorithm, ...]
-    split_ks: tuple[int, ...]
-
-    @property
-    def choices(self) -> dict[str, tuple]:
-        """Each sampled parameter with its choices, as stored in the study."""
-        return {
-            "tile": tuple(t.text for t in self.tiles),
-            "warps": tuple(w.text for w in self.warps),
-            "stages": self.stages,
-            "swizzle": self.swizzles,
-            "iterator": tuple(i.value for i in self.iterators),
-            "split_k": self.split_ks,
-        }
-
-    @property
-    def size(self) -> int:
-        total = 1
-        for values in self.choices.values():
-            total *= len(values)
-        return total
-
-
-def _int_list(name: str, values: object, allowed: Callable[[int], bool], rule: str) -> tuple[int, ...]:
-    if not isinstance(values, list) or not values:
-        raise SpaceError(f"search space: '{name}' must be a non-empty list")
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or not allowed(value):
-            raise SpaceError(f"search space: {name} value {value!r} is not allowed ({rule})")
-    return tuple(sorted(set(values)))
-
-
-def _enum_list(name: str, values: object, kind: type[enum.Enum]) -> tuple:
-    if not isinstance(values, list) or not values:
-        raise SpaceError(f"search space: '{name}' must be a non-empty list")
-    known = [e.value for e in kind]
-    parsed = []
-    for value in values:
-        if value not in known:
-            raise SpaceError(f"search space: {name} value {value!r} is not one of {', '.join(known)}")
-        parsed.append(kind(value))
-    return tuple(dict.fromkeys(parsed))
-
-
-def _shape_list(name: str, values: object) -> tuple[Shape3, ...]:
-    if not isinstance(values, list) or not values:
-        raise SpaceError(f"search space: '{name}' must be a non-empty list")
-    return tuple(dict.fromkeys(Shape3.parse(v) for v in values))
-
-
-def parse_space(document: object) -> SearchSpace:
-    if not isinstance(document, dict):
-        raise SpaceError("search space must be a YAML mapping")
-    expected = {"family", "threadblock", "warp_count", "stages", "swizzle", "iterator", "split_k"}
-    missing, unknown = expected - set(document), set(document) - expected
-    if missing or unknown:
-        raise SpaceError(
-            "search space: " + "; ".join(
-                part for part in (
-                    f"missing {', '.join(sorted(missing))}" if missing else "",
-                    f"unknown {', '.join(sorted(unknown))}" if unknown else "",
-                ) if part
-            )
-        )
-    if document["family"] != "sm80":
-        raise SpaceError(f"search space: family {document['family']!r} is not supported (sm80)")
-    return SearchSpace(
-        family="sm80",
-        tiles=_shape_list("threadblock", document["threadblock"]),
-        warps=_shape_list("warp_count", document["warp_count"]),
-        stages=_int_list("stages", document["stages"], lambda v: 2 <= v <= 16, "2 to 16"),
-        swizzles=_int_list("swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8"),
-        iterators=_enum_list("iterator", document["iterator"], IteratorAlgorithm),
-        split_ks=_int_list("split_k", document["split_k"], lambda v: 1 <= v <= 64, "1 to 64"),
-    )
+def landscape_space_file(family: str) -> Path:
+    return SPACES / f"{family}_landscape.yaml"
 
 
 def load_space(path: Path) -> SearchSpace:
+    """A family's space file: its `family:` key names the family that parses the rest."""
     try:
-        return parse_space(yaml.safe_load(path.read_text()))
+        if path.stat().st_size > MAX_SPACE_BYTES:
+            raise SpaceError(f"search space {path} is over {MAX_SPACE_BYTES >> 20} MB: not a search space file")
+        document = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise SpaceError(f"search space {path} not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpaceError(f"search space {path} cannot be read ({type(error).__name__}); pass a YAML file") from None
     except yaml.YAMLError:
         raise SpaceError(f"search space {path} is not valid YAML") from None
+    if not isinstance(document, dict) or not isinstance(document.get(FAMILY_PARAM), str):
+        raise SpaceError(f"search space {path} must be a mapping with a 'family:' key "
+                         f"({', '.join(registry.names())})")
+    return registry.get(document[FAMILY_PARAM]).parse_space(document)
 
 
-def kernel_problem(problem: ConvProblem) -> ConvProblem:
-    """The problem as the kernel sees it: an odd C is padded with a zero channel (C=3 -> 4),
-    as frameworks do, since sm80's asynchronous copies move at least 4 bytes."""
-    if problem.c % 2 == 0:
-        return problem
-    return replace(problem, c=problem.c + 1)
-
-
-def _largest_dividing(value: int, widths: tuple[int, ...]) -> int:
-    return next(w for w in widths if value % w == 0)
-
-
-def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
-    """Elements per access for A/B (contiguous in C) and for the output (contiguous in K)."""
-    padded = kernel_problem(problem)
-    widest_ab = 128 // padded.input_type.bits
-    widest_c = 128 // padded.output_type.bits
-    ab_widths = tuple(w for w in (8, 4, 2) if w <= widest_ab)
-    c_widths = tuple(w for w in (8, 4, 2, 1) if w <= widest_c)
-    return _largest_dividing(padded.c, ab_widths), _largest_dividing(padded.k, c_widths)
-
-
-def make_config(problem: ConvProblem, params: dict) -> KernelConfig:
-    """A configuration from sampled parameters (strings or ints as stored in the study)."""
-    alignment_ab, alignment_c = derive_alignments(problem)
-    return KernelConfig(
-        tile=Shape3.parse(params["tile"]),
-        warps=Shape3.parse(params["warps"]),
-        stages=int(params["stages"]),
-        swizzle=int(params["swizzle"]),
-        iterator=IteratorAlgorithm(params["iterator"]),
-        split_k=int(params["split_k"]),
-        alignment_ab=alignment_ab,
-        alignment_c=alignment_c,
-        input_type=problem.input_type,
-        filter_type=problem.filter_type,
-        output_type=problem.output_type,
-        accumulator_type=problem.accumulator_type,
-    )
-
-
-REFERENCE_PARAMS = {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
-                    "iterator": "optimized", "split_k": 1}
-
-
-def reference_config(problem: ConvProblem) -> KernelConfig:
-    """The hand-picked configuration of the reference ncu log: 128x128x64, warp 64x64x64, 3 stages."""
-    return make_config(problem, REFERENCE_PARAMS)
-
-
-# Each rule returns why the configuration cannot run, or None.
-def _check_types(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    if config.input_type not in INSTRUCTION_SHAPES or config.filter_type != config.input_type:
-        return f"sm80 tensor-op family needs f16 or bf16 inputs of one type, got {config.dtype_key}"
-    return None
-
-
-def _check_warp_split(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    tile, warps = config.tile, config.warps
-    if tile.m % warps.m or tile.n % warps.n or tile.k % warps.k:
-        return f"threadblock {tile.text} does not divide by warp count {warps.text}"
-    if warps.k != 1:
-        return "sliced-K warps (warp count K > 1) are not built for conv"
-    return None
-
-
-def _check_warp_tile(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    warp, inst = config.warp_tile, config.instruction
-    if warp.m % inst.m or warp.n % (2 * inst.n) or warp.k % inst.k:
-        return (f"warp tile {warp.text} is not a multiple of the {inst.text} instruction "
-                f"(N needs pairs of {inst.n} for ldmatrix)")
-    return None
-
-
-def _check_accumulators(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    per_thread = config.warp_tile.m * config.warp_tile.n // 32
-    if per_thread > MAX_ACCUMULATORS_PER_THREAD:
-        return (f"warp tile {config.warp_tile.m}x{config.warp_tile.n} needs {per_thread} accumulator registers "
-                f"per thread (> {MAX_ACCUMULATORS_PER_THREAD}): it spills")
-    return None
-
-
-def _check_epilogue(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    """Two warp-tile widths that the H100 landscape (results/nvidia-h100-80gb-hbm3/landscape/, 5 layers
-    with 16-bit output) showed never to work, and no working candidate is excluded by them."""
-    width = config.warp_tile.n
-    if width == 16 and config.alignment_c == 8:
-        return ("a 16-wide warp tile cannot be tiled by CUTLASS's epilogue with 8-element output accesses "
-                "(static assertion in output_tile_thread_map.h)")
-    if width >= 128 and config.output_type.bits == 16:
-        return f"warp tiles {width} wide with 16-bit output gave wrong results on every layer of the H100 landscape"
-    return None
-
-
-def _check_threads(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    if config.threads > MAX_THREADS_PER_BLOCK:
-        return f"{config.threads} threads per block exceed {MAX_THREADS_PER_BLOCK}"
-    return None
-
-
-def _check_shared_memory(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    if config.mainloop_smem_bytes > device.smem_optin_per_block:
-        return (f"{config.mainloop_smem_bytes // 1024} KB of shared memory exceeds the "
-                f"{device.smem_optin_per_block // 1024} KB a block may opt into")
-    return None
-
-
-def _check_thread_map(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    for operand, rows in (("A", config.tile.m), ("B", config.tile.n)):
-        vectors = rows * config.tile.k // config.alignment_ab
-        if vectors < config.threads or vectors % config.threads:
-            return (f"{operand} tile {rows}x{config.tile.k} in {config.alignment_ab}-element vectors "
-                    f"does not spread evenly over {config.threads} threads")
-    return None
-
-
-def _check_iterator(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    channels = kernel_problem(problem).c
-    small = config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels)
-    if small and channels > SMALL_CHANNELS:
-        return f"{config.iterator.value} iterator is for C <= {SMALL_CHANNELS}, this layer has C={channels}"
-    if config.iterator is IteratorAlgorithm.fixed_channels and channels != config.alignment_ab:
-        return f"fixed_channels needs C equal to the access width {config.alignment_ab}, C={channels}"
-    if config.iterator is IteratorAlgorithm.optimized and max(problem.r, problem.s) > 32:
-        return "optimized iterator supports filters up to 32x32"
-    return None
-
-
-def k_iterations(config: KernelConfig, problem: ConvProblem) -> int:
-    """Main-loop iterations of one block: the analytic and optimized iterators step through C in
-    tile-K chunks at every filter tap; the small-channel ones run over R*S*C as one axis."""
-    padded = kernel_problem(problem)
-    if config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels):
-        return -(-padded.r * padded.s * padded.c // config.tile.k)
-    return padded.r * padded.s * -(-padded.c // config.tile.k)
-
-
-def _check_split_k(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    iterations = k_iterations(config, problem)
-    if config.split_k > iterations:
-        return f"split-K {config.split_k} exceeds the {iterations} K-iterations of this problem"
-    return None
-
-
-# These need a warp tile, so they run only once the threadblock divides by the warp count.
-WARP_TILE_RULES = (_check_warp_tile, _check_accumulators, _check_epilogue)
-STATIC_RULES = (_check_threads,
-                _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k)
+def make_config(problem: ConvProblem, family: str, params: dict) -> KernelConfig:
+    return registry.get(family).make_config(problem, params)
 
 
 def static_problems(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-    """Every reason the configuration cannot run, found without compiling; empty when valid.
-    Unsupported data types stop here: the other rules need the instruction shape of the type."""
-    if (reason := _check_types(config, problem, device)):
-        return [reason]
-    split = _check_warp_split(config, problem, device)
-    rules = STATIC_RULES if split else WARP_TILE_RULES + STATIC_RULES
-    return ([split] if split else []) + [reason for rule in rules if (reason := rule(config, problem, device))]
+    return registry.family_of(config).static_problems(config, problem, device)
 
 
 def all_configs(space: SearchSpace, problem: ConvProblem) -> Iterator[KernelConfig]:
+    family = registry.get(space.family)
     names = list(space.choices)
     for values in itertools.product(*space.choices.values()):
-        yield make_config(problem, dict(zip(names, values)))
+        yield family.make_config(problem, dict(zip(names, values)))
 
 
 def valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
-    return [c for c in all_configs(space, problem) if not static_problems(c, problem, device)]
+    family = registry.get(space.family)
+    if registry.why_not(family, problem, device):
+        return []
+    return [c for c in all_configs(space, problem) if not family.static_problems(c, problem, device)]
+
+
+@dataclass(frozen=True)
+class JointSpace:
+    """The spaces of the families a study searches together, in family-name order."""
+
+    spaces: tuple[SearchSpace, ...]
+
+    def __post_init__(self) -> None:
+        if not self.spaces:
+            raise SpaceError("a study needs at least one family's space")
+        families = [s.family for s in self.spaces]
+        if len(set(families)) != len(families):
+            raise SpaceError(f"two search spaces for one family: {families}")
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(s.family for s in self.spaces)
+
+    @property
+    def key(self) -> str:
+        """The study-name segment: which families' knobs the study holds."""
+        return "families=" + "+".join(self.families)
+
+    def space(self, family: str) -> SearchSpace:
+        for space in self.spaces:
+            if space.family == family:
+                return space
+        raise SpaceError(f"family {family!r} is not in this study ({', '.join(self.families)})")
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.spaces)
+
+    def contains(self, config: KernelConfig) -> bool:
+        """Whether the study can ask for this configuration: its family and every knob's value are
+        among the choices."""
+        if config.family not in self.families:
+            return False
+        choices = self.space(config.family).choices
+        return all(knob in choices and value in choices[knob] for knob, value in config.search_params.items())
+
+    def only(self, families: tuple[str, ...]) -> "JointSpace":
+        return JointSpace(tuple(s for s in self.spaces if s.family in families))
+
+
+def joint_params(config: KernelConfig) -> dict:
+    """A configuration's parameters as the study stores them."""
+    family = config.family
+    return {FAMILY_PARAM: family, **{f"{family}.{knob}": value for knob, value in config.search_params.items()}}
+
+
+def split_params(params: dict) -> tuple[str, dict]:
+    """(family, its knobs) from stored parameters."""
+    if FAMILY_PARAM not in params:
+        raise SpaceError(f"stored parameters {sorted(params)} name no family")
+    family = str(params[FAMILY_PARAM])
+    prefix = family + "."
+    return family, {name[len(prefix):]: value for name, value in params.items() if name.startswith(prefix)}
+
+
+def config_from_params(problem: ConvProblem, params: dict) -> KernelConfig:
+    family, knobs = split_params(params)
+    return make_config(problem, family, knobs)
+
+
+def layer_space(spaces: tuple[SearchSpace, ...], problem: ConvProblem, device: DeviceFacts) -> JointSpace:
+    """The spaces of the families that can run this problem on this device. None can: a SpaceError
+    that says why for each family."""
+    runnable, reasons = [], []
+    for space in spaces:
+        reason = registry.why_not(registry.get(space.family), problem, device)
+        if reason is None:
+            runnable.append(space)
+        else:
+            reasons.append(f"{space.family}: {reason}")
+    if not runnable:
+        raise SpaceError("no kernel family can run this layer here: " + "; ".join(reasons))
+    return JointSpace(tuple(sorted(runnable, key=lambda s: s.family)))
+
+
+def joint_valid_configs(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
+    return [config for space in joint.spaces for config in valid_configs(space, problem, device)]

@@ -1,5 +1,6 @@
 """The Optuna study: ask for candidates, prune the impossible ones, compile in parallel,
-evaluate on the GPU, tell Optuna what happened. One study per (GPU, layer, problem, family, dtypes)."""
+evaluate on the GPU, tell Optuna what happened. One study per (GPU, layer, problem, families, dtypes):
+the kernel family is a sampled parameter, each family's knobs conditional on it."""
 from __future__ import annotations
 
 import datetime as dt
@@ -13,25 +14,24 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import optuna
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.compile import CompileResult
 from tuner.device import DeviceFacts
 from tuner.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
 from tuner.evaluate import Evaluation
+from tuner.families import registry
+from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
 from tuner.problem import ConvProblem
-from tuner.space import KernelConfig, SearchSpace, make_config, static_problems
+from tuner.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
 from tuner.status import Status
-
-FAMILY = "sm80"
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
 # space counts as exhausted for this sampler.
 EXHAUSTED_AFTER_ASKS = 400
 
 
 class Evaluator(Protocol):
-    def evaluate(self, library: Path, problem: ConvProblem, split_k: int) -> Evaluation: ...
+    def evaluate(self, library: Path, problem: ConvProblem, launch: LaunchArgs) -> Evaluation: ...
 
 
 class CompilerLike(Protocol):
@@ -56,22 +56,28 @@ class TrialRecord:
         return self.attrs.get("reason")
 
 
-def study_name(device: DeviceFacts, layer: str, problem: ConvProblem) -> str:
+def study_name(device: DeviceFacts, layer: str, problem: ConvProblem, joint: JointSpace) -> str:
     shape = (f"n{problem.n}h{problem.h}w{problem.w}c{problem.c}k{problem.k}r{problem.r}s{problem.s}"
              f"p{problem.pad}u{problem.stride}d{problem.dilation}")
-    return f"{device.slug}/{layer}/{shape}/{FAMILY}/{problem.dtype_key}"
+    return f"{device.slug}/{layer}/{shape}/{joint.key}/{problem.dtype_key}"
 
 
 def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int) -> optuna.Study:
-    with warnings.catch_warnings():  # multivariate and constant_liar are marked experimental
+    with warnings.catch_warnings():  # multivariate, group and constant_liar are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+        # group: each family's knobs are sampled jointly among the trials of that family.
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                direction="minimize", load_if_exists=True)
 
 
-def distributions(space: SearchSpace) -> dict[str, CategoricalDistribution]:
-    return {name: CategoricalDistribution(list(values)) for name, values in space.choices.items()}
+def ask_config(study: optuna.Study, joint: JointSpace) -> optuna.Trial:
+    """A new trial with the family and that family's knobs sampled (or taken from the queue)."""
+    trial = study.ask()
+    family = trial.suggest_categorical(FAMILY_PARAM, list(joint.families))
+    for knob, choices in joint.space(family).choices.items():
+        trial.suggest_categorical(f"{family}.{knob}", list(choices))
+    return trial
 
 
 def params_key(params: dict) -> tuple:
@@ -79,25 +85,35 @@ def params_key(params: dict) -> tuple:
 
 
 def record_of(trial: FrozenTrial, problem: ConvProblem) -> TrialRecord:
-    return TrialRecord(trial.number, make_config(problem, trial.params),
+    return TrialRecord(trial.number, config_from_params(problem, trial.params),
                        Status(trial.user_attrs["status"]), trial.value, dict(trial.user_attrs))
+
+
+def _readable(trial: FrozenTrial) -> bool:
+    """A finished trial with an outcome and a family (a study written before families were
+    parameters has none: its trials are history, not candidates)."""
+    return "status" in trial.user_attrs and FAMILY_PARAM in trial.params
 
 
 def recorded_trials(study: optuna.Study, problem: ConvProblem) -> dict[tuple, TrialRecord]:
     """Finished trials that carry an outcome (FAIL means interrupted: those are tried again)."""
     finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    return {params_key(t.params): record_of(t, problem) for t in finished if "status" in t.user_attrs}
+    return {params_key(t.params): record_of(t, problem) for t in finished if _readable(t)}
 
 
-def ranked(study: optuna.Study, problem: ConvProblem) -> list[TrialRecord]:
-    """Measured configurations, fastest first, each once (answers from the record left out)."""
+def ranked(study: optuna.Study, problem: ConvProblem, family: str | None = None) -> list[TrialRecord]:
+    """Measured configurations (of one family, if named), fastest first, each once (answers from
+    the record left out)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    originals = [record_of(t, problem) for t in complete if "from_record" not in t.user_attrs]
+    originals = [record_of(t, problem) for t in complete if "from_record" not in t.user_attrs and _readable(t)]
+    if family is not None:
+        originals = [r for r in originals if r.config.family == family]
     return sorted(originals, key=lambda r: r.median_us)
 
 
 def compile_attrs(result: CompileResult) -> dict:
-    attrs = {"config": result.config.name, "compile_s": round(result.seconds, 2), "compile_cached": result.cached}
+    attrs = {"config": result.config.name, "family": result.config.family, "compile_s": round(result.seconds, 2),
+             "compile_cached": result.cached}
     if result.ptxas:
         attrs["ptxas"] = asdict(result.ptxas)
     return attrs
@@ -111,6 +127,7 @@ def evaluation_attrs(evaluation: Evaluation, problem: ConvProblem) -> dict:
         attrs["error"] = evaluation.error
     if evaluation.grid:
         attrs["grid"] = list(evaluation.grid)
+        attrs["cluster"] = list(evaluation.cluster)
     if evaluation.attributes:
         attrs["attributes"] = asdict(evaluation.attributes)
     if evaluation.measurement:
@@ -196,17 +213,16 @@ def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
 
 
 class Tuner:
-    def __init__(self, study: optuna.Study, problem: ConvProblem, space: SearchSpace, device: DeviceFacts,
+    def __init__(self, study: optuna.Study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
                  compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
                  run_id: str | None = None):
         self.study = study
         self.problem = problem
-        self.space = space
+        self.joint = joint
         self.device = device
         self.compiler = compiler
         self.evaluator = evaluator
         self.progress = progress or StudyProgress()
-        self.distributions = distributions(space)
         self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
         self.worker = worker_id()
 
@@ -229,7 +245,7 @@ class Tuner:
         return done
 
     def _ask(self) -> optuna.Trial:
-        trial = self.study.ask(self.distributions)
+        trial = ask_config(self.study, self.joint)
         trial.set_user_attr("worker", self.worker)
         trial.set_user_attr("run", self.run_id)
         return trial
@@ -256,7 +272,13 @@ class Tuner:
             trial = self._ask()
             record = recorded_trials(self.study, self.problem)  # fresh: other workers finish trials too
             key = params_key(trial.params)
-            config = make_config(self.problem, trial.params)
+            try:
+                config = config_from_params(self.problem, trial.params)
+            except SpaceError as error:  # a queued trial from an older space: nothing to build
+                trial.set_user_attr("reason", str(error))
+                self.study.tell(trial, state=TrialState.PRUNED)
+                idle += 1
+                continue
             if key in record:
                 self._answer_from_record(trial, record[key])
             elif (reasons := static_problems(config, self.problem, self.device)):
@@ -293,7 +315,8 @@ class Tuner:
         if not result.ok:
             self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
             return
-        evaluation = self.evaluator.evaluate(result.library, self.problem, config.split_k)
+        launch = registry.family_of(config).launch_args(config, self.problem)
+        evaluation = self.evaluator.evaluate(result.library, self.problem, launch)
         value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
         attrs.update(evaluation_attrs(evaluation, self.problem))
         if evaluation.attributes and evaluation.grid:

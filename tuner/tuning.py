@@ -9,17 +9,19 @@ from pathlib import Path
 from rich.console import Console
 
 from tuner import report
-from tuner.costmodel import PRIOR_PICKS, Ceilings, measured_ceilings, prior_picks
+from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks, measured_ceilings
 from tuner.compile import Compiler, CompileResult, cutlass_version, nvcc_version
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.diagnose import LaunchFacts, kernel_facts
 from tuner.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
+from tuner.families import registry
+from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure import Measurement
 from tuner.ncu import LaunchStats
 from tuner.problem import ConvProblem, Layer
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.results import append_history, default_storage, gpu_dir, read_best, update_best
-from tuner.space import REFERENCE_PARAMS, KernelConfig, SearchSpace, make_config, static_problems, valid_configs
+from tuner.space import (JointSpace, joint_params, joint_valid_configs, layer_space, make_config, static_problems)
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
                          study_name, waste_attrs)
@@ -58,16 +60,28 @@ class LayerOutcome:
         return self.runtime_us / self.previous_us - 1.0
 
 
-def seed_study(study, problem: ConvProblem, space: SearchSpace, device: DeviceFacts, prior: int,
+def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> KernelConfig | None:
+    """The hand-picked configuration of the first family in the study that has one (sm80's is the
+    reference ncu log's 128x128x64, 3 stages), where it can run the problem."""
+    for family in joint.families:
+        params = registry.get(family).reference_params()
+        if params is None:
+            continue
+        config = make_config(problem, family, params)
+        if joint.contains(config) and not static_problems(config, problem, device):
+            return config
+    return None
+
+
+def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
                ceilings: Ceilings) -> None:
     """Queue the reference config and the cost model's picks, each unless the study has it already:
     a study made before the model (or before a change to it) gets the current picks on its next run."""
-    reference = make_config(problem, REFERENCE_PARAMS)
-    if (params_key(REFERENCE_PARAMS) not in recorded_trials(study, problem)
-            and not static_problems(reference, problem, device)):
-        study.enqueue_trial(REFERENCE_PARAMS, user_attrs={"reference": True}, skip_if_exists=True)
-    for config in prior_picks(space, problem, device, prior, ceilings):
-        study.enqueue_trial(config.search_params, user_attrs={"prior": True}, skip_if_exists=True)
+    reference = reference_config(joint, problem, device)
+    if reference is not None and params_key(joint_params(reference)) not in recorded_trials(study, problem):
+        study.enqueue_trial(joint_params(reference), user_attrs={"reference": True}, skip_if_exists=True)
+    for config in joint_prior_picks(joint, problem, device, prior, ceilings):
+        study.enqueue_trial(joint_params(config), user_attrs={"prior": True}, skip_if_exists=True)
 
 
 def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig, CompileResult],
@@ -77,7 +91,8 @@ def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig
     runs: dict[str, list] = {label: [] for label, _ in configs}
     for _ in range(rounds):
         for label, config in configs:
-            evaluation = evaluator.evaluate(compiled[config.compiled].library, problem, config.split_k)
+            launch = registry.family_of(config).launch_args(config, problem)
+            evaluation = evaluator.evaluate(compiled[config.compiled].library, problem, launch)
             if evaluation.status is Status.ok:
                 runs[label].append(evaluation)
     confirmed = []
@@ -88,7 +103,7 @@ def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig
         ptxas = compiled[config.compiled].ptxas
         confirmed.append(report.Confirmed(
             label, config, middle.measurement, max(e.error for e in runs[label]), middle.grid_blocks,
-            middle.attributes, ptxas.spill_bytes if ptxas else None))
+            middle.attributes, ptxas.spill_bytes if ptxas else None, middle.cluster))
     return confirmed
 
 
@@ -99,7 +114,8 @@ def profile_finalists(rows: list[report.Confirmed], facts: dict[str, LaunchFacts
     profiles = {}
     for row in sorted(rows, key=lambda r: r.measurement.median_us)[:top]:
         try:
-            stats = profile_candidate(compiled[row.config.compiled].library, problem, row.config.split_k)
+            launch = registry.family_of(row.config).launch_args(row.config, problem)
+            stats = profile_candidate(compiled[row.config.compiled].library, problem, launch)
         except ProfilerUnavailable as error:
             console.print(f"[yellow]ncu: {error}; the waste table is the static diagnosis alone[/]")
             break
@@ -109,11 +125,15 @@ def profile_finalists(rows: list[report.Confirmed], facts: dict[str, LaunchFacts
 
 def best_entry(layer: Layer, winner: report.Confirmed, reference: report.Confirmed | None, study,
                device: DeviceFacts, measured: int, facts: LaunchFacts,
-               profile: tuple[LaunchStats, list[Agreement]] | None, run_id: str) -> dict:
+               profile: tuple[LaunchStats, list[Agreement]] | None, run_id: str,
+               rows: list[report.Confirmed] = ()) -> dict:
     m: Measurement = winner.measurement
+    family_best: dict[str, float] = {}
+    for row in sorted(rows, key=lambda r: r.measurement.median_us):
+        family_best.setdefault(row.config.family, round(row.measurement.median_us, 3))
     entry = {
         "problem": {k: (v.value if hasattr(v, "value") else v) for k, v in vars(layer.problem).items()},
-        "family": "sm80",
+        "family": winner.config.family,
         "params": winner.config.search_params,
         "kernel": winner.config.name,
         "runtime_us": round(m.median_us, 3),
@@ -124,11 +144,13 @@ def best_entry(layer: Layer, winner: report.Confirmed, reference: report.Confirm
         "gbps": round(m.gbps(layer.problem), 1),
         "rel_l2_error": float(f"{winner.error:.3e}"),
         "grid_blocks": winner.grid_blocks,
+        "cluster": list(winner.cluster),
         "waves": round(winner.grid_blocks / (device.sm_count * max(1, winner.attributes.max_active_blocks_per_sm)), 3),
         "registers_per_thread": winner.attributes.registers_per_thread,
         "spill_bytes": winner.spill_bytes,
         "smem_bytes": winner.smem_bytes,
         "study": {"name": study.study_name, "trials": len(study.trials), "measured_this_run": measured},
+        "family_best_us": family_best,
         "run": run_id,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -157,13 +179,13 @@ def table_header(device: DeviceFacts) -> dict:
 class TuningSession:
     """One GPU, one worker process, one compiler: tunes the layers it is given in turn."""
 
-    def __init__(self, options: TuningOptions, space: SearchSpace, console: Console):
+    def __init__(self, options: TuningOptions, spaces: tuple[SearchSpace, ...], console: Console):
         self.options = options
-        self.space = space
         self.console = console
         self.worker = WorkerProcess(timeout_s=options.timeout_s)
         self.device = device_from_dict(query_device_facts(self.worker))
-        self.compiler = Compiler(self.device.arch_flag, options.cache_dir, options.jobs)
+        self.spaces = device_spaces(spaces, self.device)
+        self.compiler = Compiler(self.device, options.cache_dir, options.jobs)
         self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
         self.folder = gpu_dir(options.results_dir, self.device.slug)
         self.storage = options.storage or default_storage(options.results_dir, self.device.slug)
@@ -180,22 +202,22 @@ class TuningSession:
             self.console.print(f"[bold]{layer.name}[/]: finished earlier in run {run_id}")
             before = (previous.get("previous") or {}).get("runtime_us")
             return LayerOutcome(layer.name, previous["runtime_us"], before, previous.get("kernel"), 0, skipped=True)
-        valid = valid_configs(self.space, layer.problem, self.device)
-        report.print_space(self.console, layer.name, layer.problem, self.space.size, len(valid),
-                           len({c.compiled for c in valid}))
-        study = open_study(study_name(self.device, layer.name, layer.problem), self.storage, self.options.seed)
+        joint = layer_space(self.spaces, layer.problem, self.device)
+        valid = joint_valid_configs(joint, layer.problem, self.device)
+        report.print_space(self.console, layer.name, layer.problem, joint, valid)
+        study = open_study(study_name(self.device, layer.name, layer.problem, joint), self.storage, self.options.seed)
         orphans = fail_orphans(study)
         if orphans:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
-        reference = make_config(layer.problem, REFERENCE_PARAMS)
-        seed_study(study, layer.problem, self.space, self.device, self.options.prior, self.ceilings)
+        reference = reference_config(joint, layer.problem, self.device)
+        seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings)
         with report.StudyDisplay(self.console, self.options.trials) as display:
-            tuner = Tuner(study, layer.problem, self.space, self.device, self.compiler, self.evaluator,
+            tuner = Tuner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)
             measured = tuner.run(self.options.trials)
         self.console.print(f"study {study.study_name}: {len(study.trials)} trials in all; this run: "
                            f"{report.outcome_line(display.outcomes)}")
-        entry = self.finish(layer, study, reference, measured, tuner.run_id, previous and previous.get("params"))
+        entry = self.finish(layer, study, joint, reference, measured, tuner.run_id, previous)
         if entry is None:
             return LayerOutcome(layer.name, None, previous and previous.get("runtime_us"), None, measured)
         if previous and previous.get("run") != tuner.run_id:
@@ -207,8 +229,8 @@ class TuningSession:
         return LayerOutcome(layer.name, entry["runtime_us"], (entry.get("previous") or {}).get("runtime_us"),
                             entry["kernel"], measured)
 
-    def finish(self, layer: Layer, study, reference: KernelConfig, measured: int, run_id: str,
-               previous_params: dict | None = None) -> dict | None:
+    def finish(self, layer: Layer, study, joint: JointSpace, reference: KernelConfig | None, measured: int,
+               run_id: str, previous: dict | None = None) -> dict | None:
         """Re-measure the finalists side by side, explain them, and build the layer's best entry."""
         device, options, console = self.device, self.options, self.console
         records = sorted(recorded_trials(study, layer.problem).values(), key=lambda r: r.number)
@@ -218,7 +240,7 @@ class TuningSession:
         if not best:
             console.print("[red]no candidate passed validation; nothing recorded[/]")
             return None
-        finalists = finalist_configs(best, options.top, reference, previous_params, layer.problem, device)
+        finalists = finalist_configs(best, options.top, reference, previous, layer.problem, device, joint)
         compiled = {r.config.compiled: r for r in self.compiler.compile_many([c for _, c in finalists])}
         rows = confirm(finalists, compiled, self.evaluator, layer.problem, options.confirm_rounds)
         if not rows:
@@ -226,7 +248,7 @@ class TuningSession:
             return None
         console.print(report.confirmed_table(rows, layer.problem, device))
         winner = min(rows, key=lambda r: r.measurement.median_us)
-        reference_row = next((r for r in rows if r.config == reference), None)
+        reference_row = next((r for r in rows if reference is not None and r.config == reference), None)
         say_versus_reference(console, winner, reference_row, device, best)
         facts = {r.label: kernel_facts(r.config, layer.problem, device, r.grid_blocks, r.attributes, r.spill_bytes)
                  for r in rows}
@@ -234,25 +256,42 @@ class TuningSession:
                     profile_finalists(rows, facts, compiled, layer.problem, options.ncu_top, console))
         console.print(report.waste_table([(r, facts[r.label]) for r in rows], profiles))
         return best_entry(layer, winner, reference_row, study, device, measured, facts[winner.label],
-                          profiles.get(winner.label), run_id)
+                          profiles.get(winner.label), run_id, rows)
 
 
-def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig, previous_params: dict | None,
-                     problem: ConvProblem, device: DeviceFacts) -> list[tuple[str, KernelConfig]]:
-    """The study's `top` fastest, then the reference config and the layer's previous best where the
-    study lacks them and they can run: re-measured side by side, the previous best can win again, so a
-    study that lost its history (or a short one) never replaces a faster kernel with a slower one."""
+def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: dict | None,
+                     problem: ConvProblem, device: DeviceFacts,
+                     joint: JointSpace | None = None) -> list[tuple[str, KernelConfig]]:
+    """The study's `top` fastest; the fastest of each other family of the study (so that the table
+    shows what each family reaches); then the reference config and the layer's previous best where
+    the study lacks them and they can run: re-measured side by side, the previous best can win again,
+    so a study that lost its history (or a short one) never replaces a faster kernel with a slower one."""
     finalists = [(f"#{i + 1}", r.config) for i, r in enumerate(best[:top])]
-    extra = [("reference", reference)]
-    if previous_params:
+    extra: list[tuple[str, KernelConfig | None]] = []
+    for family in (joint.families if joint else ()):
+        fastest = next((r.config for r in best if r.config.family == family), None)
+        extra.append((f"best {family}", fastest))
+    extra.append(("reference", reference))
+    if previous and previous.get("params"):
         try:
-            extra.append(("previous", make_config(problem, previous_params)))
+            extra.append(("previous", make_config(problem, previous.get("family", "sm80"), previous["params"])))
         except (KeyError, ValueError):  # an entry written by an older search space: nothing to re-measure
             pass
     for label, config in extra:
-        if all(config != chosen for _, chosen in finalists) and not static_problems(config, problem, device):
+        if (config is not None and all(config != chosen for _, chosen in finalists)
+                and registry.why_not(registry.family_of(config), problem, device) is None
+                and not static_problems(config, problem, device)):
             finalists.append((label, config))
     return finalists
+
+
+def device_spaces(spaces: tuple[SearchSpace, ...], device: DeviceFacts) -> tuple[SearchSpace, ...]:
+    """The spaces whose family this device can run; none: a SpaceError saying why for each."""
+    runnable = tuple(s for s in spaces if registry.get(s.family).device_problem(device) is None)
+    if not runnable:
+        reasons = "; ".join(f"{s.family}: {registry.get(s.family).device_problem(device)}" for s in spaces)
+        raise SpaceError(f"this GPU ({device.name}) can run none of the families asked for: {reasons}")
+    return runnable
 
 
 def say_versus_reference(console: Console, winner: report.Confirmed, reference: report.Confirmed | None,
@@ -272,8 +311,8 @@ def why_fewer_blocks(winner: report.Confirmed, device: DeviceFacts, measured: li
     """The study's own evidence for a grid smaller than the SM count: the fastest candidate that
     launched more blocks, and how much slower it was."""
     tile = winner.config.tile
-    text = (f"the winner launches {winner.grid_blocks} blocks ({tile.m}x{tile.n} tiles x split-K "
-            f"{winner.config.split_k}) on {device.sm_count} SMs")
+    text = (f"the winner launches {winner.grid_blocks} blocks ({tile.m}x{tile.n} tiles, "
+            f"{report.describe_config(winner.config)}) on {device.sm_count} SMs")
     wider = [r for r in measured if blocks_of(r) > winner.grid_blocks]
     if not wider:
         return text + "; no measured candidate launched more"

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tuner.measure import rotation_copies, time_graph
+from tuner.messages import EVALUATE, EvaluateRequest, MessageError
 from tuner.problem import ConvProblem, problem_from_dict
 from tuner.run import (KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer, problem_array,
                        random_inputs)
@@ -65,11 +66,12 @@ class Workbench:
     stream: object
 
     @classmethod
-    def prepare(cls, problem: ConvProblem, seed: int, l2_bytes: int, stream, timed: bool) -> "Workbench":
+    def prepare(cls, problem: ConvProblem, kernel_channels: int, seed: int, l2_bytes: int, stream,
+                timed: bool) -> "Workbench":
         import cupy
 
         x, w = random_inputs(problem, cupy.random.default_rng(seed))
-        first = make_tensor_set(problem, x, w)
+        first = make_tensor_set(problem, x, w, kernel_channels)
         sets = [first]
         if timed:
             free_bytes, _ = cupy.cuda.runtime.memGetInfo()
@@ -87,7 +89,8 @@ class Workbench:
 
 
 def grid_and_attributes(library: KernelLibrary, args) -> dict:
-    return {"grid": library.grid(args), "attributes": asdict(library.attributes())}
+    launch = library.grid(args)
+    return {"grid": list(launch.grid), "cluster": list(launch.cluster), "attributes": asdict(library.attributes())}
 
 
 def run_candidate(bench: Workbench, library: KernelLibrary, args, repeats: int, timed: bool) -> dict:
@@ -128,31 +131,27 @@ def run_candidate(bench: Workbench, library: KernelLibrary, args, repeats: int, 
 _last_bench: dict[tuple, Workbench] = {}
 
 
-def workbench_for(problem: ConvProblem, seed: int, l2_bytes: int, timed: bool) -> Workbench:
-    """The last workbench again when the request names the same problem, seed and timing (a
-    landscape sweeps many kernels over one problem); otherwise a new one replaces it."""
+def workbench_for(problem: ConvProblem, kernel_channels: int, seed: int, l2_bytes: int, timed: bool) -> Workbench:
+    """The last workbench again when the request names the same problem, channel padding, seed and
+    timing (a landscape sweeps many kernels over one problem); otherwise a new one replaces it."""
     import cupy
 
-    key = (problem, seed, l2_bytes, timed)
+    key = (problem, kernel_channels, seed, l2_bytes, timed)
     if key not in _last_bench:
         _last_bench.clear()
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
-            _last_bench[key] = Workbench.prepare(problem, seed, l2_bytes, stream, timed)
+            _last_bench[key] = Workbench.prepare(problem, kernel_channels, seed, l2_bytes, stream, timed)
     return _last_bench[key]
 
 
-def evaluate(request: dict) -> dict:
+def evaluate(request: EvaluateRequest) -> dict:
     """Validate, then time (unless validate_only), one compiled candidate on one problem."""
-    problem = problem_from_dict(request["problem"])
-    # Tests plant a wrong kernel by handing it another problem than the buffers hold.
-    kernel_view = problem_from_dict(request["kernel_problem"]) if "kernel_problem" in request else problem
-    args = problem_array(kernel_view, int(request.get("split_k", 1)))
-    timed = not request.get("validate_only")
-    bench = workbench_for(problem, int(request.get("seed", 0)), int(request.get("l2_bytes", 0)), timed)
+    args = problem_array(request.kernel_problem or request.problem, request.launch)
+    timed = not request.validate_only
+    bench = workbench_for(request.problem, request.launch.kernel_channels, request.seed, request.l2_bytes, timed)
     with bench.stream:  # every CuPy fill and copy on the kernel's stream: no race with the NaN poison
-        return run_candidate(bench, KernelLibrary(Path(request["library"])), args,
-                             int(request.get("repeats", 30)), timed)
+        return run_candidate(bench, KernelLibrary(Path(request.library)), args, request.repeats, timed)
 
 
 def describe_device() -> dict:
@@ -179,7 +178,15 @@ def handle(request: dict) -> tuple[dict, bool]:
             from tuner.baseline import ceilings
 
             return ceilings(), True
-        return evaluate(request), True
+        if request.get("op") == "cublas":
+            from tuner.baseline import cublas_gemm_us
+
+            return cublas_gemm_us(problem_from_dict(request["problem"]), int(request["l2_bytes"])), True
+        if request.get("op") == EVALUATE:
+            return evaluate(EvaluateRequest.from_dict(request)), True
+        return {"status": Status.infra_error.value, "reason": f"unknown request op {request.get('op')!r}"}, True
+    except MessageError as error:
+        return {"status": Status.infra_error.value, "reason": str(error)}, True
     except LaunchError as error:
         return {"status": Status.launch_failed.value, "reason": str(error)}, True
     except cupy.cuda.runtime.CUDARuntimeError as error:

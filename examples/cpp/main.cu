@@ -238,17 +238,12 @@ int launches_per_replay(int copies) {
   return copies * rounds;
 }
 
-template <typename Conv>
+template <typename Runner>
 void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_t seed, LayerResult &result) {
-  using ElementA = typename Conv::ElementA;
-  using ElementB = typename Conv::ElementB;
-  using ElementC = typename Conv::ElementC;
-  using ElementCompute = typename Conv::ElementCompute;
+  using ElementA = typename Runner::ElementA;
+  using ElementB = typename Runner::ElementB;
+  using ElementC = typename Runner::ElementC;
   using Layout = cutlass::layout::TensorNHWC;
-  static_assert(std::is_same<typename Conv::LayoutA, Layout>::value &&
-                    std::is_same<typename Conv::LayoutB, Layout>::value &&
-                    std::is_same<typename Conv::LayoutC, Layout>::value,
-                "the tuner emits NHWC kernels");
 
   const int n = layer.n, h = layer.h, w = layer.w, c = layer.c, k = layer.k, r = layer.r, s = layer.s;
   const int kc = layer.kernel_c;  // channels the kernel reads; c..kc-1 are zeros
@@ -256,16 +251,15 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   const int q = (w + 2 * layer.pad - layer.dilation * (s - 1) - 1) / layer.stride + 1;
   if (kc < c || p <= 0 || q <= 0 || layer.split_k < 1) throw LayerError("inconsistent row in kLayers");
 
-  // The kernel's problem (padded channels, split-K) and the reference's (the layer's own C).
-  const cutlass::conv::Conv2dProblemSize kernel_problem(
-      n, h, w, kc, k, r, s, p, q, layer.pad, layer.pad, layer.stride, layer.stride, layer.dilation,
-      layer.dilation, cutlass::conv::Mode::kCrossCorrelation, layer.split_k, 1);
+  // The kernel's problem (padded channels, run-time arguments), as the tuner hands it over, and the
+  // reference's (the layer's own C).
+  int32_t problem_array[16];
+  tuned::problem_array(layer, problem_array);
+  const tuned::TunerProblem kernel_problem(problem_array);
   const cutlass::conv::Conv2dProblemSize reference_problem(
       n, h, w, c, k, r, s, p, q, layer.pad, layer.pad, layer.stride, layer.stride, layer.dilation,
       layer.dilation, cutlass::conv::Mode::kCrossCorrelation, 1, 1);
 
-  const Layout layout_x = Layout::packed({n, h, w, kc});
-  const Layout layout_w = Layout::packed({k, r, s, kc});
   const Layout layout_y = Layout::packed({n, p, q, k});
   const Layout layout_x0 = Layout::packed({n, h, w, c});
   const Layout layout_w0 = Layout::packed({k, r, s, c});
@@ -276,22 +270,8 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   const size_t w_bytes = w_rows * kc * sizeof(ElementB);
   const size_t y_bytes = y_count * sizeof(ElementC);
 
-  // Arguments as the tuner builds them: alpha 1, beta 0, C aliases D, serial split-K.
-  auto arguments = [&](void *x, void *wt, void *y) {
-    return typename Conv::Arguments(
-        kernel_problem,
-        cutlass::TensorRef<ElementA, Layout>(static_cast<ElementA *>(x), layout_x),
-        cutlass::TensorRef<ElementB, Layout>(static_cast<ElementB *>(wt), layout_w),
-        cutlass::TensorRef<ElementC, Layout>(static_cast<ElementC *>(y), layout_y),
-        cutlass::TensorRef<ElementC, Layout>(static_cast<ElementC *>(y), layout_y),
-        {ElementCompute(1), ElementCompute(0)},
-        cutlass::conv::SplitKMode::kSerial);
-  };
-  {
-    typename Conv::Arguments probe = arguments(nullptr, nullptr, nullptr);
-    CHECK_CUTLASS(Conv::can_implement(probe));
-  }
-  const size_t workspace_bytes = Conv::get_workspace_size(arguments(nullptr, nullptr, nullptr));
+  CHECK_CUTLASS(Runner::can_implement(kernel_problem));
+  const size_t workspace_bytes = Runner::workspace_bytes(kernel_problem);
 
   Stream stream;
 
@@ -329,12 +309,14 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
     sets.push_back(std::move(set));
   }
 
-  // One operator per set; initialize() also clears the split-K semaphores in the set's workspace.
-  std::vector<std::unique_ptr<Conv>> ops;
+  // One operator per set (alpha 1, beta 0); initialize() also prepares the set's workspace
+  // (split-K semaphores, stream-K partials), as the tuner's entry points do.
+  std::vector<std::unique_ptr<Runner>> ops;
   ops.reserve(copies);
   for (TensorSet &set : sets) {
-    ops.push_back(std::make_unique<Conv>());
-    CHECK_CUTLASS(ops.back()->initialize(arguments(set.x.get(), set.w.get(), set.y.get()), set.workspace.get(),
+    if (set.workspace.bytes()) CHECK_CUDA(cudaMemsetAsync(set.workspace.get(), 0, set.workspace.bytes(), stream.handle));
+    ops.push_back(std::make_unique<Runner>());
+    CHECK_CUTLASS(ops.back()->initialize(kernel_problem, set.x.get(), set.w.get(), set.y.get(), set.workspace.get(),
                                          stream.handle));
   }
 
@@ -408,14 +390,14 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   result.message = std::to_string(copies) + " copies, " + std::to_string(launches) + " launches per replay";
 }
 
-template <typename Conv>
+template <typename Runner>
 LayerResult run_tuned_layer(int index, const DeviceInfo &device, uint64_t seed) {
   const tuned::TunedLayer &layer = tuned::kLayers[index];
   LayerResult result;
   result.name = layer.name;
   result.tuned_us = layer.runtime_us;
   try {
-    run_layer<Conv>(layer, device, seed + 2 * uint64_t(index), result);
+    run_layer<Runner>(layer, device, seed + 2 * uint64_t(index), result);
   } catch (const LayerError &error) {
     result.passed = false;
     result.message = error.what();
@@ -521,9 +503,9 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
   };
 
-#define TUNED_CONVS_RUN_LAYER(alias, index)                                             \
+#define TUNED_CONVS_RUN_LAYER(runner, index)                                            \
   if (!only_layer || std::strcmp(only_layer, tuned::kLayers[index].name) == 0) {        \
-    results.push_back(run_tuned_layer<tuned::alias>(index, device, seed));              \
+    results.push_back(run_tuned_layer<tuned::runner>(index, device, seed));             \
     report(results.back());                                                             \
   }
   TUNED_FOR_EACH(TUNED_CONVS_RUN_LAYER)

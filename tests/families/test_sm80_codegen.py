@@ -3,9 +3,11 @@ import re
 import pytest
 
 from conftest import config_for
-from tuner.codegen import ELEMENT_TAGS, ITERATOR_TAGS, SWIZZLE_TAGS, candidate_source, kernel_alias
+from tuner.codegen import candidate_source, kernel_alias
+from tuner.families.base import ELEMENT_TAGS
+from tuner.families.sm80.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
 from tuner.problem import ConvProblem, DataType
-from tuner.space import SWIZZLES, IteratorAlgorithm, reference_config
+from tuner.families.sm80.space import SWIZZLES, IteratorAlgorithm, reference_config
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_can_implement", "tuner_workspace_bytes", "tuner_grid",
                 "tuner_kernel_attributes", "tuner_create", "tuner_launch", "tuner_destroy")
@@ -60,9 +62,10 @@ def test_entry_points_are_extern_c(reference_source):
     extern_block = reference_source[reference_source.index('extern "C" {'):]
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
-    assert "int32_t tuner_abi_version() { return 1; }" in extern_block
-    assert "using Conv = TunedConv;" in reference_source
+    assert "int32_t tuner_abi_version() { return 2; }" in extern_block
+    assert "using Runner = Sm80Runner<TunedConv>;" in reference_source
     assert "using TunedConv = cutlass::conv::device::ImplicitGemmConvolution<" in reference_source
+    assert "class Sm80Runner" in reference_source and "struct TunerProblem" in reference_source
 
 
 def test_source_follows_the_config(conv_1):

@@ -6,31 +6,31 @@ import yaml
 
 from conftest import SPACE_FILE, config_for, params
 from tuner.problem import ConvProblem, DataType
-from tuner.space import (
+from tuner.families.base import SearchSpace, Shape3, SpaceError
+from tuner.families.sm80.space import (
     MAX_ACCUMULATORS_PER_THREAD,
     MAX_THREADS_PER_BLOCK,
     REFERENCE_PARAMS,
     IteratorAlgorithm,
-    KernelConfig,
-    SearchSpace,
-    Shape3,
-    SpaceError,
-    all_configs,
+    Sm80Config as KernelConfig,
     derive_alignments,
     k_iterations,
     kernel_problem,
-    load_space,
     make_config,
     parse_space,
     reference_config,
     static_problems,
-    valid_configs,
 )
+from tuner.space import all_configs, load_space, valid_configs
 
 
 def problem(**fields) -> ConvProblem:
     base = dict(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)
     return ConvProblem(**{**base, **fields})
+
+
+def with_choices(space: SearchSpace, **choices) -> SearchSpace:
+    return SearchSpace(space.family, tuple((name, choices.get(name, values)) for name, values in space.choices_items))
 
 
 def only_problem(config: KernelConfig, prob: ConvProblem, device) -> str:
@@ -44,14 +44,14 @@ def only_problem(config: KernelConfig, prob: ConvProblem, device) -> str:
 def test_repository_space(sm80_space):
     space = sm80_space
     assert space.family == "sm80"
-    assert Shape3(128, 128, 64) in space.tiles and Shape3(64, 64, 32) in space.tiles
-    assert all(isinstance(t, Shape3) for t in space.tiles + space.warps)
-    assert Shape3(2, 2, 1) in space.warps
-    assert 3 in space.stages and all(isinstance(s, int) for s in space.stages)
-    assert space.swizzles == (1, 2, 4, 8)
-    assert set(space.iterators) == set(IteratorAlgorithm)
-    assert 1 in space.split_ks
     choices = space.choices
+    assert "128x128x64" in choices["tile"] and "64x64x32" in choices["tile"]
+    assert all(Shape3.parse(t) for t in choices["tile"] + choices["warps"])
+    assert "2x2x1" in choices["warps"]
+    assert 3 in choices["stages"] and all(isinstance(s, int) for s in choices["stages"])
+    assert choices["swizzle"] == (1, 2, 4, 8)
+    assert set(choices["iterator"]) == {i.value for i in IteratorAlgorithm}
+    assert 1 in choices["split_k"]
     assert list(choices) == ["tile", "warps", "stages", "swizzle", "iterator", "split_k"]
     assert "128x128x64" in choices["tile"] and "optimized" in choices["iterator"]
     expected = 1
@@ -78,9 +78,9 @@ def space_document(**changes) -> dict:
 def test_parse_space_deduplicates_and_sorts():
     space = parse_space(space_document(stages=[4, 2, 4], threadblock=["64x64x32", "64X64X32", "32x32x32"],
                                        iterator=["analytic", "analytic"]))
-    assert space.stages == (2, 4)
-    assert space.tiles == (Shape3(64, 64, 32), Shape3(32, 32, 32))
-    assert space.iterators == (IteratorAlgorithm.analytic,)
+    assert space.choices["stages"] == (2, 4)
+    assert space.choices["tile"] == ("64x64x32", "32x32x32")
+    assert space.choices["iterator"] == ("analytic",)
 
 
 @pytest.mark.parametrize(
@@ -353,14 +353,14 @@ def test_valid_configs_for_conv_1(sm80_space, conv_1, h100):
 
 def test_valid_configs_of_the_stem_use_small_channel_iterators(sm80_space, layers, h100):
     stem = layers["r50_stem_b1"].problem
-    space = dataclasses.replace(sm80_space, tiles=(Shape3(64, 64, 32), Shape3(128, 128, 64)))
+    space = with_choices(sm80_space, tile=("64x64x32", "128x128x64"))
     iterators = {c.iterator for c in valid_configs(space, stem, h100)}
     assert iterators == set(IteratorAlgorithm)
 
 
 def test_a_tiny_space(conv_1, h100):
-    space = SearchSpace("sm80", (Shape3(64, 64, 32),), (Shape3(2, 2, 1), Shape3(1, 8, 1)), (3,), (1,),
-                        (IteratorAlgorithm.optimized, IteratorAlgorithm.few_channels), (1, 16))
+    space = SearchSpace("sm80", (("tile", ("64x64x32",)), ("warps", ("2x2x1", "1x8x1")), ("stages", (3,)),
+                                 ("swizzle", (1,)), ("iterator", ("optimized", "few_channels")), ("split_k", (1, 16))))
     assert space.size == 8
     assert [c.name for c in valid_configs(space, conv_1, h100)] == [
         "64x64x32_w2x2x1_s3_sw1_optimized_sk1_a8x4_f16_f16_f32_f32"]

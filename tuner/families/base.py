@@ -1,0 +1,292 @@
+"""What every kernel family provides, and the typed pieces the families share.
+
+A family is one way to build a conv kernel (CUTLASS 2.x sm80, 3.x sm90 conv, 3.x sm90 GEMM, ...).
+It owns its search-space parsing and static checks, its C++ (a kernel alias and a runner that
+binds the kernel to the tuner's problem array), its cost-model terms and the launch facts the
+diagnosis needs. Nothing here imports the pipeline: families sit below it, next to problem and
+device, and the pipeline reaches them through tuner.families.registry only."""
+from __future__ import annotations
+
+import abc
+import enum
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from string import Template
+from typing import Callable, Protocol
+
+from tuner.cutlass_pkg import library as cutlass_lib
+from tuner.device import DeviceFacts
+from tuner.problem import ConvProblem, DataType
+
+
+class SpaceError(ValueError):
+    """A search-space file (or stored parameters) that does not parse into known, typed values."""
+
+
+@dataclass(frozen=True, order=True)
+class Shape3:
+    m: int
+    n: int
+    k: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shape3":
+        parts = str(text).lower().split("x")
+        if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and 0 < int(p) <= 4096 for p in parts):
+            raise SpaceError(f"shape {text!r} must look like 128x128x64 (three whole numbers from 1 to 4096)")
+        return cls(*(int(p) for p in parts))
+
+    @property
+    def text(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    @property
+    def volume(self) -> int:
+        return self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class LaunchArgs:
+    """What a compiled kernel takes at run time besides its buffers (tuner/run.py's problem array)."""
+
+    kernel_channels: int  # C as the kernel reads it: the tensors are zero-padded from the layer's C
+    split_k: int = 1      # sm80 serial split-K slices; sm90_gemm stream-K/split-K units
+    raster: int = 0       # 3.x tile scheduler raster order: 0 heuristic, 1 along M, 2 along N
+    swizzle: int = 1      # 3.x tile scheduler max swizzle size
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """One family's sampled parameters and their choices, in the form the study stores them
+    (strings and ints); the family parsed and checked every value when it built this."""
+
+    family: str
+    choices_items: tuple[tuple[str, tuple], ...]
+
+    @property
+    def choices(self) -> dict[str, tuple]:
+        return dict(self.choices_items)
+
+    @property
+    def size(self) -> int:
+        total = 1
+        for _, values in self.choices_items:
+            total *= len(values)
+        return total
+
+
+@dataclass(frozen=True)
+class CostTerms:
+    """What the cost model (tuner/costmodel.py) needs to know of one candidate on one problem."""
+
+    tile_m: int
+    tile_n: int
+    block_k_steps: int       # main-loop iterations of one output tile (all of K, before any split)
+    flops_per_k_step: int    # multiply-add work of one iteration of one tile (2*M*N*K of the tile)
+    blocks_per_sm: int       # resident CTAs per SM
+    warps_per_block: int     # warps doing the math
+    efficiency: float        # fraction of the SM's tensor rate one resident CTA sustains in its main loop
+    stages: int
+    split_k: int = 1
+    persistent: bool = False  # a grid of one wave of CTAs that loop over the output tiles
+    cluster_size: int = 1
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """How a candidate cuts the implicit GEMM: what the waste diagnosis reads besides the launch."""
+
+    tile_mnk: tuple[int, int, int]
+    filter_taps: int          # K is walked per filter tap (C padded to tile K at each), or 1
+    split_k_slices: int
+    work_tiles: int           # output tiles x splits: the units of work the grid's CTAs take
+    persistent: bool = False
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    can_split_k: bool = True  # whether the family can split K at all (the diagnosis suggests it only then)
+
+
+class KernelConfig(Protocol):
+    """One candidate of any family: a frozen, hashable, ordered dataclass."""
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def compiled(self) -> "KernelConfig": ...
+
+    @property
+    def search_params(self) -> dict: ...
+
+    @property
+    def tile(self) -> Shape3: ...
+
+    @property
+    def output_type(self) -> DataType: ...
+
+
+# C++ tags come from CUTLASS's own generator tables, keyed by our typed enums.
+ELEMENT_TAGS = {
+    DataType.f16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f16],
+    DataType.bf16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.bf16],
+    DataType.f32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f32],
+}
+
+
+def output_alignment(problem: ConvProblem) -> int:
+    """Output elements per 16-byte access where K allows it (8 in f16, 4 in f32), else the widest
+    power of two dividing K."""
+    widest = 128 // problem.output_type.bits
+    return next(w for w in (8, 4, 2, 1) if w <= widest and problem.k % w == 0)
+
+
+# --- parsing helpers for the families' space files ------------------------------------------------
+
+def int_list(family: str, name: str, values: object, allowed: Callable[[int], bool], rule: str) -> tuple[int, ...]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{family} search space: '{name}' must be a non-empty list")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not allowed(value):
+            raise SpaceError(f"{family} search space: {name} value {value!r} is not allowed ({rule})")
+    return tuple(sorted(set(values)))
+
+
+def enum_list(family: str, name: str, values: object, kind: type[enum.Enum]) -> tuple:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{family} search space: '{name}' must be a non-empty list")
+    known = [e.value for e in kind]
+    parsed = []
+    for value in values:
+        if value not in known:
+            raise SpaceError(f"{family} search space: {name} value {value!r} is not one of {', '.join(known)}")
+        parsed.append(kind(value))
+    return tuple(dict.fromkeys(parsed))
+
+
+def shape_list(family: str, name: str, values: object) -> tuple[Shape3, ...]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{family} search space: '{name}' must be a non-empty list")
+    return tuple(dict.fromkeys(Shape3.parse(v) for v in values))
+
+
+def check_keys(family: str, document: object, expected: set[str]) -> dict:
+    if not isinstance(document, dict):
+        raise SpaceError(f"{family} search space must be a YAML mapping")
+    if document.get("family", family) != family:
+        raise SpaceError(f"{family} search space: family {document['family']!r} is not {family!r}")
+    missing, unknown = expected - set(document), set(document) - expected
+    if missing or unknown:
+        parts = [f"missing {', '.join(sorted(missing))}" if missing else "",
+                 f"unknown {', '.join(sorted(map(str, unknown)))}" if unknown else ""]
+        raise SpaceError(f"{family} search space: " + "; ".join(p for p in parts if p))
+    return document
+
+
+def param(params: dict, name: str, parse: Callable):
+    """One stored parameter, parsed; a missing or malformed one is a SpaceError naming it."""
+    if name not in params:
+        raise SpaceError(f"parameter {name!r} missing from {sorted(params)}")
+    try:
+        return parse(params[name])
+    except (TypeError, ValueError) as error:
+        raise SpaceError(f"parameter {name}={params[name]!r} is not valid: {error}") from None
+
+
+def whole(value: object) -> int:
+    """An int from a stored parameter: ints and their decimal text only (no 3.9 -> 3, no True)."""
+    if isinstance(value, bool):
+        raise ValueError("a whole number, not a truth value")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        return int(value)
+    raise ValueError("a whole number")
+
+
+@lru_cache(maxsize=None)
+def read_template(path: Path) -> Template:
+    return Template(path.read_text())
+
+
+@dataclass(frozen=True)
+class CppPieces:
+    """A family's C++: the headers its kernels need, its runner (plain C++ that binds a kernel type
+    to the tuner's problem array: can_implement, workspace, grid, attributes, initialize, run) and
+    the class template's name."""
+
+    includes: tuple[str, ...]
+    runner: str
+    runner_class: str
+
+
+class Family(abc.ABC):
+    """One kernel family. Subclasses live in tuner/families/<name>/ and are found by the registry."""
+
+    name: str = ""
+    summary: str = ""
+    folder: Path = Path()
+    # The knobs whose choices come from the YAML file, in study order.
+    knobs: tuple[str, ...] = ()
+
+    # --- where it runs -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def device_problem(self, device: DeviceFacts) -> str | None:
+        """Why this device cannot run the family's kernels, or None."""
+
+    @abc.abstractmethod
+    def layer_problem(self, problem: ConvProblem) -> str | None:
+        """Why the family cannot run this problem at all (whatever its knobs), with the padding or
+        change that would make it runnable where there is one; None when it can."""
+
+    def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
+        """The problem as the kernel sees it (channels zero-padded where the family needs it)."""
+        return problem
+
+    # --- the space -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def parse_space(self, document: dict) -> SearchSpace: ...
+
+    @abc.abstractmethod
+    def make_config(self, problem: ConvProblem, params: dict) -> KernelConfig: ...
+
+    @abc.abstractmethod
+    def static_problems(self, config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+        """Every reason the configuration cannot run, found without compiling; empty when valid."""
+
+    def reference_params(self) -> dict | None:
+        """A hand-picked configuration every study of the family measures first, if any."""
+        return None
+
+    def launch_args(self, config: KernelConfig, problem: ConvProblem) -> LaunchArgs:
+        return LaunchArgs(self.kernel_problem(problem).c)
+
+    # --- C++ ---------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def arch_flags(self, device: DeviceFacts) -> list[str]: ...
+
+    @abc.abstractmethod
+    def kernel_alias(self, config: KernelConfig, alias: str) -> str:
+        """`using <alias> = <the CUTLASS device-level operator>;` for the compiled configuration."""
+
+    @abc.abstractmethod
+    def cpp(self) -> CppPieces: ...
+
+    # --- cost model and diagnosis ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def cost_terms(self, config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms: ...
+
+    @abc.abstractmethod
+    def launch_shape(self, config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape: ...
+
+    def describe(self, config: KernelConfig) -> str:
+        """A short text for tables."""
+        return config.name
+
+    def prior_order(self, config: KernelConfig, problem: ConvProblem) -> int | None:
+        """Among equally modelled candidates, lower first; None: not a prior pick (a knob the model
+        cannot see is off its fitted value)."""
+        return 0

@@ -1,0 +1,49 @@
+"""The kernel families, found by looking: every package under tuner/families/ that defines FAMILY.
+Adding a family is adding its folder and its search_spaces/<name>.yaml; nothing here changes."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+
+import tuner.families
+from tuner.device import DeviceFacts
+from tuner.families.base import Family, KernelConfig, SpaceError
+from tuner.problem import ConvProblem
+
+
+@lru_cache(maxsize=1)
+def families() -> dict[str, Family]:
+    found = {}
+    for module in pkgutil.iter_modules(tuner.families.__path__):
+        if not module.ispkg:
+            continue
+        family = getattr(importlib.import_module(f"tuner.families.{module.name}"), "FAMILY", None)
+        if isinstance(family, Family):
+            found[family.name] = family
+    return dict(sorted(found.items()))
+
+
+def names() -> tuple[str, ...]:
+    return tuple(families())
+
+
+def get(name: str) -> Family:
+    known = families()
+    if name not in known:
+        raise SpaceError(f"unknown kernel family {name!r}; known: {', '.join(known)}")
+    return known[name]
+
+
+def family_of(config: KernelConfig) -> Family:
+    return get(config.family)
+
+
+def eligible(device: DeviceFacts) -> dict[str, Family]:
+    """The families this device can run."""
+    return {name: family for name, family in families().items() if family.device_problem(device) is None}
+
+
+def why_not(family: Family, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    """Why `family` cannot run `problem` on `device`, or None."""
+    return family.device_problem(device) or family.layer_problem(problem)

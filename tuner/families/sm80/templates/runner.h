@@ -1,0 +1,87 @@
+// Binds a CUTLASS 2.x ImplicitGemmConvolution (the sm80 family) to the tuner's problem array:
+// the candidate's C entry points and the exported header's users call only this.
+template <typename Conv>
+class Sm80Runner {
+ public:
+  using ElementA = typename Conv::ElementA;
+  using ElementB = typename Conv::ElementB;
+  using ElementC = typename Conv::ElementC;
+  using Kernel = typename Conv::UnderlyingKernel;
+
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr));
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
+  }
+
+  // grid[6] = {grid x, y, z in blocks, cluster x, y, z}: no clusters before sm90.
+  static void grid(const TunerProblem &p, int32_t *grid) {
+    auto size = problem_size(p);
+    typename Kernel::ThreadblockSwizzle swizzle;
+    cutlass::gemm::GemmCoord tiled = swizzle.get_tiled_shape(
+        Kernel::kConvolutionalOperator, size,
+        {Conv::ThreadblockShape::kM, Conv::ThreadblockShape::kN, Conv::ThreadblockShape::kK},
+        size.split_k_slices);
+    dim3 launch = swizzle.get_grid_shape(tiled);
+    grid[0] = launch.x; grid[1] = launch.y; grid[2] = launch.z;
+    grid[3] = 1; grid[4] = 1; grid[5] = 1;
+  }
+
+  // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
+  //             threads per block, max active blocks per SM}.
+  static cudaError_t attributes(int32_t *attrs) {
+    int smem = int(sizeof(typename Kernel::SharedStorage));
+    cudaError_t error = cudaFuncSetAttribute(cutlass::Kernel<Kernel>,
+        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (error != cudaSuccess) return error;
+    cudaFuncAttributes attributes;
+    error = cudaFuncGetAttributes(&attributes, cutlass::Kernel<Kernel>);
+    if (error != cudaSuccess) return error;
+    int blocks = 0;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, cutlass::Kernel<Kernel>, Kernel::kThreadCount, smem);
+    if (error != cudaSuccess) return error;
+    attrs[0] = attributes.numRegs;
+    attrs[1] = int32_t(attributes.sharedSizeBytes);
+    attrs[2] = smem;
+    attrs[3] = int32_t(attributes.localSizeBytes);
+    attrs[4] = Kernel::kThreadCount;
+    attrs[5] = blocks;
+    return cudaSuccess;
+  }
+
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
+                             cudaStream_t stream) {
+    return op_.initialize(arguments(p, x, w, y), workspace, stream);
+  }
+
+  cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
+
+ private:
+  static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
+    return cutlass::conv::Conv2dProblemSize(
+        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad, p.pad, p.stride, p.stride, p.dilation, p.dilation,
+        cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+  }
+
+  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
+    using Layout = cutlass::layout::TensorNHWC;
+    using Compute = typename Conv::EpilogueOutputOp::ElementCompute;
+    Layout layout_x = Layout::packed({p.n, p.h, p.w, p.c});
+    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c});
+    Layout layout_y = Layout::packed({p.n, p.p, p.q, p.k});
+    // beta = 0 and C aliases D: serial split-K partitions after the first read D back themselves.
+    return typename Conv::Arguments(
+        problem_size(p),
+        {static_cast<ElementA *>(x), layout_x},
+        {static_cast<ElementB *>(w), layout_w},
+        {static_cast<ElementC *>(y), layout_y},
+        {static_cast<ElementC *>(y), layout_y},
+        {Compute(1), Compute(0)},
+        cutlass::conv::SplitKMode::kSerial);
+  }
+
+  Conv op_;
+};
