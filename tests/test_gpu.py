@@ -150,3 +150,91 @@ def test_short_conv_1_study_writes_best_yaml(tmp_path):
     assert entry["reference"]["runtime_us"] > 0
     assert "occupancy" in entry and isinstance(entry["waste"], list)
     assert "re-measured side by side" in completed.stdout
+
+
+# --- the Hopper families: each validates, times, and rejects a planted wrong kernel -------------------
+
+CONV_3X3 = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
+GEMM_1X1 = ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1)
+SM90_CASES = {
+    "sm90_conv": ("sm90_conv", CONV_3X3, {"tile": "64x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}),
+    "sm90_conv_cluster": ("sm90_conv", CONV_3X3, {"tile": "128x128x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"}),
+    "sm90_gemm": ("sm90_gemm", GEMM_1X1, {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative",
+                             "scheduler": "persistent", "epilogue": "tma", "stages": 0, "raster": 0, "swizzle": 1,
+                             "split_k": 1}),
+    "sm90_gemm_stream_k": ("sm90_gemm", GEMM_1X1, {"tile": "128x128x64", "cluster": "2x1x1", "schedule": "cooperative",
+                                      "scheduler": "stream_k", "epilogue": "tma", "stages": 0, "raster": 0,
+                                      "swizzle": 1, "split_k": 2}),
+    "sm90_gemm_pingpong": ("sm90_gemm", GEMM_1X1, {"tile": "64x128x64", "cluster": "1x2x1", "schedule": "pingpong",
+                                      "scheduler": "persistent", "epilogue": "nosmem", "stages": 0, "raster": 2,
+                                      "swizzle": 2, "split_k": 1}),
+}
+
+
+def sm90_config(case: str):
+    from tuner.space import make_config as family_config
+
+    family, problem, params = SM90_CASES[case]
+    return problem, family_config(problem, family, params)
+
+
+@pytest.fixture(scope="module")
+def compiled_sm90(device, tmp_path_factory):
+    if device.cc != 90:
+        pytest.skip("the sm90 families need compute capability 9.0")
+    compiler = Compiler(device, tmp_path_factory.mktemp("cache90"))
+    configs = {case: sm90_config(case)[1] for case in SM90_CASES}
+    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
+    assert all(r.ok for r in results.values()), [r.error for r in results.values()]
+    return {case: results[config] for case, config in configs.items()}
+
+
+@pytest.mark.parametrize("case", list(SM90_CASES))
+def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
+    from tuner.families import registry
+
+    problem, config = sm90_config(case)
+    launch = registry.family_of(config).launch_args(config, problem)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled_sm90[case].library, problem,
+                                                                          launch)
+    assert evaluation.status is Status.ok, evaluation.reason  # also right after the timed graph replays
+    assert evaluation.error < TOLERANCE[problem.output_type]
+    assert evaluation.cluster == (config.cluster.m, config.cluster.n, 1)
+    assert evaluation.attributes.dynamic_smem_bytes > 0 and evaluation.measurement.median_us > 0
+
+
+@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k"])
+def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker):
+    """sm90_conv is handed dilation 2 (every output written, wrong pixels); sm90_gemm half the batch
+    (half the outputs never written). Both must be rejected; on the true problem they pass."""
+    from tuner.families import registry
+
+    problem, config = sm90_config(case)
+    launch = registry.family_of(config).launch_args(config, problem)
+    if config.family == "sm90_conv":
+        wrong = dataclasses.replace(problem, dilation=2, pad=2)
+        assert (wrong.p, wrong.q) == (problem.p, problem.q)
+    else:
+        wrong = dataclasses.replace(problem, n=1)
+    library = compiled_sm90[case].library
+    rejected = worker.request(evaluate_request(library, wrong, problem, launch))
+    assert rejected["status"] == Status.wrong_result.value, rejected
+    accepted = worker.request(evaluate_request(library, None, problem, launch))
+    assert accepted["status"] == Status.ok.value, accepted.get("reason")
+
+
+def test_sm90_static_facts_agree_with_ncu(compiled_sm90, device, worker):
+    from tuner.families import registry
+
+    problem, config = sm90_config("sm90_gemm")
+    result = compiled_sm90["sm90_gemm"]
+    launch = registry.family_of(config).launch_args(config, problem)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(result.library, problem, launch)
+    facts = kernel_facts(config, problem, device, evaluation.grid_blocks, evaluation.attributes,
+                         result.ptxas.spill_bytes)
+    try:
+        stats = profile_candidate(result.library, problem, launch)
+    except ProfilerUnavailable as error:
+        pytest.skip(str(error))
+    rows = agreement(facts, stats)
+    assert all(row.agrees for row in rows), rows

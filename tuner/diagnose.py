@@ -64,6 +64,8 @@ class LaunchFacts:
     # Whether the kernel can split K (sm80 serial split-K, sm90 GEMM stream-K): the split-K rule
     # suggests it only then.
     can_split_k: bool = True
+    # Warp-specialized TMA kernels hide latency with their pipeline, not resident warps: no occupancy flag.
+    warp_specialized: bool = False
 
     @property
     def warps_per_block(self) -> int:
@@ -204,6 +206,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
         persistent=shape.persistent,
         cluster_size=cluster[0] * cluster[1] * cluster[2],
         can_split_k=shape.can_split_k,
+        warp_specialized=shape.warp_specialized,
     )
 
 
@@ -288,7 +291,7 @@ def _tile_padding(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> Was
 
 def _occupancy_limit(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
     pct = occ.theoretical_pct
-    if pct >= limits.min_occupancy_pct:
+    if pct >= limits.min_occupancy_pct or facts.warp_specialized:
         return None
     return WasteFlag(
         "occupancy_limit",

@@ -12,10 +12,10 @@ __global__ void misbehave(int *target) {
 }
 
 extern "C" {
-int32_t tuner_abi_version() { return 1; }
+int32_t tuner_abi_version() { return 2; }
 int32_t tuner_can_implement(const int32_t *) { return 0; }
 int64_t tuner_workspace_bytes(const int32_t *) { return 0; }
-void tuner_grid(const int32_t *, int32_t *grid) { grid[0] = 1; grid[1] = 1; grid[2] = 1; }
+void tuner_grid(const int32_t *, int32_t *grid) { for (int i = 0; i < 6; ++i) grid[i] = 1; }
 int32_t tuner_kernel_attributes(int32_t *attrs) {
   cudaFuncAttributes attributes;
   cudaError_t error = cudaFuncGetAttributes(&attributes, misbehave);

@@ -105,6 +105,9 @@ class LaunchShape:
     persistent: bool = False
     cluster: tuple[int, int, int] = (1, 1, 1)
     can_split_k: bool = True  # whether the family can split K at all (the diagnosis suggests it only then)
+    # Warp-specialized TMA kernels hide latency with their pipeline, not with resident warps: one CTA
+    # of 8-12 warps per SM is their design, not waste, so the occupancy rule does not apply.
+    warp_specialized: bool = False
 
 
 class KernelConfig(Protocol):

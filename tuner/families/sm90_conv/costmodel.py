@@ -1,0 +1,47 @@
+"""The sm90_conv family's cost-model terms. One consumer warpgroup issues wgmma for the whole tile and
+the epilogue does not overlap the next tile's main loop (one tile per CTA), so a CTA sustains a share
+of the SM's tensor rate that grows with the tile; blocks per SM follow from shared memory."""
+from __future__ import annotations
+
+from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
+from tuner.families.base import CostTerms
+from tuner.families.sm90_conv.space import AUTO_STAGES, THREADS_PER_BLOCK, Epilogue, Sm90ConvConfig, k_steps
+from tuner.problem import ConvProblem
+
+# The rate one consumer warpgroup sustains with a 128x128 tile, relative to the SM's peak, and how it
+# falls with smaller tiles (fewer wgmma per operand byte). A starting point: to be fitted to the H100
+# landscape of this family (results/<gpu>/landscape/sm90_conv/).
+PEAK_SHARE = 0.8
+TILE_EXPONENT = 0.3
+# Tile K below 64 halves the shared-memory swizzle and doubles the barriers and TMA issues per flop.
+TILE_K_EXPONENT = 0.5
+
+
+def blocks_per_sm(config: Sm90ConvConfig, device: DeviceFacts) -> int:
+    by_smem = device.smem_per_sm // (config.smem_bytes + DRIVER_SMEM_PER_BLOCK)
+    by_threads = device.max_threads_per_sm // THREADS_PER_BLOCK
+    return max(1, min(by_smem, by_threads, device.max_blocks_per_sm))
+
+
+def cost_terms(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+    share = (PEAK_SHARE * min(1.0, (config.tile.m * config.tile.n / (128 * 128)) ** TILE_EXPONENT)
+             * min(1.0, config.tile.k / 64) ** TILE_K_EXPONENT)
+    return CostTerms(
+        tile_m=config.tile.m, tile_n=config.tile.n,
+        block_k_steps=k_steps(config, problem),
+        flops_per_k_step=2 * config.tile.m * config.tile.n * config.tile.k,
+        blocks_per_sm=blocks_per_sm(config, device),
+        warps_per_block=4,  # the consumer warpgroup
+        efficiency=share,
+        stages=config.stage_count,
+        cluster_size=config.cluster_size,
+    )
+
+
+def prior_order(config: Sm90ConvConfig, problem: ConvProblem) -> int | None:
+    """The model cannot see the stage count or the epilogue: the picks take auto stages (what NVIDIA's
+    generator instantiates) and the TMA epilogue first (it beat no-smem on 4 of 5 layers on the H100,
+    shared/DESIGN.md)."""
+    if config.stages != AUTO_STAGES:
+        return None
+    return 0 if config.epilogue is Epilogue.tma else 1

@@ -1,0 +1,234 @@
+"""The sm90_conv family's space: CUTLASS 3.x implicit-GEMM fprop (TMA im2col + wgmma) configurations and
+every limit of CUTLASS 4.2's sm90 conv that can be checked without compiling. Each rule names where
+CUTLASS asserts it (paths under cutlass_library/source/include); the numbers were checked by compiling
+the configurations and calling their host entry points (docs/NOTES.md, "sm90_conv limits")."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, replace
+
+from tuner.device import DeviceFacts
+from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
+                                 param, shape_list, whole)
+from tuner.problem import ConvProblem, DataType, dtype_key
+
+FAMILY = "sm90_conv"
+# cutlass/gemm/collective/builders/sm90_common.inl:57: the shared memory a CTA may opt into on sm90.
+SMEM_CAPACITY = 232448
+# Channels are zero-padded to a multiple of this: TMA needs 16-byte aligned strides of A and B
+# (conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:352-354), 8 f16 elements.
+CHANNEL_MULTIPLE = 8
+# One consumer warpgroup holds the whole tile's f32 accumulators: M*N/128 registers a thread. 128x128
+# and 64x256 compile to 154 registers; 128x256 and 256x128 reach 255 and spill 2.5-4.6 KB.
+MAX_TILE_MN = 128 * 128
+THREADS_PER_BLOCK = 256  # a producer and a consumer warpgroup (sm90_gemm_tma_warpspecialized.hpp:140)
+MAX_CLUSTER_SIZE = 8     # the portable cluster size
+AUTO_STAGES = 0          # StageCountAutoCarveout: as many stages as fit beside the epilogue
+
+
+class Epilogue(enum.Enum):
+    tma = "tma"        # TmaWarpSpecialized: subtiles through shared memory, TMA stores
+    nosmem = "nosmem"  # NoSmemWarpSpecialized: registers straight to global memory (also what Auto picks)
+
+
+@dataclass(frozen=True, order=True)
+class Sm90ConvConfig:
+    tile: Shape3
+    cluster: Shape3
+    stages: int  # 0: auto carveout
+    epilogue: Epilogue
+    alignment_c: int
+    input_type: DataType
+    filter_type: DataType
+    output_type: DataType
+    accumulator_type: DataType
+
+    @property
+    def family(self) -> str:
+        return FAMILY
+
+    @property
+    def compiled(self) -> "Sm90ConvConfig":
+        return self  # no run-time knobs
+
+    @property
+    def dtype_key(self) -> str:
+        return dtype_key(self)
+
+    @property
+    def name(self) -> str:
+        stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
+        return (f"sm90c_{self.tile.text}_c{self.cluster.text}_s{stages}_{self.epilogue.value}_a{self.alignment_c}"
+                f"_{self.dtype_key}")
+
+    @property
+    def search_params(self) -> dict:
+        return {"tile": self.tile.text, "cluster": self.cluster.text, "stages": self.stages,
+                "epilogue": self.epilogue.value}
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster.m * self.cluster.n
+
+    # --- shared memory, as the builders lay it out (sm90_gmma_builder.inl:64-73, sm90_builder.inl) ------
+    @property
+    def epilogue_tile(self) -> tuple[int, int]:
+        m, n = self.tile.m, self.tile.n
+        return min(64, m), math.gcd(min(32, n), n)  # EpilogueTileAuto (sm90_builder.inl:124-126)
+
+    def epilogue_smem(self) -> tuple[int, int, int]:
+        """(the epilogue's SharedStorage, its tensors, its pipeline) in bytes."""
+        if self.epilogue is Epilogue.nosmem:
+            return 1, 1, 2
+        epi_m, epi_n = self.epilogue_tile
+        tiles = (self.tile.m // epi_m) * (self.tile.n // epi_n)
+        row = epi_n * self.output_type.bytes
+        align = 8 * min(128, row)  # the swizzle atom
+        tensors = min(tiles, 2) * epi_m * row + align
+        pipeline = min(tiles, 4) * 16
+        return _round_up(tensors + pipeline, align), tensors, pipeline
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.tile.m + self.tile.n) * self.tile.k * self.input_type.bytes + 16
+
+    @property
+    def stage_count(self) -> int:
+        if self.stages != AUTO_STAGES:
+            return self.stages
+        return (SMEM_CAPACITY - self.epilogue_smem()[0]) // self.stage_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Kernel::SharedStorageSize: the mainloop's and the epilogue's tensors share memory (a union),
+        then both pipelines' barriers (sm90_gemm_tma_warpspecialized.hpp:120-139)."""
+        stages = self.stage_count
+        mainloop = stages * (self.tile.m + self.tile.n) * self.tile.k * self.input_type.bytes
+        _, tensors, pipeline = self.epilogue_smem()
+        align = max(128, 8 * min(128, self.epilogue_tile[1] * self.output_type.bytes)
+                    if self.epilogue is Epilogue.tma else 1)
+        return _round_up(max(mainloop, tensors) + _round_up(16 * stages, 16) + _round_up(pipeline, 16), align)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def parse_space(document: object) -> SearchSpace:
+    document = check_keys(FAMILY, document, {"family", "tile", "cluster", "stages", "epilogue"})
+    return SearchSpace(FAMILY, (
+        ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
+        ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
+        ("stages", int_list(FAMILY, "stages", document["stages"], lambda v: v == 0 or 2 <= v <= 32,
+                            "0 for auto, or 2 to 32")),
+        ("epilogue", tuple(e.value for e in enum_list(FAMILY, "epilogue", document["epilogue"], Epilogue))),
+    ))
+
+
+def kernel_problem(problem: ConvProblem) -> ConvProblem:
+    """Channels zero-padded to a multiple of 8 (C=3 -> 8): TMA's 16-byte stride alignment."""
+    padded = -(-problem.c // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
+    return problem if padded == problem.c else replace(problem, c=padded)
+
+
+def make_config(problem: ConvProblem, params: dict) -> Sm90ConvConfig:
+    return Sm90ConvConfig(
+        tile=param(params, "tile", Shape3.parse),
+        cluster=param(params, "cluster", Shape3.parse),
+        stages=param(params, "stages", whole),
+        epilogue=param(params, "epilogue", Epilogue),
+        alignment_c=output_alignment(problem),
+        input_type=problem.input_type, filter_type=problem.filter_type,
+        output_type=problem.output_type, accumulator_type=problem.accumulator_type,
+    )
+
+
+def launch_args(config: Sm90ConvConfig, problem: ConvProblem) -> LaunchArgs:
+    return LaunchArgs(kernel_problem(problem).c)
+
+
+def layer_problem(problem: ConvProblem) -> str | None:
+    """What no sm90_conv configuration can run (the run-time checks of the collective's can_implement,
+    sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:340-400, and of the TMA im2col descriptor)."""
+    if problem.input_type is not DataType.f16 or problem.filter_type is not DataType.f16:
+        return f"sm90_conv kernels are built for f16 inputs, got {problem.dtype_key}"
+    if problem.accumulator_type is not DataType.f32 or problem.output_type not in (DataType.f16, DataType.f32):
+        return f"sm90_conv kernels accumulate in f32 and write f16 or f32, got {problem.dtype_key}"
+    need = 16 // problem.output_type.bytes
+    if problem.k % need:
+        padded = -(-problem.k // need) * need
+        return (f"K={problem.k} output channels: the TMA store needs K to be a multiple of {need} for "
+                f"{problem.output_type.value} output; pad K to {padded}")
+    if problem.pad > 128:
+        return f"pad={problem.pad} exceeds the im2col TMA's lower corner limit of 128"
+    for taps, name in ((problem.r, "R"), (problem.s, "S")):
+        span = (taps - 1) * problem.dilation
+        if span > 254:
+            return f"({name}-1)*dilation={span} exceeds the im2col filter offset limit of 254"
+        if span - problem.pad > 128:
+            return f"({name}-1)*dilation-pad={span - problem.pad} exceeds the im2col TMA's upper corner limit of 128"
+    if problem.stride > 8:
+        return f"stride={problem.stride}: the TMA im2col traversal stride is 1 to 8"
+    return None
+
+
+# Each rule returns why the configuration cannot run, or None.
+def _check_tile(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
+    m, n, k = config.tile.m, config.tile.n, config.tile.k
+    if m % 64 or m > 256:
+        return f"tile M={m} must be 64, 128, 192 or 256 (wgmma is 64 rows a warpgroup, cute/arch/mma_sm90.hpp:370)"
+    if k % 16 or k > 128:
+        return f"tile K={k} must be a multiple of 16 up to 128 (mma_sm90.hpp:1159)"
+    if n % 16 or n > 256:
+        return (f"tile N={n} must be a multiple of 16 up to 256 (N=24 fails the filter TMA layout; the TMA box "
+                "is at most 256 rows)")
+    if m * n > MAX_TILE_MN:
+        return (f"tile {m}x{n} needs {m * n // 128} accumulator registers a thread in the one consumer "
+                f"warpgroup: it spills (128x256 measured at 255 registers and KBs of spills)")
+    return None
+
+
+def _check_cluster(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
+    cm, cn, ck = config.cluster.m, config.cluster.n, config.cluster.k
+    if ck != 1 or cm not in (1, 2, 4, 8) or cn not in (1, 2, 4, 8) or cm * cn > MAX_CLUSTER_SIZE:
+        return (f"cluster {config.cluster.text}: powers of two in M and N, K 1, at most {MAX_CLUSTER_SIZE} CTAs "
+                "(3x1 fails CUTLASS's safe_div)")
+    if cn > 1 and (config.tile.m // cn) % 8:
+        return f"activations multicast over cluster N={cn} split tile M={config.tile.m} into uneven rows"
+    if cm > 1 and (config.tile.n // cm) % 8:
+        return f"filters multicast over cluster M={cm} split tile N={config.tile.n} into uneven rows"
+    return None
+
+
+def _check_shared_memory(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
+    limit = min(SMEM_CAPACITY, device.smem_optin_per_block)
+    if config.stage_count < 2:
+        return f"only {config.stage_count} pipeline stage(s) of {config.stage_bytes} bytes fit: at least 2 are needed"
+    if config.smem_bytes > limit:
+        return (f"{config.stage_count} stages need {config.smem_bytes} bytes of shared memory, over the "
+                f"{limit} a block may opt into (it would compile, then fail in initialize)")
+    return None
+
+
+def _check_types(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
+    if config.input_type is not DataType.f16 or config.filter_type is not DataType.f16:
+        return f"sm90_conv kernels are built for f16 inputs, got {config.dtype_key}"
+    return None
+
+
+RULES = (_check_types, _check_tile, _check_cluster, _check_shared_memory)
+
+
+def static_problems(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+    reasons = [reason for rule in RULES if (reason := rule(config, device))]
+    if (reason := layer_problem(problem)):
+        reasons.append(reason)
+    return reasons
+
+
+def k_steps(config: Sm90ConvConfig, problem: ConvProblem) -> int:
+    """Main-loop iterations of one output tile: GEMM-K walks C in tile-K slices at each filter tap
+    (conv/detail.hpp:88-94), so C % tile K is zero-filled work."""
+    padded = kernel_problem(problem)
+    return padded.r * padded.s * -(-padded.c // config.tile.k)

@@ -1,0 +1,51 @@
+"""The sm90_gemm family's cost-model terms. Cooperative and ping-pong kernels are persistent with two
+consumer warpgroups (ping-pong overlaps one tile's epilogue with the next tile's main loop); the ws
+kernel is one consumer warpgroup, one tile per CTA. Stream-K balances the last wave."""
+from __future__ import annotations
+
+from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
+from tuner.families.base import CostTerms
+from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, Epilogue, Schedule,
+                                            Scheduler, Sm90GemmConfig, k_steps)
+from tuner.problem import ConvProblem
+
+# The share of the SM's tensor rate a CTA sustains with a 128x256 tile, by schedule, and how it falls
+# with smaller tiles. A starting point: to be fitted to this family's landscape on the GPU
+# (results/<gpu>/landscape/sm90_gemm/).
+PEAK_SHARE = {Schedule.cooperative: 0.9, Schedule.pingpong: 0.9, Schedule.ws: 0.7}
+TILE_EXPONENT = 0.3
+# Tile K below 64 halves the shared-memory swizzle and doubles the barriers and TMA issues per flop.
+TILE_K_EXPONENT = 0.5
+
+
+def blocks_per_sm(config: Sm90GemmConfig, device: DeviceFacts) -> int:
+    by_smem = device.smem_per_sm // (config.smem_bytes + DRIVER_SMEM_PER_BLOCK)
+    by_threads = device.max_threads_per_sm // THREADS[config.schedule]
+    return max(1, min(by_smem, by_threads, device.max_blocks_per_sm))
+
+
+def cost_terms(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+    share = (PEAK_SHARE[config.schedule] * min(1.0, (config.tile.m * config.tile.n / (128 * 256)) ** TILE_EXPONENT)
+             * min(1.0, config.tile.k / 64) ** TILE_K_EXPONENT)
+    return CostTerms(
+        tile_m=config.tile.m, tile_n=config.tile.n,
+        block_k_steps=k_steps(config, problem),
+        flops_per_k_step=2 * config.tile.m * config.tile.n * config.tile.k,
+        blocks_per_sm=blocks_per_sm(config, device),
+        warps_per_block=4 * CONSUMER_WARPGROUPS[config.schedule],
+        efficiency=share,
+        stages=config.stage_count,
+        split_k=config.split_k,
+        persistent=config.persistent,
+        cluster_size=config.cluster.m * config.cluster.n,
+    )
+
+
+def prior_order(config: Sm90GemmConfig, problem: ConvProblem) -> int | None:
+    """The model cannot see stages, epilogue, raster or swizzle: the picks keep them at what NVIDIA's
+    generator instantiates (auto stages, the TMA epilogue, the heuristic raster, no swizzle), the
+    cooperative schedule first."""
+    if (config.stages, config.raster, config.swizzle, config.epilogue) != (AUTO_STAGES, 0, 1, Epilogue.tma):
+        return None
+    order = {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.ws: 2}[config.schedule]
+    return order + (1 if config.scheduler is Scheduler.stream_k else 0)
