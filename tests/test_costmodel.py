@@ -1,11 +1,18 @@
 """The cost model ranks candidates sensibly without compiling anything."""
 from __future__ import annotations
 
+import math
+
+import pytest
+
+from conftest import H100
 from tuner.costmodel import (Ceilings, joint_prior_picks, picks_per_family, predicted_us, prior_candidates,
                              prior_picks, ranked_by_model)
+from tuner.families import registry
 from tuner.families.sm80.costmodel import PRIOR_STAGES, PRIOR_SWIZZLE, blocks_per_sm
 from tuner.families.sm80.space import IteratorAlgorithm, make_config
-from tuner.space import JointSpace
+from tuner.space import (JointSpace, default_space_file, landscape_space_file, load_space, static_problems,
+                         valid_configs)
 
 
 def params(tile: str, warps: str = "2x2x1", stages: int = 3, split_k: int = 1) -> dict:
@@ -74,3 +81,67 @@ def test_joint_prior_gives_every_family_its_share(conv_1, sm80_space, h100):
     assert picks_per_family(0, 3) == 0
     joint = JointSpace((sm80_space,))
     assert joint_prior_picks(joint, conv_1, h100, 8) == prior_picks(sm80_space, conv_1, h100, 8)
+
+
+# --- the sm90 families ----------------------------------------------------------------------------
+
+ALL_FAMILIES = ("sm80", "sm90_conv", "sm90_gemm")
+
+
+@pytest.fixture(scope="module")
+def joint_space() -> JointSpace:
+    return JointSpace(tuple(load_space(default_space_file(family)) for family in ALL_FAMILIES))
+
+
+def assert_picks_are_sound(picks, problem, device) -> None:
+    assert len(picks) == len(set(picks))
+    for pick in picks:
+        assert static_problems(pick, problem, device) == [], pick.name
+    for family in {p.family for p in picks}:
+        tiles = [p.tile for p in picks if p.family == family]
+        assert max(tiles.count(tile) for tile in tiles) <= 2, family
+
+
+@pytest.fixture(scope="module")
+def one_by_one_picks(layers, joint_space):
+    problem = layers["r50_s3_1x1_256to128_b32"].problem
+    return problem, joint_prior_picks(joint_space, problem, H100, 8)
+
+
+def test_joint_prior_picks_for_a_1x1_layer_take_every_family(one_by_one_picks, h100):
+    problem, picks = one_by_one_picks
+    each = picks_per_family(8, 3)
+    assert each == 3
+    assert [p.family for p in picks] == [f for f in ALL_FAMILIES for _ in range(each)]
+    assert_picks_are_sound(picks, problem, h100)
+
+
+def test_joint_prior_picks_for_a_3x3_layer_have_no_gemm(layers, joint_space, h100):
+    problem = layers["r50_s3_3x3_b32"].problem
+    picks = joint_prior_picks(joint_space, problem, h100, 8)
+    assert {p.family for p in picks} == {"sm80", "sm90_conv"}
+    assert_picks_are_sound(picks, problem, h100)
+
+
+def test_sm90_prior_picks_keep_unmodelled_knobs_at_the_generator_values(one_by_one_picks):
+    _, picks = one_by_one_picks
+    for pick in picks:
+        if pick.family == "sm90_gemm":
+            assert (pick.stages, pick.raster, pick.swizzle, pick.epilogue.value) == (0, 0, 1, "tma"), pick.name
+        if pick.family == "sm90_conv":
+            assert pick.stages == 0, pick.name
+
+
+@pytest.mark.parametrize("family", ["sm90_conv", "sm90_gemm"])
+def test_predicted_us_is_finite_and_positive_on_the_sm90_landscapes(layers, h100, family):
+    landscape = load_space(landscape_space_file(family))
+    checked = 0
+    for name in ("conv_1", "r50_stem_b1", "r50_s3_1x1_256to128_b32", "r50_s5_1x1_2048to512_b1", "r50_s4_3x3_s2_b32",
+                 "r50_s2_1x1_64to64_b32"):
+        problem = layers[name].problem
+        for config in valid_configs(landscape, problem, h100):
+            us = predicted_us(config, problem, h100)
+            assert math.isfinite(us) and us > 0, (name, config.name, us)
+            assert registry.family_of(config).cost_terms(config, problem, h100).blocks_per_sm >= 1
+            checked += 1
+    assert checked >= landscape.size  # every configuration on at least one layer's worth

@@ -105,7 +105,7 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
     """Compile every kernel of one family the suite needs once, then time every candidate on every
     layer the family can run."""
     per_layer = {layer.name: valid_configs(space, layer.problem, device) for layer in layers}
-    kernels = sorted({c.compiled for configs in per_layer.values() for c in configs})
+    kernels = sorted({c.compiled for configs in per_layer.values() for c in configs}, key=lambda c: c.name)
     console.print(f"{space.family} landscape: {len(kernels)} kernels to compile, "
                   f"{sum(len(c) for c in per_layer.values())} candidates to time")
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}

@@ -20,9 +20,34 @@ HEADER_FILE = "best_configs.h"
 _SAFE_CHARS = re.compile(r"[A-Za-z0-9 _.,:;+\-=/()\[\]@#%^&*!~|<>{}]")
 
 
+# C++ keywords a layer or GPU name could spell; such a name gets a trailing underscore.
+CPP_KEYWORDS = frozenset("""alignas alignof and asm auto bool break case catch char class const constexpr continue
+decltype default delete do double else enum explicit export extern false float for friend goto if inline int long
+mutable namespace new noexcept not nullptr operator or private protected public register return short signed sizeof
+static struct switch template this throw true try typedef typeid typename union unsigned using virtual void volatile
+while xor""".split())
+# What the header declares for each layer besides its alias: <alias>_runner, and <alias>_detail (3.x kernels).
+ALIAS_SUFFIXES = ("", "_runner", "_detail")
+
+
 def cpp_identifier(name: str) -> str:
     identifier = re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
-    return identifier if not identifier[0].isdigit() else "_" + identifier
+    identifier = identifier if not identifier[0].isdigit() else "_" + identifier
+    return identifier + "_" if identifier in CPP_KEYWORDS else identifier
+
+
+def layer_aliases(names: list[str]) -> dict[str, str]:
+    """Each layer's C++ alias; two layers whose names would declare one C++ name (conv-1 and conv_1,
+    or conv and conv_runner) are refused with both names."""
+    aliases = {name: cpp_identifier(name) for name in names}
+    declared: dict[str, str] = {}
+    for name, alias in aliases.items():
+        for suffix in ALIAS_SUFFIXES:
+            other = declared.setdefault(alias + suffix, name)
+            if other != name:
+                raise ResultsError(f"best.yaml layers {other!r} and {name!r} both become the C++ name "
+                                   f"{alias + suffix!r} in the header: rename one of them")
+    return aliases
 
 
 def cpp_string(text: object) -> str:
@@ -81,12 +106,13 @@ def render_header(document: dict) -> str:
     if not device or not layers:
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
     aliases, rows, for_each, families = [], [], [], {}
+    alias_of = layer_aliases(sorted(map(str, layers)))
     for index, (name, entry) in enumerate(sorted(layers.items())):
         problem = _problem(entry, name)
         config = _config(entry, name, problem)
         family = registry.family_of(config)
         families[family.name] = family
-        alias = cpp_identifier(name)
+        alias = alias_of[str(name)]
         aliases.append(family.kernel_alias(config, alias))
         aliases.append(f"using {alias}_runner = {family.cpp().runner_class}<{alias}>;\n")
         rows.append(_row(name, entry, problem, config))

@@ -20,8 +20,9 @@ from tuner.worker import worker_env
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
 NCU_TIMEOUT_S = 300
-# The kernels every family launches: CUTLASS 2.x convs, 3.x GEMMs and 3.x convs.
-KERNEL_FILTER = "regex:ImplicitGemmConvolution|GemmUniversal|ConvUniversal"
+# The kernels every family launches: CUTLASS 2.x convs (cutlass::Kernel<ImplicitGemmConvolution<...>>) and
+# 3.x GEMMs and convs (cutlass::device_kernel<...>, whose named kernel struct hides GemmUniversal).
+KERNEL_FILTER = "regex:ImplicitGemmConvolution|device_kernel"
 
 
 class ProfilerUnavailable(RuntimeError):

@@ -1,0 +1,260 @@
+"""best.yaml -> best_configs.h: one alias and runner per layer for every family, each family's includes once,
+one kLayers row per layer, every string as an escaped literal and every number checked."""
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from tuner.codegen import include_lines
+from tuner.export import cpp_identifier, cpp_int, cpp_string, render_header
+from tuner.families import registry
+from tuner.problem import ConvProblem, problem_to_dict
+from tuner.results import ResultsError
+from tuner.space import make_config
+
+PROBLEMS = {
+    "sm80": ConvProblem(n=1, h=32, w=32, c=3, k=32, r=3, s=3, pad=1),
+    "sm90_conv": ConvProblem(n=32, h=28, w=28, c=3, k=128, r=3, s=3, pad=1),
+    "sm90_gemm": ConvProblem(n=32, h=28, w=28, c=20, k=128, r=1, s=1),
+}
+PARAMS = {
+    "sm80": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "optimized", "split_k": 3},
+    "sm90_conv": {"tile": "128x64x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"},
+    "sm90_gemm": {"tile": "256x128x64", "cluster": "1x2x1", "schedule": "cooperative", "scheduler": "stream_k",
+                  "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2},
+}
+LAYER_OF = {"sm80": "layer_sm80", "sm90_conv": "layer-sm90-conv", "sm90_gemm": "layer.sm90.gemm"}
+RUNNERS = {"sm80": "Sm80Runner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm90GemmRunner"}
+EVIL = 'x"; int evil = 1; //\n#error injected \\'
+
+
+def config_of(family: str):
+    return make_config(PROBLEMS[family], family, PARAMS[family])
+
+
+def entry(family: str, **changes) -> dict:
+    config = config_of(family)
+    return {"problem": problem_to_dict(PROBLEMS[family]), "family": family, "params": config.search_params,
+            "kernel": config.name, "runtime_us": 12.5, "date": "2025-06-01", **changes}
+
+
+def document(**layers) -> dict:
+    return {
+        "device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3", "compute_capability": "9.0",
+                   "sm_count": 132, "l2_bytes": 52428800},
+        "toolchain": {"nvcc": "13.0.88", "cutlass": "4.2.0.0", "driver": "13.0"},
+        "layers": layers or {LAYER_OF[f]: entry(f) for f in registry.names()},
+    }
+
+
+def strip_literals(line: str) -> tuple[str, list[str]]:
+    """(the line with each string literal replaced by S, the literals' bodies); a literal that does not end on
+    its line fails the test."""
+    code, literals, index = [], [], 0
+    while index < len(line):
+        char = line[index]
+        if char == '"':
+            end = index + 1
+            while end < len(line) and line[end] != '"':
+                end += 2 if line[end] == "\\" else 1
+            assert end < len(line), f"unterminated literal in {line!r}"
+            literals.append(line[index + 1:end])
+            code.append("S")
+            index = end + 1
+        else:
+            code.append(char)
+            index += 1
+    return "".join(code), literals
+
+
+ROW = re.compile(r"^    \{S, (-?\d+, ){11}S, (-?\d+, ){6}\d+\.\d{3}, S, S\},$")
+
+
+def rows_of(header: str) -> list[str]:
+    body = header[header.index("constexpr TunedLayer kLayers[] = {"):header.index("constexpr int kLayerCount")]
+    return [line for line in body.splitlines()[1:] if line.strip() not in ("", "};")]
+
+
+@pytest.fixture(scope="module")
+def header() -> str:
+    return render_header(document())
+
+
+# --- one entry per family -----------------------------------------------------------------------
+
+def test_every_family_gets_its_alias_and_runner(header):
+    for family, layer in LAYER_OF.items():
+        alias = cpp_identifier(layer)
+        assert f"using {alias}_runner = {RUNNERS[family]}<{alias}>;" in header, family
+        assert header.count(f"using {alias} = ") == 1, family
+        assert f"class {RUNNERS[family]}" in header
+        assert header.count(f"class {RUNNERS[family]} {{") == 1, family
+        assert f"// Config: {config_of(family).compiled.name}" in header, family
+    assert "using layer_sm90_gemm = cutlass::gemm::device::GemmUniversalAdapter<layer_sm90_gemm_detail::GemmKernel>;" \
+        in header
+    assert "using layer_sm90_conv = cutlass::conv::device::ConvUniversalAdapter<layer_sm90_conv_detail::Kernel>;" \
+        in header
+    assert "using layer_sm80 = cutlass::conv::device::ImplicitGemmConvolution<" in header
+    assert "$" not in header
+
+
+def test_each_familys_includes_once(header):
+    lines = [line for line in header.splitlines() if line.startswith("#include")]
+    assert len(lines) == len(set(lines))
+    for family in registry.names():
+        for include in registry.get(family).cpp().includes:
+            assert header.count(include_lines((include,))) == 1, include
+
+
+def test_one_row_per_layer_with_its_family(header):
+    rows = rows_of(header)
+    assert len(rows) == 3
+    assert "constexpr int kLayerCount = 3;" in header
+    by_name = {strip_literals(row)[1][0]: row for row in rows}
+    assert set(by_name) == set(LAYER_OF.values())
+    for family, layer in LAYER_OF.items():
+        code, literals = strip_literals(by_name[layer])
+        assert ROW.match(code), by_name[layer]
+        assert literals == [layer, family, config_of(family).name, "2025-06-01"]
+        assert "12.500" in code
+
+
+def test_rows_carry_the_launch_arguments(header):
+    rows = {strip_literals(row)[1][0]: strip_literals(row)[0] for row in rows_of(header)}
+    numbers = {layer: [int(n) for n in re.findall(r"(?<![\d.])-?\d+(?![\d.])", code)] for layer, code in rows.items()}
+    # n h w c k r s pad stride dilation kernel_c | split_k raster swizzle | tile m n k
+    assert numbers["layer_sm80"] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
+    assert numbers["layer-sm90-conv"] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
+    assert numbers["layer.sm90.gemm"] == [32, 28, 28, 20, 128, 1, 1, 0, 1, 1, 24, 2, 2, 4, 256, 128, 64]
+
+
+def test_for_each_layer_macro(header):
+    assert re.findall(r"X\((\w+)_runner, (\d+)\)", header) == [
+        ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2")]  # sorted by layer name
+    assert "namespace nvidia_h100_80gb_hbm3 {" in header
+    assert "CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X)" in header
+    assert "constexpr int kComputeCapability = 90;" in header and "constexpr int kSmCount = 132;" in header
+    assert 'constexpr char kNvccVersion[] = "13.0.88";' in header
+
+
+def test_a_single_family_header_has_only_its_pieces():
+    header = render_header(document(only=entry("sm90_gemm")))
+    assert "class Sm90GemmRunner" in header
+    assert "class Sm80Runner" not in header and "class Sm90ConvRunner" not in header
+    assert "cutlass/conv/device/conv_universal_adapter.hpp" not in header
+
+
+# --- strings from best.yaml reach C++ only as escaped literals -----------------------------------
+
+def test_cpp_string_escapes():
+    assert cpp_string("conv_1") == '"conv_1"'
+    assert cpp_string('a"b') == '"a\\042b"'
+    assert cpp_string("a\\b") == '"a\\134b"'
+    assert cpp_string("a\nb") == '"a\\012b"'
+    assert cpp_string("??=") == '"\\077\\077="'   # no trigraph
+    assert cpp_string("µ") == '"\\302\\265"'
+
+
+@pytest.fixture(scope="module")
+def evil_header() -> str:
+    evil = document(**{EVIL: entry("sm90_gemm", date=EVIL), "plain": entry("sm90_conv", date=EVIL)})
+    evil["device"] = {**evil["device"], "name": EVIL, "slug": EVIL}
+    evil["toolchain"] = {"nvcc": EVIL, "cutlass": EVIL, "driver": EVIL}
+    return render_header(evil)
+
+
+def test_injected_text_stays_in_literals(evil_header):
+    header = evil_header
+    assert '"; int evil' not in header
+    assert not any(line.lstrip().startswith("#error") for line in header.splitlines())
+    assert cpp_string(EVIL) in header
+    assert header.count(cpp_string(EVIL)) == 1 + 3 + 2 + 1  # gpu name, toolchain, two dates, one layer name
+
+
+def test_injected_text_leaves_every_literal_terminated(evil_header):
+    for line in evil_header.splitlines():
+        if line.lstrip().startswith("//"):
+            assert not line.endswith("\\"), line   # a comment that would swallow the next line
+            continue
+        code, literals = strip_literals(line)
+        assert "int evil" not in code and "#error" not in code, line
+        for literal in literals:
+            if "evil" in literal:
+                assert '"' + literal + '"' == cpp_string(EVIL), literal
+    rows = rows_of(evil_header)
+    assert len(rows) == 2
+    for row in rows:
+        assert ROW.match(strip_literals(row)[0]), row
+    for name in ("kGpuName", "kNvccVersion", "kCutlassVersion", "kDriverVersion"):
+        line = next(line for line in evil_header.splitlines() if f"constexpr char {name}[]" in line)
+        assert strip_literals(line)[0] == f"constexpr char {name}[] = S;", line
+
+
+def test_injected_names_become_plain_identifiers(evil_header):
+    alias = cpp_identifier(EVIL)
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", alias)
+    assert f"using {alias}_runner = Sm90GemmRunner<{alias}>;" in evil_header
+    namespace = cpp_identifier(EVIL)
+    assert f"namespace {namespace} {{" in evil_header
+    assert f"CUTLASS_CONV_TUNER_{namespace.upper()}_FOR_EACH_LAYER(X)" in evil_header
+
+
+# --- what is refused ----------------------------------------------------------------------------
+
+def broken(change) -> dict:
+    doc = copy.deepcopy(document())
+    change(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda d: d["device"].update(sm_count="132"), ["sm_count", "'132'"]),
+        (lambda d: d["device"].update(sm_count=132.0), ["sm_count", "132.0"]),
+        (lambda d: d["device"].update(sm_count=True), ["sm_count", "True"]),
+        (lambda d: d["device"].pop("sm_count"), ["sm_count", "None"]),
+        (lambda d: d["device"].update(compute_capability="9"), ["compute_capability", "'9'"]),
+        (lambda d: d["layers"]["layer-sm90-conv"]["params"].update(stages=3.9), ["layer-sm90-conv", "stages=3.9"]),
+        (lambda d: d["layers"]["layer.sm90.gemm"]["params"].update(split_k="2.5"), ["split_k='2.5'"]),
+        (lambda d: d["layers"]["layer_sm80"]["params"].update(stages=True), ["layer_sm80", "stages=True"]),
+        (lambda d: d["layers"]["layer.sm90.gemm"]["params"].pop("raster"), ["'raster' missing"]),
+        (lambda d: d["layers"]["layer.sm90.gemm"]["problem"].pop("k"), ["layer.sm90.gemm", "unreadable problem"]),
+        (lambda d: d["layers"]["layer_sm80"]["problem"].update(c="three"), ["layer_sm80", "unreadable problem"]),
+        (lambda d: d["layers"]["layer_sm80"].pop("problem"), ["layer_sm80", "unreadable problem"]),
+        (lambda d: d["layers"]["layer_sm80"].update(family="sm70"), ["layer_sm80", "unknown kernel family 'sm70'"]),
+        (lambda d: d["layers"]["layer_sm80"].update(family="sm90_gemm"), ["layer_sm80"]),  # sm80 params
+        (lambda d: d["layers"]["layer_sm80"].update(runtime_us="fast"), ["runtime_us", "'fast'"]),
+        (lambda d: d["layers"]["layer_sm80"].update(runtime_us=float("nan")), ["runtime_us", "nan"]),
+        (lambda d: d.update(layers={}), ["no device or no layers"]),
+        (lambda d: d.pop("device"), ["no device or no layers"]),
+    ],
+)
+def test_render_header_refuses(change, words):
+    with pytest.raises(ResultsError) as error:
+        render_header(broken(change))
+    message = str(error.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_cpp_int_bounds():
+    assert cpp_int(2**31 - 1, "x") == "2147483647" and cpp_int(-(2**31), "x") == "-2147483648"
+    for value in (2**31, 3.0, "3", None, False):
+        with pytest.raises(ResultsError):
+            cpp_int(value, "x")
+
+
+@pytest.mark.parametrize("names", [("conv-1", "conv_1"), ("conv", "conv_runner"), ("conv", "conv_detail")])
+def test_layer_names_that_clash_as_identifiers(names):
+    doc = document(**{name: entry("sm80") for name in names})
+    with pytest.raises(ResultsError, match="both become the C\\+\\+ name"):
+        render_header(doc)
+
+
+def test_a_layer_named_like_a_keyword_gets_an_identifier():
+    header = render_header(document(**{"int": entry("sm80")}))
+    assert "using int_ = " in header and "using int_runner = " not in header
