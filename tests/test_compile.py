@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from conftest import H100
 from tuner.codegen import candidate_source
 from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem
-from tuner.run import KernelLibrary, LaunchGrid, problem_array
+from tuner.run import KernelBinary, KernelLibrary, LaunchError, LaunchGrid, problem_array
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
@@ -197,7 +198,7 @@ def test_real_compile(built, small_config):
 def test_compiled_library_answers_its_host_entry_points(built, conv_1):
     """The C ABI that tuner.run loads, called without a GPU: can_implement, workspace and grid are host code."""
     _, result, _ = built
-    library = KernelLibrary(result.library)
+    library = KernelLibrary(result.binary)
     one, four = LaunchArgs(32, split_k=1), LaunchArgs(32, split_k=4)
     assert library.can_implement(problem_array(conv_1, one)) == 0
     assert library.workspace_bytes(problem_array(conv_1, one)) == 0
@@ -258,9 +259,9 @@ def test_broken_source_fails_and_the_failure_is_cached(tmp_path, small_config, m
 
 
 def test_racing_builds_of_one_kernel_publish_one_entry(tmp_path, small_config, monkeypatch):
-    """Two configs that differ only in split-K are one kernel. Built at once (a fake nvcc holds both builds
-    until both have started), one cache entry wins, the other build's scratch folder is removed and both
-    results point at the winner."""
+    """Two processes building one kernel at once (here two threads; a fake nvcc holds both builds until
+    both have started): one cache entry wins, the other build's scratch folder is removed and both results
+    point at the winner."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     nvcc_version()
@@ -274,7 +275,8 @@ def test_racing_builds_of_one_kernel_publish_one_entry(tmp_path, small_config, m
     monkeypatch.setattr(compile_module.subprocess, "run", fake_nvcc)
     compiler = Compiler(H100, tmp_path, jobs=2)
     variant = dataclasses.replace(small_config, split_k=2)
-    results = compiler.compile_many([small_config, variant])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compiler.compile, [small_config, variant]))
     assert all(r.ok and not r.cached for r in results)
     assert results[0].library == results[1].library and results[0].library.is_file()
     assert results[0].ptxas.registers == 42
@@ -323,3 +325,94 @@ def test_compile_many_calls_on_done_once_per_config(conv_1, monkeypatch):
     assert len(done) == len(configs)
     assert len(threads) > 1                                              # in parallel
     assert compiler.compile_many([], done.append) == []
+
+
+# --- several kernels in one translation unit ------------------------------------------------------
+
+def gemm_configs(count: int):
+    from tuner.families.sm90_gemm.space import make_config as gemm_config
+
+    problem = ConvProblem(n=32, h=28, w=28, c=256, k=128, r=1, s=1)
+    tiles = ["64x128x64", "128x128x64", "128x256x64", "256x128x64", "64x256x64", "128x64x64"]
+    return [gemm_config(problem, {"tile": tile, "cluster": "1x1x1", "schedule": "pingpong" if tile[:2] == "64" else
+                                  "cooperative", "scheduler": "persistent", "epilogue": epilogue, "stages": 0,
+                                  "raster": 0, "swizzle": 1, "split_k": 1})
+            for tile in tiles for epilogue in ("tma", "nosmem")][:count]
+
+
+def fake_unit_nvcc(calls: list, fail_units: bool = False):
+    """A fake nvcc that 'builds' any unit, reporting ptxas registers 100 + the kernel's index for each
+    kernel it finds in the source; with fail_units, a unit of several kernels fails to compile."""
+    import re as _re
+
+    def run(command, cwd, **kwargs):
+        source = (Path(cwd) / "candidate.cu").read_text()
+        count = int(_re.search(r"tuner_kernel_count\(\) \{ return (\d+); \}", source)[1])
+        calls.append(count)
+        if fail_units and count > 1:
+            return subprocess.CompletedProcess(command, 1, "", "candidate.cu(9): error: something in the unit\n")
+        (Path(cwd) / "candidate.so").write_bytes(b"\x7fELF fake")
+        log = "".join(f"ptxas info    : Compiling entry function '_ZN7cutlass13device_kernelIN9TunedConv{i}_detail6KernelEEEvv'"
+                      f" for 'sm_90a'\nptxas info    : Used {100 + i} registers, used 1 barriers\n" for i in range(count))
+        return subprocess.CompletedProcess(command, 0, "", log)
+    return run
+
+
+def test_units_spread_grouped_families_over_the_cores(tmp_path):
+    compiler = Compiler(H100, tmp_path, jobs=2)
+    sizes = [len(unit) for unit in compiler.units(gemm_configs(10))]
+    assert sizes == [4, 4, 2]  # ceil(10 / 2 cores) = 5, capped at 4 a unit
+    assert [len(unit) for unit in Compiler(H100, tmp_path, jobs=16).units(gemm_configs(10))] == [1] * 10
+    sm80 = [config_for(ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1), stages=s) for s in (2, 3, 4, 5)]
+    assert [len(unit) for unit in compiler.units(sm80)] == [1, 1, 1, 1]  # symbols without the alias: never grouped
+
+
+def test_a_unit_of_kernels_is_cached_per_kernel(tmp_path, monkeypatch):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    nvcc_version()
+    calls = []
+    monkeypatch.setattr(compile_module.subprocess, "run", fake_unit_nvcc(calls))
+    configs = gemm_configs(3)
+    compiler = Compiler(H100, tmp_path, jobs=1)
+    done = []
+    results = compiler.compile_many(configs, done.append)
+    assert calls == [3] and len(done) == 3
+    assert [r.config for r in results] == configs
+    assert [r.index for r in results] == [0, 1, 2] and {r.unit_size for r in results} == {3}
+    assert len({r.library for r in results}) == 1 and all(r.ok and not r.cached for r in results)
+    assert [r.ptxas.registers for r in results] == [100, 101, 102]  # each kernel's own ptxas line
+    forbid_nvcc(monkeypatch)
+    again = Compiler(H100, tmp_path, jobs=4).compile_many(list(reversed(configs)))
+    assert [(r.index, r.ptxas.registers, r.cached) for r in again] == [(2, 102, True), (1, 101, True), (0, 100, True)]
+    assert Compiler(H100, tmp_path, jobs=1).compile(configs[1]).binary.index == 1
+
+
+def test_a_unit_that_fails_is_built_again_kernel_by_kernel(tmp_path, monkeypatch):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    nvcc_version()
+    calls = []
+    monkeypatch.setattr(compile_module.subprocess, "run", fake_unit_nvcc(calls, fail_units=True))
+    results = Compiler(H100, tmp_path, jobs=1).compile_many(gemm_configs(3))
+    assert calls == [3, 1, 1, 1]
+    assert all(r.ok and r.index == 0 and r.unit_size == 1 for r in results)
+
+
+@needs_nvcc
+def test_real_unit_of_two_kernels_answers_each(tmp_path, conv_1):
+    """Two kernels in one real translation unit (sm80, quick to build): each answers through its own
+    tuner_k<index>_* entry points."""
+    from tuner.codegen import group_source
+
+    narrow, wide = config_for(conv_1, tile="64x64x32", stages=3), config_for(conv_1, tile="128x128x64", stages=3)
+    (tmp_path / "candidate.cu").write_text(group_source([narrow, wide]))
+    completed = subprocess.run(["nvcc", *Compiler(H100, tmp_path).flags(narrow), "candidate.cu", "-o", "candidate.so"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    library = tmp_path / "candidate.so"
+    grids = [KernelLibrary(KernelBinary(library, index)).grid(problem_array(conv_1, LaunchArgs(32)))
+             for index in (0, 1)]
+    assert grids == [LaunchGrid((16, 1, 1)), LaunchGrid((8, 1, 1))]
+    with pytest.raises(LaunchError, match="holds 2 kernel"):
+        KernelLibrary(KernelBinary(library, 2))

@@ -21,7 +21,7 @@ from tuner.evaluate import (
 from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
 from tuner.messages import EvaluateRequest
-from tuner.run import KernelAttributes
+from tuner.run import KernelAttributes, KernelBinary
 from tuner.status import Status
 from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX
 
@@ -223,11 +223,12 @@ class RecordingWorker:
 def test_gpu_evaluator_request(conv_1):
     worker = RecordingWorker(FULL_RESPONSE)
     evaluator = GpuEvaluator(l2_bytes=52428800, worker=worker, repeats=7)
-    first = evaluator.evaluate(Path("/cache/ab/abc/candidate.so"), conv_1, LaunchArgs(32, split_k=2))
-    evaluator.evaluate(Path("/cache/ab/abc/candidate.so"), conv_1, LaunchArgs(32))
+    first = evaluator.evaluate(KernelBinary(Path("/cache/ab/abc/candidate.so"), 1), conv_1, LaunchArgs(32, split_k=2))
+    evaluator.evaluate(KernelBinary(Path("/cache/ab/abc/candidate.so")), conv_1, LaunchArgs(32))
     assert first.measurement.median_us == 4.2
     request = worker.requests[0]
     assert request["op"] == "evaluate" and request["library"] == "/cache/ab/abc/candidate.so"
+    assert request["kernel_index"] == 1 and worker.requests[1]["kernel_index"] == 0
     assert request["problem"]["c"] == 32 and request["problem"]["output_type"] == "f32"
     assert (request["launch"]["split_k"], request["l2_bytes"], request["repeats"]) == (2, 52428800, 7)
     assert EvaluateRequest.from_dict(request).launch == LaunchArgs(32, split_k=2)

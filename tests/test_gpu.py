@@ -26,6 +26,7 @@ from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families.base import LaunchArgs  # noqa: E402
 from tuner.families.sm80.space import make_config, reference_config  # noqa: E402
 from tuner.messages import EvaluateRequest  # noqa: E402
+from tuner.run import KernelBinary  # noqa: E402
 from tuner.problem import ConvProblem, DataType  # noqa: E402
 from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
 from tuner.status import Status  # noqa: E402
@@ -57,15 +58,16 @@ def worker():
     process.close()
 
 
-def evaluate_request(library: Path, kernel_view: ConvProblem | None = None, problem: ConvProblem = CONV_1,
-                     launch: LaunchArgs | None = None) -> dict:
-    return EvaluateRequest(str(library), problem, launch or LaunchArgs(problem.c), seed=7, l2_bytes=50 << 20,
-                           repeats=5, kernel_problem=kernel_view).to_dict()
+def evaluate_request(binary: KernelBinary | Path, kernel_view: ConvProblem | None = None,
+                     problem: ConvProblem = CONV_1, launch: LaunchArgs | None = None) -> dict:
+    binary = binary if isinstance(binary, KernelBinary) else KernelBinary(binary)
+    return EvaluateRequest(str(binary.path), binary.index, problem, launch or LaunchArgs(problem.c), seed=7,
+                           l2_bytes=50 << 20, repeats=5, kernel_problem=kernel_view).to_dict()
 
 
 def test_reference_config_is_right_and_timed(compiled, device, worker):
     reference = compiled[reference_config(CONV_1)]
-    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=10).evaluate(reference.library, CONV_1, LaunchArgs(32))
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=10).evaluate(reference.binary, CONV_1, LaunchArgs(32))
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < TOLERANCE[DataType.f32]
     assert evaluation.grid == (8, 1, 1)  # 1024 output pixels / 128-row tiles, 32 channels in one 128 tile
@@ -77,7 +79,7 @@ def test_reference_config_is_right_and_timed(compiled, device, worker):
 def test_planted_wrong_kernel_fails_validation(compiled, worker):
     """The kernel is handed dilation 2 (pad 2 keeps the 32x32 output): every output is written, with
     the wrong pixels. Validation must reject it; the same kernel on the true problem passes."""
-    library = compiled[make_config(CONV_1, SMALL_PARAMS)].library
+    library = compiled[make_config(CONV_1, SMALL_PARAMS)].binary
     wrong = dataclasses.replace(CONV_1, dilation=2, pad=2)
     assert (wrong.p, wrong.q) == (CONV_1.p, CONV_1.q)
     rejected = worker.request(evaluate_request(library, wrong))
@@ -88,7 +90,7 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
 
 
 def test_planted_wrong_stride_leaves_outputs_unwritten(compiled, worker):
-    library = compiled[make_config(CONV_1, SMALL_PARAMS)].library
+    library = compiled[make_config(CONV_1, SMALL_PARAMS)].binary
     rejected = worker.request(evaluate_request(library, dataclasses.replace(CONV_1, stride=2)))
     assert rejected["status"] == Status.wrong_result.value
     assert "NaN" in rejected["reason"]
@@ -108,7 +110,7 @@ def test_worker_survives_an_illegal_address(compiled, device, worker, tmp_path):
     faulted = worker.request(evaluate_request(faulting))
     assert faulted["status"] == Status.launch_failed.value
     assert "illegal" in faulted["reason"].lower() or "died" in faulted["reason"]
-    after = worker.request(evaluate_request(compiled[make_config(CONV_1, SMALL_PARAMS)].library))
+    after = worker.request(evaluate_request(compiled[make_config(CONV_1, SMALL_PARAMS)].binary))
     assert after["status"] == Status.ok.value, after.get("reason")
     assert worker.restarts == restarts + 1
 
@@ -119,7 +121,7 @@ def test_worker_survives_a_hang(compiled, device, tmp_path):
     try:
         hung = worker.request(evaluate_request(hanging))
         assert hung["status"] == Status.launch_failed.value and "hang" in hung["reason"]
-        after = worker.request(evaluate_request(compiled[make_config(CONV_1, SMALL_PARAMS)].library))
+        after = worker.request(evaluate_request(compiled[make_config(CONV_1, SMALL_PARAMS)].binary))
         assert after["status"] == Status.ok.value, after.get("reason")
     finally:
         worker.close()
@@ -127,11 +129,11 @@ def test_worker_survives_a_hang(compiled, device, tmp_path):
 
 def test_static_diagnosis_agrees_with_ncu(compiled, device, worker):
     reference = compiled[reference_config(CONV_1)]
-    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(reference.library, CONV_1, LaunchArgs(32))
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(reference.binary, CONV_1, LaunchArgs(32))
     facts = kernel_facts(reference.config, CONV_1, device, evaluation.grid_blocks, evaluation.attributes,
                          reference.ptxas.spill_bytes)
     try:
-        stats = profile_candidate(reference.library, CONV_1, LaunchArgs(32))
+        stats = profile_candidate(reference.binary, CONV_1, LaunchArgs(32))
     except ProfilerUnavailable as error:
         pytest.skip(str(error))
     rows = agreement(facts, stats)
@@ -195,7 +197,7 @@ def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
 
     problem, config = sm90_config(case)
     launch = registry.family_of(config).launch_args(config, problem)
-    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled_sm90[case].library, problem,
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled_sm90[case].binary, problem,
                                                                           launch)
     assert evaluation.status is Status.ok, evaluation.reason  # also right after the timed graph replays
     assert evaluation.error < TOLERANCE[problem.output_type]
@@ -216,7 +218,7 @@ def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker)
         assert (wrong.p, wrong.q) == (problem.p, problem.q)
     else:
         wrong = dataclasses.replace(problem, n=1)
-    library = compiled_sm90[case].library
+    library = compiled_sm90[case].binary
     rejected = worker.request(evaluate_request(library, wrong, problem, launch))
     assert rejected["status"] == Status.wrong_result.value, rejected
     accepted = worker.request(evaluate_request(library, None, problem, launch))
@@ -229,11 +231,11 @@ def test_sm90_static_facts_agree_with_ncu(compiled_sm90, device, worker):
     problem, config = sm90_config("sm90_gemm")
     result = compiled_sm90["sm90_gemm"]
     launch = registry.family_of(config).launch_args(config, problem)
-    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(result.library, problem, launch)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(result.binary, problem, launch)
     facts = kernel_facts(config, problem, device, evaluation.grid_blocks, evaluation.attributes,
                          result.ptxas.spill_bytes)
     try:
-        stats = profile_candidate(result.library, problem, launch)
+        stats = profile_candidate(result.binary, problem, launch)
     except ProfilerUnavailable as error:
         pytest.skip(str(error))
     rows = agreement(facts, stats)

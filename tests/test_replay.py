@@ -12,6 +12,7 @@ from optuna.storages.journal import JournalFileBackend
 from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.families.base import LaunchArgs
+from tuner.run import KernelBinary
 from tuner.families.sm80.space import make_config
 from tuner.status import Status
 from tuner.study import Tuner, counted_in_run, open_study
@@ -33,11 +34,11 @@ def test_replay_answers_recorded_and_refuses_the_rest(conv_1):
     record = read_record(RECORD, conv_1, "sm80")
     name = next(n for n, r in record.items() if r.status is Status.ok)
     evaluator = ReplayEvaluator(record)
-    assert evaluator.evaluate(Path("replay") / name, conv_1, LaunchArgs(32)).measurement.median_us == record[name].median_us
+    assert evaluator.evaluate(KernelBinary(Path("replay") / name), conv_1, LaunchArgs(32)).measurement.median_us == record[name].median_us
     unknown = make_config(conv_1, {"tile": "64x64x64", "warps": "2x2x1", "stages": 6, "swizzle": 8,
                                    "iterator": "analytic", "split_k": 8})
     if unknown.name not in record:
-        assert evaluator.evaluate(Path("replay") / unknown.name, conv_1, LaunchArgs(32, split_k=8)).status is Status.infra_error
+        assert evaluator.evaluate(KernelBinary(Path("replay") / unknown.name), conv_1, LaunchArgs(32, split_k=8)).status is Status.infra_error
 
 
 def _worker(journal: str, log: str, seed: int, conv_1, space, device) -> None:

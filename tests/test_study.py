@@ -93,7 +93,7 @@ class FakeEvaluator:
 
     def evaluate(self, library, problem, launch):
         split_k = launch.split_k
-        config = dataclasses.replace(self.compiler.kernel_of[library], split_k=split_k)
+        config = dataclasses.replace(self.compiler.kernel_of[library.path], split_k=split_k)
         self.calls.append(config)
         if self.raise_on_call is not None and len(self.calls) == self.raise_on_call:
             raise RuntimeError("the GPU fell off the bus")

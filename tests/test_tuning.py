@@ -58,3 +58,20 @@ def test_the_best_of_each_family_joins_the_finalists(conv_1, sm80_space, h100):
             record(1, make_config(conv_1, params("64x32x32", "2x1x1", stages=4)), 4.5)]
     finalists = finalist_configs(best, 1, None, None, conv_1, h100, JointSpace((sm80_space,)))
     assert [label for label, _ in finalists] == ["#1"]  # the fastest sm80 is #1 already
+
+
+def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
+    from pathlib import Path
+
+    from tuner.space import default_space_file, layer_space, load_space
+    from tuner.tuning import landscape_seeds
+
+    folder = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
+    spaces = tuple(load_space(default_space_file(f)) for f in ("sm80", "sm90_conv", "sm90_gemm"))
+    layer = layers["r50_s4_1x1_512to256_b32"]
+    joint = layer_space(spaces, layer.problem, h100)
+    seeds = landscape_seeds(folder, layer.name, layer.problem, joint, h100, per_family=2)
+    assert sorted(c.family for c in seeds) == ["sm80", "sm80", "sm90_conv", "sm90_conv", "sm90_gemm", "sm90_gemm"]
+    assert all(joint.contains(c) for c in seeds)
+    assert landscape_seeds(None, layer.name, layer.problem, joint, h100) == []
+    assert landscape_seeds(folder, "no_such_layer", layer.problem, joint, h100) == []

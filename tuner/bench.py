@@ -101,7 +101,7 @@ def is_gemm_layer(problem: ConvProblem) -> bool:
 
 
 def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFacts, compiler, evaluator,
-                      folder: Path, console: Console) -> None:
+                      folder: Path, console: Console, compile_only: bool = False) -> None:
     """Compile every kernel of one family the suite needs once, then time every candidate on every
     layer the family can run."""
     per_layer = {layer.name: valid_configs(space, layer.problem, device) for layer in layers}
@@ -109,6 +109,10 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
     console.print(f"{space.family} landscape: {len(kernels)} kernels to compile, "
                   f"{sum(len(c) for c in per_layer.values())} candidates to time")
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
+    failed = sum(not r.ok for r in compiled.values())
+    console.print(f"  {len(compiled) - failed} kernels compiled or cached, {failed} failed")
+    if compile_only:
+        return
     family = registry.get(space.family)
     for index, layer in enumerate(layers):
         if not per_layer[layer.name]:
@@ -119,7 +123,7 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
             if not result.ok:
                 rows.append({**config.search_params, "status": Status.compile_failed.value})
                 continue
-            evaluation = evaluator.evaluate(result.library, layer.problem, family.launch_args(config, layer.problem),
+            evaluation = evaluator.evaluate(result.binary, layer.problem, family.launch_args(config, layer.problem),
                                             seed=1000 + index)
             m = evaluation.measurement
             rows.append({**config.search_params, "status": evaluation.status.value,
@@ -308,7 +312,7 @@ def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace]
         for space in landscape_spaces.values() if "landscape" in args.steps else ():
             if registry.get(space.family).device_problem(device) is None:
                 measure_landscape(layers, space, device, Compiler(device, args.cache_dir, args.jobs),
-                                  evaluator, folder, console)
+                                  evaluator, folder, console, compile_only=args.compile_only)
         for layer in layers if "cudnn" in args.steps else []:
             answer = worker.request({"op": "cudnn", "problem": problem_to_dict(layer.problem),
                                      "l2_bytes": device.l2_bytes})
@@ -368,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "spaces; the table replays whatever is recorded")
     parser.add_argument("--product-trials", type=int, default=PRODUCT_TRIALS,
                         help=f"candidates per layer in the 'search' step (default {PRODUCT_TRIALS})")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="with the 'landscape' step: compile every kernel of the landscapes into the cache and "
+                             "stop (warms a GPU host's cache for the tuner); times nothing")
     parser.add_argument("--measure-only", action="store_true",
                         help="measure on the GPU and write results/<gpu>/, but replay no search (do that "
                              "later with --replay-only, on any machine)")

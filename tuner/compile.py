@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import re
 import shutil
@@ -9,21 +11,27 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tuner.codegen import candidate_source
+from tuner.codegen import candidate_source, group_source, kernel_symbol_marker
 from tuner.cutlass_pkg import source_path
 from tuner.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import KernelConfig
+from tuner.run import KernelBinary
 
 # One CUTLASS candidate takes about this much host memory in nvcc at its peak.
 NVCC_PEAK_BYTES = 2 << 30
-COMPILE_TIMEOUT_S = 600
+COMPILE_TIMEOUT_S = 900
 ERROR_EXCERPT_LINES = 12
+# Kernels of one family compiled in one translation unit parse the CUTLASS headers once: on this
+# project's 2-core machine four sm90_conv kernels took 73 s together against 184 s apart (docs/NOTES.md).
+# Only families whose kernel symbols name their alias are grouped (ptxas's report is per symbol).
+MAX_KERNELS_PER_UNIT = 4
+MEMBER_FILE = "member.json"
 
 
 class ToolchainError(RuntimeError):
@@ -51,10 +59,18 @@ class CompileResult:
     cached: bool
     error: str | None
     ptxas: PtxasReport | None
+    index: int = 0        # the kernel's index in the library (several compiled in one unit)
+    unit_size: int = 1    # kernels compiled in the same nvcc run
 
     @property
     def ok(self) -> bool:
         return self.library is not None
+
+    @property
+    def binary(self) -> KernelBinary:
+        if self.library is None:
+            raise ValueError(f"{self.config.name} did not compile")
+        return KernelBinary(self.library, self.index)
 
 
 def default_cache_dir() -> Path:
@@ -107,8 +123,17 @@ _PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
-def parse_ptxas(log: str) -> PtxasReport | None:
-    """The conv kernel's resource line; the entry points hold no device code besides it."""
+def kernel_blocks(log: str, marker: str) -> str:
+    """The part of a ptxas -v log about entry functions whose name holds `marker`."""
+    blocks = re.split(r"(?=ptxas info\s*: Compiling entry function)", log)
+    return "".join(block for block in blocks if marker in block.split("\n", 1)[0])
+
+
+def parse_ptxas(log: str, marker: str | None = None) -> PtxasReport | None:
+    """The conv kernel's resource line (of the kernel whose symbol holds `marker`, in a unit of
+    several); the entry points hold no device code besides the kernels."""
+    if marker is not None:
+        log = kernel_blocks(log, marker)
     registers = _PTXAS_REGISTERS.findall(log)
     spills = _PTXAS_SPILLS.findall(log)
     if not registers:
@@ -123,10 +148,12 @@ def error_excerpt(log: str) -> str:
 
 
 class Compiler:
-    def __init__(self, device: DeviceFacts, cache_dir: Path | None = None, jobs: int | None = None):
+    def __init__(self, device: DeviceFacts, cache_dir: Path | None = None, jobs: int | None = None,
+                 kernels_per_unit: int = MAX_KERNELS_PER_UNIT):
         self.device = device
         self.cache_dir = cache_dir or default_cache_dir()
         self.jobs = jobs or default_jobs()
+        self.kernels_per_unit = kernels_per_unit
 
     def flags(self, config: KernelConfig) -> list[str]:
         return nvcc_flags(registry.family_of(config).arch_flags(self.device))
@@ -134,19 +161,38 @@ class Compiler:
     def _entry(self, key: str) -> Path:
         return self.cache_dir / key[:2] / key
 
-    def compile(self, config: KernelConfig) -> CompileResult:
-        compiled = config.compiled
-        source = candidate_source(compiled)
-        flags = self.flags(compiled)
-        key = cache_key(source, flags)
+    def _key(self, config: KernelConfig) -> tuple[str, str, list[str]]:
+        source = candidate_source(config.compiled)
+        flags = self.flags(config.compiled)
+        return cache_key(source, flags), source, flags
+
+    def cached(self, config: KernelConfig) -> CompileResult | None:
+        """The cache's answer for a configuration, compiled alone or in a unit with others; None: not built."""
+        key, _, _ = self._key(config)
         entry = self._entry(key)
         if (entry / "candidate.so").exists():
             return self._result(config, key, entry, seconds=0.0, cached=True)
         if (entry / "error.txt").exists():
             return CompileResult(config, key, None, 0.0, True, (entry / "error.txt").read_text(), None)
-        return self._build(config, key, source, flags, entry)
+        if (entry / MEMBER_FILE).exists():
+            member = json.loads((entry / MEMBER_FILE).read_text())
+            unit = self._entry(member["unit"])
+            if (unit / "candidate.so").exists():
+                ptxas = parse_ptxas((unit / "ptxas.txt").read_text(), kernel_symbol_marker(member["index"]))
+                return CompileResult(config, key, unit / "candidate.so", 0.0, True, None, ptxas,
+                                     index=member["index"], unit_size=member["size"])
+        return None
 
-    def _build(self, config: KernelConfig, key: str, source: str, flags: list[str], entry: Path) -> CompileResult:
+    def compile(self, config: KernelConfig) -> CompileResult:
+        found = self.cached(config)
+        if found is not None:
+            return found
+        key, source, flags = self._key(config)
+        return self._build(config, key, source, flags, self._entry(key))
+
+    def _nvcc(self, source: str, flags: list[str], key: str, entry: Path) -> tuple[Path | None, str, bool, float]:
+        """One nvcc run in a scratch folder next to the entry: (scratch folder or None when the failure
+        was not the source's, the log, whether it failed, seconds)."""
         entry.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         (scratch / "candidate.cu").write_text(source)
@@ -162,16 +208,51 @@ class Compiler:
         except subprocess.TimeoutExpired:
             log, failed, transient = f"nvcc timed out after {COMPILE_TIMEOUT_S} s", True, True
         seconds = time.monotonic() - started
-        if transient:  # not the source's fault: report it, cache nothing, retry next time
+        if transient:  # not the source's fault: cache nothing, retry next time
             shutil.rmtree(scratch, ignore_errors=True)
-            return CompileResult(config, key, None, seconds, False, error_excerpt(log), None)
+            return None, log, True, seconds
         (scratch / "ptxas.txt").write_text(log)
         if failed:
             (scratch / "error.txt").write_text(error_excerpt(log))
+        return scratch, log, failed, seconds
+
+    def _build(self, config: KernelConfig, key: str, source: str, flags: list[str], entry: Path) -> CompileResult:
+        scratch, log, failed, seconds = self._nvcc(source, flags, key, entry)
+        if scratch is None:
+            return CompileResult(config, key, None, seconds, False, error_excerpt(log), None)
         self._publish(scratch, entry)
         if failed:
             return CompileResult(config, key, None, seconds, False, (entry / "error.txt").read_text(), None)
         return self._result(config, key, entry, seconds=seconds, cached=False)
+
+    def _build_unit(self, configs: list[KernelConfig]) -> list[CompileResult]:
+        """Several kernels of one family in one nvcc run, each then cached under its own key as a member
+        of the unit. A unit that fails to compile is built again kernel by kernel, so that one bad
+        configuration is cached as bad alone."""
+        if len(configs) == 1:
+            return [self.compile(configs[0])]
+        flags = self.flags(configs[0])
+        source = group_source([c.compiled for c in configs])
+        unit_key = cache_key(source, flags)
+        unit = self._entry(unit_key)
+        scratch, log, failed, seconds = self._nvcc(source, flags, unit_key, unit)
+        if scratch is None:
+            return [CompileResult(c, self._key(c)[0], None, seconds, False, error_excerpt(log), None) for c in configs]
+        if failed:
+            shutil.rmtree(scratch, ignore_errors=True)
+            return [self.compile(config) for config in configs]
+        self._publish(scratch, unit)
+        results = []
+        for index, config in enumerate(configs):
+            key = self._key(config)[0]
+            member = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=unit.parent))
+            (member / MEMBER_FILE).write_text(json.dumps({"unit": unit_key, "index": index, "size": len(configs)}))
+            self._entry(key).parent.mkdir(parents=True, exist_ok=True)
+            self._publish(member, self._entry(key))
+            ptxas = parse_ptxas((unit / "ptxas.txt").read_text(), kernel_symbol_marker(index))
+            results.append(CompileResult(config, key, unit / "candidate.so", seconds, False, None, ptxas,
+                                         index=index, unit_size=len(configs)))
+        return results
 
     @staticmethod
     def _publish(scratch: Path, entry: Path) -> None:
@@ -185,15 +266,47 @@ class Compiler:
         ptxas = parse_ptxas((entry / "ptxas.txt").read_text())
         return CompileResult(config, key, entry / "candidate.so", seconds, cached, None, ptxas)
 
+    def units(self, configs: list[KernelConfig]) -> list[list[KernelConfig]]:
+        """Uncached kernels cut into compile units: each family's kernels spread over the cores, up to
+        `kernels_per_unit` per unit where the family's symbols let ptxas's report be told apart."""
+        by_family: dict[str, list[KernelConfig]] = {}
+        for config in configs:
+            by_family.setdefault(config.family, []).append(config)
+        units = []
+        for family, members in by_family.items():
+            groupable = registry.get(family).groupable
+            size = min(self.kernels_per_unit, math.ceil(len(members) / self.jobs)) if groupable else 1
+            units += [members[i:i + size] for i in range(0, len(members), max(1, size))]
+        return units
+
     def compile_many(self, configs: Iterable[KernelConfig],
                      on_done: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:
+        """Every configuration's library; a kernel shared by several (run-time knobs) is built once."""
         configs = list(configs)
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = [pool.submit(self.compile, config) for config in configs]
-            for future in as_completed(futures):
+        variants: dict[KernelConfig, list[int]] = {}
+        for position, config in enumerate(configs):
+            variants.setdefault(config.compiled, []).append(position)
+        results: list[CompileResult | None] = [None] * len(configs)
+
+        def finish(kernel_result: CompileResult) -> None:
+            for position in variants[kernel_result.config.compiled]:
+                results[position] = replace(kernel_result, config=configs[position])
                 if on_done:
-                    on_done(future.result())
-        return [future.result() for future in futures]
+                    on_done(results[position])
+
+        missing = []
+        for kernel in variants:
+            found = self.cached(kernel)
+            if found is None:
+                missing.append(kernel)
+            else:
+                finish(found)
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(self._build_unit, unit) for unit in self.units(missing)]
+            for future in as_completed(futures):
+                for kernel_result in future.result():
+                    finish(kernel_result)
+        return results
 
 
 def default_jobs() -> int:

@@ -14,7 +14,7 @@ from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
 from tuner.messages import EvaluateRequest
 from tuner.problem import ConvProblem
-from tuner.run import KernelAttributes
+from tuner.run import KernelAttributes, KernelBinary
 from tuner.status import Status
 from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX, worker_env
 
@@ -141,13 +141,14 @@ class GpuEvaluator:
         self.repeats = repeats
         self.seed = 0
 
-    def evaluate(self, library: Path, problem: ConvProblem, launch: LaunchArgs, seed: int | None = None) -> Evaluation:
+    def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs,
+                 seed: int | None = None) -> Evaluation:
         """Fresh random inputs for every candidate, unless a seed is given: a landscape times every
         kernel of a layer on the same inputs, which the worker then prepares only once."""
         if seed is None:
             self.seed += 1
-        request = EvaluateRequest(str(library), problem, launch, self.seed if seed is None else seed,
-                                  self.l2_bytes, self.repeats)
+        request = EvaluateRequest(str(binary.path), binary.index, problem, launch,
+                                  self.seed if seed is None else seed, self.l2_bytes, self.repeats)
         return evaluation_from_response(self.worker.request(request.to_dict()))
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ class EvaluateRequest:
     """Validate (and unless validate_only, time) one compiled candidate on one problem."""
 
     library: str
+    kernel_index: int
     problem: ConvProblem
     launch: LaunchArgs
     seed: int
@@ -29,7 +30,8 @@ class EvaluateRequest:
     kernel_problem: ConvProblem | None = None
 
     def to_dict(self) -> dict:
-        message = {"op": EVALUATE, "library": self.library, "problem": problem_to_dict(self.problem),
+        message = {"op": EVALUATE, "library": self.library, "kernel_index": self.kernel_index,
+                   "problem": problem_to_dict(self.problem),
                    "launch": asdict(self.launch), "seed": self.seed, "l2_bytes": self.l2_bytes,
                    "repeats": self.repeats, "validate_only": self.validate_only}
         if self.kernel_problem is not None:
@@ -40,7 +42,8 @@ class EvaluateRequest:
     def from_dict(cls, message: dict) -> "EvaluateRequest":
         try:
             kernel_problem = message.get("kernel_problem")
-            return cls(library=str(message["library"]), problem=problem_from_dict(message["problem"]),
+            return cls(library=str(message["library"]), kernel_index=int(message.get("kernel_index", 0)),
+                       problem=problem_from_dict(message["problem"]),
                        launch=LaunchArgs(**{k: int(v) for k, v in message["launch"].items()}),
                        seed=int(message["seed"]), l2_bytes=int(message.get("l2_bytes", 0)),
                        repeats=int(message.get("repeats", 30)), validate_only=bool(message.get("validate_only")),

@@ -16,6 +16,7 @@ from tuner.families.base import LaunchArgs
 from tuner.messages import EvaluateRequest
 from tuner.ncu import LaunchStats, NcuReportError, parse_csv_report
 from tuner.problem import ConvProblem
+from tuner.run import KernelBinary
 from tuner.worker import worker_env
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
@@ -49,12 +50,12 @@ def ncu_command(ncu: str, report: Path, request: dict) -> list[str]:
             sys.executable, "-m", "tuner.worker", "--once", json.dumps(request)]
 
 
-def profile_candidate(library: Path, problem: ConvProblem, launch: LaunchArgs) -> LaunchStats:
+def profile_candidate(binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs) -> LaunchStats:
     """One launch of the candidate under ncu; its launch statistics, occupancy and speed of light."""
     ncu = shutil.which("ncu")
     if ncu is None:
         raise ProfilerUnavailable("ncu not found on PATH: install Nsight Compute for confirmed numbers")
-    request = EvaluateRequest(str(library), problem, launch, seed=1, validate_only=True).to_dict()
+    request = EvaluateRequest(str(binary.path), binary.index, problem, launch, seed=1, validate_only=True).to_dict()
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "ncu.csv"
         completed = subprocess.run(ncu_command(ncu, report, request), capture_output=True, text=True,

@@ -16,6 +16,7 @@ from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs
 from tuner.measure import Measurement
 from tuner.problem import ConvProblem
+from tuner.run import KernelBinary
 from tuner.space import make_config
 from tuner.status import Status
 from tuner.study import recorded_trials
@@ -51,6 +52,16 @@ def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Reco
                 Recorded(Status(row["status"]), _number(row["median_us"]), _number(row["p10_us"]),
                          _number(row["p90_us"]), _number(row["error"]))
                 for row in rows}
+
+
+def fastest_recorded(path: Path, problem: ConvProblem, family: str, count: int) -> list[KernelConfig]:
+    """The `count` fastest valid configurations of a recorded landscape, fastest first."""
+    knobs = registry.get(family).knobs
+    with open(path, newline="") as handle:
+        rows = [row for row in csv.DictReader(line for line in handle if not line.startswith("#"))
+                if row.get("status") == Status.ok.value and _number(row.get("median_us", "")) is not None]
+    rows.sort(key=lambda row: float(row["median_us"]))
+    return [make_config(problem, family, {k: row[k] for k in knobs}) for row in rows[:count]]
 
 
 def record_rows(study: optuna.Study, problem: ConvProblem, family: str) -> list[dict]:
@@ -103,8 +114,8 @@ class ReplayEvaluator:
         self.log = log
         self.evaluated: list[str] = []
 
-    def evaluate(self, library: Path, problem: ConvProblem, launch: LaunchArgs) -> Evaluation:
-        name = library.name
+    def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs) -> Evaluation:
+        name = binary.path.name
         self.evaluated.append(name)
         if self.log:
             with open(self.log, "a") as handle:

@@ -9,7 +9,7 @@ from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem, DataType
 
 PROBLEM_FIELDS = 16
-ABI_VERSION = 2
+ABI_VERSION = 3
 # CUTLASS takes problem extents as int32: a tensor or GEMM extent beyond this cannot be handed over.
 INT32_MAX = 2**31 - 1
 
@@ -26,6 +26,14 @@ class KernelAttributes:
     local_bytes_per_thread: int
     threads_per_block: int
     max_active_blocks_per_sm: int
+
+
+@dataclass(frozen=True)
+class KernelBinary:
+    """A compiled kernel: the shared library, and the kernel's index among those compiled with it."""
+
+    path: Path
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,59 +60,68 @@ def problem_array(problem: ConvProblem, launch: LaunchArgs) -> ctypes.Array:
 
 
 class KernelLibrary:
-    def __init__(self, path: Path):
-        self.path = path
-        lib = ctypes.CDLL(str(path))
+    """The entry points of one kernel of a compiled candidate library (tuner_k<index>_*)."""
+
+    def __init__(self, binary: KernelBinary):
+        self.binary = binary
+        lib = ctypes.CDLL(str(binary.path))
+        for name, restype in (("tuner_abi_version", ctypes.c_int32), ("tuner_kernel_count", ctypes.c_int32)):
+            if not hasattr(lib, name):
+                raise LaunchError(f"{binary.path} lacks {name}: not a candidate of this tuner; clear the compile cache")
+            getattr(lib, name).argtypes, getattr(lib, name).restype = [], restype
+        if lib.tuner_abi_version() != ABI_VERSION:
+            raise LaunchError(f"{binary.path} speaks ABI {lib.tuner_abi_version()}, expected {ABI_VERSION}: "
+                              "clear the compile cache")
+        if not 0 <= binary.index < lib.tuner_kernel_count():
+            raise LaunchError(f"{binary.path} holds {lib.tuner_kernel_count()} kernel(s), not kernel {binary.index}")
         int_p, void_p = ctypes.POINTER(ctypes.c_int32), ctypes.c_void_p
         signatures = {
-            "tuner_abi_version": ([], ctypes.c_int32),
-            "tuner_can_implement": ([int_p], ctypes.c_int32),
-            "tuner_workspace_bytes": ([int_p], ctypes.c_int64),
-            "tuner_grid": ([int_p, int_p], None),
-            "tuner_kernel_attributes": ([int_p], ctypes.c_int32),
-            "tuner_create": ([int_p, void_p, void_p, void_p, void_p, void_p, int_p], void_p),
-            "tuner_launch": ([void_p, void_p], ctypes.c_int32),
-            "tuner_destroy": ([void_p], None),
+            "can_implement": ([int_p], ctypes.c_int32),
+            "workspace_bytes": ([int_p], ctypes.c_int64),
+            "grid": ([int_p, int_p], None),
+            "kernel_attributes": ([int_p], ctypes.c_int32),
+            "create": ([int_p, void_p, void_p, void_p, void_p, void_p, int_p], void_p),
+            "launch": ([void_p, void_p], ctypes.c_int32),
+            "destroy": ([void_p], None),
         }
+        self.functions = {}
         for name, (argtypes, restype) in signatures.items():
-            function = getattr(lib, name)
+            function = getattr(lib, f"tuner_k{binary.index}_{name}")
             function.argtypes, function.restype = argtypes, restype
-        if lib.tuner_abi_version() != ABI_VERSION:
-            raise LaunchError(f"{path} speaks ABI {lib.tuner_abi_version()}, expected {ABI_VERSION}: clear the compile cache")
-        self.lib = lib
+            self.functions[name] = function
 
     def can_implement(self, problem: ctypes.Array) -> int:
-        return self.lib.tuner_can_implement(problem)
+        return self.functions["can_implement"](problem)
 
     def workspace_bytes(self, problem: ctypes.Array) -> int:
-        return self.lib.tuner_workspace_bytes(problem)
+        return self.functions["workspace_bytes"](problem)
 
     def grid(self, problem: ctypes.Array) -> LaunchGrid:
         grid = (ctypes.c_int32 * 6)()
-        self.lib.tuner_grid(problem, grid)
+        self.functions["grid"](problem, grid)
         return LaunchGrid((grid[0], grid[1], grid[2]), (grid[3], grid[4], grid[5]))
 
     def attributes(self) -> KernelAttributes:
         values = (ctypes.c_int32 * 6)()
-        error = self.lib.tuner_kernel_attributes(values)
+        error = self.functions["kernel_attributes"](values)
         if error:
             raise LaunchError(f"reading kernel attributes failed with cudaError {error}")
         return KernelAttributes(*values)
 
     def create(self, problem: ctypes.Array, x: int, w: int, y: int, workspace: int, stream: int) -> int:
         status = ctypes.c_int32(0)
-        handle = self.lib.tuner_create(problem, x, w, y, workspace or None, stream or None, ctypes.byref(status))
+        handle = self.functions["create"](problem, x, w, y, workspace or None, stream or None, ctypes.byref(status))
         if not handle:
             raise LaunchError(f"CUTLASS refused the problem (cutlass::Status {status.value})")
         return handle
 
     def launch(self, handle: int, stream: int) -> None:
-        status = self.lib.tuner_launch(handle, stream or None)
+        status = self.functions["launch"](handle, stream or None)
         if status:
             raise LaunchError(f"kernel launch failed (cutlass::Status {status})")
 
     def destroy(self, handle: int) -> None:
-        self.lib.tuner_destroy(handle)
+        self.functions["destroy"](handle)
 
 
 CUPY_DTYPES = {DataType.f16: "float16", DataType.bf16: None, DataType.f32: "float32"}

@@ -23,6 +23,7 @@ from tuner.evaluate import Evaluation
 from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
 from tuner.problem import ConvProblem
+from tuner.run import KernelBinary
 from tuner.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
 from tuner.status import Status
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
@@ -31,7 +32,7 @@ EXHAUSTED_AFTER_ASKS = 400
 
 
 class Evaluator(Protocol):
-    def evaluate(self, library: Path, problem: ConvProblem, launch: LaunchArgs) -> Evaluation: ...
+    def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs) -> Evaluation: ...
 
 
 class CompilerLike(Protocol):
@@ -237,7 +238,10 @@ class Tuner:
             _stop_if_requested()
             if self._remaining(candidates) <= 0:
                 break
-            batch, idle = self._fill_batch(batch_size, candidates)
+            # Queued seeds are known in advance: ask them all in one round (up to twice the batch), so
+            # that their kernels compile together instead of round after round.
+            waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+            batch, idle = self._fill_batch(max(batch_size, min(waiting, 2 * batch_size)), candidates)
             idle_asks = idle_asks + idle if not batch else 0
             if batch:
                 self._run_batch(batch)
@@ -316,7 +320,7 @@ class Tuner:
             self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
             return
         launch = registry.family_of(config).launch_args(config, self.problem)
-        evaluation = self.evaluator.evaluate(result.library, self.problem, launch)
+        evaluation = self.evaluator.evaluate(result.binary, self.problem, launch)
         value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
         attrs.update(evaluation_attrs(evaluation, self.problem))
         if evaluation.attributes and evaluation.grid:

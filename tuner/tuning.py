@@ -20,11 +20,16 @@ from tuner.measure import Measurement
 from tuner.ncu import LaunchStats
 from tuner.problem import ConvProblem, Layer
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
+from tuner.replay import fastest_recorded
 from tuner.results import append_history, default_storage, gpu_dir, read_best, update_best
 from tuner.space import (JointSpace, joint_params, joint_valid_configs, layer_space, make_config, static_problems)
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
                          study_name, waste_attrs)
+
+
+# How many of the fastest configurations of each family's recorded landscape seed a layer's study.
+LANDSCAPE_SEEDS = 2
 
 
 @dataclass(frozen=True)
@@ -73,13 +78,33 @@ def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFact
     return None
 
 
+def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
+                    per_family: int = LANDSCAPE_SEEDS) -> list[KernelConfig]:
+    """The fastest configurations `tune.py bench` measured for this layer on this GPU
+    (results/<gpu>/landscape/<family>/<layer>.csv), `per_family` of each family the study searches."""
+    seeds = []
+    for family in joint.families:
+        path = folder / "landscape" / family / f"{layer}.csv" if folder else None
+        if path is None or not path.is_file():
+            continue
+        try:
+            found = fastest_recorded(path, problem, family, per_family)
+        except (OSError, KeyError, ValueError):  # a landscape of an older space: no seeds from it
+            continue
+        seeds += [c for c in found if joint.contains(c) and not static_problems(c, problem, device)]
+    return seeds
+
+
 def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
-               ceilings: Ceilings) -> None:
-    """Queue the reference config and the cost model's picks, each unless the study has it already:
-    a study made before the model (or before a change to it) gets the current picks on its next run."""
+               ceilings: Ceilings, measured: list[KernelConfig] = ()) -> None:
+    """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
+    layer, and the cost model's picks, each unless the study has it already: a study made before the
+    model (or before a change to it) gets the current picks on its next run."""
     reference = reference_config(joint, problem, device)
     if reference is not None and params_key(joint_params(reference)) not in recorded_trials(study, problem):
         study.enqueue_trial(joint_params(reference), user_attrs={"reference": True}, skip_if_exists=True)
+    for config in measured:
+        study.enqueue_trial(joint_params(config), user_attrs={"landscape": True}, skip_if_exists=True)
     for config in joint_prior_picks(joint, problem, device, prior, ceilings):
         study.enqueue_trial(joint_params(config), user_attrs={"prior": True}, skip_if_exists=True)
 
@@ -92,7 +117,7 @@ def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig
     for _ in range(rounds):
         for label, config in configs:
             launch = registry.family_of(config).launch_args(config, problem)
-            evaluation = evaluator.evaluate(compiled[config.compiled].library, problem, launch)
+            evaluation = evaluator.evaluate(compiled[config.compiled].binary, problem, launch)
             if evaluation.status is Status.ok:
                 runs[label].append(evaluation)
     confirmed = []
@@ -115,7 +140,7 @@ def profile_finalists(rows: list[report.Confirmed], facts: dict[str, LaunchFacts
     for row in sorted(rows, key=lambda r: r.measurement.median_us)[:top]:
         try:
             launch = registry.family_of(row.config).launch_args(row.config, problem)
-            stats = profile_candidate(compiled[row.config.compiled].library, problem, launch)
+            stats = profile_candidate(compiled[row.config.compiled].binary, problem, launch)
         except ProfilerUnavailable as error:
             console.print(f"[yellow]ncu: {error}; the waste table is the static diagnosis alone[/]")
             break
@@ -210,7 +235,8 @@ class TuningSession:
         if orphans:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
         reference = reference_config(joint, layer.problem, self.device)
-        seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings)
+        seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings,
+                   landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device))
         with report.StudyDisplay(self.console, self.options.trials) as display:
             tuner = Tuner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)

@@ -14,8 +14,8 @@ from pathlib import Path
 from tuner.measure import rotation_copies, time_graph
 from tuner.messages import EVALUATE, EvaluateRequest, MessageError
 from tuner.problem import ConvProblem, problem_from_dict
-from tuner.run import (KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer, problem_array,
-                       random_inputs)
+from tuner.run import (KernelBinary, KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer,
+                       problem_array, random_inputs)
 from tuner.status import Status
 from tuner.validate import check_output, reference_fprop
 
@@ -151,7 +151,8 @@ def evaluate(request: EvaluateRequest) -> dict:
     timed = not request.validate_only
     bench = workbench_for(request.problem, request.launch.kernel_channels, request.seed, request.l2_bytes, timed)
     with bench.stream:  # every CuPy fill and copy on the kernel's stream: no race with the NaN poison
-        return run_candidate(bench, KernelLibrary(Path(request.library)), args, request.repeats, timed)
+        library = KernelLibrary(KernelBinary(Path(request.library), request.kernel_index))
+        return run_candidate(bench, library, args, request.repeats, timed)
 
 
 def describe_device() -> dict:

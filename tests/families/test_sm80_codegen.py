@@ -9,8 +9,9 @@ from tuner.families.sm80.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
 from tuner.problem import ConvProblem, DataType
 from tuner.families.sm80.space import SWIZZLES, IteratorAlgorithm, reference_config
 
-ENTRY_POINTS = ("tuner_abi_version", "tuner_can_implement", "tuner_workspace_bytes", "tuner_grid",
-                "tuner_kernel_attributes", "tuner_create", "tuner_launch", "tuner_destroy")
+ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
+                "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",
+                "tuner_k0_destroy")
 
 
 def squeeze(text: str) -> str:
@@ -62,9 +63,10 @@ def test_entry_points_are_extern_c(reference_source):
     extern_block = reference_source[reference_source.index('extern "C" {'):]
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
-    assert "int32_t tuner_abi_version() { return 2; }" in extern_block
-    assert "using Runner = Sm80Runner<TunedConv>;" in reference_source
-    assert "using TunedConv = cutlass::conv::device::ImplicitGemmConvolution<" in reference_source
+    assert "int32_t tuner_abi_version() { return 3; }" in extern_block
+    assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
+    assert "using Runner0 = Sm80Runner<TunedConv0>;" in reference_source
+    assert "using TunedConv0 = cutlass::conv::device::ImplicitGemmConvolution<" in reference_source
     assert "class Sm80Runner" in reference_source and "struct TunerProblem" in reference_source
 
 

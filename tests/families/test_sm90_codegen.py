@@ -14,8 +14,10 @@ from tuner.families.sm90_gemm.space import Schedule, Scheduler
 from tuner.families.sm90_gemm.space import make_config as gemm_config
 from tuner.problem import ConvProblem, DataType
 
-ENTRY_POINTS = ("tuner_abi_version", "tuner_can_implement", "tuner_workspace_bytes", "tuner_grid",
-                "tuner_kernel_attributes", "tuner_create", "tuner_launch", "tuner_destroy")
+ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
+                "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",
+                "tuner_k0_destroy")
+ALIAS = f"{CANDIDATE_ALIAS}0"  # a candidate's one kernel is kernel 0 of its translation unit
 CONV_PROBLEM = ConvProblem(n=1, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
 GEMM_PROBLEM = ConvProblem(n=32, h=28, w=28, c=256, k=128, r=1, s=1)
 AUTO_CARVEOUT = "StageCountAutoCarveout<static_cast<int>(sizeof(typenameCollectiveEpilogue::SharedStorage))>"
@@ -47,19 +49,20 @@ def gemm(tile="128x128x64", cluster="1x1x1", schedule="cooperative", scheduler="
 
 def assert_candidate_frame(source: str, runner_class: str, family: str) -> None:
     assert "$" not in source
-    assert f"One tuning candidate of the {family} family" in source
+    assert f"Tuning candidates of the {family} family" in source
     assert f"class {runner_class}" in source and "struct TunerProblem" in source
-    assert f"using Runner = {runner_class}<{CANDIDATE_ALIAS}>;" in source
-    assert ABI_VERSION == 2
+    assert f"using Runner0 = {runner_class}<{ALIAS}>;" in source
+    assert ABI_VERSION == 3
     extern_block = source[source.index('extern "C" {'):]
-    assert "int32_t tuner_abi_version() { return 2; }" in extern_block
+    assert "int32_t tuner_abi_version() { return 3; }" in extern_block
+    assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
     for header in registry.get(family).cpp().includes:
         assert source.count(f'#include "{header}"') == 1, header
     # the runner comes before the kernel alias, the alias before the Runner that binds it
-    assert source.index(f"class {runner_class}") < source.index(f"using {CANDIDATE_ALIAS} =") < \
-        source.index("using Runner =")
+    assert source.index(f"class {runner_class}") < source.index(f"using {ALIAS} =") < \
+        source.index("using Runner0 =")
 
 
 # --- sm90_conv ----------------------------------------------------------------------------------
@@ -69,7 +72,7 @@ def test_sm90_conv_source_in_template_order():
     assert_candidate_frame(source, "Sm90ConvRunner", "sm90_conv")
     assert_in_order(source, [
         "// Config: sm90c_128x64x32_c1x2x1_sauto_tma_a8_f16_f16_f16_f32",
-        f"namespace {CANDIDATE_ALIAS}_detail {{",
+        f"namespace {ALIAS}_detail {{",
         "using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Shape<cute::Int<32>>>;",
         "using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;",
         "cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,",
@@ -83,8 +86,8 @@ def test_sm90_conv_source_in_template_order():
         "cutlass::conv::collective::" + AUTO_CARVEOUT + ",",
         "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90 >::CollectiveOp;",
         "cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>",
-        f"using {CANDIDATE_ALIAS} = cutlass::conv::device::ConvUniversalAdapter<{CANDIDATE_ALIAS}_detail::Kernel>;",
-        "using Runner = Sm90ConvRunner<TunedConv>;",
+        f"using {ALIAS} = cutlass::conv::device::ConvUniversalAdapter<{ALIAS}_detail::Kernel>;",
+        "using Runner0 = Sm90ConvRunner<TunedConv0>;",
     ])
     assert "cutlass::gemm::collective::StageCount" not in source
 
@@ -141,7 +144,7 @@ def test_sm90_gemm_source_in_template_order(schedule, scheduler, epilogue, kerne
     assert_candidate_frame(source, "Sm90GemmRunner", "sm90_gemm")
     assert_in_order(source, [
         f"// Config: {config.name}",
-        f"namespace {CANDIDATE_ALIAS}_detail {{",
+        f"namespace {ALIAS}_detail {{",
         "using TileShape = cute::Shape<cute::Int<256>, cute::Int<128>, cute::Int<64>>;",
         "using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;",
         "cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,",
@@ -155,8 +158,8 @@ def test_sm90_gemm_source_in_template_order(schedule, scheduler, epilogue, kerne
         kernel_tag + ">::CollectiveOp;",
         "cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,"
         " CollectiveEpilogue, " + scheduler_tag + "> {};",
-        f"using {CANDIDATE_ALIAS} = cutlass::gemm::device::GemmUniversalAdapter<{CANDIDATE_ALIAS}_detail::GemmKernel>;",
-        "using Runner = Sm90GemmRunner<TunedConv>;",
+        f"using {ALIAS} = cutlass::gemm::device::GemmUniversalAdapter<{ALIAS}_detail::GemmKernel>;",
+        "using Runner0 = Sm90GemmRunner<TunedConv0>;",
     ])
     assert "cutlass::conv::collective::" not in source
 

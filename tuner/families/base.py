@@ -234,6 +234,9 @@ class Family(abc.ABC):
     folder: Path = Path()
     # The knobs whose choices come from the YAML file, in study order.
     knobs: tuple[str, ...] = ()
+    # Whether several kernels may be compiled in one translation unit: the family's device symbols must
+    # hold the alias (a named `<alias>_detail` type) so that ptxas's report can be told apart.
+    groupable: bool = False
 
     # --- where it runs -----------------------------------------------------------------------------
     @abc.abstractmethod

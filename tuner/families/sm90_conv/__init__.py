@@ -15,6 +15,7 @@ class Sm90ConvFamily(Family):
     name = space.FAMILY
     summary = "CUTLASS 3.x implicit GEMM (TMA im2col + wgmma), sm_90a only"
     folder = Path(__file__).parent
+    groupable = True
     knobs = ("tile", "cluster", "stages", "epilogue")
 
     def device_problem(self, device: DeviceFacts) -> str | None:
