@@ -15,7 +15,7 @@ if [ "${1:-}" = warm ]; then
   echo "warm: rc $? $(( $(date +%s) - start )) s"; grep -E "kernels (to compile|compiled)" "$OUT/warm.log"
 fi
 left=$(( limit - ($(date +%s) - start) ))
-timeout -s INT "$left" python3 tune.py --layers "$layers" --run-id retune-joint-2026-11-22 --no-ncu \
+timeout -s INT -k 60 "$left" python3 tune.py --layers "$layers" --run-id retune-joint-2026-11-22 --no-ncu \
   --confirm-rounds 2 --top 2 "$@" > "$OUT/retune.log" 2>&1
 echo "retune: rc $? $(( $(date +%s) - start )) s"
 grep -E "^wrote|finished earlier|study .* trials in all" "$OUT/retune.log" | tail -30
