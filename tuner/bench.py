@@ -458,7 +458,7 @@ def main(argv: list[str], console: Console) -> int:
     if not args.replay_only:
         product = tuple(load_space(default_space_file(family)) for family in spaces)
         device, measured = measure_on_gpu(layers, spaces, product, args, console)
-    if args.measure_only:
+    if args.measure_only or args.compile_only:
         return 0
     ceilings = bench_ceilings(measured)
     console.print(f"{device.name}: measured ceilings {ceilings.matmul_tflops:.0f} TFLOP/s f16 matmul, "
