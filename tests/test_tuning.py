@@ -75,3 +75,17 @@ def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
     assert all(joint.contains(c) for c in seeds)
     assert landscape_seeds(None, layer.name, layer.problem, joint, h100) == []
     assert landscape_seeds(folder, "no_such_layer", layer.problem, joint, h100) == []
+
+
+def test_a_seed_an_interrupted_run_asked_but_never_measured_is_queued_again(conv_1, sm80_space, h100):
+    from optuna.trial import TrialState
+
+    study = open_study("seed-again", optuna.storages.InMemoryStorage(), seed=0)
+    joint = JointSpace((sm80_space,))
+    seed_study(study, conv_1, joint, h100, 2, Ceilings())
+    queued = [t.system_attrs["fixed_params"] for t in study.trials]
+    first = study.ask()  # a run takes the first seed, then is interrupted: its trial FAILs
+    study.tell(first, state=TrialState.FAIL)
+    seed_study(study, conv_1, joint, h100, 2, Ceilings())
+    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(TrialState.WAITING,))]
+    assert sorted(map(str, waiting)) == sorted(map(str, queued))  # every seed queued once, the failed one again

@@ -6,6 +6,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from optuna.trial import TrialState
 from rich.console import Console
 
 from tuner import report
@@ -22,7 +23,7 @@ from tuner.problem import ConvProblem, Layer
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
 from tuner.results import append_history, default_storage, gpu_dir, read_best, update_best
-from tuner.space import (JointSpace, joint_params, joint_valid_configs, layer_space, make_config, static_problems)
+from tuner.space import JointSpace, joint_params, joint_valid_configs, layer_space, make_config, static_problems
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
                          study_name, waste_attrs)
@@ -98,15 +99,20 @@ def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint
 def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
                ceilings: Ceilings, measured: list[KernelConfig] = ()) -> None:
     """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
-    layer, and the cost model's picks, each unless the study has it already: a study made before the
-    model (or before a change to it) gets the current picks on its next run."""
+    layer, and the cost model's picks, each unless the study has measured it or holds it queued: a
+    study made before the model (or before a change to it) gets the current picks on its next run, and
+    a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
+    known = set(recorded_trials(study, problem))
+    known |= {params_key(t.params or t.system_attrs.get("fixed_params", {}))
+              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
     reference = reference_config(joint, problem, device)
-    if reference is not None and params_key(joint_params(reference)) not in recorded_trials(study, problem):
-        study.enqueue_trial(joint_params(reference), user_attrs={"reference": True}, skip_if_exists=True)
-    for config in measured:
-        study.enqueue_trial(joint_params(config), user_attrs={"landscape": True}, skip_if_exists=True)
-    for config in joint_prior_picks(joint, problem, device, prior, ceilings):
-        study.enqueue_trial(joint_params(config), user_attrs={"prior": True}, skip_if_exists=True)
+    seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
+    seeds += [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
+    for config, why in seeds:
+        params = joint_params(config)
+        if params_key(params) not in known:
+            study.enqueue_trial(params, user_attrs={why: True})
+            known.add(params_key(params))
 
 
 def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig, CompileResult],

@@ -11,6 +11,23 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
+#include "cute/tensor.hpp"
+#include "cutlass/device_kernel.h"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/util/packed_stride.hpp"
+#include "cutlass/kernel_hardware_info.hpp"
+#include "cutlass/conv/convolution.h"
+#include "cutlass/conv/convnd_problem_shape.hpp"
+#include "cutlass/conv/dispatch_policy.hpp"
+#include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/conv/kernel/conv_universal.hpp"
+#include "cutlass/conv/device/conv_universal_adapter.hpp"
 
 namespace cutlass_conv_tuner {
 namespace nvidia_h100_80gb_hbm3 {
@@ -120,6 +137,258 @@ class Sm80Runner {
   Conv op_;
 };
 
+// Binds a CUTLASS 3.x GemmUniversalAdapter (the sm90_gemm family) to the tuner's problem array. The
+// conv must be a plain GEMM: 1x1, stride 1, no padding, no dilation; C is the GEMM's K.
+template <typename Gemm>
+class Sm90GemmRunner {
+ public:
+  using GemmKernel = typename Gemm::GemmKernel;
+  using ElementA = typename GemmKernel::ElementA;
+  using ElementB = typename GemmKernel::ElementB;
+  using ElementC = typename GemmKernel::ElementD;  // the output; the epilogue reads no source tensor
+  using ClusterShape = typename GemmKernel::ClusterShape;
+  static constexpr bool kStreamK =
+      std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::StreamKScheduler>;
+
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    cutlass::Status status = check_problem(p);
+    if (status != cutlass::Status::kSuccess) return status;
+    return Gemm::can_implement(arguments(p, nullptr, nullptr, nullptr));
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    if (check_problem(p) != cutlass::Status::kSuccess) return 0;
+    return Gemm::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
+  }
+
+  // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: the Params the launch uses (a persistent grid
+  // depends on the SM count, the cluster occupancy, raster order and swizzle).
+  static void grid(const TunerProblem &p, int32_t *grid) {
+    for (int i = 0; i < 6; ++i) grid[i] = 0;
+    if (check_problem(p) != cutlass::Status::kSuccess) return;
+    // to_underlying_arguments encodes TMA descriptors, which want a 16-byte aligned address: a
+    // placeholder that is never dereferenced (nothing is launched); the grid does not depend on it.
+    void *placeholder = reinterpret_cast<void *>(uintptr_t(1) << 20);
+    auto params = GemmKernel::to_underlying_arguments(arguments(p, placeholder, placeholder, placeholder), nullptr);
+    dim3 launch = GemmKernel::get_grid_shape(params);
+    grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
+    grid[3] = int32_t(cute::size<0>(ClusterShape{}));
+    grid[4] = int32_t(cute::size<1>(ClusterShape{}));
+    grid[5] = int32_t(cute::size<2>(ClusterShape{}));
+  }
+
+  // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
+  //             threads per block, max active blocks per SM}.
+  static cudaError_t attributes(int32_t *attrs) {
+    const void *kernel = reinterpret_cast<const void *>(cutlass::device_kernel<GemmKernel>);
+    int smem = int(GemmKernel::SharedStorageSize);
+    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    cudaFuncAttributes attributes;
+    error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    int blocks = 0;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, int(GemmKernel::MaxThreadsPerBlock), smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    attrs[0] = attributes.numRegs;
+    attrs[1] = int32_t(attributes.sharedSizeBytes);
+    attrs[2] = smem;
+    attrs[3] = int32_t(attributes.localSizeBytes);
+    attrs[4] = int32_t(GemmKernel::MaxThreadsPerBlock);
+    attrs[5] = blocks;
+    return cudaSuccess;
+  }
+
+  // initialize() zeroes the stream-K flags, builds the TMA descriptors and sets the smem attribute.
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
+                             cudaStream_t stream) {
+    args_ = arguments(p, x, w, y);
+    workspace_ = workspace;
+    return gemm_.initialize(args_, workspace, stream);
+  }
+
+  cutlass::Status run(cudaStream_t stream) {
+    if constexpr (kStreamK) {
+      // Stream-K and split-K peers count their arrivals on flags in the workspace that no kernel
+      // resets (sm90_tile_scheduler_stream_k.hpp fixup): zero them again before every launch, one
+      // cudaMemsetAsync over the flags (none for a data-parallel decomposition), capturable.
+      cutlass::Status zeroed = GemmKernel::initialize_workspace(args_, workspace_, stream);
+      if (zeroed != cutlass::Status::kSuccess) return zeroed;
+    }
+    return gemm_.run(stream);
+  }
+
+ private:
+  static cutlass::Status check_problem(const TunerProblem &p) {
+    const bool gemm = p.r == 1 && p.s == 1 && p.pad == 0 && p.stride == 1 && p.dilation == 1 && p.p == p.h &&
+                      p.q == p.w;
+    const int64_t m = int64_t(p.n) * p.p * p.q;
+    const bool sizes = p.n > 0 && p.p > 0 && p.q > 0 && p.c > 0 && p.k > 0 && m <= INT32_MAX;
+    const bool splits = kStreamK ? p.split_k >= 1 : p.split_k == 1;  // split_k means something to stream-K only
+    const bool scheduler = p.raster >= 0 && p.raster <= 2 && p.swizzle >= 1;
+    return (gemm && sizes && splits && scheduler) ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem;
+  }
+
+  // SM count and (cluster > 1) co-resident clusters, queried once per process as CUTLASS's profiler does.
+  static cutlass::KernelHardwareInfo hardware_info() {
+    static const cutlass::KernelHardwareInfo info = [] {
+      cutlass::KernelHardwareInfo hw;
+      cudaGetDevice(&hw.device_id);
+      hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw.device_id);
+      if constexpr (cute::size(ClusterShape{}) > 1) {
+        hw.max_active_clusters = cutlass::KernelHardwareInfo::query_device_max_active_clusters<GemmKernel>();
+      }
+      return hw;
+    }();
+    return info;
+  }
+
+  // Run-time tile-scheduler knobs; a template so that members only some schedulers have are looked up
+  // only where they exist (the non-persistent kernel takes and ignores them).
+  template <class SchedulerArguments>
+  static void set_scheduler(SchedulerArguments &scheduler, const TunerProblem &p) {
+    if constexpr (!std::is_const_v<decltype(scheduler.max_swizzle_size)>) {
+      scheduler.max_swizzle_size = p.swizzle;
+    }
+    if constexpr (!std::is_const_v<decltype(scheduler.raster_order)>) {
+      using Raster = decltype(scheduler.raster_order);
+      scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    }
+    if constexpr (kStreamK) {
+      scheduler.splits = p.split_k;  // > 1: plain split-K; 1: the stream-K heuristic decides
+    }
+  }
+
+  static typename Gemm::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
+    using ElementD = typename GemmKernel::ElementD;
+    const int m = p.n * p.p * p.q, n = p.k, k = p.c;
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {m, n, k, 1};
+    args.mainloop.ptr_A = static_cast<ElementA const *>(x);
+    args.mainloop.dA = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
+    args.mainloop.ptr_B = static_cast<ElementB const *>(w);
+    args.mainloop.dB = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, cute::make_shape(m, n, 1));
+    args.epilogue.ptr_D = static_cast<ElementD *>(y);
+    args.epilogue.dD = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(m, n, 1));
+    args.hw_info = hardware_info();
+    set_scheduler(args.scheduler, p);
+    return args;
+  }
+
+  Gemm gemm_;
+  typename Gemm::Arguments args_{};
+  void *workspace_ = nullptr;
+};
+
+// Binds a CUTLASS 3.x ConvUniversalAdapter (the sm90_conv family) to the tuner's problem array.
+// Besides CUTLASS's can_implement it checks what the TMA im2col descriptor needs but CUTLASS only
+// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8, and 16-byte aligned tensors.
+template <typename Conv>
+class Sm90ConvRunner {
+ public:
+  using Kernel = typename Conv::ConvKernel;
+  using ProblemShape = typename Kernel::ProblemShape;
+  using Mainloop = typename Kernel::CollectiveMainloop;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementC = typename Kernel::ElementD;
+  using ClusterShape = typename Kernel::ClusterShape;
+
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0 ||
+        p.dilation < 1) {
+      return cutlass::Status::kErrorInvalidProblem;
+    }
+    if (p.split_k != 1) return cutlass::Status::kErrorNotSupported;  // no split-K for sm90 conv in 4.2
+    if (p.stride < 1 || p.stride > 8) return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
+    const int P = (p.h + 2 * p.pad - ((p.r - 1) * p.dilation + 1)) / p.stride + 1;
+    const int Q = (p.w + 2 * p.pad - ((p.s - 1) * p.dilation + 1)) / p.stride + 1;
+    if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
+    return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr));
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
+  }
+
+  // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: what ConvUniversalAdapter::run launches.
+  // get_grid_shape reads only the problem shape, so no TMA descriptor is built here.
+  static void grid(const TunerProblem &p, int32_t *grid) {
+    typename Kernel::Params params{};
+    params.problem_shape = Mainloop::get_problem_shape_MNKL(problem_shape(p));
+    dim3 launch = Kernel::get_grid_shape(params);
+    grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
+    grid[3] = int32_t(cute::size<0>(ClusterShape{}));
+    grid[4] = int32_t(cute::size<1>(ClusterShape{}));
+    grid[5] = int32_t(cute::size<2>(ClusterShape{}));
+  }
+
+  // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
+  //             threads per block, max active blocks per SM}.
+  static cudaError_t attributes(int32_t *attrs) {
+    const void *kernel = reinterpret_cast<const void *>(cutlass::device_kernel<Kernel>);
+    int smem = int(Kernel::SharedStorageSize);
+    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    cudaFuncAttributes attributes;
+    error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    int blocks = 0;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, int(Kernel::MaxThreadsPerBlock), smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    attrs[0] = attributes.numRegs;
+    attrs[1] = int32_t(attributes.sharedSizeBytes);
+    attrs[2] = smem;
+    attrs[3] = int32_t(attributes.localSizeBytes);
+    attrs[4] = int32_t(Kernel::MaxThreadsPerBlock);
+    attrs[5] = blocks;
+    return cudaSuccess;
+  }
+
+  // initialize() encodes the TMA descriptors (which hold the buffer addresses) once; run() only launches.
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
+                             cudaStream_t stream) {
+    if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return cutlass::Status::kErrorMisalignedOperand;
+    return op_.initialize(arguments(p, x, w, y), workspace, stream);
+  }
+
+  cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
+
+ private:
+  static bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+  static ProblemShape problem_shape(const TunerProblem &p) {
+    return ProblemShape(cutlass::conv::Mode::kCrossCorrelation,
+                        {p.n, p.h, p.w, p.c},             // activations NHWC
+                        {p.k, p.r, p.s, p.c},             // filters KRSC
+                        {p.pad, p.pad}, {p.pad, p.pad},   // lower and upper padding (h, w)
+                        {p.stride, p.stride},             // traversal stride
+                        {p.dilation, p.dilation},
+                        1);                               // groups
+  }
+
+  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
+    using StrideD = typename Kernel::StrideD;
+    ProblemShape shape = problem_shape(p);
+    // Output stride ((Q,P,N), K, L) from the packed NPQK stride the problem shape computes.
+    StrideD stride_d{};
+    cute::for_each(cute::make_seq<cute::rank<0>(StrideD{})>{}, [&](auto i) {
+      cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i];
+    });
+    return typename Conv::Arguments{
+        shape,
+        {static_cast<ElementA const *>(x), static_cast<ElementB const *>(w)},
+        {{1.0f, 0.0f}, nullptr, stride_d, static_cast<ElementC *>(y), stride_d}};
+  }
+
+  Conv op_;
+};
+
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
 // Config: 32x32x32_w2x1x1_s6_sw2_optimized_sk1_a8x4_f16_f16_f32_f32
@@ -174,32 +443,41 @@ using r50_s2_1x1_256to64_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s2_1x1_256to64_b1_runner = Sm80Runner<r50_s2_1x1_256to64_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x64x32_w1x2x1_s3_sw1_analytic_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_1x1_256to64_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s2_1x1_256to64_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 64, 32>,
-    cutlass::gemm::GemmShape<64, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_1x1_256to64_b32_detail
+using r50_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s2_1x1_256to64_b32_detail::GemmKernel>;
 
-using r50_s2_1x1_256to64_b32_runner = Sm80Runner<r50_s2_1x1_256to64_b32>;
+using r50_s2_1x1_256to64_b32_runner = Sm90GemmRunner<r50_s2_1x1_256to64_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -228,140 +506,200 @@ using r50_s2_1x1_64to256_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s2_1x1_64to256_b1_runner = Sm80Runner<r50_s2_1x1_64to256_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw2_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_1x1_64to256_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s2_1x1_64to256_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<256>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_1x1_64to256_b32_detail
+using r50_s2_1x1_64to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s2_1x1_64to256_b32_detail::GemmKernel>;
 
-using r50_s2_1x1_64to256_b32_runner = Sm80Runner<r50_s2_1x1_64to256_b32>;
+using r50_s2_1x1_64to256_b32_runner = Sm90GemmRunner<r50_s2_1x1_64to256_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x64x64_w2x2x1_s2_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_1x1_64to64_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s2_1x1_64to64_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 64, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    2,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_1x1_64to64_b1_detail
+using r50_s2_1x1_64to64_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_1x1_64to64_b1_detail::Kernel>;
 
-using r50_s2_1x1_64to64_b1_runner = Sm80Runner<r50_s2_1x1_64to64_b1>;
+using r50_s2_1x1_64to64_b1_runner = Sm90ConvRunner<r50_s2_1x1_64to64_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x64x32_w2x1x1_s4_sw8_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_1x1_64to64_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s2_1x1_64to64_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 64, 32>,
-    cutlass::gemm::GemmShape<32, 64, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_1x1_64to64_b32_detail
+using r50_s2_1x1_64to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s2_1x1_64to64_b32_detail::GemmKernel>;
 
-using r50_s2_1x1_64to64_b32_runner = Sm80Runner<r50_s2_1x1_64to64_b32>;
+using r50_s2_1x1_64to64_b32_runner = Sm90GemmRunner<r50_s2_1x1_64to64_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x32x64_w4x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s2_3x3_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_3x3_b1_detail
+using r50_s2_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_3x3_b1_detail::Kernel>;
 
-using r50_s2_3x3_b1_runner = Sm80Runner<r50_s2_3x3_b1>;
+using r50_s2_3x3_b1_runner = Sm90ConvRunner<r50_s2_3x3_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x64x64_w1x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_3x3_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s2_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<64, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_3x3_b32_detail
+using r50_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_3x3_b32_detail::Kernel>;
 
-using r50_s2_3x3_b32_runner = Sm80Runner<r50_s2_3x3_b32>;
+using r50_s2_3x3_b32_runner = Sm90ConvRunner<r50_s2_3x3_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -390,32 +728,41 @@ using r50_s3_1x1_128to512_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s3_1x1_128to512_b1_runner = Sm80Runner<r50_s3_1x1_128to512_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_1x1_128to512_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s3_1x1_128to512_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_1x1_128to512_b32_detail
+using r50_s3_1x1_128to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s3_1x1_128to512_b32_detail::GemmKernel>;
 
-using r50_s3_1x1_128to512_b32_runner = Sm80Runner<r50_s3_1x1_128to512_b32>;
+using r50_s3_1x1_128to512_b32_runner = Sm90GemmRunner<r50_s3_1x1_128to512_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -444,32 +791,41 @@ using r50_s3_1x1_256to128_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s3_1x1_256to128_b1_runner = Sm80Runner<r50_s3_1x1_256to128_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_1x1_256to128_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s3_1x1_256to128_b32_detail {
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_1x1_256to128_b32_detail
+using r50_s3_1x1_256to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s3_1x1_256to128_b32_detail::GemmKernel>;
 
-using r50_s3_1x1_256to128_b32_runner = Sm80Runner<r50_s3_1x1_256to128_b32>;
+using r50_s3_1x1_256to128_b32_runner = Sm90GemmRunner<r50_s3_1x1_256to128_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -498,32 +854,41 @@ using r50_s3_1x1_512to128_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s3_1x1_512to128_b1_runner = Sm80Runner<r50_s3_1x1_512to128_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_1x1_512to128_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s3_1x1_512to128_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_1x1_512to128_b32_detail
+using r50_s3_1x1_512to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s3_1x1_512to128_b32_detail::GemmKernel>;
 
-using r50_s3_1x1_512to128_b32_runner = Sm80Runner<r50_s3_1x1_512to128_b32>;
+using r50_s3_1x1_512to128_b32_runner = Sm90GemmRunner<r50_s3_1x1_512to128_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -552,32 +917,46 @@ using r50_s3_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s3_3x3_b1_runner = Sm80Runner<r50_s3_3x3_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_3x3_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_3x3_b32_detail
+using r50_s3_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_b32_detail::Kernel>;
 
-using r50_s3_3x3_b32_runner = Sm80Runner<r50_s3_3x3_b32>;
+using r50_s3_3x3_b32_runner = Sm90ConvRunner<r50_s3_3x3_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -606,32 +985,46 @@ using r50_s3_3x3_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s3_3x3_s2_b1_runner = Sm80Runner<r50_s3_3x3_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_3x3_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_3x3_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_3x3_s2_b32_detail
+using r50_s3_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_s2_b32_detail::Kernel>;
 
-using r50_s3_3x3_s2_b32_runner = Sm80Runner<r50_s3_3x3_s2_b32>;
+using r50_s3_3x3_s2_b32_runner = Sm90ConvRunner<r50_s3_3x3_s2_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -714,32 +1107,41 @@ using r50_s4_1x1_1024to256_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s4_1x1_1024to256_b1_runner = Sm80Runner<r50_s4_1x1_1024to256_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_1x1_1024to256_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_1024to256_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_1024to256_b32_detail
+using r50_s4_1x1_1024to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s4_1x1_1024to256_b32_detail::GemmKernel>;
 
-using r50_s4_1x1_1024to256_b32_runner = Sm80Runner<r50_s4_1x1_1024to256_b32>;
+using r50_s4_1x1_1024to256_b32_runner = Sm90GemmRunner<r50_s4_1x1_1024to256_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -768,32 +1170,41 @@ using r50_s4_1x1_256to1024_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s4_1x1_256to1024_b1_runner = Sm80Runner<r50_s4_1x1_256to1024_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_1x1_256to1024_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_256to1024_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_256to1024_b32_detail
+using r50_s4_1x1_256to1024_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s4_1x1_256to1024_b32_detail::GemmKernel>;
 
-using r50_s4_1x1_256to1024_b32_runner = Sm80Runner<r50_s4_1x1_256to1024_b32>;
+using r50_s4_1x1_256to1024_b32_runner = Sm90GemmRunner<r50_s4_1x1_256to1024_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -822,32 +1233,41 @@ using r50_s4_1x1_512to256_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s4_1x1_512to256_b1_runner = Sm80Runner<r50_s4_1x1_512to256_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x256x64_w2x4x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_1x1_512to256_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_512to256_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 256, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_512to256_b32_detail
+using r50_s4_1x1_512to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s4_1x1_512to256_b32_detail::GemmKernel>;
 
-using r50_s4_1x1_512to256_b32_runner = Sm80Runner<r50_s4_1x1_512to256_b32>;
+using r50_s4_1x1_512to256_b32_runner = Sm90GemmRunner<r50_s4_1x1_512to256_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -876,32 +1296,46 @@ using r50_s4_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s4_3x3_b1_runner = Sm80Runner<r50_s4_3x3_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_3x3_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_3x3_b32_detail
+using r50_s4_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_3x3_b32_detail::Kernel>;
 
-using r50_s4_3x3_b32_runner = Sm80Runner<r50_s4_3x3_b32>;
+using r50_s4_3x3_b32_runner = Sm90ConvRunner<r50_s4_3x3_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -930,32 +1364,46 @@ using r50_s4_3x3_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s4_3x3_s2_b1_runner = Sm80Runner<r50_s4_3x3_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s6_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_3x3_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_3x3_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    6,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_3x3_s2_b32_detail
+using r50_s4_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_3x3_s2_b32_detail::Kernel>;
 
-using r50_s4_3x3_s2_b32_runner = Sm80Runner<r50_s4_3x3_s2_b32>;
+using r50_s4_3x3_s2_b32_runner = Sm90ConvRunner<r50_s4_3x3_s2_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -984,32 +1432,46 @@ using r50_s4_down_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s4_down_s2_b1_runner = Sm80Runner<r50_s4_down_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_down_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_down_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_down_s2_b32_detail
+using r50_s4_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_down_s2_b32_detail::Kernel>;
 
-using r50_s4_down_s2_b32_runner = Sm80Runner<r50_s4_down_s2_b32>;
+using r50_s4_down_s2_b32_runner = Sm90ConvRunner<r50_s4_down_s2_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1038,32 +1500,41 @@ using r50_s5_1x1_1024to512_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s5_1x1_1024to512_b1_runner = Sm80Runner<r50_s5_1x1_1024to512_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_1x1_1024to512_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_s3_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s5_1x1_1024to512_b32_detail {
+using TileShape = cute::Shape<cute::Int<256>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCount<3>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_1x1_1024to512_b32_detail
+using r50_s5_1x1_1024to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s5_1x1_1024to512_b32_detail::GemmKernel>;
 
-using r50_s5_1x1_1024to512_b32_runner = Sm80Runner<r50_s5_1x1_1024to512_b32>;
+using r50_s5_1x1_1024to512_b32_runner = Sm90GemmRunner<r50_s5_1x1_1024to512_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1092,32 +1563,41 @@ using r50_s5_1x1_2048to512_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s5_1x1_2048to512_b1_runner = Sm80Runner<r50_s5_1x1_2048to512_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_1x1_2048to512_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s5_1x1_2048to512_b32_detail {
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_1x1_2048to512_b32_detail
+using r50_s5_1x1_2048to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s5_1x1_2048to512_b32_detail::GemmKernel>;
 
-using r50_s5_1x1_2048to512_b32_runner = Sm80Runner<r50_s5_1x1_2048to512_b32>;
+using r50_s5_1x1_2048to512_b32_runner = Sm90GemmRunner<r50_s5_1x1_2048to512_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1146,32 +1626,41 @@ using r50_s5_1x1_512to2048_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s5_1x1_512to2048_b1_runner = Sm80Runner<r50_s5_1x1_512to2048_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_1x1_512to2048_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x256x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s5_1x1_512to2048_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<256>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_1x1_512to2048_b32_detail
+using r50_s5_1x1_512to2048_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s5_1x1_512to2048_b32_detail::GemmKernel>;
 
-using r50_s5_1x1_512to2048_b32_runner = Sm80Runner<r50_s5_1x1_512to2048_b32>;
+using r50_s5_1x1_512to2048_b32_runner = Sm90GemmRunner<r50_s5_1x1_512to2048_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1200,32 +1689,46 @@ using r50_s5_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s5_3x3_b1_runner = Sm80Runner<r50_s5_3x3_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s6_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_3x3_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    6,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_3x3_b32_detail
+using r50_s5_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_b32_detail::Kernel>;
 
-using r50_s5_3x3_b32_runner = Sm80Runner<r50_s5_3x3_b32>;
+using r50_s5_3x3_b32_runner = Sm90ConvRunner<r50_s5_3x3_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1254,32 +1757,46 @@ using r50_s5_3x3_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s5_3x3_s2_b1_runner = Sm80Runner<r50_s5_3x3_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_3x3_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_3x3_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_3x3_s2_b32_detail
+using r50_s5_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_s2_b32_detail::Kernel>;
 
-using r50_s5_3x3_s2_b32_runner = Sm80Runner<r50_s5_3x3_s2_b32>;
+using r50_s5_3x3_s2_b32_runner = Sm90ConvRunner<r50_s5_3x3_s2_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1308,32 +1825,46 @@ using r50_s5_down_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using r50_s5_down_s2_b1_runner = Sm80Runner<r50_s5_down_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_down_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_down_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_down_s2_b32_detail
+using r50_s5_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_down_s2_b32_detail::Kernel>;
 
-using r50_s5_down_s2_b32_runner = Sm80Runner<r50_s5_down_s2_b32>;
+using r50_s5_down_s2_b32_runner = Sm90ConvRunner<r50_s5_down_s2_b32>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1407,51 +1938,51 @@ struct TunedLayer {
 constexpr TunedLayer kLayers[] = {
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.994, "32x32x32_w2x1x1_s6_sw2_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:06:33+00:00"},
     {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 32, 32, 64, 4.382, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:49+00:00"},
-    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 64, 64, 32, 30.057, "64x64x32_w1x2x1_s3_sw1_analytic_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:21:15+00:00"},
+    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 24.705, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:10:16+00:00"},
     {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm80", 1, 0, 1, 32, 64, 64, 4.164, "32x64x64_w2x2x1_s2_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:12:43+00:00"},
-    {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm80", 1, 0, 1, 128, 128, 64, 36.618, "128x128x64_w2x2x1_s3_sw2_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:21:04+00:00"},
-    {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm80", 1, 0, 1, 32, 64, 64, 3.390, "32x64x64_w2x2x1_s2_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:11:58+00:00"},
-    {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm80", 1, 0, 1, 64, 64, 32, 15.845, "64x64x32_w2x1x1_s4_sw8_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:26:14+00:00"},
-    {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm80", 1, 0, 1, 64, 32, 64, 5.331, "64x32x64_w4x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:49+00:00"},
-    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm80", 1, 0, 1, 64, 64, 64, 35.086, "64x64x64_w1x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:25:30+00:00"},
+    {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.396, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:09:06+00:00"},
+    {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00"},
+    {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00"},
+    {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00"},
+    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 28.841, "sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:08:30+00:00"},
     {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm80", 1, 0, 1, 32, 64, 64, 4.205, "32x64x64_w2x2x1_s2_sw2_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:14:08+00:00"},
-    {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm80", 1, 0, 1, 128, 128, 64, 21.750, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:22:57+00:00"},
+    {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.551, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:16:43+00:00"},
     {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 64, 64, 64, 5.117, "64x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:24:13+00:00"},
-    {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 36.026, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:21:43+00:00"},
+    {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.061, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:10:39+00:00"},
     {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 4.800, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:22+00:00"},
-    {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 128, 128, 64, 17.241, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:26:52+00:00"},
+    {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.959, "sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:17:05+00:00"},
     {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm80", 2, 0, 1, 32, 64, 64, 7.733, "32x64x64_w2x2x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:56+00:00"},
-    {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm80", 1, 0, 1, 128, 128, 64, 25.218, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:23:19+00:00"},
+    {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00"},
     {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm80", 2, 0, 1, 32, 64, 64, 7.710, "32x64x64_w2x2x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:20:59+00:00"},
-    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm80", 1, 0, 1, 128, 128, 64, 27.413, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:27:28+00:00"},
+    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 20.169, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:11:40+00:00"},
     {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm80", 1, 0, 1, 64, 64, 64, 4.942, "64x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:24:29+00:00"},
-    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 29.606, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:22:30+00:00"},
+    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 29.678, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T21:15:38+00:00"},
     {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm80", 2, 0, 1, 32, 32, 64, 7.005, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:20:28+00:00"},
-    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm80", 1, 0, 1, 128, 128, 64, 13.901, "128x128x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:25:46+00:00"},
+    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.965, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:47+00:00"},
     {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 32, 32, 64, 4.165, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:54+00:00"},
-    {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 16.858, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:24:23+00:00"},
+    {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00"},
     {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 5.079, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:37+00:00"},
-    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 128, 256, 64, 27.680, "128x256x64_w2x4x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:26:33+00:00"},
+    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.527, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:17:45+00:00"},
     {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm80", 2, 0, 1, 32, 32, 64, 9.212, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:36+00:00"},
-    {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 24.238, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:25:19+00:00"},
+    {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00"},
     {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm80", 2, 0, 1, 32, 32, 64, 9.269, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:20:44+00:00"},
-    {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 25.181, "128x128x64_w2x2x1_s6_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:23:58+00:00"},
+    {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.268, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:18:16+00:00"},
     {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 5.173, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:43+00:00"},
-    {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm80", 1, 0, 1, 128, 128, 64, 21.692, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:24:12+00:00"},
+    {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00"},
     {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm80", 1, 0, 1, 32, 32, 64, 6.561, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:03+00:00"},
-    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm80", 1, 0, 1, 128, 128, 64, 23.242, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:25:30+00:00"},
+    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 1, 2, 256, 128, 64, 17.491, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_s3_r1_sw2_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:22:02+00:00"},
     {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm80", 2, 0, 1, 32, 32, 64, 8.656, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:05+00:00"},
-    {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm80", 2, 0, 1, 128, 128, 64, 18.009, "128x128x64_w2x2x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:25:09+00:00"},
+    {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00"},
     {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 5.177, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:49+00:00"},
-    {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 128, 128, 64, 14.090, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:26:20+00:00"},
+    {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 256, 64, 10.002, "sm90g_128x256x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:23:28+00:00"},
     {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm80", 4, 0, 1, 32, 32, 64, 12.293, "32x32x64_w2x1x1_s4_sw1_optimized_sk4_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:15+00:00"},
-    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm80", 2, 0, 1, 128, 128, 64, 28.312, "128x128x64_w2x2x1_s6_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T16:27:08+00:00"},
+    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00"},
     {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm80", 4, 0, 1, 32, 32, 64, 12.376, "32x32x64_w2x1x1_s4_sw1_optimized_sk4_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:35+00:00"},
-    {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm80", 2, 0, 1, 128, 128, 64, 29.253, "128x128x64_w2x2x1_s3_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T16:25:43+00:00"},
+    {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00"},
     {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm80", 1, 0, 1, 32, 32, 64, 7.095, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:20+00:00"},
-    {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm80", 1, 0, 1, 128, 128, 64, 22.690, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:25:56+00:00"},
+    {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00"},
     {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 64, 32, 32, 8.634, "64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T16:11:27+00:00"},
-    {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 128, 64, 32, 133.689, "128x64x32_w2x2x1_s2_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T16:19:23+00:00"},
+    {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 128, 64, 32, 133.968, "128x64x32_w2x2x1_s2_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T21:06:07+00:00"},
 };
 constexpr int kLayerCount = 47;
 

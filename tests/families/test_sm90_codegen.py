@@ -85,7 +85,8 @@ def test_sm90_conv_source_in_template_order():
         "TileShape, ClusterShape,",
         "cutlass::conv::collective::" + AUTO_CARVEOUT + ",",
         "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90 >::CollectiveOp;",
-        "cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>",
+        "cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue,"
+        " cutlass::gemm::PersistentScheduler>",
         f"using {ALIAS} = cutlass::conv::device::ConvUniversalAdapter<{ALIAS}_detail::Kernel>;",
         "using Runner0 = Sm90ConvRunner<TunedConv0>;",
     ])

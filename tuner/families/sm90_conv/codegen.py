@@ -20,6 +20,7 @@ INCLUDES = (
     "cutlass/conv/dispatch_policy.hpp",
     "cutlass/conv/collective/collective_builder.hpp",
     "cutlass/epilogue/collective/collective_builder.hpp",
+    "cutlass/gemm/kernel/tile_scheduler.hpp",
     "cutlass/conv/kernel/conv_universal.hpp",
     "cutlass/conv/device/conv_universal_adapter.hpp",
 )
