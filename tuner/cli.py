@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           "default: a journal file in results/<gpu>/ (several processes of one host)")
     parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default 0)")
     parser.add_argument("--prior", type=int, default=PRIOR_PICKS,
-                        help="queue this many of the cost model's best picks before the search, each unless the "
-                             "study has it already (default 8; 0: none)")
+                        help="queue this many of the cost model's best picks before the search, shared among the "
+                             "layer's families (at least 3 each), each unless the study has it already "
+                             "(default 8; 0: none)")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs (default: cores, capped by free memory)")
     parser.add_argument("--top", type=int, default=3, help="configurations re-measured side by side at the end (default 3)")
     parser.add_argument("--confirm-rounds", type=int, default=3,

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from queue import Empty, Queue
 
 from tuner.families.base import LaunchArgs

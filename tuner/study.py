@@ -10,7 +10,6 @@ import threading
 import uuid
 import warnings
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Callable, Protocol
 
 import optuna
