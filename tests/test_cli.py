@@ -120,3 +120,30 @@ def test_non_positive_jobs_and_timeout_are_usage_errors(tmp_path, flag, value):
     result = tune("--layer", "conv_1", flag, value, "--results-dir", str(tmp_path / "results"), tmp_path=tmp_path)
     assert result.returncode == 2
     assert flag in one_error_line(result)
+
+
+# --- kernel families ----------------------------------------------------------------------------
+
+def test_list_layers_says_which_families_can_run_each(tmp_path):
+    result = tune("--list-layers", tmp_path=tmp_path)
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.count("│") > 10}
+    assert "sm80,sm90_conv,sm90_gemm" in rows["r50_s4_1x1_512to256_b32"]
+    assert "sm90_gemm" not in rows["r50_s4_3x3_b32"] and "sm90_conv" in rows["r50_s4_3x3_b32"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--layer", "conv_1", "--family", "sm100"], ["--family 'sm100'", "unknown family sm100", "sm80, sm90_conv, sm90_gemm"]),
+    (["--layer", "r50_s4_3x3_b32", "--family", "sm90_gemm"],
+     ["layer r50_s4_3x3_b32", "no kernel family can run it", "1x1, stride-1, unpadded", "leave out --family"]),
+    (["--shape", "1,16,16,32,20,3,3,1", "--family", "sm90_conv"], ["K=20", "pad K to 24"]),
+    (["--layer", "conv_1", "--family", "sm80", "--space-file", "search_spaces/sm90_conv.yaml"],
+     ["--space-file for sm90_conv", "add it to --family"]),
+    (["--layer", "conv_1", "--space-file", "search_spaces"], ["search space search_spaces", "cannot be read"]),
+])
+def test_family_choices_that_cannot_run_are_one_line(tmp_path, args, words):
+    result = tune(*args, tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result)
+    for word in words:
+        assert word in line, (word, line)
+    assert result.stdout == ""

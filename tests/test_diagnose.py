@@ -373,3 +373,13 @@ def test_render_diagnosis_of_unflagged_kernels():
     render_diagnosis(diagnose_report(RTX3060_NAIVE, sms=None), console)
     text = console.export_text()
     assert "2x2x256" in text and "16x16x1" in text and "none" in text
+
+
+def test_kernel_short_name_of_a_tuned_3x_kernel():
+    name = ("void cutlass::device_kernel<cutlass_conv_tuner::nvidia_h100_80gb_hbm3::r50_s4_3x3_b32_detail::Kernel>"
+            "(T1::Params)")
+    assert kernel_short_name(name) == "CUTLASS 3.x r50_s4_3x3_b32"
+    gemm = "void cutlass::device_kernel<cutlass_conv_tuner::candidate::TunedConv0_detail::GemmKernel>(T1::Params)"
+    assert kernel_short_name(gemm) == "CUTLASS 3.x TunedConv0"
+    other = "void cutlass::device_kernel<cutlass3x_sm90_tensorop_gemm_f16_f16_f32_f16_f16_128x128x64_1x1x1_0_tnn>"
+    assert kernel_short_name(other) == other.removeprefix("void ")[:60]

@@ -403,8 +403,15 @@ def _mainloop_stages(mainloop: str) -> int | None:
 
 
 def kernel_short_name(kernel_name: str) -> str:
-    """'ImplicitGemmConvolution 128x128x64, 3 stages' for CUTLASS 2.x convs; else the name's first 60 chars."""
+    """'ImplicitGemmConvolution 128x128x64, 3 stages' for CUTLASS 2.x convs; 'CUTLASS 3.x <name>' for the
+    3.x kernels this tuner emits (cutlass::device_kernel<...::<alias>_detail::Kernel>); else the name's
+    first 60 chars."""
     fallback = kernel_name.removeprefix("void ")[:60]
+    device_kernel = _template_arguments(kernel_name, "device_kernel")
+    if device_kernel:
+        named = re.search(r"(\w+)_detail::\w*Kernel$", device_kernel[0])
+        if named:
+            return f"CUTLASS 3.x {named[1]}"
     kernel_arguments = _template_arguments(kernel_name, "ImplicitGemmConvolution")
     if not kernel_arguments:
         return fallback
