@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pytest
 from rich.console import Console
 
@@ -44,3 +45,18 @@ def test_unknown_layer_is_a_results_error(tmp_path, h100):
                 {"device": {"name": h100.name, "slug": h100.slug}})
     with pytest.raises(ResultsError, match="not in"):
         plots.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())
+
+
+def test_family_study_keeps_one_familys_knobs_under_their_own_names():
+    from optuna.distributions import CategoricalDistribution
+
+    study = optuna.create_study()
+    for family, knob, value, us in (("sm80", "tile", "64x64x32", 5.0), ("sm90_conv", "tile", "128x128x64", 3.0),
+                                    ("sm90_conv", "tile", "64x64x64", 4.0)):
+        study.add_trial(optuna.trial.create_trial(
+            params={"family": family, f"{family}.{knob}": value},
+            distributions={"family": CategoricalDistribution(["sm80", "sm90_conv"]),
+                           f"{family}.{knob}": CategoricalDistribution([value, "other"])}, value=us))
+    sub = plots.family_study(study, "sm90_conv")
+    assert [t.params for t in sub.trials] == [{"tile": "128x128x64"}, {"tile": "64x64x64"}]
+    assert [t.value for t in sub.trials] == [3.0, 4.0]

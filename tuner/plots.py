@@ -35,7 +35,30 @@ def _retitle(axes, title: str) -> None:
     axes.set_title(title)
 
 
-def layer_plots(study: optuna.Study, layer: str, folder: Path) -> list[Path]:
+FAMILY_COLOURS = {"sm80": "tab:blue", "sm90_conv": "tab:orange", "sm90_gemm": "tab:purple"}
+
+
+def family_study(study: optuna.Study, family: str) -> optuna.Study:
+    """The completed trials of one family, its knobs under their own names, in a study of their own:
+    the knobs of other families are absent from these trials, so importances over the whole study only
+    ever see the family parameter."""
+    from optuna.distributions import CategoricalDistribution
+
+    prefix = family + "."
+    sub = optuna.create_study(direction="minimize")
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if trial.params.get("family") != family:
+            continue
+        params = {name[len(prefix):]: value for name, value in trial.params.items() if name.startswith(prefix)}
+        distributions = {name[len(prefix):]: CategoricalDistribution(trial.distributions[name].choices)
+                         for name in trial.params if name.startswith(prefix)}
+        sub.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=trial.value))
+    return sub
+
+
+def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | None = None) -> list[Path]:
+    """The optimisation history of the layer's study; the knob importances within `family` (the
+    winner's), where it has enough measured trials."""
     plt = _pyplot()
     from optuna.visualization import matplotlib as optuna_plots
 
@@ -45,12 +68,14 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path) -> list[Path]:
         axes = optuna_plots.plot_optimization_history(study)
         _retitle(axes, f"{layer}: optimisation history (µs, lower is better)")
         written.append(_save(plt, axes.figure, folder / f"{layer}_history.png"))
-        complete = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]
+        ranked = family_study(study, family) if family else study
+        complete = [t for t in ranked.trials if t.state is optuna.trial.TrialState.COMPLETE]
         if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
             # PED-ANOVA needs no scikit-learn, unlike Optuna's default fANOVA.
             evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-            axes = optuna_plots.plot_param_importances(study, evaluator=evaluator)
-            _retitle(axes, f"{layer}: parameter importances (PED-ANOVA)")
+            axes = optuna_plots.plot_param_importances(ranked, evaluator=evaluator)
+            within = f" within {family}, {len(complete)} trials" if family else ""
+            _retitle(axes, f"{layer}: parameter importances (PED-ANOVA{within})")
             written.append(_save(plt, axes.figure, folder / f"{layer}_importances.png"))
     return written
 
@@ -77,10 +102,16 @@ def summary_plot(best: dict, ceilings, path: Path) -> Path:
                        problem.bytes_moved / (ceilings.copy_gbps * 1e9)) * 1e6
         shares.append(100 * floor_us / entry["runtime_us"])
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(14, 8))
-    top.bar(range(len(names)), runtime, color="tab:blue")
+    families = [entry.get("family", "sm80") for entry in entries]
+    colours = [FAMILY_COLOURS.get(family, "tab:gray") for family in families]
+    top.bar(range(len(names)), runtime, color=colours)
+    from matplotlib.patches import Patch
+
+    top.legend(handles=[Patch(color=FAMILY_COLOURS.get(family, "tab:gray"), label=family)
+                        for family in sorted(set(families))], title="kernel family")
     top.set_ylabel("µs (tuned)")
     top.set_yscale("log")
-    top.set_title(f"{best['device']['name']}: tuned sm80 conv2d fprop per layer")
+    top.set_title(f"{best['device']['name']}: tuned conv2d fprop per layer")
     bottom.bar(range(len(names)), shares, color="tab:green")
     bottom.set_ylabel("% of roofline")
     bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
@@ -118,7 +149,7 @@ def main(argv: list[str], console) -> int:
         except KeyError:
             console.print(f"[yellow]{layer}: its study is not in the storage; no per-layer plots[/]")
             continue
-        for path in layer_plots(study, layer, folder / "plots"):
+        for path in layer_plots(study, layer, folder / "plots", entry.get("family")):
             console.print(f"wrote {path}")
     console.print(f"wrote {summary_plot(best, measured_ceilings(folder), folder / 'plots' / 'summary.png')}")
     return 0
