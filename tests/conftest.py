@@ -18,7 +18,8 @@ from tuner.space import load_space  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 SPACE_FILE = REPO / "search_spaces" / "sm80.yaml"
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ncu"
+# Real Nsight Compute logs (copied from the project's shared/fixtures/ncu, so a clone anywhere has them).
+FIXTURES = Path(__file__).resolve().parent / "data" / "ncu"
 RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
 H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
 RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
