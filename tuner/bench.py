@@ -466,11 +466,14 @@ def main(argv: list[str], console: Console) -> int:
     folder = gpu_dir(args.results_dir, device.slug)
     landscapes = {layer.name: read_landscapes(folder, layer, tuple(spaces)) for layer in layers}
     searches = {}
-    for layer in layers:
+    for index, layer in enumerate(layers):
         if landscapes[layer.name]:
             joint = landscape_joint(landscapes[layer.name], spaces)
+            started = time.monotonic()
             searches[layer.name] = search_results(layer, joint, device, merged(landscapes[layer.name]), ceilings,
                                                   budgets=args.budgets, seeds=tuple(range(args.seeds)))
+            console.print(f"replayed {layer.name} on {'+'.join(joint.families)} ({index + 1} of {len(layers)}, "
+                          f"{time.monotonic() - started:.0f} s)")
     tuned = tuned_times(folder)
     console.print(bench_table(layers, landscapes, searches, measured, ceilings, tuned))
     for line in ratio_summary(layers, landscapes, measured, tuned):
