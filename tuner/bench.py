@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -174,6 +175,31 @@ def search_results(layer: Layer, joint: JointSpace, device: DeviceFacts, record:
             results.append(SearchResult(budget, with_prior, tuple(best / exhaustive for best, _ in runs),
                                         tuple(kernels for _, kernels in runs)))
     return results
+
+
+def _replay_layer(layer: Layer, joint: JointSpace, device: DeviceFacts, record: dict[str, Recorded],
+                  ceilings: Ceilings, budgets: tuple[int, ...], seeds: tuple[int, ...]) -> tuple[list[SearchResult], float]:
+    started = time.monotonic()
+    return search_results(layer, joint, device, record, ceilings, budgets, seeds), time.monotonic() - started
+
+
+def replay_layers(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, Recorded]]],
+                  spaces: dict[str, SearchSpace], device: DeviceFacts, ceilings: Ceilings, budgets: tuple[int, ...],
+                  seeds: tuple[int, ...], jobs: int, console: Console) -> dict[str, list[SearchResult]]:
+    """The replayed searches of every layer, `jobs` layers at a time (each in a process of its own: a
+    layer's replays take from seconds to minutes of one core), saying which finished."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    searches = {}
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_replay_layer, layer, landscape_joint(landscapes[layer.name], spaces), device,
+                               merged(landscapes[layer.name]), ceilings, budgets, seeds): layer
+                   for layer in layers}
+        for done, future in enumerate(as_completed(futures), start=1):
+            layer = futures[future]
+            searches[layer.name], seconds = future.result()
+            console.print(f"replayed {layer.name} ({done} of {len(layers)}, {seconds:.0f} s)")
+    return searches
 
 
 def geometric_mean(values: list[float]) -> float:
@@ -386,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path,
                         help="compile cache of the landscape step (default: the tuner's; the 'search' step "
                              "always compiles into an empty one, to time a cold start)")
-    parser.add_argument("--jobs", type=int, help="parallel nvcc jobs")
+    parser.add_argument("--jobs", type=int, help="parallel nvcc jobs; with --replay-only, layers replayed at once "
+                                                 "(default: the cores)")
     return parser
 
 
@@ -465,15 +492,9 @@ def main(argv: list[str], console: Console) -> int:
                   f"{ceilings.copy_gbps:.0f} GB/s copy")
     folder = gpu_dir(args.results_dir, device.slug)
     landscapes = {layer.name: read_landscapes(folder, layer, tuple(spaces)) for layer in layers}
-    searches = {}
-    for index, layer in enumerate(layers):
-        if landscapes[layer.name]:
-            joint = landscape_joint(landscapes[layer.name], spaces)
-            started = time.monotonic()
-            searches[layer.name] = search_results(layer, joint, device, merged(landscapes[layer.name]), ceilings,
-                                                  budgets=args.budgets, seeds=tuple(range(args.seeds)))
-            console.print(f"replayed {layer.name} on {'+'.join(joint.families)} ({index + 1} of {len(layers)}, "
-                          f"{time.monotonic() - started:.0f} s)")
+    searches = replay_layers([layer for layer in layers if landscapes[layer.name]], landscapes, spaces, device,
+                             ceilings, args.budgets, tuple(range(args.seeds)), args.jobs or os.cpu_count() or 1,
+                             console)
     tuned = tuned_times(folder)
     console.print(bench_table(layers, landscapes, searches, measured, ceilings, tuned))
     for line in ratio_summary(layers, landscapes, measured, tuned):
