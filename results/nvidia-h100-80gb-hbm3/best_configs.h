@@ -9,25 +9,25 @@
 #include <cstring>
 
 #include "cutlass/cutlass.h"
-#include "cutlass/conv/kernel/default_conv2d_fprop.h"
-#include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cute/tensor.hpp"
 #include "cutlass/device_kernel.h"
-#include "cutlass/kernel_hardware_info.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/util/packed_stride.hpp"
 #include "cutlass/kernel_hardware_info.hpp"
 #include "cutlass/conv/convolution.h"
 #include "cutlass/conv/convnd_problem_shape.hpp"
 #include "cutlass/conv/dispatch_policy.hpp"
 #include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/conv/kernel/conv_universal.hpp"
 #include "cutlass/conv/device/conv_universal_adapter.hpp"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/util/packed_stride.hpp"
+#include "cutlass/conv/kernel/default_conv2d_fprop.h"
+#include "cutlass/conv/device/implicit_gemm_convolution.h"
 
 namespace cutlass_conv_tuner {
 namespace nvidia_h100_80gb_hbm3 {
@@ -49,17 +49,30 @@ struct TunerProblem {
         dilation(a[9]), split_k(a[10]), p(a[11]), q(a[12]), raster(a[13]), swizzle(a[14]) {}
 };
 
-// Binds a CUTLASS 2.x ImplicitGemmConvolution (the sm80 family) to the tuner's problem array:
-// the candidate's C entry points and the exported header's users call only this.
+// Binds a CUTLASS 3.x ConvUniversalAdapter (the sm90_conv family) to the tuner's problem array.
+// Besides CUTLASS's can_implement it checks what the TMA im2col descriptor needs but CUTLASS only
+// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8, and 16-byte aligned tensors.
 template <typename Conv>
-class Sm80Runner {
+class Sm90ConvRunner {
  public:
-  using ElementA = typename Conv::ElementA;
-  using ElementB = typename Conv::ElementB;
-  using ElementC = typename Conv::ElementC;
-  using Kernel = typename Conv::UnderlyingKernel;
+  using Kernel = typename Conv::ConvKernel;
+  using ProblemShape = typename Kernel::ProblemShape;
+  using Mainloop = typename Kernel::CollectiveMainloop;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementC = typename Kernel::ElementD;
+  using ClusterShape = typename Kernel::ClusterShape;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0 ||
+        p.dilation < 1) {
+      return cutlass::Status::kErrorInvalidProblem;
+    }
+    if (p.split_k != 1) return cutlass::Status::kErrorNotSupported;  // no split-K for sm90 conv in 4.2
+    if (p.stride < 1 || p.stride > 8) return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
+    const int P = (p.h + 2 * p.pad - ((p.r - 1) * p.dilation + 1)) / p.stride + 1;
+    const int Q = (p.w + 2 * p.pad - ((p.s - 1) * p.dilation + 1)) / p.stride + 1;
+    if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr));
   }
 
@@ -67,71 +80,74 @@ class Sm80Runner {
     return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
   }
 
-  // grid[6] = {grid x, y, z in blocks, cluster x, y, z}: no clusters before sm90.
+  // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: what ConvUniversalAdapter::run launches.
+  // get_grid_shape reads only the problem shape, so no TMA descriptor is built here.
   static void grid(const TunerProblem &p, int32_t *grid) {
-    auto size = problem_size(p);
-    typename Kernel::ThreadblockSwizzle swizzle;
-    cutlass::gemm::GemmCoord tiled = swizzle.get_tiled_shape(
-        Kernel::kConvolutionalOperator, size,
-        {Conv::ThreadblockShape::kM, Conv::ThreadblockShape::kN, Conv::ThreadblockShape::kK},
-        size.split_k_slices);
-    dim3 launch = swizzle.get_grid_shape(tiled);
-    grid[0] = launch.x; grid[1] = launch.y; grid[2] = launch.z;
-    grid[3] = 1; grid[4] = 1; grid[5] = 1;
+    typename Kernel::Params params{};
+    params.problem_shape = Mainloop::get_problem_shape_MNKL(problem_shape(p));
+    dim3 launch = Kernel::get_grid_shape(params);
+    grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
+    grid[3] = int32_t(cute::size<0>(ClusterShape{}));
+    grid[4] = int32_t(cute::size<1>(ClusterShape{}));
+    grid[5] = int32_t(cute::size<2>(ClusterShape{}));
   }
 
   // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
   //             threads per block, max active blocks per SM}.
   static cudaError_t attributes(int32_t *attrs) {
-    int smem = int(sizeof(typename Kernel::SharedStorage));
-    cudaError_t error = cudaFuncSetAttribute(cutlass::Kernel<Kernel>,
-        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (error != cudaSuccess) return error;
+    const void *kernel = reinterpret_cast<const void *>(cutlass::device_kernel<Kernel>);
+    int smem = int(Kernel::SharedStorageSize);
+    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
     cudaFuncAttributes attributes;
-    error = cudaFuncGetAttributes(&attributes, cutlass::Kernel<Kernel>);
-    if (error != cudaSuccess) return error;
+    error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
     int blocks = 0;
-    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, cutlass::Kernel<Kernel>, Kernel::kThreadCount, smem);
-    if (error != cudaSuccess) return error;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, int(Kernel::MaxThreadsPerBlock), smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
     attrs[0] = attributes.numRegs;
     attrs[1] = int32_t(attributes.sharedSizeBytes);
     attrs[2] = smem;
     attrs[3] = int32_t(attributes.localSizeBytes);
-    attrs[4] = Kernel::kThreadCount;
+    attrs[4] = int32_t(Kernel::MaxThreadsPerBlock);
     attrs[5] = blocks;
     return cudaSuccess;
   }
 
+  // initialize() encodes the TMA descriptors (which hold the buffer addresses) once; run() only launches.
   cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
                              cudaStream_t stream) {
+    if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return cutlass::Status::kErrorMisalignedOperand;
     return op_.initialize(arguments(p, x, w, y), workspace, stream);
   }
 
   cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
 
  private:
-  static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
-    return cutlass::conv::Conv2dProblemSize(
-        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad, p.pad, p.stride, p.stride, p.dilation, p.dilation,
-        cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+  static bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+  static ProblemShape problem_shape(const TunerProblem &p) {
+    return ProblemShape(cutlass::conv::Mode::kCrossCorrelation,
+                        {p.n, p.h, p.w, p.c},             // activations NHWC
+                        {p.k, p.r, p.s, p.c},             // filters KRSC
+                        {p.pad, p.pad}, {p.pad, p.pad},   // lower and upper padding (h, w)
+                        {p.stride, p.stride},             // traversal stride
+                        {p.dilation, p.dilation},
+                        1);                               // groups
   }
 
   static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
-    using Layout = cutlass::layout::TensorNHWC;
-    using Compute = typename Conv::EpilogueOutputOp::ElementCompute;
-    Layout layout_x = Layout::packed({p.n, p.h, p.w, p.c});
-    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c});
-    Layout layout_y = Layout::packed({p.n, p.p, p.q, p.k});
-    // beta = 0 and C aliases D: serial split-K partitions after the first read D back themselves.
-    return typename Conv::Arguments(
-        problem_size(p),
-        {static_cast<ElementA *>(x), layout_x},
-        {static_cast<ElementB *>(w), layout_w},
-        {static_cast<ElementC *>(y), layout_y},
-        {static_cast<ElementC *>(y), layout_y},
-        {Compute(1), Compute(0)},
-        cutlass::conv::SplitKMode::kSerial);
+    using StrideD = typename Kernel::StrideD;
+    ProblemShape shape = problem_shape(p);
+    // Output stride ((Q,P,N), K, L) from the packed NPQK stride the problem shape computes.
+    StrideD stride_d{};
+    cute::for_each(cute::make_seq<cute::rank<0>(StrideD{})>{}, [&](auto i) {
+      cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i];
+    });
+    return typename Conv::Arguments{
+        shape,
+        {static_cast<ElementA const *>(x), static_cast<ElementB const *>(w)},
+        {{1.0f, 0.0f}, nullptr, stride_d, static_cast<ElementC *>(y), stride_d}};
   }
 
   Conv op_;
@@ -285,30 +301,17 @@ class Sm90GemmRunner {
   void *workspace_ = nullptr;
 };
 
-// Binds a CUTLASS 3.x ConvUniversalAdapter (the sm90_conv family) to the tuner's problem array.
-// Besides CUTLASS's can_implement it checks what the TMA im2col descriptor needs but CUTLASS only
-// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8, and 16-byte aligned tensors.
+// Binds a CUTLASS 2.x ImplicitGemmConvolution (the sm80 family) to the tuner's problem array:
+// the candidate's C entry points and the exported header's users call only this.
 template <typename Conv>
-class Sm90ConvRunner {
+class Sm80Runner {
  public:
-  using Kernel = typename Conv::ConvKernel;
-  using ProblemShape = typename Kernel::ProblemShape;
-  using Mainloop = typename Kernel::CollectiveMainloop;
-  using ElementA = typename Kernel::ElementA;
-  using ElementB = typename Kernel::ElementB;
-  using ElementC = typename Kernel::ElementD;
-  using ClusterShape = typename Kernel::ClusterShape;
+  using ElementA = typename Conv::ElementA;
+  using ElementB = typename Conv::ElementB;
+  using ElementC = typename Conv::ElementC;
+  using Kernel = typename Conv::UnderlyingKernel;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0 ||
-        p.dilation < 1) {
-      return cutlass::Status::kErrorInvalidProblem;
-    }
-    if (p.split_k != 1) return cutlass::Status::kErrorNotSupported;  // no split-K for sm90 conv in 4.2
-    if (p.stride < 1 || p.stride > 8) return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
-    const int P = (p.h + 2 * p.pad - ((p.r - 1) * p.dilation + 1)) / p.stride + 1;
-    const int Q = (p.w + 2 * p.pad - ((p.s - 1) * p.dilation + 1)) / p.stride + 1;
-    if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr));
   }
 
@@ -316,132 +319,157 @@ class Sm90ConvRunner {
     return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
   }
 
-  // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: what ConvUniversalAdapter::run launches.
-  // get_grid_shape reads only the problem shape, so no TMA descriptor is built here.
+  // grid[6] = {grid x, y, z in blocks, cluster x, y, z}: no clusters before sm90.
   static void grid(const TunerProblem &p, int32_t *grid) {
-    typename Kernel::Params params{};
-    params.problem_shape = Mainloop::get_problem_shape_MNKL(problem_shape(p));
-    dim3 launch = Kernel::get_grid_shape(params);
-    grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
-    grid[3] = int32_t(cute::size<0>(ClusterShape{}));
-    grid[4] = int32_t(cute::size<1>(ClusterShape{}));
-    grid[5] = int32_t(cute::size<2>(ClusterShape{}));
+    auto size = problem_size(p);
+    typename Kernel::ThreadblockSwizzle swizzle;
+    cutlass::gemm::GemmCoord tiled = swizzle.get_tiled_shape(
+        Kernel::kConvolutionalOperator, size,
+        {Conv::ThreadblockShape::kM, Conv::ThreadblockShape::kN, Conv::ThreadblockShape::kK},
+        size.split_k_slices);
+    dim3 launch = swizzle.get_grid_shape(tiled);
+    grid[0] = launch.x; grid[1] = launch.y; grid[2] = launch.z;
+    grid[3] = 1; grid[4] = 1; grid[5] = 1;
   }
 
   // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
   //             threads per block, max active blocks per SM}.
   static cudaError_t attributes(int32_t *attrs) {
-    const void *kernel = reinterpret_cast<const void *>(cutlass::device_kernel<Kernel>);
-    int smem = int(Kernel::SharedStorageSize);
-    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    int smem = int(sizeof(typename Kernel::SharedStorage));
+    cudaError_t error = cudaFuncSetAttribute(cutlass::Kernel<Kernel>,
+        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (error != cudaSuccess) return error;
     cudaFuncAttributes attributes;
-    error = cudaFuncGetAttributes(&attributes, kernel);
-    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    error = cudaFuncGetAttributes(&attributes, cutlass::Kernel<Kernel>);
+    if (error != cudaSuccess) return error;
     int blocks = 0;
-    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, int(Kernel::MaxThreadsPerBlock), smem);
-    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, cutlass::Kernel<Kernel>, Kernel::kThreadCount, smem);
+    if (error != cudaSuccess) return error;
     attrs[0] = attributes.numRegs;
     attrs[1] = int32_t(attributes.sharedSizeBytes);
     attrs[2] = smem;
     attrs[3] = int32_t(attributes.localSizeBytes);
-    attrs[4] = int32_t(Kernel::MaxThreadsPerBlock);
+    attrs[4] = Kernel::kThreadCount;
     attrs[5] = blocks;
     return cudaSuccess;
   }
 
-  // initialize() encodes the TMA descriptors (which hold the buffer addresses) once; run() only launches.
   cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
                              cudaStream_t stream) {
-    if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return cutlass::Status::kErrorMisalignedOperand;
     return op_.initialize(arguments(p, x, w, y), workspace, stream);
   }
 
   cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
 
  private:
-  static bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
-  static ProblemShape problem_shape(const TunerProblem &p) {
-    return ProblemShape(cutlass::conv::Mode::kCrossCorrelation,
-                        {p.n, p.h, p.w, p.c},             // activations NHWC
-                        {p.k, p.r, p.s, p.c},             // filters KRSC
-                        {p.pad, p.pad}, {p.pad, p.pad},   // lower and upper padding (h, w)
-                        {p.stride, p.stride},             // traversal stride
-                        {p.dilation, p.dilation},
-                        1);                               // groups
+  static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
+    return cutlass::conv::Conv2dProblemSize(
+        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad, p.pad, p.stride, p.stride, p.dilation, p.dilation,
+        cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
   }
 
   static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
-    using StrideD = typename Kernel::StrideD;
-    ProblemShape shape = problem_shape(p);
-    // Output stride ((Q,P,N), K, L) from the packed NPQK stride the problem shape computes.
-    StrideD stride_d{};
-    cute::for_each(cute::make_seq<cute::rank<0>(StrideD{})>{}, [&](auto i) {
-      cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i];
-    });
-    return typename Conv::Arguments{
-        shape,
-        {static_cast<ElementA const *>(x), static_cast<ElementB const *>(w)},
-        {{1.0f, 0.0f}, nullptr, stride_d, static_cast<ElementC *>(y), stride_d}};
+    using Layout = cutlass::layout::TensorNHWC;
+    using Compute = typename Conv::EpilogueOutputOp::ElementCompute;
+    Layout layout_x = Layout::packed({p.n, p.h, p.w, p.c});
+    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c});
+    Layout layout_y = Layout::packed({p.n, p.p, p.q, p.k});
+    // beta = 0 and C aliases D: serial split-K partitions after the first read D back themselves.
+    return typename Conv::Arguments(
+        problem_size(p),
+        {static_cast<ElementA *>(x), layout_x},
+        {static_cast<ElementB *>(w), layout_w},
+        {static_cast<ElementC *>(y), layout_y},
+        {static_cast<ElementC *>(y), layout_y},
+        {Compute(1), Compute(0)},
+        cutlass::conv::SplitKMode::kSerial);
   }
 
   Conv op_;
 };
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x32_w2x1x1_s6_sw2_optimized_sk1_a8x4_f16_f16_f32_f32
-using conv_1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32
+namespace conv_1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<32>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      float, 4, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    6,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace conv_1_detail
+using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel>;
 
-using conv_1_runner = Sm80Runner<conv_1>;
+using conv_1_runner = Sm90ConvRunner<conv_1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_1x1_256to64_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s2_1x1_256to64_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_1x1_256to64_b1_detail
+using r50_s2_1x1_256to64_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_1x1_256to64_b1_detail::Kernel>;
 
-using r50_s2_1x1_256to64_b1_runner = Sm80Runner<r50_s2_1x1_256to64_b1>;
+using r50_s2_1x1_256to64_b1_runner = Sm90ConvRunner<r50_s2_1x1_256to64_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -479,32 +507,41 @@ using r50_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s
 
 using r50_s2_1x1_256to64_b32_runner = Sm90GemmRunner<r50_s2_1x1_256to64_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x64x64_w2x2x1_s2_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s2_1x1_64to256_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Sourceless epilogue (C = void): D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s2_1x1_64to256_b1_detail {
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 64, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    2,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecialized
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s2_1x1_64to256_b1_detail
+using r50_s2_1x1_64to256_b1 = cutlass::gemm::device::GemmUniversalAdapter<r50_s2_1x1_64to256_b1_detail::GemmKernel>;
 
-using r50_s2_1x1_64to256_b1_runner = Sm80Runner<r50_s2_1x1_64to256_b1>;
+using r50_s2_1x1_64to256_b1_runner = Sm90GemmRunner<r50_s2_1x1_64to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -701,32 +738,46 @@ using r50_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_3x3_b3
 
 using r50_s2_3x3_b32_runner = Sm90ConvRunner<r50_s2_3x3_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x64x64_w2x2x1_s2_sw2_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_1x1_128to512_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_1x1_128to512_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 64, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    2,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_1x1_128to512_b1_detail
+using r50_s3_1x1_128to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_1x1_128to512_b1_detail::Kernel>;
 
-using r50_s3_1x1_128to512_b1_runner = Sm80Runner<r50_s3_1x1_128to512_b1>;
+using r50_s3_1x1_128to512_b1_runner = Sm90ConvRunner<r50_s3_1x1_128to512_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -764,32 +815,46 @@ using r50_s3_1x1_128to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_
 
 using r50_s3_1x1_128to512_b32_runner = Sm90GemmRunner<r50_s3_1x1_128to512_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_1x1_256to128_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_1x1_256to128_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_1x1_256to128_b1_detail
+using r50_s3_1x1_256to128_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_1x1_256to128_b1_detail::Kernel>;
 
-using r50_s3_1x1_256to128_b1_runner = Sm80Runner<r50_s3_1x1_256to128_b1>;
+using r50_s3_1x1_256to128_b1_runner = Sm90ConvRunner<r50_s3_1x1_256to128_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -827,32 +892,46 @@ using r50_s3_1x1_256to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_
 
 using r50_s3_1x1_256to128_b32_runner = Sm90GemmRunner<r50_s3_1x1_256to128_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_1x1_512to128_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_1x1_512to128_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_1x1_512to128_b1_detail
+using r50_s3_1x1_512to128_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_1x1_512to128_b1_detail::Kernel>;
 
-using r50_s3_1x1_512to128_b1_runner = Sm80Runner<r50_s3_1x1_512to128_b1>;
+using r50_s3_1x1_512to128_b1_runner = Sm90ConvRunner<r50_s3_1x1_512to128_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -890,32 +969,46 @@ using r50_s3_1x1_512to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_
 
 using r50_s3_1x1_512to128_b32_runner = Sm90GemmRunner<r50_s3_1x1_512to128_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_3x3_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 64, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_3x3_b1_detail
+using r50_s3_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_b1_detail::Kernel>;
 
-using r50_s3_3x3_b1_runner = Sm80Runner<r50_s3_3x3_b1>;
+using r50_s3_3x3_b1_runner = Sm90ConvRunner<r50_s3_3x3_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -958,32 +1051,46 @@ using r50_s3_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_b3
 
 using r50_s3_3x3_b32_runner = Sm90ConvRunner<r50_s3_3x3_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_3x3_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_3x3_s2_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 64, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_3x3_s2_b1_detail
+using r50_s3_3x3_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_s2_b1_detail::Kernel>;
 
-using r50_s3_3x3_s2_b1_runner = Sm80Runner<r50_s3_3x3_s2_b1>;
+using r50_s3_3x3_s2_b1_runner = Sm90ConvRunner<r50_s3_3x3_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1026,96 +1133,138 @@ using r50_s3_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3
 
 using r50_s3_3x3_s2_b32_runner = Sm90ConvRunner<r50_s3_3x3_s2_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_down_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_down_s2_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_down_s2_b1_detail
+using r50_s3_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_down_s2_b1_detail::Kernel>;
 
-using r50_s3_down_s2_b1_runner = Sm80Runner<r50_s3_down_s2_b1>;
+using r50_s3_down_s2_b1_runner = Sm90ConvRunner<r50_s3_down_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s3_down_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s3_down_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s3_down_s2_b32_detail
+using r50_s3_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_down_s2_b32_detail::Kernel>;
 
-using r50_s3_down_s2_b32_runner = Sm80Runner<r50_s3_down_s2_b32>;
+using r50_s3_down_s2_b32_runner = Sm90ConvRunner<r50_s3_down_s2_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_1x1_1024to256_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_1024to256_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_1024to256_b1_detail
+using r50_s4_1x1_1024to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_1x1_1024to256_b1_detail::Kernel>;
 
-using r50_s4_1x1_1024to256_b1_runner = Sm80Runner<r50_s4_1x1_1024to256_b1>;
+using r50_s4_1x1_1024to256_b1_runner = Sm90ConvRunner<r50_s4_1x1_1024to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
 // Sourceless epilogue (C = void): D = accumulators, beta 0.
 // Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+// Config: sm90g_128x128x64_c1x2x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
 namespace r50_s4_1x1_1024to256_b32_detail {
 using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
     TileShape, ClusterShape,
@@ -1123,7 +1272,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     float, float,
     void, cutlass::layout::RowMajor, 8,
     cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::TmaWarpSpecialized,
     cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
   >::CollectiveOp;
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -1133,7 +1282,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     float,
     TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+    cutlass::gemm::KernelTmaWarpSpecialized
   >::CollectiveOp;
 // A named type (as NVIDIA's generator does) keeps the device symbol short.
 struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
@@ -1143,32 +1292,46 @@ using r50_s4_1x1_1024to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50
 
 using r50_s4_1x1_1024to256_b32_runner = Sm90GemmRunner<r50_s4_1x1_1024to256_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_1x1_256to1024_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_256to1024_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_256to1024_b1_detail
+using r50_s4_1x1_256to1024_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_1x1_256to1024_b1_detail::Kernel>;
 
-using r50_s4_1x1_256to1024_b1_runner = Sm80Runner<r50_s4_1x1_256to1024_b1>;
+using r50_s4_1x1_256to1024_b1_runner = Sm90ConvRunner<r50_s4_1x1_256to1024_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -1206,32 +1369,46 @@ using r50_s4_1x1_256to1024_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50
 
 using r50_s4_1x1_256to1024_b32_runner = Sm90GemmRunner<r50_s4_1x1_256to1024_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_1x1_512to256_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_512to256_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_512to256_b1_detail
+using r50_s4_1x1_512to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_1x1_512to256_b1_detail::Kernel>;
 
-using r50_s4_1x1_512to256_b1_runner = Sm80Runner<r50_s4_1x1_512to256_b1>;
+using r50_s4_1x1_512to256_b1_runner = Sm90ConvRunner<r50_s4_1x1_512to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -1269,32 +1446,46 @@ using r50_s4_1x1_512to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_
 
 using r50_s4_1x1_512to256_b32_runner = Sm90GemmRunner<r50_s4_1x1_512to256_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_3x3_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_3x3_b1_detail
+using r50_s4_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_3x3_b1_detail::Kernel>;
 
-using r50_s4_3x3_b1_runner = Sm80Runner<r50_s4_3x3_b1>;
+using r50_s4_3x3_b1_runner = Sm90ConvRunner<r50_s4_3x3_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1337,32 +1528,46 @@ using r50_s4_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_3x3_b3
 
 using r50_s4_3x3_b32_runner = Sm90ConvRunner<r50_s4_3x3_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_3x3_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_3x3_s2_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_3x3_s2_b1_detail
+using r50_s4_3x3_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_3x3_s2_b1_detail::Kernel>;
 
-using r50_s4_3x3_s2_b1_runner = Sm80Runner<r50_s4_3x3_s2_b1>;
+using r50_s4_3x3_s2_b1_runner = Sm90ConvRunner<r50_s4_3x3_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1405,32 +1610,46 @@ using r50_s4_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_3x3
 
 using r50_s4_3x3_s2_b32_runner = Sm90ConvRunner<r50_s4_3x3_s2_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s4_down_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s4_down_s2_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_down_s2_b1_detail
+using r50_s4_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_down_s2_b1_detail::Kernel>;
 
-using r50_s4_down_s2_b1_runner = Sm80Runner<r50_s4_down_s2_b1>;
+using r50_s4_down_s2_b1_runner = Sm90ConvRunner<r50_s4_down_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1473,41 +1692,55 @@ using r50_s4_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_do
 
 using r50_s4_down_s2_b32_runner = Sm90ConvRunner<r50_s4_down_s2_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_1x1_1024to512_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_1x1_1024to512_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_1x1_1024to512_b1_detail
+using r50_s5_1x1_1024to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_1x1_1024to512_b1_detail::Kernel>;
 
-using r50_s5_1x1_1024to512_b1_runner = Sm80Runner<r50_s5_1x1_1024to512_b1>;
+using r50_s5_1x1_1024to512_b1_runner = Sm90ConvRunner<r50_s5_1x1_1024to512_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
 // Sourceless epilogue (C = void): D = accumulators, beta 0.
 // Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_s3_r0_sw1_sk1_a8_f16_f16_f16_f32
+// Config: sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
 namespace r50_s5_1x1_1024to512_b32_detail {
-using TileShape = cute::Shape<cute::Int<256>, cute::Int<128>, cute::Int<64>>;
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
 using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -1516,7 +1749,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     float, float,
     void, cutlass::layout::RowMajor, 8,
     cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::TmaWarpSpecialized,
     cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
   >::CollectiveOp;
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -1525,8 +1758,8 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     cutlass::half_t, cutlass::layout::ColumnMajor, 8,
     float,
     TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCount<3>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedPingpong
   >::CollectiveOp;
 // A named type (as NVIDIA's generator does) keeps the device symbol short.
 struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
@@ -1536,32 +1769,46 @@ using r50_s5_1x1_1024to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50
 
 using r50_s5_1x1_1024to512_b32_runner = Sm90GemmRunner<r50_s5_1x1_1024to512_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_1x1_2048to512_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_1x1_2048to512_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_1x1_2048to512_b1_detail
+using r50_s5_1x1_2048to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_1x1_2048to512_b1_detail::Kernel>;
 
-using r50_s5_1x1_2048to512_b1_runner = Sm80Runner<r50_s5_1x1_2048to512_b1>;
+using r50_s5_1x1_2048to512_b1_runner = Sm90ConvRunner<r50_s5_1x1_2048to512_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -1599,32 +1846,46 @@ using r50_s5_1x1_2048to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50
 
 using r50_s5_1x1_2048to512_b32_runner = Sm90GemmRunner<r50_s5_1x1_2048to512_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_1x1_512to2048_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_1x1_512to2048_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_1x1_512to2048_b1_detail
+using r50_s5_1x1_512to2048_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_1x1_512to2048_b1_detail::Kernel>;
 
-using r50_s5_1x1_512to2048_b1_runner = Sm80Runner<r50_s5_1x1_512to2048_b1>;
+using r50_s5_1x1_512to2048_b1_runner = Sm90ConvRunner<r50_s5_1x1_512to2048_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -1662,32 +1923,46 @@ using r50_s5_1x1_512to2048_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50
 
 using r50_s5_1x1_512to2048_b32_runner = Sm90GemmRunner<r50_s5_1x1_512to2048_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_3x3_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_3x3_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_3x3_b1_detail
+using r50_s5_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_b1_detail::Kernel>;
 
-using r50_s5_3x3_b1_runner = Sm80Runner<r50_s5_3x3_b1>;
+using r50_s5_3x3_b1_runner = Sm90ConvRunner<r50_s5_3x3_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1730,32 +2005,46 @@ using r50_s5_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_b3
 
 using r50_s5_3x3_b32_runner = Sm90ConvRunner<r50_s5_3x3_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_3x3_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_3x3_s2_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_3x3_s2_b1_detail
+using r50_s5_3x3_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_s2_b1_detail::Kernel>;
 
-using r50_s5_3x3_s2_b1_runner = Sm80Runner<r50_s5_3x3_s2_b1>;
+using r50_s5_3x3_s2_b1_runner = Sm90ConvRunner<r50_s5_3x3_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1798,32 +2087,46 @@ using r50_s5_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3
 
 using r50_s5_3x3_s2_b32_runner = Sm90ConvRunner<r50_s5_3x3_s2_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
-using r50_s5_down_s2_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Sourceless epilogue: D = accumulators, beta 0.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_down_s2_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
     float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 64>,
-    cutlass::gemm::GemmShape<16, 32, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_down_s2_b1_detail
+using r50_s5_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_down_s2_b1_detail::Kernel>;
 
-using r50_s5_down_s2_b1_runner = Sm80Runner<r50_s5_down_s2_b1>;
+using r50_s5_down_s2_b1_runner = Sm90ConvRunner<r50_s5_down_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -1936,52 +2239,52 @@ struct TunedLayer {
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.994, "32x32x32_w2x1x1_s6_sw2_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:06:33+00:00"},
-    {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 32, 32, 64, 4.382, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:49+00:00"},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00"},
+    {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00"},
     {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 24.705, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:10:16+00:00"},
-    {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm80", 1, 0, 1, 32, 64, 64, 4.164, "32x64x64_w2x2x1_s2_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:12:43+00:00"},
+    {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00"},
     {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.396, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:09:06+00:00"},
     {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00"},
     {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00"},
     {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00"},
     {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 28.841, "sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:08:30+00:00"},
-    {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm80", 1, 0, 1, 32, 64, 64, 4.205, "32x64x64_w2x2x1_s2_sw2_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T16:14:08+00:00"},
+    {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.386, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:00+00:00"},
     {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.551, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:16:43+00:00"},
-    {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 64, 64, 64, 5.117, "64x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:24:13+00:00"},
+    {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.993, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:57+00:00"},
     {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.061, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:10:39+00:00"},
-    {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 4.800, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:22+00:00"},
+    {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.787, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:11+00:00"},
     {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.959, "sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:17:05+00:00"},
-    {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm80", 2, 0, 1, 32, 64, 64, 7.733, "32x64x64_w2x2x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:56+00:00"},
+    {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.783, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:11+00:00"},
     {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00"},
-    {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm80", 2, 0, 1, 32, 64, 64, 7.710, "32x64x64_w2x2x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:20:59+00:00"},
+    {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.782, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:44+00:00"},
     {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 20.169, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:11:40+00:00"},
-    {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm80", 1, 0, 1, 64, 64, 64, 4.942, "64x64x64_w2x2x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:24:29+00:00"},
-    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 29.678, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T21:15:38+00:00"},
-    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm80", 2, 0, 1, 32, 32, 64, 7.005, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:20:28+00:00"},
-    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.965, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:47+00:00"},
-    {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm80", 1, 0, 1, 32, 32, 64, 4.165, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:54+00:00"},
+    {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00"},
+    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 28.200, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:27:50+00:00"},
+    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00"},
+    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.921, "sm90g_128x128x64_c1x2x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:31:13+00:00"},
+    {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00"},
     {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00"},
-    {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 5.079, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:37+00:00"},
+    {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.885, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:27+00:00"},
     {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.527, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:17:45+00:00"},
-    {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm80", 2, 0, 1, 32, 32, 64, 9.212, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:36+00:00"},
+    {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.607, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:16:00+00:00"},
     {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00"},
-    {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm80", 2, 0, 1, 32, 32, 64, 9.269, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:20:44+00:00"},
+    {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.562, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:52+00:00"},
     {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.268, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:18:16+00:00"},
-    {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 5.173, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:43+00:00"},
+    {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.124, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:13+00:00"},
     {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00"},
-    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm80", 1, 0, 1, 32, 32, 64, 6.561, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:03+00:00"},
-    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 1, 2, 256, 128, 64, 17.491, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_s3_r1_sw2_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:22:02+00:00"},
-    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm80", 2, 0, 1, 32, 32, 64, 8.656, "32x32x64_w2x1x1_s4_sw1_optimized_sk2_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:05+00:00"},
+    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00"},
+    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 13.488, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:26:44+00:00"},
+    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.231, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:37+00:00"},
     {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00"},
-    {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm80", 1, 0, 1, 32, 32, 64, 5.177, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:21:49+00:00"},
+    {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00"},
     {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 256, 64, 10.002, "sm90g_128x256x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:23:28+00:00"},
-    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm80", 4, 0, 1, 32, 32, 64, 12.293, "32x32x64_w2x1x1_s4_sw1_optimized_sk4_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:15+00:00"},
+    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.486, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:18+00:00"},
     {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00"},
-    {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm80", 4, 0, 1, 32, 32, 64, 12.376, "32x32x64_w2x1x1_s4_sw1_optimized_sk4_a8x8_f16_f16_f16_f32", "2026-11-22T18:23:35+00:00"},
+    {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.494, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:34+00:00"},
     {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00"},
-    {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm80", 1, 0, 1, 32, 32, 64, 7.095, "32x32x64_w2x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-22T18:22:20+00:00"},
+    {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.242, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:44+00:00"},
     {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00"},
-    {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 64, 32, 32, 8.634, "64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T16:11:27+00:00"},
+    {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 64, 32, 32, 8.679, "64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T23:24:24+00:00"},
     {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 128, 64, 32, 133.968, "128x64x32_w2x2x1_s2_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T21:06:07+00:00"},
 };
 constexpr int kLayerCount = 47;
