@@ -119,3 +119,38 @@ def test_whole_number_options_below_one_are_usage_errors(option):
 
     with pytest.raises(UsageError, match=f"{option} must be at least 1"):
         bench.main(["--replay-only", option, "0"], Console())
+
+
+def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, landscape_space):
+    """The 'tuned' step on the CPU: best.yaml's kernel of each layer is compiled once and timed, and cuDNN
+    (cuBLAS on a GEMM layer) right after it; the one-run summary judges the ratios."""
+    from tuner.replay import ReplayCompiler, ReplayEvaluator
+    from tuner.results import atomic_write
+    from tuner.space import all_configs
+
+    device = device_from_dict(yaml.safe_load((RESULTS / "bench.yaml").read_text())["device"])
+    layer = layers["conv_1"]
+    record = sm80_record("conv_1", layer.problem)
+    config = next(c for c in all_configs(landscape_space, layer.problem) if c.name in record
+                  and record[c.name].status is Status.ok)
+    atomic_write(tmp_path / "best.yaml", yaml.safe_dump({"layers": {"conv_1": {
+        "family": "sm80", "params": config.search_params, "runtime_us": 1.0}}}))
+
+    class Evaluator(ReplayEvaluator):
+        def evaluate(self, binary, problem, launch, seed=0):
+            return super().evaluate(binary, problem, launch)
+
+    class Worker:
+        def request(self, payload):
+            return {"cudnn_us": record[config.name].median_us / 2, "cudnn_version": 91900}
+
+    measured = {"cudnn": {}, "cublas": {}}
+    saves = []
+    bench.measure_tuned([layer, layers["r50_s4_3x3_b32"]], tmp_path, device, ReplayCompiler(), Evaluator(record),
+                        Worker(), measured, Console(file=open(tmp_path / "log", "w")), lambda: saves.append(1))
+    row = measured["one_run"]["conv_1"]
+    assert row["tuned_us"] == round(record[config.name].median_us, 3) and row["kernel"] == config.name
+    assert measured["cudnn"]["conv_1"] == row["cudnn_us"] == record[config.name].median_us / 2
+    assert "r50_s4_3x3_b32" not in measured["one_run"] and saves == [1]  # no entry: not timed
+    [line] = bench.one_run_summary(measured)
+    assert "geometric mean 2.000 over 1 layers" in line and "above 1.25: conv_1 2.00" in line
