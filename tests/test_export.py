@@ -18,15 +18,19 @@ PROBLEMS = {
     "sm80": ConvProblem(n=1, h=32, w=32, c=3, k=32, r=3, s=3, pad=1),
     "sm90_conv": ConvProblem(n=32, h=28, w=28, c=3, k=128, r=3, s=3, pad=1),
     "sm90_gemm": ConvProblem(n=32, h=28, w=28, c=20, k=128, r=1, s=1),
+    "sm90_s2d": ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2),
 }
 PARAMS = {
     "sm80": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "optimized", "split_k": 3},
     "sm90_conv": {"tile": "128x64x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"},
     "sm90_gemm": {"tile": "256x128x64", "cluster": "1x2x1", "schedule": "cooperative", "scheduler": "stream_k",
                   "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2},
+    "sm90_s2d": {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
 }
-LAYER_OF = {"sm80": "layer_sm80", "sm90_conv": "layer-sm90-conv", "sm90_gemm": "layer.sm90.gemm"}
-RUNNERS = {"sm80": "Sm80Runner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm90GemmRunner"}
+LAYER_OF = {"sm80": "layer_sm80", "sm90_conv": "layer-sm90-conv", "sm90_gemm": "layer.sm90.gemm",
+            "sm90_s2d": "stem"}
+RUNNERS = {"sm80": "Sm80Runner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm90GemmRunner",
+           "sm90_s2d": "Sm90S2dRunner"}
 EVIL = 'x"; int evil = 1; //\n#error injected \\'
 
 
@@ -110,8 +114,8 @@ def test_each_familys_includes_once(header):
 
 def test_one_row_per_layer_with_its_family(header):
     rows = rows_of(header)
-    assert len(rows) == 3
-    assert "constexpr int kLayerCount = 3;" in header
+    assert len(rows) == len(LAYER_OF)
+    assert f"constexpr int kLayerCount = {len(LAYER_OF)};" in header
     by_name = {strip_literals(row)[1][0]: row for row in rows}
     assert set(by_name) == set(LAYER_OF.values())
     for family, layer in LAYER_OF.items():
@@ -128,11 +132,12 @@ def test_rows_carry_the_launch_arguments(header):
     assert numbers["layer_sm80"] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
     assert numbers["layer-sm90-conv"] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
     assert numbers["layer.sm90.gemm"] == [32, 28, 28, 20, 128, 1, 1, 0, 1, 1, 24, 2, 2, 4, 256, 128, 64]
+    assert numbers["stem"] == [32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, 1, 0, 1, 128, 64, 16]  # the fold pads C
 
 
 def test_for_each_layer_macro(header):
     assert re.findall(r"X\((\w+)_runner, (\d+)\)", header) == [
-        ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2")]  # sorted by layer name
+        ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2"), ("stem", "3")]  # by layer name
     assert "namespace nvidia_h100_80gb_hbm3 {" in header
     assert "CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X)" in header
     assert "constexpr int kComputeCapability = 90;" in header and "constexpr int kSmCount = 132;" in header

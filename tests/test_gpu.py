@@ -158,6 +158,8 @@ def test_short_conv_1_study_writes_best_yaml(tmp_path):
 
 CONV_3X3 = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
 GEMM_1X1 = ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1)
+STEM = ConvProblem(n=2, h=32, w=32, c=3, k=64, r=7, s=7, pad=3, stride=2)
+ODD_STRIDED = ConvProblem(n=3, h=17, w=15, c=4, k=32, r=3, s=3, pad=1, stride=2)
 SM90_CASES = {
     "sm90_conv": ("sm90_conv", CONV_3X3, {"tile": "64x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}),
     "sm90_conv_cluster": ("sm90_conv", CONV_3X3, {"tile": "128x128x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"}),
@@ -170,6 +172,9 @@ SM90_CASES = {
     "sm90_gemm_pingpong": ("sm90_gemm", GEMM_1X1, {"tile": "64x128x64", "cluster": "1x2x1", "schedule": "pingpong",
                                       "scheduler": "persistent", "epilogue": "nosmem", "stages": 0, "raster": 2,
                                       "swizzle": 2, "split_k": 1}),
+    "sm90_s2d": ("sm90_s2d", STEM, {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}),
+    "sm90_s2d_odd": ("sm90_s2d", ODD_STRIDED, {"tile": "64x32x16", "cluster": "2x1x1", "stages": 6,
+                                               "epilogue": "nosmem"}),
 }
 
 
@@ -208,10 +213,10 @@ def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
     assert evaluation.attributes.dynamic_smem_bytes > 0 and evaluation.measurement.median_us > 0
 
 
-@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k"])
+@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k", "sm90_s2d"])
 def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker):
-    """sm90_conv is handed dilation 2 (every output written, wrong pixels); sm90_gemm half the batch
-    (half the outputs never written). Both must be rejected; on the true problem they pass."""
+    """sm90_conv is handed dilation 2 (every output written, wrong pixels); sm90_gemm and sm90_s2d half
+    the batch (half the outputs never written). All must be rejected; on the true problem they pass."""
     from tuner.families import registry
 
     problem, config = sm90_config(case)

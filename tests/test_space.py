@@ -133,8 +133,8 @@ def test_a_family_refuses_its_own_bad_values_through_load_space(tmp_path):
 
 def test_joint_space(spaces):
     joint = JointSpace(tuple(spaces.values()))
-    assert joint.families == ("sm80", "sm90_conv", "sm90_gemm")
-    assert joint.key == "families=sm80+sm90_conv+sm90_gemm"
+    assert joint.families == ("sm80", "sm90_conv", "sm90_gemm", "sm90_s2d")
+    assert joint.key == "families=sm80+sm90_conv+sm90_gemm+sm90_s2d"
     assert joint.size == sum(s.size for s in spaces.values())
     for family, space in spaces.items():
         assert joint.space(family) is space

@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py",
         description="Find the fastest correct CUTLASS conv2d fprop kernel per layer on this GPU, searching every "
-                    "kernel family the GPU can run (sm80: CUTLASS 2.x; sm90_conv: 3.x TMA + wgmma implicit GEMM; "
-                    "sm90_gemm: 3.x GEMM for 1x1 stride-1 layers) in one study per layer. "
+                    "kernel family the GPU can run and the layer allows ("
+                    + "; ".join(f"{family.name}: {family.summary}" for family in registry.families().values())
+                    + ") in one study per layer. "
                     "Other commands: `tune.py diagnose REPORT` explains an ncu report; `tune.py export` writes "
                     "results/<gpu>/best_configs.h for a C++ build.")
     target = parser.add_mutually_exclusive_group()

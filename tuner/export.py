@@ -134,7 +134,7 @@ def render_header(document: dict) -> str:
         nvcc=cpp_string(toolchain.get("nvcc", "")), cutlass=cpp_string(toolchain.get("cutlass", "")),
         driver=cpp_string(toolchain.get("driver", "")),
         includes=include_lines(includes), problem=problem_struct(),
-        runners="\n".join(piece.runner for piece in pieces),
+        runners="\n".join(dict.fromkeys(source for piece in pieces for source in piece.runners)),
         aliases="\n".join(aliases), rows="\n".join(rows), layer_count=len(rows),
         for_each=" \\\n".join(for_each),
     )

@@ -10,11 +10,16 @@ from pathlib import Path
 import optuna
 
 from tuner.costmodel import measured_ceilings
+from tuner.families import registry
 from tuner.problem import problem_from_dict
 from tuner.results import ResultsError, default_storage, gpu_dir, gpu_slugs, read_best
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
+
+
+def family_colour(family: str) -> str:
+    return registry.get(family).plot_colour if family in registry.names() else "tab:gray"
 
 
 def _pyplot():
@@ -35,7 +40,6 @@ def _retitle(axes, title: str) -> None:
     axes.set_title(title)
 
 
-FAMILY_COLOURS = {"sm80": "tab:blue", "sm90_conv": "tab:orange", "sm90_gemm": "tab:purple"}
 
 
 def family_study(study: optuna.Study, family: str) -> optuna.Study:
@@ -103,11 +107,11 @@ def summary_plot(best: dict, ceilings, path: Path) -> Path:
         shares.append(100 * floor_us / entry["runtime_us"])
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(14, 8))
     families = [entry.get("family", "sm80") for entry in entries]
-    colours = [FAMILY_COLOURS.get(family, "tab:gray") for family in families]
+    colours = [family_colour(family) for family in families]
     top.bar(range(len(names)), runtime, color=colours)
     from matplotlib.patches import Patch
 
-    top.legend(handles=[Patch(color=FAMILY_COLOURS.get(family, "tab:gray"), label=family)
+    top.legend(handles=[Patch(color=family_colour(family), label=family)
                         for family in sorted(set(families))], title="kernel family")
     top.set_ylabel("µs (tuned)")
     top.set_yscale("log")

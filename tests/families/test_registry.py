@@ -26,7 +26,7 @@ THREE_BY_THREE = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
 
 
 def test_names():
-    assert registry.names() == ("sm80", "sm90_conv", "sm90_gemm")
+    assert registry.names() == ("sm80", "sm90_conv", "sm90_gemm", "sm90_s2d")
     assert tuple(registry.families()) == registry.names()
 
 
@@ -47,7 +47,7 @@ def test_get_unknown_family():
 
 
 def test_eligible_on_h100():
-    assert tuple(registry.eligible(H100)) == ("sm80", "sm90_conv", "sm90_gemm")
+    assert tuple(registry.eligible(H100)) == ("sm80", "sm90_conv", "sm90_gemm", "sm90_s2d")
 
 
 def test_eligible_on_a100():
@@ -71,14 +71,21 @@ def test_why_not_for_a_3x3_layer():
 
 
 def test_why_not_for_a_1x1_layer():
-    for name in registry.names():
+    for name in ("sm80", "sm90_conv", "sm90_gemm"):
         assert registry.why_not(registry.get(name), ONE_BY_ONE, H100) is None, name
+    assert "stride 1 has nothing to fold" in registry.why_not(registry.get("sm90_s2d"), ONE_BY_ONE, H100)
+
+
+def test_why_not_for_the_stem():
+    stem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
+    assert [name for name in registry.names() if registry.why_not(registry.get(name), stem, H100) is None] == [
+        "sm80", "sm90_conv", "sm90_s2d"]
 
 
 def test_why_not_names_the_device_first():
-    for name in ("sm90_conv", "sm90_gemm"):
+    for name in ("sm90_conv", "sm90_gemm", "sm90_s2d"):
         reason = registry.why_not(registry.get(name), THREE_BY_THREE, A100)
-        assert reason is not None and "9.0" in reason and "8.0" in reason, name
+        assert reason is not None and "9.0" in reason and "8.0" in reason and name in reason, name
     assert registry.why_not(registry.get("sm80"), ONE_BY_ONE, A100) is None
 
 
@@ -87,6 +94,7 @@ PARAMS = {
     "sm90_conv": {"tile": "128x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
     "sm90_gemm": {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "scheduler": "persistent",
                   "epilogue": "tma", "stages": 0, "raster": 0, "swizzle": 1, "split_k": 1},
+    "sm90_s2d": {"tile": "128x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
 }
 
 

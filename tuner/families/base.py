@@ -219,11 +219,16 @@ def read_template(path: Path) -> Template:
 class CppPieces:
     """A family's C++: the headers its kernels need, its runner (plain C++ that binds a kernel type
     to the tuner's problem array: can_implement, workspace, grid, attributes, initialize, run) and
-    the class template's name."""
+    the class template's name. `runners` holds the runner's source after those it is built on (another
+    family's): a header emits each source once."""
 
     includes: tuple[str, ...]
-    runner: str
+    runners: tuple[str, ...]
     runner_class: str
+
+    @property
+    def runner(self) -> str:
+        return "\n".join(self.runners)
 
 
 class Family(abc.ABC):
@@ -236,6 +241,7 @@ class Family(abc.ABC):
     knobs: tuple[str, ...] = ()
     # Whether several kernels may be compiled in one translation unit: the family's device symbols must
     # hold the alias (a named `<alias>_detail` type) so that ptxas's report can be told apart.
+    plot_colour: str = "tab:gray"  # its bars in the plots
     groupable: bool = False
 
     # --- where it runs -----------------------------------------------------------------------------

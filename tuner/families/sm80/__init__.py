@@ -14,6 +14,7 @@ from tuner.problem import ConvProblem
 class Sm80Family(Family):
     name = space.FAMILY
     summary = "CUTLASS 2.x implicit GEMM (cp.async + mma.sync), sm_80 and later"
+    plot_colour = "tab:blue"
     folder = Path(__file__).parent
     knobs = ("tile", "warps", "stages", "swizzle", "iterator", "split_k")
 

@@ -47,4 +47,4 @@ def kernel_alias(config: Sm80Config, alias: str) -> str:
 
 
 def cpp_pieces() -> CppPieces:
-    return CppPieces(INCLUDES, (TEMPLATES / "runner.h").read_text(), "Sm80Runner")
+    return CppPieces(INCLUDES, ((TEMPLATES / "runner.h").read_text(),), "Sm80Runner")

@@ -14,6 +14,7 @@ from tuner.problem import ConvProblem
 class Sm90ConvFamily(Family):
     name = space.FAMILY
     summary = "CUTLASS 3.x implicit GEMM (TMA im2col + wgmma), sm_90a only"
+    plot_colour = "tab:orange"
     folder = Path(__file__).parent
     groupable = True
     knobs = ("tile", "cluster", "stages", "epilogue")
@@ -52,13 +53,13 @@ class Sm90ConvFamily(Family):
         return codegen.cpp_pieces()
 
     def cost_terms(self, config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
-        return costmodel.cost_terms(config, problem, device)
+        return costmodel.cost_terms(config, self.kernel_problem(problem), device)
 
     def prior_order(self, config: Sm90ConvConfig, problem: ConvProblem) -> int | None:
         return costmodel.prior_order(config, problem)
 
     def launch_shape(self, config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
-        padded = space.kernel_problem(problem)
+        padded = self.kernel_problem(problem)
         m, n, _ = padded.gemm_mnk
         tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
         return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k), filter_taps=padded.r * padded.s,

@@ -48,4 +48,4 @@ def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
 
 
 def cpp_pieces() -> CppPieces:
-    return CppPieces(INCLUDES, (TEMPLATES / "runner.h").read_text(), "Sm90ConvRunner")
+    return CppPieces(INCLUDES, ((TEMPLATES / "runner.h").read_text(),), "Sm90ConvRunner")

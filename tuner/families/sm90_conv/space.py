@@ -115,14 +115,15 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def parse_space(document: object) -> SearchSpace:
-    document = check_keys(FAMILY, document, {"family", "tile", "cluster", "stages", "epilogue"})
-    return SearchSpace(FAMILY, (
-        ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
-        ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
-        ("stages", int_list(FAMILY, "stages", document["stages"], lambda v: v == 0 or 2 <= v <= 32,
+def parse_space(document: object, family: str = FAMILY) -> SearchSpace:
+    """`family`: this family's name, or that of a family built on its kernel (sm90_s2d)."""
+    document = check_keys(family, document, {"family", "tile", "cluster", "stages", "epilogue"})
+    return SearchSpace(family, (
+        ("tile", tuple(t.text for t in shape_list(family, "tile", document["tile"]))),
+        ("cluster", tuple(c.text for c in shape_list(family, "cluster", document["cluster"]))),
+        ("stages", int_list(family, "stages", document["stages"], lambda v: v == 0 or 2 <= v <= 32,
                             "0 for auto, or 2 to 32")),
-        ("epilogue", tuple(e.value for e in enum_list(FAMILY, "epilogue", document["epilogue"], Epilogue))),
+        ("epilogue", tuple(e.value for e in enum_list(family, "epilogue", document["epilogue"], Epilogue))),
     ))
 
 

@@ -15,6 +15,7 @@ from tuner.problem import ConvProblem
 class Sm90GemmFamily(Family):
     name = space.FAMILY
     summary = "CUTLASS 3.x GEMM (TMA + wgmma) for 1x1 stride-1 layers, sm_90a only"
+    plot_colour = "tab:purple"
     folder = Path(__file__).parent
     groupable = True
     knobs = ("tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle", "split_k")

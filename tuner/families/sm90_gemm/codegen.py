@@ -63,4 +63,4 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
 
 
 def cpp_pieces() -> CppPieces:
-    return CppPieces(INCLUDES, (TEMPLATES / "runner.h").read_text(), "Sm90GemmRunner")
+    return CppPieces(INCLUDES, ((TEMPLATES / "runner.h").read_text(),), "Sm90GemmRunner")

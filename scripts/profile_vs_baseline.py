@@ -1,0 +1,113 @@
+"""Profile a layer's best.yaml kernel and the library it is judged against (cuDNN through torch's conv2d,
+or cuBLAS through torch.matmul on a 1x1 stride-1 layer) under Nsight Compute with the same sections, and
+print them side by side: every kernel each one launches, its time, grid, cluster, throughputs and pipes.
+For the closing notes of layers that miss a goal ("what limits it, from a profile"). Needs the GPU, ncu
+and a compiled kernel (it compiles into the tuner's cache when missing). Never time anything with this.
+
+usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR]"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tuner.bench import is_gemm_layer  # noqa: E402
+from tuner.compile import Compiler  # noqa: E402
+from tuner.device import device_from_dict  # noqa: E402
+from tuner.evaluate import WorkerProcess, query_device_facts  # noqa: E402
+from tuner.families import registry  # noqa: E402
+from tuner.messages import EvaluateRequest  # noqa: E402
+from tuner.problem import load_layers  # noqa: E402
+from tuner.results import gpu_dir, read_best  # noqa: E402
+from tuner.space import make_config  # noqa: E402
+from tuner.worker import worker_env  # noqa: E402
+
+SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis")
+SHOWN = ("Duration", "Grid Size", "Cluster Size", "Block Size", "Registers Per Thread", "Compute (SM) Throughput",
+         "Memory Throughput", "DRAM Throughput", "Achieved Occupancy", "Waves Per SM", "Issue Slots Busy",
+         "SM Busy")
+BASELINE = """
+import torch
+torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+n, h, w, c, k, r, s, pad, stride, gemm = {args}
+if gemm:
+    a = torch.randn(n * h * w, c, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, c, device="cuda", dtype=torch.float16)
+    run = lambda: torch.matmul(a, b.t())
+else:
+    x = torch.randn(n, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    wt = torch.randn(k, c, r, s, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    run = lambda: torch.nn.functional.conv2d(x, wt, stride=stride, padding=pad)
+for _ in range(3):
+    run()  # cuDNN's heuristics and workspace settle outside the profiled range
+torch.cuda.synchronize()
+torch.cuda.profiler.start()
+run()
+torch.cuda.synchronize()
+torch.cuda.profiler.stop()
+"""
+
+
+def ncu(command: list[str], report: Path, *options: str) -> list[dict]:
+    full = [shutil.which("ncu") or "ncu", "--csv", "--page", "details", *(f"--section={s}" for s in SECTIONS),
+            "--clock-control", "none", "--kernel-name-base", "demangled", *options, "--log-file", str(report),
+            *command]
+    subprocess.run(full, capture_output=True, text=True, env=worker_env(dict(os.environ)), timeout=600)
+    rows = list(csv.DictReader(io.StringIO(report.read_text()))) if report.exists() else []
+    kernels: dict[str, dict] = {}
+    for row in rows:
+        if "Metric Name" not in row:
+            continue
+        key = f"{row.get('ID')} {row.get('Kernel Name', '')[:150]}"
+        kernels.setdefault(key, {})[row["Metric Name"]] = f"{row.get('Metric Value')} {row.get('Metric Unit', '')}".strip()
+    return [{"kernel": key, **{name: metrics[name] for name in SHOWN if name in metrics}}
+            for key, metrics in kernels.items()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("layers", nargs="+")
+    parser.add_argument("--out", type=Path, default=Path("profiles"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    worker = WorkerProcess(timeout_s=120)
+    device = device_from_dict(query_device_facts(worker))
+    worker.close()
+    table = load_layers(REPO / "search_spaces" / "layers.yaml")
+    best = read_best(gpu_dir(REPO / "results", device.slug))["layers"]
+    found = {}
+    for name in args.layers:
+        layer, entry = table[name], best[name]
+        config = make_config(layer.problem, entry["family"], entry["params"])
+        [compiled] = Compiler(device).compile_many([config])
+        launch = registry.family_of(config).launch_args(config, layer.problem)
+        request = EvaluateRequest(str(compiled.binary.path), compiled.binary.index, layer.problem, launch, seed=1,
+                                  validate_only=True).to_dict()
+        p = layer.problem
+        gemm = is_gemm_layer(p)
+        snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, gemm))
+        found[name] = {
+            "tuned": {"kernel": config.name, "runtime_us": entry["runtime_us"],
+                      "launches": ncu([sys.executable, "-m", "tuner.worker", "--once", json.dumps(request)],
+                                      args.out / f"{name}.tuned.csv", "-k", "regex:device_kernel|Implicit|fold",
+                                      "--launch-count", "2")},
+            "cuBLAS" if gemm else "cuDNN": {
+                "launches": ncu([sys.executable, "-c", snippet], args.out / f"{name}.baseline.csv",
+                                "--profile-from-start", "off")},
+        }
+        print(json.dumps({name: found[name]}, indent=1), flush=True)
+    (args.out / "profiles.json").write_text(json.dumps(found, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

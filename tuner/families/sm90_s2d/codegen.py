@@ -1,0 +1,16 @@
+"""The sm90_s2d family's C++: sm90_conv's kernel alias, and a runner that folds the tensors around
+sm90_conv's runner (templates/runner.h)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.families.base import CppPieces
+from tuner.families.sm90_conv import codegen as conv_codegen
+
+TEMPLATES = Path(__file__).parent / "templates"
+kernel_alias = conv_codegen.kernel_alias
+
+
+def cpp_pieces() -> CppPieces:
+    conv = conv_codegen.cpp_pieces()
+    return CppPieces(conv.includes, (*conv.runners, (TEMPLATES / "runner.h").read_text()), "Sm90S2dRunner")

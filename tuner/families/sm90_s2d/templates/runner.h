@@ -1,0 +1,137 @@
+// Binds an sm90_conv kernel, run on a space-to-depth fold, to the tuner's problem array (the sm90_s2d
+// family). A stride-s conv over C channels is the stride-1 conv over s*s*C channels of the input folded
+// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad, j*s + b - pad, c], zero outside the image and in the
+// channels padded up to a multiple of 8; the filter folds the same way with pad 0 (taps past R or S zero).
+// run() folds the activations, then runs the conv; initialize() folds the filter once, as an inference
+// build does with its constant weights. Both folds live in the workspace.
+namespace tuner_s2d {
+
+struct Fold {
+  int n, h, w, c;   // the source, NHWC (or a KRSC filter)
+  int stride, pad;
+  int h2, w2, c2;   // the folded tensor: n x h2 x w2 x c2, c2 a multiple of 8
+};
+
+// One thread writes 8 folded channels of one pixel: a 16-byte store.
+template <typename T>
+__global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold f) {
+  const int groups = f.c2 / 8;
+  const int total = f.n * f.h2 * f.w2 * groups;
+  const int used = f.stride * f.stride * f.c;
+  for (int index = blockIdx.x * blockDim.x + threadIdx.x; index < total; index += gridDim.x * blockDim.x) {
+    const int group = index % groups;
+    int pixel = index / groups;
+    const int j = pixel % f.w2;
+    pixel /= f.w2;
+    const int i = pixel % f.h2;
+    const int image = pixel / f.h2;
+    alignas(16) T values[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int channel = group * 8 + e;
+      T value = T(0);
+      if (channel < used) {
+        const int a = channel / (f.stride * f.c), b = (channel / f.c) % f.stride, source_c = channel % f.c;
+        const int y = i * f.stride + a - f.pad, x = j * f.stride + b - f.pad;
+        if (y >= 0 && y < f.h && x >= 0 && x < f.w) {
+          value = source[((int64_t(image) * f.h + y) * f.w + x) * f.c + source_c];
+        }
+      }
+      values[e] = value;
+    }
+    reinterpret_cast<uint4 *>(folded)[index] = *reinterpret_cast<const uint4 *>(values);
+  }
+}
+
+inline size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace tuner_s2d
+
+template <typename Conv>
+class Sm90S2dRunner {
+  using Inner = Sm90ConvRunner<Conv>;
+  using Element = typename Inner::ElementA;
+  static_assert(sizeof(Element) == 2, "the fold writes 8 elements per 16-byte store");
+
+ public:
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0) {
+      return cutlass::Status::kErrorInvalidProblem;
+    }
+    if (p.stride < 2 || p.dilation != 1 || p.split_k != 1) return cutlass::Status::kErrorNotSupported;
+    const int P = (p.h + 2 * p.pad - p.r) / p.stride + 1;
+    const int Q = (p.w + 2 * p.pad - p.s) / p.stride + 1;
+    if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
+    const Fold32 sizes = sizes_of(p);
+    if (sizes.activations >= (int64_t(1) << 31) / 8 || sizes.filter >= (int64_t(1) << 31) / 8) {
+      return cutlass::Status::kErrorNotSupported;  // the fold indexes 8-channel groups in int
+    }
+    return Inner::can_implement(folded(p));
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    const Fold32 sizes = sizes_of(p);
+    return tuner_s2d::round_up(size_t(sizes.activations) * 8 * sizeof(Element)) +
+           tuner_s2d::round_up(size_t(sizes.filter) * 8 * sizeof(Element)) + Inner::workspace_bytes(folded(p));
+  }
+
+  static void grid(const TunerProblem &p, int32_t *grid) { Inner::grid(folded(p), grid); }
+
+  static cudaError_t attributes(int32_t *attrs) { return Inner::attributes(attrs); }
+
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
+                             cudaStream_t stream) {
+    if (workspace == nullptr) return cutlass::Status::kErrorWorkspaceNull;
+    const TunerProblem kernel = folded(p);
+    const Fold32 sizes = sizes_of(p);
+    char *base = static_cast<char *>(workspace);
+    Element *x2 = reinterpret_cast<Element *>(base);
+    base += tuner_s2d::round_up(size_t(sizes.activations) * 8 * sizeof(Element));
+    Element *w2 = reinterpret_cast<Element *>(base);
+    base += tuner_s2d::round_up(size_t(sizes.filter) * 8 * sizeof(Element));
+    activations_ = {p.n, p.h, p.w, p.c, p.stride, p.pad, kernel.h, kernel.w, kernel.c};
+    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride, 0, kernel.r, kernel.s, kernel.c};
+    x_ = static_cast<const Element *>(x);
+    x2_ = x2;
+    blocks_ = blocks_for(sizes.activations);
+    tuner_s2d::fold<<<blocks_for(sizes.filter), kThreads, 0, stream>>>(static_cast<const Element *>(w), w2, filter);
+    if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
+    return inner_.initialize(kernel, x2, w2, y, base, stream);
+  }
+
+  cutlass::Status run(cudaStream_t stream) {
+    tuner_s2d::fold<<<blocks_, kThreads, 0, stream>>>(x_, x2_, activations_);
+    if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
+    return inner_.run(stream);
+  }
+
+ private:
+  using Fold = tuner_s2d::Fold;
+  static constexpr int kThreads = 256;
+  struct Fold32 { int64_t activations, filter; };  // 8-channel groups of each folded tensor
+
+  static int blocks_for(int64_t groups) {
+    return int(std::min<int64_t>((groups + kThreads - 1) / kThreads, int64_t(1) << 16));
+  }
+
+  // The stride-1 problem the conv kernel runs: ceil(R/s) x ceil(S/s) taps over s*s*C channels (padded to
+  // a multiple of 8), unpadded, on a folded input of P + R' - 1 rows, so its output is the layer's.
+  static TunerProblem folded(const TunerProblem &p) {
+    const int r2 = (p.r + p.stride - 1) / p.stride, s2 = (p.s + p.stride - 1) / p.stride;
+    const int c2 = (p.stride * p.stride * p.c + 7) / 8 * 8;
+    const int32_t values[16] = {p.n, p.p + r2 - 1, p.q + s2 - 1, c2, p.k, r2, s2, 0, 1, 1,
+                                1, p.p, p.q, p.raster, p.swizzle, 0};
+    return TunerProblem(values);
+  }
+
+  static Fold32 sizes_of(const TunerProblem &p) {
+    const TunerProblem kernel = folded(p);
+    return {int64_t(kernel.n) * kernel.h * kernel.w * (kernel.c / 8), int64_t(kernel.k) * kernel.r * kernel.s * (kernel.c / 8)};
+  }
+
+  Inner inner_;
+  Fold activations_{};
+  const Element *x_ = nullptr;
+  Element *x2_ = nullptr;
+  int blocks_ = 1;
+};
