@@ -62,12 +62,18 @@ def ncu(command: list[str], report: Path, *options: str) -> list[dict]:
             "--clock-control", "none", "--kernel-name-base", "demangled", *options, "--log-file", str(report),
             *command]
     subprocess.run(full, capture_output=True, text=True, env=worker_env(dict(os.environ)), timeout=600)
-    rows = list(csv.DictReader(io.StringIO(report.read_text()))) if report.exists() else []
+    return launches(report.read_text() if report.exists() else "")
+
+
+def launches(text: str) -> list[dict]:
+    """Each kernel launch of an ncu --csv details report (ncu's own ==PROF== lines before the header skipped)."""
+    start = text.find('"ID",')
+    rows = list(csv.DictReader(io.StringIO(text[start:]))) if start >= 0 else []
     kernels: dict[str, dict] = {}
     for row in rows:
         if "Metric Name" not in row:
             continue
-        key = f"{row.get('ID')} {row.get('Kernel Name', '')[:150]}"
+        key = f"{row.get('ID')} {row.get('Kernel Name', '')[:150]} grid {row.get('Grid Size')} block {row.get('Block Size')}"
         kernels.setdefault(key, {})[row["Metric Name"]] = f"{row.get('Metric Value')} {row.get('Metric Unit', '')}".strip()
     return [{"kernel": key, **{name: metrics[name] for name in SHOWN if name in metrics}}
             for key, metrics in kernels.items()]

@@ -12,34 +12,38 @@ struct Fold {
   int h2, w2, c2;   // the folded tensor: n x h2 x w2 x c2, c2 a multiple of 8
 };
 
-// One thread writes 8 folded channels of one pixel: a 16-byte store.
+// One thread folds one pixel: all c2 channels, in 16-byte stores, walking the source taps (a, b) and
+// channels c with counters (a first version divided per element and took 36 us on the batch-32 stem,
+// compute-bound on the integer divisions, ncu).
 template <typename T>
 __global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold f) {
-  const int groups = f.c2 / 8;
-  const int total = f.n * f.h2 * f.w2 * groups;
-  const int used = f.stride * f.stride * f.c;
-  for (int index = blockIdx.x * blockDim.x + threadIdx.x; index < total; index += gridDim.x * blockDim.x) {
-    const int group = index % groups;
-    int pixel = index / groups;
+  const int pixels = f.n * f.h2 * f.w2;
+  for (int pixel = blockIdx.x * blockDim.x + threadIdx.x; pixel < pixels; pixel += gridDim.x * blockDim.x) {
     const int j = pixel % f.w2;
-    pixel /= f.w2;
-    const int i = pixel % f.h2;
-    const int image = pixel / f.h2;
-    alignas(16) T values[8];
+    const int rest = pixel / f.w2;
+    const int i = rest % f.h2;
+    const int image = rest / f.h2;
+    const int top = i * f.stride - f.pad, left = j * f.stride - f.pad;
+    const T *image_base = source + int64_t(image) * f.h * f.w * f.c;
+    uint4 *out = reinterpret_cast<uint4 *>(folded + int64_t(pixel) * f.c2);
+    int a = 0, b = 0, c = 0;  // the source tap and channel of the next folded channel
+    for (int group = 0; group < f.c2 / 8; ++group) {
+      alignas(16) T values[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int channel = group * 8 + e;
-      T value = T(0);
-      if (channel < used) {
-        const int a = channel / (f.stride * f.c), b = (channel / f.c) % f.stride, source_c = channel % f.c;
-        const int y = i * f.stride + a - f.pad, x = j * f.stride + b - f.pad;
-        if (y >= 0 && y < f.h && x >= 0 && x < f.w) {
-          value = source[((int64_t(image) * f.h + y) * f.w + x) * f.c + source_c];
+      for (int e = 0; e < 8; ++e) {
+        const int y = top + a, x = left + b;
+        T value = T(0);
+        if (a < f.stride && y >= 0 && y < f.h && x >= 0 && x < f.w) {
+          value = image_base[(int64_t(y) * f.w + x) * f.c + c];
+        }
+        values[e] = value;
+        if (++c == f.c) {
+          c = 0;
+          if (++b == f.stride) { b = 0; ++a; }
         }
       }
-      values[e] = value;
+      out[group] = *reinterpret_cast<const uint4 *>(values);
     }
-    reinterpret_cast<uint4 *>(folded)[index] = *reinterpret_cast<const uint4 *>(values);
   }
 }
 
@@ -63,16 +67,17 @@ class Sm90S2dRunner {
     const int Q = (p.w + 2 * p.pad - p.s) / p.stride + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     const Fold32 sizes = sizes_of(p);
-    if (sizes.activations >= (int64_t(1) << 31) / 8 || sizes.filter >= (int64_t(1) << 31) / 8) {
-      return cutlass::Status::kErrorNotSupported;  // the fold indexes 8-channel groups in int
+    if (sizes.activations >= (int64_t(1) << 31) || sizes.filter >= (int64_t(1) << 31)) {
+      return cutlass::Status::kErrorNotSupported;  // the fold indexes pixels in int
     }
     return Inner::can_implement(folded(p));
   }
 
   static size_t workspace_bytes(const TunerProblem &p) {
     const Fold32 sizes = sizes_of(p);
-    return tuner_s2d::round_up(size_t(sizes.activations) * 8 * sizeof(Element)) +
-           tuner_s2d::round_up(size_t(sizes.filter) * 8 * sizeof(Element)) + Inner::workspace_bytes(folded(p));
+    return tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element)) +
+           tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element)) +
+           Inner::workspace_bytes(folded(p));
   }
 
   static void grid(const TunerProblem &p, int32_t *grid) { Inner::grid(folded(p), grid); }
@@ -86,9 +91,9 @@ class Sm90S2dRunner {
     const Fold32 sizes = sizes_of(p);
     char *base = static_cast<char *>(workspace);
     Element *x2 = reinterpret_cast<Element *>(base);
-    base += tuner_s2d::round_up(size_t(sizes.activations) * 8 * sizeof(Element));
+    base += tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element));
     Element *w2 = reinterpret_cast<Element *>(base);
-    base += tuner_s2d::round_up(size_t(sizes.filter) * 8 * sizeof(Element));
+    base += tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element));
     activations_ = {p.n, p.h, p.w, p.c, p.stride, p.pad, kernel.h, kernel.w, kernel.c};
     const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride, 0, kernel.r, kernel.s, kernel.c};
     x_ = static_cast<const Element *>(x);
@@ -108,10 +113,10 @@ class Sm90S2dRunner {
  private:
   using Fold = tuner_s2d::Fold;
   static constexpr int kThreads = 256;
-  struct Fold32 { int64_t activations, filter; };  // 8-channel groups of each folded tensor
+  struct Fold32 { int64_t activations, filter, channels; };  // pixels of each folded tensor; their channels
 
-  static int blocks_for(int64_t groups) {
-    return int(std::min<int64_t>((groups + kThreads - 1) / kThreads, int64_t(1) << 16));
+  static int blocks_for(int64_t pixels) {
+    return int(std::min<int64_t>((pixels + kThreads - 1) / kThreads, int64_t(1) << 16));
   }
 
   // The stride-1 problem the conv kernel runs: ceil(R/s) x ceil(S/s) taps over s*s*C channels (padded to
@@ -126,7 +131,7 @@ class Sm90S2dRunner {
 
   static Fold32 sizes_of(const TunerProblem &p) {
     const TunerProblem kernel = folded(p);
-    return {int64_t(kernel.n) * kernel.h * kernel.w * (kernel.c / 8), int64_t(kernel.k) * kernel.r * kernel.s * (kernel.c / 8)};
+    return {int64_t(kernel.n) * kernel.h * kernel.w, int64_t(kernel.k) * kernel.r * kernel.s, kernel.c};
   }
 
   Inner inner_;
