@@ -449,6 +449,10 @@ class Sm90S2dRunner {
   static_assert(sizeof(Element) == 2, "the fold writes 8 elements per 16-byte store");
 
  public:
+  using ElementA = typename Inner::ElementA;
+  using ElementB = typename Inner::ElementB;
+  using ElementC = typename Inner::ElementC;
+
   static cutlass::Status can_implement(const TunerProblem &p) {
     if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0) {
       return cutlass::Status::kErrorInvalidProblem;
