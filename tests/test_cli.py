@@ -138,7 +138,9 @@ def test_list_layers_says_which_families_can_run_each(tmp_path):
     (["--shape", "1,16,16,32,20,3,3,1", "--family", "sm90_conv"], ["K=20", "pad K to 24"]),
     (["--layer", "conv_1", "--family", "sm80", "--space-file", "search_spaces/sm90_conv.yaml"],
      ["--space-file for sm90_conv", "add it to --family"]),
-    (["--layer", "conv_1", "--space-file", "search_spaces"], ["search space search_spaces", "cannot be read"]),
+    (["--layer", "conv_1", "--space-file", "search_spaces"], ["search space search_spaces", "is a directory"]),
+    (["--layer", "conv_1", "--timeout", "inf"], ["--timeout must be more than 0 and at most 86400", "got inf"]),
+    (["--layer", "conv_1", "--timeout", "nan"], ["--timeout", "got nan"]),
 ])
 def test_family_choices_that_cannot_run_are_one_line(tmp_path, args, words):
     result = tune(*args, tmp_path=tmp_path)

@@ -97,7 +97,7 @@ def test_an_unknown_family_is_refused(tmp_path):
 
 def test_a_directory_is_refused(tmp_path):
     message = one_line_error(tmp_path)
-    assert "cannot be read" in message and "IsADirectoryError" in message
+    assert "is a directory" in message and "pass a YAML file" in message
 
 
 @pytest.mark.parametrize("content, words", [

@@ -36,6 +36,9 @@ class UsageError(Exception):
     """Bad input: one line, exit code 2, nothing written."""
 
 
+MAX_TIMEOUT_S = 86400.0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py",
@@ -170,8 +173,9 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
         positive("--jobs", args.jobs)
     if args.prior < 0:
         raise UsageError(f"--prior must be 0 or more, got {args.prior}")
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout must be more than 0 seconds, got {args.timeout}")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan and inf, which the worker's waits cannot take
+        raise UsageError(f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds (a day), "
+                         f"got {args.timeout}")
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
                          cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id,

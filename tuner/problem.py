@@ -5,7 +5,7 @@ import enum
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
+from tuner.yamlfile import YamlFileError, read_yaml
 
 
 class ProblemError(ValueError):
@@ -198,15 +198,10 @@ def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
 def load_layers(path: Path) -> dict[str, Layer]:
     """Read search_spaces/layers.yaml: a `defaults` mapping and a `layers` mapping of name -> fields."""
     try:
-        document = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ProblemError(f"layer table {path} not found; pass --layers-file PATH") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ProblemError(f"layer table {path} cannot be read ({type(error).__name__}); pass a YAML file") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ProblemError(f"layer table {path} is not valid YAML{where}; fix the file") from None
+        document = read_yaml(path, "layer table")
+    except YamlFileError as error:
+        hint = "; pass --layers-file PATH" if str(error).endswith("not found") else ""
+        raise ProblemError(f"{error}{hint}") from None
     if not isinstance(document, dict) or not isinstance(document.get("layers"), dict):
         raise ProblemError(f"layer table {path} needs a top-level 'layers:' mapping")
     defaults = document.get("defaults") or {}

@@ -8,12 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import yaml
-
 from tuner.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.problem import ConvProblem
+from tuner.yamlfile import YamlFileError, read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SPACES = REPO / "search_spaces"
@@ -33,15 +32,9 @@ def landscape_space_file(family: str) -> Path:
 def load_space(path: Path) -> SearchSpace:
     """A family's space file: its `family:` key names the family that parses the rest."""
     try:
-        if path.stat().st_size > MAX_SPACE_BYTES:
-            raise SpaceError(f"search space {path} is over {MAX_SPACE_BYTES >> 20} MB: not a search space file")
-        document = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpaceError(f"search space {path} not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpaceError(f"search space {path} cannot be read ({type(error).__name__}); pass a YAML file") from None
-    except yaml.YAMLError:
-        raise SpaceError(f"search space {path} is not valid YAML") from None
+        document = read_yaml(path, "search space", MAX_SPACE_BYTES)
+    except YamlFileError as error:
+        raise SpaceError(str(error)) from None
     if not isinstance(document, dict) or not isinstance(document.get(FAMILY_PARAM), str):
         raise SpaceError(f"search space {path} must be a mapping with a 'family:' key "
                          f"({', '.join(registry.names())})")
