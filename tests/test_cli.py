@@ -149,3 +149,20 @@ def test_family_choices_that_cannot_run_are_one_line(tmp_path, args, words):
     for word in words:
         assert word in line, (word, line)
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, words", [
+    (["plots", "--gpu", "typo"], ["no ", "typo/best.yaml", "GPUs with one are none"]),
+    (["export", "--gpu", "typo"], ["typo/best.yaml", "pass --gpu"]),
+    (["export", "--gpu", "../../x"], ["GPU '../../x' is not a results folder name"]),
+    (["plots", "--gpu", "A/B"], ["GPU 'A/B' is not a results folder name"]),
+])
+def test_reading_commands_name_a_known_gpu_and_create_nothing(tmp_path, args, words):
+    results = tmp_path / "results"
+    results.mkdir()
+    result = tune(*args, "--results-dir", str(results), tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result)
+    for word in words:
+        assert word in line, (word, line)
+    assert not any(results.iterdir()) and not (tmp_path / "x").exists()

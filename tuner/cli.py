@@ -20,7 +20,7 @@ from tuner.ncu import NcuReportError
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
-from tuner.results import ResultsError, gpu_dir, gpu_slugs
+from tuner.results import ResultsError, gpu_slugs, recorded_gpu_dir
 from tuner.space import default_space_file, load_space
 from tuner.study import request_stop
 from tuner.costmodel import PRIOR_PICKS
@@ -270,7 +270,7 @@ def export_command(argv: list[str], console: Console) -> int:
     if not slugs:
         raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
     for slug in slugs:
-        console.print(f"wrote {export_header(gpu_dir(args.results_dir, slug))}")
+        console.print(f"wrote {export_header(recorded_gpu_dir(args.results_dir, slug))}")
     return 0
 
 

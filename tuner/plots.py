@@ -12,7 +12,7 @@ import optuna
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
 from tuner.problem import problem_from_dict
-from tuner.results import ResultsError, default_storage, gpu_dir, gpu_slugs, read_best
+from tuner.results import JOURNAL_FILE, ResultsError, default_storage, gpu_slugs, read_best, recorded_gpu_dir
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -115,7 +115,7 @@ def summary_plot(best: dict, ceilings, path: Path) -> Path:
                         for family in sorted(set(families))], title="kernel family")
     top.set_ylabel("µs (tuned)")
     top.set_yscale("log")
-    top.set_title(f"{best['device']['name']}: tuned conv2d fprop per layer")
+    top.set_title(f"{(best.get('device') or {}).get('name', 'unknown GPU')}: tuned conv2d fprop per layer")
     bottom.bar(range(len(names)), shares, color="tab:green")
     bottom.set_ylabel("% of roofline")
     bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
@@ -140,14 +140,19 @@ def main(argv: list[str], console) -> int:
     slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir)
     if len(slugs) != 1:
         raise ResultsError(f"say which GPU with --gpu (found {slugs or 'no results/<gpu>/best.yaml'})")
-    folder = gpu_dir(args.results_dir, slugs[0])
+    folder = recorded_gpu_dir(args.results_dir, slugs[0])
     best = read_best(folder)
-    storage = args.storage or default_storage(args.results_dir, slugs[0])
     wanted = args.layers.split(",") if args.layers else sorted(best["layers"])
     for layer in wanted:
-        entry = best["layers"].get(layer)
-        if entry is None:
+        if layer not in best["layers"]:
             raise ResultsError(f"layer {layer!r} is not in {folder / 'best.yaml'}")
+    if args.storage is None and not (folder / JOURNAL_FILE).is_file():  # reading must not create one
+        console.print(f"[yellow]no {folder / JOURNAL_FILE}: the summary only, no per-layer plots[/]")
+        wanted = []
+    else:
+        storage = args.storage or default_storage(args.results_dir, slugs[0])
+    for layer in wanted:
+        entry = best["layers"][layer]
         try:
             study = optuna.load_study(study_name=entry["study"]["name"], storage=storage)
         except KeyError:

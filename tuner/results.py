@@ -7,6 +7,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -23,8 +24,25 @@ class ResultsError(RuntimeError):
     """results/ holds something that cannot be read back."""
 
 
+# What DeviceFacts.slug makes of a GPU's name: no separators, nothing that climbs out of results/.
+SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+
+
 def gpu_dir(results_root: Path, slug: str) -> Path:
+    if not SLUG.fullmatch(slug) or ".." in slug:
+        raise ResultsError(f"GPU {slug!r} is not a results folder name (lowercase letters, digits, '.', '_', '-', "
+                           f"as results/ names them: {', '.join(gpu_slugs(results_root)) or 'none yet'})")
     return results_root / slug
+
+
+def recorded_gpu_dir(results_root: Path, slug: str, holding: str = BEST_FILE) -> Path:
+    """results/<slug>/ for a command that only reads it: it must exist and hold `holding`; nothing is created."""
+    folder = gpu_dir(results_root, slug)
+    if not (folder / holding).is_file():
+        known = gpu_slugs(results_root, holding)
+        raise ResultsError(f"no {folder / holding}: GPUs with one are {', '.join(known) or 'none (tune a layer first)'}"
+                           "; pass --gpu with one of them")
+    return folder
 
 
 def gpu_slugs(results_root: Path, holding: str = BEST_FILE) -> list[str]:
