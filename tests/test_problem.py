@@ -1,4 +1,5 @@
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,13 @@ def test_strided_1x1_reads_a_quarter_of_the_input():
 def test_overlapping_windows_read_every_input_pixel():
     stem = ConvProblem(n=1, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
     assert stem.touched_input_elements == stem.input_elements
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(n=1, h=3_000_000_000, w=16, c=32, k=32, r=3, s=3, pad=1), "h=3000000000 exceeds 2147483647"),
+    (dict(n=1_000_000, h=1024, w=1024, c=64, k=64, r=3, s=3, pad=1), "N*P*Q (GEMM M) = 1048576000000"),
+    (dict(n=64, h=1024, w=1024, c=64, k=8, r=1, s=1), "N*H*W*C (input elements) = 4294967296"),
+])
+def test_sizes_beyond_int32_are_refused(fields, words):
+    with pytest.raises(ProblemError, match=re.escape(words)):
+        ConvProblem(**fields)

@@ -8,6 +8,9 @@ from pathlib import Path
 from tuner.yamlfile import YamlFileError, read_yaml
 
 
+INT32_MAX = 2**31 - 1
+
+
 class ProblemError(ValueError):
     """A layer table, layer name or shape that cannot describe a convolution."""
 
@@ -51,11 +54,22 @@ class ConvProblem:
                 raise ProblemError(f"{field}={getattr(self, field)} must be at least 1")
         if self.pad < 0:
             raise ProblemError(f"pad={self.pad} must not be negative")
+        for field in ("n", "h", "w", "c", "k", "r", "s", "pad", "stride", "dilation"):
+            if getattr(self, field) > INT32_MAX:
+                raise ProblemError(f"{field}={getattr(self, field)} exceeds {INT32_MAX}, the int32 the kernels take "
+                                   "their sizes in")
         if self.p < 1 or self.q < 1:
             raise ProblemError(
                 f"output size {self.p}x{self.q} is empty: the {self.r}x{self.s} filter "
                 f"(dilation {self.dilation}) does not fit the {self.h}x{self.w} input with pad {self.pad}"
             )
+        # CUTLASS indexes the implicit GEMM's M, N, K (and the problem array hands over P and Q) in int32.
+        for what, value in (("N*P*Q (GEMM M)", self.n * self.p * self.q), ("C*R*S (GEMM K)", self.c * self.r * self.s),
+                            ("N*H*W*C (input elements)", self.n * self.h * self.w * self.c),
+                            ("N*P*Q*K (output elements)", self.n * self.p * self.q * self.k)):
+            if value > INT32_MAX:
+                raise ProblemError(f"{what} = {value} exceeds {INT32_MAX}, the int32 range CUTLASS's problem sizes "
+                                   "use; split the batch")
 
     @property
     def p(self) -> int:
