@@ -128,3 +128,48 @@ def test_default_storage_is_a_journal_in_the_gpu_folder(tmp_path):
     assert journal.is_file() and journal.stat().st_size > 0
     again = optuna.load_study(study_name="s", storage=default_storage(tmp_path, "nvidia-h100-80gb-hbm3"))
     assert [t.value for t in again.trials] == [1.0]
+
+
+def _journal_with_trials(folder, trials: int = 3):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from tuner.results import JOURNAL_FILE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL_FILE)))
+    study = optuna.create_study(study_name="s", storage=storage)
+    for value in range(trials):
+        study.enqueue_trial({"x": value})
+        study.optimize(lambda trial: trial.suggest_int("x", 0, 9), n_trials=1)
+    return folder / JOURNAL_FILE
+
+
+def test_a_damaged_journal_line_is_named_and_what_loads_is_kept(tmp_path):
+    import optuna
+
+    from tuner.results import ResultsError, default_storage, first_damaged_line, readable_journal
+
+    path = _journal_with_trials(tmp_path / "gpu")
+    assert first_damaged_line(path) is None
+    lines = path.read_bytes().splitlines(keepends=True)
+    whole = len(lines)
+    path.write_bytes(b"".join(lines[:-4]) + b"{garbage\n" + b"".join(lines[-4:]))
+    damaged = whole - 3
+    assert first_damaged_line(path) == damaged
+    with pytest.raises(ResultsError, match=f"line {damaged} is not a journal record.*head -n {damaged - 1}"):
+        default_storage(tmp_path, "gpu")
+    storage, line = readable_journal(path)
+    assert line == damaged
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert 1 <= len(trials) < 3  # the records before the damaged line
+    assert path.read_bytes().count(b"{garbage") == 1  # the file itself is untouched
+
+
+def test_a_last_line_still_being_written_is_not_damage(tmp_path):
+    from tuner.results import first_damaged_line
+
+    path = _journal_with_trials(tmp_path / "gpu", trials=1)
+    path.write_bytes(path.read_bytes() + b'{"op_code": 4, "worker_id"')
+    assert first_damaged_line(path) is None

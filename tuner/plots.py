@@ -12,7 +12,7 @@ import optuna
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
 from tuner.problem import problem_from_dict
-from tuner.results import JOURNAL_FILE, ResultsError, default_storage, gpu_slugs, read_best, recorded_gpu_dir
+from tuner.results import JOURNAL_FILE, ResultsError, gpu_slugs, read_best, readable_journal, recorded_gpu_dir
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -149,8 +149,13 @@ def main(argv: list[str], console) -> int:
     if args.storage is None and not (folder / JOURNAL_FILE).is_file():  # reading must not create one
         console.print(f"[yellow]no {folder / JOURNAL_FILE}: the summary only, no per-layer plots[/]")
         wanted = []
+    elif args.storage:
+        storage = args.storage
     else:
-        storage = args.storage or default_storage(args.results_dir, slugs[0])
+        storage, damaged = readable_journal(folder / JOURNAL_FILE)
+        if damaged:
+            console.print(f"[yellow]{folder / JOURNAL_FILE} line {damaged} is not a journal record: the "
+                          f"{damaged - 1} lines before it are drawn, the rest is left out[/]")
     for layer in wanted:
         entry = best["layers"][layer]
         try:

@@ -51,13 +51,63 @@ def gpu_slugs(results_root: Path, holding: str = BEST_FILE) -> list[str]:
 
 
 def default_storage(results_root: Path, slug: str):
-    """A journal file: several worker processes of one host may share it (SQLite may not)."""
+    """A journal file: several worker processes of one host may share it (SQLite may not). A damaged
+    line is refused before Optuna replays the journal (it would stop with a JSON traceback)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     folder = gpu_dir(results_root, slug)
     folder.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(folder / JOURNAL_FILE)))
+    path = folder / JOURNAL_FILE
+    damaged = first_damaged_line(path)
+    if damaged:
+        raise ResultsError(f"{path} line {damaged} is not a journal record (a crash mid-write, or an edit): move "
+                           f"the file aside, or keep its first {damaged - 1} lines (head -n {damaged - 1})")
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def first_damaged_line(path: Path) -> int | None:
+    """The number of the first line of an Optuna journal that is not a JSON record, or None. A last line
+    without its newline is still being written by another process and counts as sound."""
+    if not path.is_file():
+        return None
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n"):
+                break
+            try:
+                if not isinstance(json.loads(line), dict):
+                    return number
+            except ValueError:
+                return number
+    return None
+
+
+def readable_journal(path: Path) -> tuple[object, int | None]:
+    """A storage over what of the journal loads, for commands that only read it: up to its first damaged
+    line (a prefix replays consistently); that line's number, or None."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from optuna.storages.journal import BaseJournalBackend
+
+    damaged = first_damaged_line(path)
+    if damaged is None:
+        return JournalStorage(JournalFileBackend(str(path))), None
+
+    class Prefix(BaseJournalBackend):  # the sound records, in memory; nothing is written back
+        def __init__(self, records: list[dict]):
+            self.records = records
+
+        def read_logs(self, log_number_from: int):
+            return self.records[log_number_from:]
+
+        def append_logs(self, logs: list[dict]) -> None:
+            self.records.extend(logs)
+
+    with open(path, "rb") as handle:
+        records = [json.loads(line) for _, line in zip(range(damaged - 1), handle)]
+    return JournalStorage(Prefix(records)), damaged
 
 
 def atomic_write(path: Path, text: str) -> None:
