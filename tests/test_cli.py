@@ -39,6 +39,14 @@ def test_help_mentions_every_flag(tmp_path):
     for flag in flags:
         assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), flag
     assert "usage: tune.py" in text
+    assert "option_strings" not in text and "more than 3 %" in text  # a bare % once printed argparse's dict
+
+
+@pytest.mark.parametrize("command", ["bench", "plots", "export", "diagnose"])
+def test_every_subcommand_helps_without_a_python_dict(tmp_path, command):
+    result = tune(command, "--help", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"usage: tune.py {command}" in result.stdout and "option_strings" not in result.stdout
 
 
 def test_list_layers(tmp_path):

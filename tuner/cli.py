@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "is left (default: unique per invocation, nightly-<UTC date> with --all/--layers)")
     parser.add_argument("--fail-on-regression", action="store_true",
                         help=f"exit with status 3 if a layer's best got more than "
-                             f"{nightly.REGRESSION_THRESHOLD:.0%} slower than the previous best")
+                             f"{nightly.REGRESSION_THRESHOLD * 100:.0f} %% slower than the previous best")
     parser.add_argument("--gpus", help="comma-separated GPU indices: one worker process per GPU on the same studies")
     parser.add_argument("--storage", help="Optuna storage URL (e.g. postgresql://user@host/db for several hosts); "
                                           "default: a journal file in results/<gpu>/ (several processes of one host)")
