@@ -26,6 +26,7 @@ from tuner.space import JointSpace, config_from_params, static_problems
 from tuner.status import Status
 from tuner.study import (
     EXHAUSTED_AFTER_ASKS,
+    UNTAGGED_GRACE,
     StudyProgress,
     counted_in_run,
     fail_orphans,
@@ -403,3 +404,25 @@ def test_fail_orphans(conv_1, sm80_space, h100):
     states = [study.trials[t.number].state for t in trials]
     assert states == [TrialState.FAIL, TrialState.RUNNING, TrialState.RUNNING, TrialState.RUNNING]
     assert fail_orphans(study) == 0
+    # the untagged one (a kill between ask and tag) is swept once it is older than the grace period
+    later = study.trials[trials[-1].number].datetime_start + UNTAGGED_GRACE + datetime.timedelta(seconds=1)
+    assert fail_orphans(study, now=later) == 1
+    assert study.trials[trials[-1].number].state is TrialState.FAIL
+    assert study.trials[trials[1].number].state is TrialState.RUNNING  # tagged and alive: never by age
+
+
+def test_ask_config_tags_before_sampling(conv_1, sm80_space, h100):
+    study = Setup(conv_1, sm80_space, h100).study
+    seen = []
+    original = optuna.Trial.suggest_categorical
+
+    def watch(trial, name, choices):
+        seen.append(dict(study._storage.get_trial_user_attrs(trial._trial_id)))
+        return original(trial, name, choices)
+
+    optuna.Trial.suggest_categorical = watch
+    try:
+        ask_config(study, JointSpace((sm80_space,)), {"worker": "h:1", "run": "r"})
+    finally:
+        optuna.Trial.suggest_categorical = original
+    assert seen and all(attrs == {"worker": "h:1", "run": "r"} for attrs in seen)

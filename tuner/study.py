@@ -28,6 +28,9 @@ from tuner.status import Status
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
 # space counts as exhausted for this sampler.
 EXHAUSTED_AFTER_ASKS = 400
+# How long a RUNNING trial without its worker tag may wait before fail_orphans takes it for a kill
+# between ask and tag (sampling a knob is a storage round trip: seconds at worst on a remote database).
+UNTAGGED_GRACE = dt.timedelta(minutes=10)
 
 
 class Evaluator(Protocol):
@@ -71,9 +74,13 @@ def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int)
                                direction="minimize", load_if_exists=True)
 
 
-def ask_config(study: optuna.Study, joint: JointSpace) -> optuna.Trial:
-    """A new trial with the family and that family's knobs sampled (or taken from the queue)."""
+def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None) -> optuna.Trial:
+    """A new trial with the family and that family's knobs sampled (or taken from the queue). `tags`
+    (the worker that owns it) are set first, before the sampling's storage round trips, so that a kill
+    leaves as small a window as possible for an untagged RUNNING trial (fail_orphans sweeps those)."""
     trial = study.ask()
+    for key, value in (tags or {}).items():
+        trial.set_user_attr(key, value)
     family = trial.suggest_categorical(FAMILY_PARAM, list(joint.families))
     for knob, choices in joint.space(family).choices.items():
         trial.suggest_categorical(f"{family}.{knob}", list(choices))
@@ -184,15 +191,20 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def fail_orphans(study: optuna.Study) -> int:
+def fail_orphans(study: optuna.Study, now: dt.datetime | None = None) -> int:
     """RUNNING trials whose worker process on this host is gone (killed hard) become FAIL, so the
-    study neither waits on them nor counts them. Other hosts' trials are left to their own workers."""
+    study neither waits on them nor counts them. Other hosts' trials are left to their own workers,
+    except one that never got its worker tag (killed between ask and tag, on any host) once it is
+    older than UNTAGGED_GRACE: a live worker tags within milliseconds of asking."""
     host = socket.gethostname()
+    now = now or dt.datetime.now()
     orphans = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = str(trial.user_attrs.get("worker", ""))
         owner_host, _, pid = owner.rpartition(":")
-        if owner_host == host and pid.isdigit() and not _process_alive(int(pid)):
+        untagged_and_old = (not owner and trial.datetime_start is not None
+                            and now - trial.datetime_start > UNTAGGED_GRACE)
+        if untagged_and_old or (owner_host == host and pid.isdigit() and not _process_alive(int(pid))):
             study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
             orphans += 1
     return orphans
@@ -248,10 +260,7 @@ class Tuner:
         return done
 
     def _ask(self) -> optuna.Trial:
-        trial = ask_config(self.study, self.joint)
-        trial.set_user_attr("worker", self.worker)
-        trial.set_user_attr("run", self.run_id)
-        return trial
+        return ask_config(self.study, self.joint, {"worker": self.worker, "run": self.run_id})
 
     def _claimed_elsewhere(self, trial: optuna.Trial, key: tuple) -> int | None:
         """An older RUNNING trial with the same parameters (another worker's, or earlier in this
