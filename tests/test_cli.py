@@ -174,3 +174,14 @@ def test_reading_commands_name_a_known_gpu_and_create_nothing(tmp_path, args, wo
     for word in words:
         assert word in line, (word, line)
     assert not any(results.iterdir()) and not (tmp_path / "x").exists()
+
+
+def test_the_command_line_sits_on_top(tmp_path):
+    """Nothing under tuner/ imports tuner.cli (bench and cli once imported each other), and the top-level
+    --help names every subcommand."""
+    for path in (REPO / "tuner").rglob("*.py"):
+        if path.name != "cli.py":
+            assert "from tuner.cli" not in path.read_text() and "import tuner.cli" not in path.read_text(), path
+    text = tune("--help", tmp_path=tmp_path).stdout
+    for command in ("diagnose", "export", "bench", "plots"):
+        assert f"tune.py {command}" in " ".join(text.split()), command

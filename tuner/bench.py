@@ -29,6 +29,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from tuner.choices import chosen_spaces, matching_layers, positive
 from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.families import registry
@@ -529,8 +530,6 @@ def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
 
 
 def landscape_spaces(family_text: str | None, space_files: list[Path] | None) -> dict[str, SearchSpace]:
-    from tuner.cli import chosen_spaces
-
     names = family_text or ",".join(registry.names())
     given = {load_space(path).family: path for path in space_files or []}
     files = [given.get(name.strip(), landscape_space_file(name.strip())) for name in names.split(",") if name.strip()]
@@ -546,8 +545,6 @@ def tuned_times(folder: Path) -> dict[str, float]:
 
 def main(argv: list[str], console: Console) -> int:
     args = build_parser().parse_args(argv)
-    from tuner.cli import matching_layers, positive
-
     for option, value in (("--seeds", args.seeds), ("--product-trials", args.product_trials), ("--jobs", args.jobs)):
         if value is not None:
             positive(option, value)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import signal
 import uuid
 import sys
@@ -21,8 +20,8 @@ from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_sh
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
 from tuner.results import ResultsError, gpu_slugs, recorded_gpu_dir
-from tuner.space import default_space_file, load_space
 from tuner.study import request_stop
+from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
 from tuner.costmodel import PRIOR_PICKS
 from tuner.tuning import TuningOptions, TuningSession
 
@@ -30,10 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 1
 EXIT_REGRESSION = 3
-
-
-class UsageError(Exception):
-    """Bad input: one line, exit code 2, nothing written."""
 
 
 MAX_TIMEOUT_S = 86400.0
@@ -46,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "kernel family the GPU can run and the layer allows ("
                     + "; ".join(f"{family.name}: {family.summary}" for family in registry.families().values())
                     + ") in one study per layer. "
-                    "Other commands: `tune.py diagnose REPORT` explains an ncu report; `tune.py export` writes "
-                    "results/<gpu>/best_configs.h for a C++ build.")
+                    "Other commands (each with its own --help): `tune.py diagnose REPORT` explains an ncu report; "
+                    "`tune.py export` writes results/<gpu>/best_configs.h for a C++ build; `tune.py bench` proves "
+                    "the search against exhaustive landscapes and cuDNN/cuBLAS; `tune.py plots` draws a GPU's "
+                    "results.")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--layer", help="layer name from the layer table (see --list-layers)")
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
@@ -94,12 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def positive(name: str, value: int) -> int:
-    if value < 1:
-        raise UsageError(f"{name} must be at least 1, got {value}")
-    return value
-
-
 def shape_layer(text: str) -> Layer:
     problem = parse_shape(text)
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
@@ -122,29 +113,6 @@ def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[
     raise UsageError("say what to tune: --layer NAME, --layers A,B, --all, --shape N,H,W,C,K,R,S, or --list-layers")
 
 
-def chosen_spaces(family_text: str | None, space_files: list[Path] | None) -> tuple[SearchSpace, ...]:
-    """The spaces to search: the named families (default every known one), each from its
-    --space-file if one was given, else from search_spaces/<family>.yaml."""
-    if family_text is not None:
-        names = [name.strip() for name in family_text.split(",") if name.strip()]
-        unknown = [name for name in names if name not in registry.names()]
-        if unknown or not names:
-            raise UsageError(f"--family {family_text!r}: unknown family {', '.join(unknown) or '(none given)'}; "
-                             f"choose from {', '.join(registry.names())}")
-    else:
-        names = list(registry.names())
-    given = {}
-    for path in space_files or []:
-        space = load_space(path)
-        if space.family in given:
-            raise UsageError(f"--space-file: two files for family {space.family} ({given[space.family][0]} and {path})")
-        given[space.family] = (path, space)
-    stray = [family for family in given if family not in names]
-    if stray:
-        raise UsageError(f"--space-file for {', '.join(stray)}, which --family leaves out; add it to --family")
-    return tuple(given[name][1] if name in given else load_space(default_space_file(name)) for name in names)
-
-
 def check_layers_runnable(targets: list[Layer], spaces: tuple[SearchSpace, ...], explicit: bool) -> None:
     """Before any GPU work: a layer that none of the families can run (whatever the GPU) is refused
     with each family's reason. A family the GPU cannot run is found once the GPU is known."""
@@ -154,16 +122,6 @@ def check_layers_runnable(targets: list[Layer], spaces: tuple[SearchSpace, ...],
             said = "; ".join(f"{family}: {reason}" for family, reason in reasons)
             hint = " (or leave out --family to try every family)" if explicit else ""
             raise UsageError(f"layer {layer.name}: no kernel family can run it: {said}{hint}")
-
-
-def matching_layers(layers: dict[str, Layer], pattern: str) -> list[Layer]:
-    """A layer name, or a shell-style pattern such as 'r50_*_b32'."""
-    if not any(char in pattern for char in "*?["):
-        return [find_layer(layers, pattern)]
-    matches = [layer for name, layer in layers.items() if fnmatch.fnmatchcase(name, pattern)]
-    if not matches:
-        raise UsageError(f"--layers pattern {pattern!r} matches no layer; see --list-layers")
-    return matches
 
 
 def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
