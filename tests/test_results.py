@@ -173,3 +173,33 @@ def test_a_last_line_still_being_written_is_not_damage(tmp_path):
     path = _journal_with_trials(tmp_path / "gpu", trials=1)
     path.write_bytes(path.read_bytes() + b'{"op_code": 4, "worker_id"')
     assert first_damaged_line(path) is None
+
+
+def test_a_killed_holder_leaves_no_journal_lock(tmp_path):
+    """The journal's lock is released by the kernel when its holder dies (SIGKILL): the next process
+    takes it at once. While a live process holds it, others wait."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tuner.results import KernelReleasedLock
+
+    journal = tmp_path / "optuna.journal"
+    holder = ("import os, signal, sys, time; sys.path.insert(0, %r); from pathlib import Path; "
+              "from tuner.results import KernelReleasedLock; lock = KernelReleasedLock(Path(%r)); lock.acquire(); "
+              "print('held', flush=True); time.sleep(float(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)"
+              % (str(Path(__file__).resolve().parents[1]), str(journal)))
+    child = subprocess.Popen([sys.executable, "-c", holder, "1.5"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    lock = KernelReleasedLock(journal)
+    started = time.monotonic()
+    assert lock.acquire()  # waits for the holder, which is then killed holding it
+    waited = time.monotonic() - started
+    lock.release()
+    child.wait()
+    assert child.returncode == -9 and 0.5 < waited < 10
+    started = time.monotonic()
+    assert lock.acquire()
+    lock.release()
+    assert time.monotonic() - started < 0.5
