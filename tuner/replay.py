@@ -18,6 +18,7 @@ from tuner.measure import Measurement
 from tuner.problem import ConvProblem
 from tuner.run import KernelBinary
 from tuner.space import make_config
+from tuner.results import ResultsError
 from tuner.status import Status
 from tuner.study import recorded_trials
 
@@ -42,26 +43,41 @@ def _number(text: str) -> float | None:
     return float(text) if text not in ("", "None") else None
 
 
-def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Recorded]:
-    """Configuration name -> what was recorded for one family's candidates. Lines starting with #
-    are comments."""
+def _parsed_rows(path: Path, problem: ConvProblem, family: str) -> list[tuple[KernelConfig, Recorded]]:
+    """Each data row of a record (lines starting with # are comments) as its configuration and outcome;
+    a damaged row (a truncated file, an edit) is refused with its line number."""
     knobs = registry.get(family).knobs
-    with open(path, newline="") as handle:
-        rows = csv.DictReader(line for line in handle if not line.startswith("#"))
-        return {make_config(problem, family, {k: row[k] for k in knobs}).name:
-                Recorded(Status(row["status"]), _number(row["median_us"]), _number(row["p10_us"]),
-                         _number(row["p90_us"]), _number(row["error"]))
-                for row in rows}
+    parsed = []
+    try:
+        with open(path, newline="") as handle:
+            lines = [(number, line) for number, line in enumerate(handle, start=1) if not line.startswith("#")]
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsError(f"{path} cannot be read ({type(error).__name__})") from None
+    rows = csv.DictReader(line for _, line in lines)
+    for row in rows:
+        number = lines[rows.line_num - 1][0] if rows.line_num <= len(lines) else len(lines)
+        try:
+            if None in row.values() or None in row:
+                raise ValueError("fields missing or extra")
+            parsed.append((make_config(problem, family, {k: row[k] for k in knobs}),
+                           Recorded(Status(row["status"]), _number(row["median_us"]), _number(row["p10_us"]),
+                                    _number(row["p90_us"]), _number(row["error"]))))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ResultsError(f"{path} line {number} is not a {family} record row ({error}); record the landscape "
+                               "again with `tune.py bench --steps landscape`") from None
+    return parsed
+
+
+def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Recorded]:
+    """Configuration name -> what was recorded for one family's candidates."""
+    return {config.name: recorded for config, recorded in _parsed_rows(path, problem, family)}
 
 
 def fastest_recorded(path: Path, problem: ConvProblem, family: str, count: int) -> list[KernelConfig]:
     """The `count` fastest valid configurations of a recorded landscape, fastest first."""
-    knobs = registry.get(family).knobs
-    with open(path, newline="") as handle:
-        rows = [row for row in csv.DictReader(line for line in handle if not line.startswith("#"))
-                if row.get("status") == Status.ok.value and _number(row.get("median_us", "")) is not None]
-    rows.sort(key=lambda row: float(row["median_us"]))
-    return [make_config(problem, family, {k: row[k] for k in knobs}) for row in rows[:count]]
+    valid = [(recorded.median_us, config) for config, recorded in _parsed_rows(path, problem, family)
+             if recorded.status is Status.ok and recorded.median_us is not None]
+    return [config for _, config in sorted(valid, key=lambda pair: pair[0])[:count]]
 
 
 def record_rows(study: optuna.Study, problem: ConvProblem, family: str) -> list[dict]:
