@@ -1,4 +1,5 @@
 import dataclasses
+import os
 
 import pytest
 from rich.console import Console
@@ -16,7 +17,7 @@ from tuner.diagnose import (
 )
 from tuner.ncu import LaunchStats, NcuLaunch, NcuReportError, parse_text_report
 
-from conftest import H100_CSV, H100_CUTLASS, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
+from conftest import FIXTURES, H100_CSV, H100_CUTLASS, REPO, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
 
 # conv_1: N=1, H=W=32, C=K=32, 3x3, pad 1 -> implicit GEMM M = 1*32*32, N = 32, K = 32*3*3.
 CONV_1_GEMM = (1024, 32, 288)
@@ -383,3 +384,29 @@ def test_kernel_short_name_of_a_tuned_3x_kernel():
     assert kernel_short_name(gemm) == "CUTLASS 3.x TunedConv0"
     other = "void cutlass::device_kernel<cutlass3x_sm90_tensorop_gemm_f16_f16_f32_f16_f16_128x128x64_1x1x1_0_tnn>"
     assert kernel_short_name(other) == other.removeprefix("void ")[:60]
+
+
+@pytest.mark.parametrize("edit, expect", [
+    ((r"(# SMs\s+SM\s+)\d+", r"\g<1>0"), "sm_count_unknown"),        # was a ZeroDivisionError
+    ((r"(Registers Per Thread\s+register/thread\s+)\d+", r"\g<1>nan"), "lacks registers_per_thread"),  # round(nan)
+    ((r"(Grid Size\s+)\d+$", r"\g<1>999999999999999999999"), "grid"),
+    ((r"(Block Size\s+)\d+$", r"\g<1>-5"), "128x1x1"),  # the launch line's block stands in
+])
+def test_odd_numbers_in_a_report_are_unknown_not_tracebacks(tmp_path, edit, expect):
+    import re
+    import subprocess
+    import sys
+
+    text = (FIXTURES / "h100_cutlass_conv_1_128x128x64.txt").read_text()
+    edited, count = re.subn(edit[0], edit[1], text, flags=re.MULTILINE)
+    assert count
+    report = tmp_path / "report.txt"
+    report.write_text(edited)
+    result = subprocess.run([sys.executable, str(REPO / "tune.py"), "diagnose", str(report)], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+    assert "Traceback" not in result.stderr
+    assert result.returncode in (0, 2), result.stderr
+    if result.returncode == 2:
+        assert len(result.stderr.splitlines()) == 1 and expect in result.stderr
+    else:
+        assert expect in " ".join(result.stdout.split()) or expect in result.stdout

@@ -1,6 +1,7 @@
 """Read Nsight Compute (ncu) reports: `--page details` text (old and new layouts) and `--csv` output."""
 from __future__ import annotations
 
+import math
 import csv
 import io
 import re
@@ -61,11 +62,12 @@ def normalise_unit(unit: str) -> str:
 
 
 def parse_value(text: str) -> float | str:
-    """'20,977' -> 20977.0; text that is not a number ('PolicySpread', 'all') stays text."""
+    """'20,977' -> 20977.0; text that is not a finite number ('PolicySpread', 'all', 'nan') stays text."""
     try:
-        return float(text.replace(",", ""))
+        value = float(text.replace(",", ""))
     except ValueError:
         return text
+    return value if math.isfinite(value) else text
 
 
 def _metric(section: str, name: str, unit: str, value: str) -> NcuMetric:
@@ -263,6 +265,12 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else round(value)
 
 
+def _count(value: float | None) -> int | None:
+    """A count that must be at least 1 (SMs, blocks, threads, registers); anything else is unknown."""
+    whole = _whole(value)
+    return whole if whole is not None and whole >= 1 else None
+
+
 def _microseconds(launch: NcuLaunch, name: str) -> float | None:
     metric = launch.metric(name, _SOL) or launch.metric(name)
     if metric is None or not isinstance(metric.value, float):
@@ -310,8 +318,8 @@ class LaunchStats:
 
     @classmethod
     def from_launch(cls, launch: NcuLaunch) -> LaunchStats:
-        grid_size = _whole(_number(launch, ("Grid Size",), _LAUNCH))
-        block_size = _whole(_number(launch, ("Block Size",), _LAUNCH))
+        grid_size = _count(_number(launch, ("Grid Size",), _LAUNCH))
+        block_size = _count(_number(launch, ("Block Size",), _LAUNCH))
         return cls(
             duration_us=_microseconds(launch, "Duration"),
             sm_throughput_pct=_number(launch, ("Compute (SM) Throughput", "Compute (SM) [%]"), _SOL),
@@ -319,11 +327,11 @@ class LaunchStats:
             dram_throughput_pct=_number(launch, ("DRAM Throughput",), _SOL),
             grid_blocks=grid_size if grid_size is not None else _volume(launch.grid),
             block_threads=block_size if block_size is not None else _volume(launch.block),
-            registers_per_thread=_whole(_number(launch, ("Registers Per Thread",))),
+            registers_per_thread=_count(_number(launch, ("Registers Per Thread",))),
             dynamic_smem_per_block_bytes=_bytes(launch, "Dynamic Shared Memory Per Block"),
             static_smem_per_block_bytes=_bytes(launch, "Static Shared Memory Per Block"),
             driver_smem_per_block_bytes=_bytes(launch, "Driver Shared Memory Per Block"),
-            sm_count=_whole(_number(launch, ("# SMs",))),
+            sm_count=_count(_number(launch, ("# SMs",))),
             waves_per_sm=_number(launch, ("Waves Per SM",)),
             block_limit_registers=_whole(_number(launch, ("Block Limit Registers",))),
             block_limit_shared_mem=_whole(_number(launch, ("Block Limit Shared Mem",))),
