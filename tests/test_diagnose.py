@@ -11,6 +11,7 @@ from tuner.diagnose import (
     diagnose,
     diagnose_report,
     from_launch_stats,
+    inferred_sm_count,
     kernel_short_name,
     occupancy,
     render_diagnosis,
@@ -80,10 +81,22 @@ def test_rtx3060_report_with_28_sms():
     assert "8.33 %" in occupancy_limit.message and "limited by shared memory" in occupancy_limit.message
 
 
-def test_rtx3060_report_without_sm_count_says_so_and_still_reports_occupancy():
+def test_rtx3060_report_without_sm_count_infers_it_from_grid_and_waves():
+    """The report gives grid 8, 0.29 waves and a block limit of 1 per SM, not the SM count: 8 / 0.29 = 28
+    SMs, and the headline waste (8 blocks on a 28-SM part) is named without --sms."""
     ((_, occ, flags),) = diagnose_report(RTX3060_CUTLASS, sms=None)
-    assert [f.code for f in flags] == ["sm_count_unknown", "occupancy_limit"]
+    assert [f.code for f in flags] == ["sm_count_inferred", "small_grid", "occupancy_limit"]
+    assert flags[0].message == "28 SMs, inferred from grid 8 / (0.29 waves x 1 block per SM) (--sms sets it)"
+    assert flags[1].message.startswith("8 blocks on 28 SMs: 20 SMs idle")
     assert occ.blocks_per_sm == 1
+
+
+def test_too_few_waves_to_infer_the_sm_count_leave_it_unknown():
+    ((group, _, _),) = diagnose_report(H100_CUTLASS, sms=None)
+    stats = dataclasses.replace(group.stats, sm_count=None)
+    assert stats.waves_per_sm == 0.03 and inferred_sm_count(stats) is None  # 114 to 160 SMs would print 0.03
+    facts = from_launch_stats(stats)
+    assert facts.sm_count is None and facts.sm_count_inferred_from is None
 
 
 def test_h100_report_takes_the_sm_count_from_the_report():

@@ -66,6 +66,9 @@ class LaunchFacts:
     can_split_k: bool = True
     # Warp-specialized TMA kernels hide latency with their pipeline, not resident warps: no occupancy flag.
     warp_specialized: bool = False
+    # How the SM count was found when the report did not state it (e.g. "grid 8 / (0.29 waves x 1 block
+    # per SM)"); None when it was stated or given.
+    sm_count_inferred_from: str | None = None
 
     @property
     def warps_per_block(self) -> int:
@@ -97,7 +100,8 @@ class WasteFlag:
     """One kind of waste. `value` is the figure compared with its threshold:
     small_grid and split_k_opportunity: blocks per SM; partial_wave: wave efficiency (0-1);
     tile_padding: padded share of multiply-adds (0-1); occupancy_limit: theoretical occupancy %;
-    register_spills: bytes; sm_count_unknown: 0 (the rules that need the SM count were skipped)."""
+    register_spills: bytes; sm_count_unknown: 0 (the rules that need the SM count were skipped);
+    sm_count_inferred: 0 (a note: the count came from the grid and waves, not the report)."""
 
     code: str
     value: float
@@ -115,19 +119,43 @@ def _max_warps_per_sm(stats: LaunchStats) -> int:
     return LaunchFacts.max_warps_per_sm
 
 
+MIN_WAVES_TO_INFER = 0.25  # two decimals then leave at most 2 % of doubt
+
+
+def inferred_sm_count(stats: LaunchStats) -> tuple[int, str] | None:
+    """The SM count a report implies without stating it: ncu's waves per SM are grid / (SMs x blocks per
+    SM), the blocks per SM being the tightest block limit. ncu prints waves to two decimals, so below
+    MIN_WAVES_TO_INFER (0.03 waves on an H100: anything from 114 to 160 SMs) the count stays unknown."""
+    limits = [limit for limit in (stats.block_limit_registers, stats.block_limit_shared_mem,
+                                  stats.block_limit_warps, stats.block_limit_sm) if limit]
+    if not (stats.grid_blocks and stats.waves_per_sm and limits) or stats.waves_per_sm < MIN_WAVES_TO_INFER:
+        return None
+    blocks = min(limits)
+    count = round(stats.grid_blocks / (stats.waves_per_sm * blocks))
+    if count < 1:
+        return None
+    return count, (f"grid {stats.grid_blocks} / ({stats.waves_per_sm:g} waves x {blocks} block"
+                   f"{'s' if blocks > 1 else ''} per SM)")
+
+
 def from_launch_stats(stats: LaunchStats, sm_count_override: int | None = None) -> LaunchFacts:
-    """Facts from an ncu launch; the override (e.g. --sms) wins over the report's `# SMs`."""
+    """Facts from an ncu launch; the override (e.g. --sms) wins over the report's `# SMs`, which wins
+    over the count its grid and waves imply."""
     missing = [name for name in _REQUIRED_STATS if getattr(stats, name) is None]
     if missing:
         raise NcuReportError(
             f"launch lacks {', '.join(missing)}: profile with `--section LaunchStats --section Occupancy`"
         )
+    sm_count, inferred_from = sm_count_override if sm_count_override is not None else stats.sm_count, None
+    if sm_count is None and (inferred := inferred_sm_count(stats)):
+        sm_count, inferred_from = inferred
     return LaunchFacts(
         grid_blocks=stats.grid_blocks,
         threads_per_block=stats.block_threads,
         registers_per_thread=stats.registers_per_thread,
         smem_per_block_bytes=stats.dynamic_smem_per_block_bytes + (stats.static_smem_per_block_bytes or 0),
-        sm_count=sm_count_override if sm_count_override is not None else stats.sm_count,
+        sm_count=sm_count,
+        sm_count_inferred_from=inferred_from,
         block_limit_registers=stats.block_limit_registers,
         block_limit_shared_mem=stats.block_limit_shared_mem,
         block_limit_warps=stats.block_limit_warps,
@@ -347,6 +375,9 @@ def diagnose(facts: LaunchFacts, thresholds: Thresholds = DEFAULT_THRESHOLDS) ->
                 "SM count unknown (not in the report, none given): grid, wave and split-K checks skipped",
             )
         )
+    elif facts.sm_count_inferred_from:
+        flags.append(WasteFlag("sm_count_inferred", 0.0, f"{facts.sm_count} SMs, inferred from "
+                                                          f"{facts.sm_count_inferred_from} (--sms sets it)"))
     flags.extend(flag for rule in rules if (flag := rule(facts, occ, thresholds)) is not None)
     return flags
 
