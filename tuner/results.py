@@ -103,6 +103,34 @@ def default_storage(results_root: Path, slug: str):
     return JournalStorage(journal_backend(path))
 
 
+# Several hosts on one database (--storage postgresql://...): each worker records a heartbeat for the trials
+# it holds; a trial whose heartbeat is older than the grace period belongs to a dead host and is failed by
+# the next worker's batch, which re-queues its parameters (RetryFailedTrialCallback) so it is measured once.
+HEARTBEAT_S = 20
+GRACE_S = 120
+MAX_RETRY = 2
+RDB_SCHEMES = ("postgresql", "mysql", "sqlite")
+
+
+def study_storage(url: str | None, results_root: Path, slug: str, heartbeat_s: int = HEARTBEAT_S,
+                  grace_s: int = GRACE_S):
+    """The study storage: the results folder's journal by default; an RDB URL gets heartbeats and the
+    retry of a dead host's trials; any other URL is Optuna's to read."""
+    if url is None:
+        return default_storage(results_root, slug)
+    if url.split(":", 1)[0].split("+", 1)[0] in RDB_SCHEMES:
+        import warnings
+
+        import optuna
+
+        with warnings.catch_warnings():  # heartbeats and their retry callback are marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
+    return url
+
+
 def first_damaged_line(path: Path) -> int | None:
     """The number of the first line of an Optuna journal that is not a JSON record, or None. A last line
     without its newline is still being written by another process and counts as sound."""

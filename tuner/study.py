@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import socket
 import threading
+import time
 import uuid
 import warnings
 from dataclasses import asdict, dataclass
@@ -74,11 +75,19 @@ def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int)
                                direction="minimize", load_if_exists=True)
 
 
-def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None) -> optuna.Trial:
-    """A new trial with the family and that family's knobs sampled (or taken from the queue). `tags`
-    (the worker that owns it) are set first, before the sampling's storage round trips, so that a kill
-    leaves as small a window as possible for an untagged RUNNING trial (fail_orphans sweeps those)."""
+# The tuner asks and tells and records the heartbeats itself (_Heartbeat), which Optuna warns about on every ask.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None,
+               on_ask: Callable[[int], None] | None = None) -> optuna.Trial:
+    """A new trial with the family and that family's knobs sampled (or taken from the queue). `on_ask`
+    (the heartbeat) and `tags` (the worker that owns it) come first, before the sampling's storage round
+    trips, so that a kill leaves as small a window as possible for a RUNNING trial nobody can tell is
+    orphaned (fail_orphans sweeps untagged ones after UNTAGGED_GRACE)."""
     trial = study.ask()
+    if on_ask is not None:
+        on_ask(trial._trial_id)
     for key, value in (tags or {}).items():
         trial.set_user_attr(key, value)
     family = trial.suggest_categorical(FAMILY_PARAM, list(joint.families))
@@ -178,7 +187,9 @@ def _stop_if_requested() -> None:
 
 
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid. CUTLASS_TUNER_HOST names the host where the machine's name does not tell hosts apart
+    (containers that share one, or a test posing as two hosts)."""
+    return f"{os.environ.get('CUTLASS_TUNER_HOST') or socket.gethostname()}:{os.getpid()}"
 
 
 def _process_alive(pid: int) -> bool:
@@ -196,7 +207,7 @@ def fail_orphans(study: optuna.Study, now: dt.datetime | None = None) -> int:
     study neither waits on them nor counts them. Other hosts' trials are left to their own workers,
     except one that never got its worker tag (killed between ask and tag, on any host) once it is
     older than UNTAGGED_GRACE: a live worker tags within milliseconds of asking."""
-    host = socket.gethostname()
+    host = worker_id().rpartition(":")[0]
     now = now or dt.datetime.now()
     orphans = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -224,6 +235,55 @@ def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
     return sum(1 for t in running if t.user_attrs.get("run") == run_id)
 
 
+def _heartbeat_storage(study: optuna.Study):
+    """The study's storage where it keeps heartbeats (an RDB opened with a heartbeat interval), else None."""
+    storage = study._storage  # an RDBStorage comes wrapped in Optuna's cache, which passes heartbeats on
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return storage if interval is not None and interval() else None
+
+
+class _Heartbeat:
+    """Records a heartbeat for every trial this worker holds, from its ask to its tell, every interval,
+    so that other hosts do not take them for a dead host's (Optuna beats only inside study.optimize).
+    Does nothing where the storage keeps no heartbeats."""
+
+    def __init__(self, study: optuna.Study):
+        self.storage = _heartbeat_storage(study)
+        self.held: set[int] = set()
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def hold(self, trial_id: int) -> None:
+        if self.storage is None:
+            return
+        self.storage.record_heartbeat(trial_id)
+        with self.lock:
+            self.held.add(trial_id)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._beat, daemon=True, name="trial-heartbeat")
+                self.thread.start()
+
+    def release(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.discard(trial_id)
+
+    def _beat(self) -> None:
+        while not self.finished.wait(self.storage.get_heartbeat_interval()):
+            with self.lock:
+                held = list(self.held)
+            for trial_id in held:
+                self.storage.record_heartbeat(trial_id)
+
+    def close(self) -> None:
+        """Stops the beating thread; a later hold starts another."""
+        self.finished.set()
+        if self.thread is not None:
+            self.thread.join()
+        self.thread = None
+        self.finished = threading.Event()
+
+
 class Tuner:
     def __init__(self, study: optuna.Study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
                  compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
@@ -237,17 +297,36 @@ class Tuner:
         self.progress = progress or StudyProgress()
         self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
         self.worker = worker_id()
+        self.heartbeat = _Heartbeat(study)
 
     def run(self, candidates: int, batch_size: int | None = None) -> int:
         """Ask until `candidates` configurations have been compiled and evaluated under this run id,
         by this worker or any other on the study (impossible and already-recorded ones do not count);
         a run resumed under the same id only does what is left. Returns how many this call did.
         Stops early once the sampler only proposes what the study already knows."""
-        batch_size = max(1, batch_size or self.compiler.jobs)
-        done, idle_asks = 0, 0
+        try:
+            return self._run(candidates, max(1, batch_size or self.compiler.jobs))
+        finally:
+            self.heartbeat.close()
+
+    def _run(self, candidates: int, batch_size: int) -> int:
+        done, idle_asks, waited = 0, 0, False
+        storage = _heartbeat_storage(self.study)
         while idle_asks < EXHAUSTED_AFTER_ASKS:
             _stop_if_requested()
+            if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
+                optuna.storages.fail_stale_trials(self.study)
             if self._remaining(candidates) <= 0:
+                # Other workers' trials count as in flight. Those of a dead host go stale after the grace
+                # period: wait that long once, so that the run ends with them measured again.
+                if storage is not None and not waited and in_flight_in_run(self.study, self.run_id):
+                    waited = True
+                    interval = storage.get_heartbeat_interval()
+                    deadline = time.monotonic() + (getattr(storage, "grace_period", None) or 2 * interval) + interval
+                    while time.monotonic() < deadline:
+                        _stop_if_requested()
+                        time.sleep(min(1.0, interval))
+                    continue
                 break
             # Queued seeds are known in advance: ask them all in one round (up to twice the batch), so
             # that their kernels compile together instead of round after round.
@@ -260,7 +339,11 @@ class Tuner:
         return done
 
     def _ask(self) -> optuna.Trial:
-        return ask_config(self.study, self.joint, {"worker": self.worker, "run": self.run_id})
+        return ask_config(self.study, self.joint, {"worker": self.worker, "run": self.run_id}, self.heartbeat.hold)
+
+    def _finish(self, trial: optuna.Trial, *args, **kwargs) -> None:
+        self.study.tell(trial, *args, **kwargs)
+        self.heartbeat.release(trial._trial_id)
 
     def _claimed_elsewhere(self, trial: optuna.Trial, key: tuple) -> int | None:
         """An older RUNNING trial with the same parameters (another worker's, or earlier in this
@@ -288,7 +371,7 @@ class Tuner:
                 config = config_from_params(self.problem, trial.params)
             except SpaceError as error:  # a queued trial from an older space: nothing to build
                 trial.set_user_attr("reason", str(error))
-                self.study.tell(trial, state=TrialState.PRUNED)
+                self._finish(trial, state=TrialState.PRUNED)
                 idle += 1
                 continue
             if key in record:
@@ -297,7 +380,7 @@ class Tuner:
                 self._tell(trial, config, Status.invalid, None, {"reason": "; ".join(reasons), "config": config.name})
             elif (owner := self._claimed_elsewhere(trial, key)) is not None:
                 trial.set_user_attr("duplicate_of", owner)
-                self.study.tell(trial, state=TrialState.FAIL)  # FAIL: samplers ignore it
+                self._finish(trial, state=TrialState.FAIL)  # FAIL: samplers ignore it
             else:
                 batch.append((trial, config))
                 continue
@@ -320,7 +403,7 @@ class Tuner:
                 del pending[id(config)]
         finally:
             for trial in pending.values():  # interrupted: FAIL, so that a resumed study tries them again
-                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                self._finish(trial, state=TrialState.FAIL, skip_if_finished=True)
 
     def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
         attrs = compile_attrs(result)
@@ -341,5 +424,5 @@ class Tuner:
         for key, item in attrs.items():
             trial.set_user_attr(key, item)
         state = status.trial_state
-        self.study.tell(trial, value if state is TrialState.COMPLETE else None, state=state)
+        self._finish(trial, value if state is TrialState.COMPLETE else None, state=state)
         self.progress.on_evaluated(TrialRecord(trial.number, config, status, value, attrs))

@@ -22,7 +22,7 @@ from tuner.ncu import LaunchStats
 from tuner.problem import ConvProblem, Layer
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
-from tuner.results import append_history, default_storage, gpu_dir, read_best, update_best
+from tuner.results import append_history, gpu_dir, read_best, study_storage, update_best
 from tuner.space import JointSpace, joint_params, joint_valid_configs, layer_space, make_config, static_problems
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
@@ -219,7 +219,7 @@ class TuningSession:
         self.compiler = Compiler(self.device, options.cache_dir, options.jobs)
         self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
         self.folder = gpu_dir(options.results_dir, self.device.slug)
-        self.storage = options.storage or default_storage(options.results_dir, self.device.slug)
+        self.storage = study_storage(options.storage, options.results_dir, self.device.slug)
         self.ceilings = measured_ceilings(self.folder)
         report.print_device(console, self.device)
 
