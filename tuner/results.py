@@ -90,22 +90,35 @@ def journal_backend(path: Path) -> JournalFileBackend:
 
 def default_storage(results_root: Path, slug: str):
     """A journal file: several worker processes of one host may share it (SQLite may not). A damaged
-    line is refused before Optuna replays the journal (it would stop with a JSON traceback)."""
-    from optuna.storages import JournalStorage
-
+    line is refused with its number (Optuna would stop with a JSON traceback)."""
     folder = gpu_dir(results_root, slug)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / JOURNAL_FILE
-    damaged = first_damaged_line(path)
+    storage, damaged = _open_journal(path)
     if damaged:
         raise ResultsError(f"{path} line {damaged} is not a journal record (a crash mid-write, or an edit): move "
                            f"the file aside, or keep its first {damaged - 1} lines (head -n {damaged - 1})")
-    return JournalStorage(journal_backend(path))
+    return storage
+
+
+def _open_journal(path: Path):
+    """(Optuna's storage over the journal, None), or (None, the first damaged line's number). Optuna replays
+    the whole file when it opens it and stops at a line that is not JSON; only then is the file scanned
+    again, for the line's number (a scan of every open cost 0.85 s on a 23 MB journal)."""
+    from optuna.storages import JournalStorage
+
+    try:
+        return JournalStorage(journal_backend(path)), None
+    except Exception:
+        damaged = first_damaged_line(path)
+        if damaged is None:
+            raise
+        return None, damaged
 
 
 # Several hosts on one database (--storage postgresql://...): each worker records a heartbeat for the trials
 # it holds; a trial whose heartbeat is older than the grace period belongs to a dead host and is failed by
-# the next worker's batch, which re-queues its parameters (RetryFailedTrialCallback) so it is measured once.
+# the next worker's batch, which re-queues its parameters (RetryHeartbeatStaleTrialCallback): measured once.
 HEARTBEAT_S = 20
 GRACE_S = 120
 MAX_RETRY = 2
@@ -154,9 +167,9 @@ def readable_journal(path: Path) -> tuple[object, int | None]:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import BaseJournalBackend
 
-    damaged = first_damaged_line(path)
+    storage, damaged = _open_journal(path)
     if damaged is None:
-        return JournalStorage(journal_backend(path)), None
+        return storage, None
 
     class Prefix(BaseJournalBackend):  # the sound records, in memory; nothing is written back
         def __init__(self, records: list[dict]):
