@@ -153,4 +153,4 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     assert measured["cudnn"]["conv_1"] == row["cudnn_us"] == record[config.name].median_us / 2
     assert "r50_s4_3x3_b32" not in measured["one_run"] and saves == [1]  # no entry: not timed
     [line] = bench.one_run_summary(measured)
-    assert "geometric mean 2.000 over 1 layers" in line and "above 1.25: conv_1 2.00" in line
+    assert "geometric mean 2.000 over 1 layers" in line and "above 1.25: 1 (conv_1 2.00)" in line

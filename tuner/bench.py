@@ -36,9 +36,9 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import BENCH_FILE, BEST_FILE, atomic_write, gpu_dir, gpu_slugs, read_best
+from tuner.results import BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gpu_dir, gpu_slugs, read_best
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
-                         make_config, valid_configs)
+                         entry_config, valid_configs)
 from tuner.status import Status
 from tuner.study import Tuner, open_study, ranked, recorded_trials
 
@@ -256,6 +256,20 @@ def bench_table(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, R
     return table
 
 
+def ratio_line(label: str, pairs: dict[str, float]) -> str:
+    """One summary line of ratios per layer (against cuDNN or cuBLAS): geometric means over all layers,
+    batch 32 and batch 1, how many are within 5 %, the worst, and those above ABOVE (named when few)."""
+    batch32 = [r for layer, r in pairs.items() if layer.endswith("_b32")]
+    batch1 = [r for layer, r in pairs.items() if layer.endswith("_b1")]
+    worst = max(pairs, key=pairs.get)
+    above = sorted(layer for layer, r in pairs.items() if r > ABOVE)
+    named = f" ({', '.join(f'{layer} {pairs[layer]:.2f}' for layer in above)})" if 0 < len(above) <= 8 else ""
+    return (f"{label}: geometric mean {geometric_mean(list(pairs.values())):.3f} over {len(pairs)} layers "
+            f"(batch 32: {geometric_mean(batch32):.3f} over {len(batch32)}; batch 1: {geometric_mean(batch1):.3f} "
+            f"over {len(batch1)}); within 5 %: {sum(r <= 1.05 for r in pairs.values())}; worst {worst} "
+            f"{pairs[worst]:.2f}; above {ABOVE}: {len(above)}{named}")
+
+
 def ratio_summary(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, Recorded]]], measured: dict,
                   tuned: dict[str, float]) -> list[str]:
     """Geometric means against cuDNN (all layers, batch 32, batch 1, per family) and against cuBLAS."""
@@ -265,15 +279,8 @@ def ratio_summary(layers: list[Layer], landscapes: dict[str, dict[str, dict[str,
 
     def line(label: str, values: dict[str, float], baseline: dict[str, float], name: str) -> None:
         pairs = {layer: values[layer] / baseline[layer] for layer in values if baseline.get(layer)}
-        if not pairs:
-            return
-        worst = max(pairs, key=pairs.get)
-        batch32 = [r for layer, r in pairs.items() if layer.endswith("_b32")]
-        batch1 = [r for layer, r in pairs.items() if layer.endswith("_b1")]
-        lines.append(f"{label} / {name}: geometric mean {geometric_mean(list(pairs.values())):.3f} over "
-                     f"{len(pairs)} layers (batch 32: {geometric_mean(batch32):.3f} over {len(batch32)}; batch 1: "
-                     f"{geometric_mean(batch1):.3f} over {len(batch1)}); worst {worst} {pairs[worst]:.2f}; "
-                     f"above 1.25: {sum(r > 1.25 for r in pairs.values())}")
+        if pairs:
+            lines.append(ratio_line(f"{label} / {name}", pairs))
 
     families = sorted({family for per_layer in landscapes.values() for family in per_layer})
     best = {layer.name: min(exhaustive_best(r) for r in landscapes[layer.name].values())
@@ -336,14 +343,17 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
                   measured: dict, console: Console, save) -> None:
     """best.yaml's kernel of each layer re-timed with cuDNN (and cuBLAS) right after it, in one run:
     the figures the goals are judged by, free of drift between device sessions."""
-    entries = read_best(folder)["layers"] if (folder / BEST_FILE).exists() else {}
+    entries = read_best(folder)["layers"]
     configs = {}
     for layer in layers:
         entry = entries.get(layer.name)
         if not isinstance(entry, dict) or not entry.get("params"):
             console.print(f"[yellow]{layer.name}: no best.yaml entry to time[/]")
             continue
-        configs[layer.name] = make_config(layer.problem, str(entry.get("family", "sm80")), dict(entry["params"]))
+        try:
+            configs[layer.name] = entry_config(entry, layer.name, layer.problem)
+        except ResultsError as error:
+            console.print(f"[yellow]{error}: not timed[/]")
     kernels = sorted({config.compiled for config in configs.values()}, key=lambda c: c.name)
     console.print(f"tuned: {len(configs)} layers' best.yaml kernels ({len(kernels)} to compile), each timed "
                   "beside cuDNN")
@@ -379,18 +389,8 @@ def one_run_summary(measured: dict) -> list[str]:
     for baseline, name in (("cudnn_us", "cuDNN"), ("cublas_us", "cuBLAS")):
         pairs = {layer: row["tuned_us"] / row[baseline] for layer, row in rows.items()
                  if row.get("tuned_us") and row.get(baseline)}
-        if not pairs:
-            continue
-        batch32 = [r for layer, r in pairs.items() if layer.endswith("_b32")]
-        batch1 = [r for layer, r in pairs.items() if layer.endswith("_b1")]
-        worst = max(pairs, key=pairs.get)
-        above = sorted(layer for layer, r in pairs.items() if r > ABOVE)
-        within = sum(r <= 1.05 for r in pairs.values())
-        lines.append(f"one run, best.yaml's kernels / {name} timed beside them: geometric mean "
-                     f"{geometric_mean(list(pairs.values())):.3f} over {len(pairs)} layers (batch 32: "
-                     f"{geometric_mean(batch32):.3f} over {len(batch32)}; batch 1: {geometric_mean(batch1):.3f} over "
-                     f"{len(batch1)}); within 5 %: {within}; worst {worst} {pairs[worst]:.2f}; above {ABOVE}: "
-                     f"{', '.join(f'{layer} {pairs[layer]:.2f}' for layer in above) or 'none'}")
+        if pairs:
+            lines.append(ratio_line(f"one run, best.yaml's kernels / {name} timed beside them", pairs))
     return lines
 
 
@@ -517,8 +517,6 @@ def budget_list(text: str) -> tuple[int, ...]:
 
 
 def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
-    from tuner.results import ResultsError
-
     slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir, BENCH_FILE)
     if len(slugs) != 1:
         raise ResultsError(f"--replay-only needs one results/<gpu>/{BENCH_FILE}; found {slugs or 'none'} (pass --gpu)")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from tuner.codegen import TEMPLATES, include_lines, problem_struct
 from tuner.families import registry
-from tuner.families.base import KernelConfig, SpaceError, read_template
+from tuner.families.base import KernelConfig, read_template
 from tuner.problem import ConvProblem, ProblemError, problem_from_dict
 from tuner.results import BEST_FILE, ResultsError, atomic_write, read_best
-from tuner.space import make_config
+from tuner.space import entry_config
 
 HEADER_FILE = "best_configs.h"
 _SAFE_CHARS = re.compile(r"[A-Za-z0-9 _.,:;+\-=/()\[\]@#%^&*!~|<>{}]")
@@ -81,13 +81,6 @@ def _problem(entry: dict, layer: str) -> ConvProblem:
         raise ResultsError(f"best.yaml layer {layer!r}: unreadable problem ({error})") from None
 
 
-def _config(entry: dict, layer: str, problem: ConvProblem) -> KernelConfig:
-    try:
-        return make_config(problem, str(entry.get("family", "sm80")), dict(entry["params"]))
-    except (KeyError, TypeError, ValueError, SpaceError) as error:
-        raise ResultsError(f"best.yaml layer {layer!r}: unreadable kernel parameters ({error})") from None
-
-
 def _row(name: str, entry: dict, problem: ConvProblem, config: KernelConfig) -> str:
     family = registry.family_of(config)
     launch = family.launch_args(config, problem)
@@ -109,7 +102,7 @@ def render_header(document: dict) -> str:
     alias_of = layer_aliases(sorted(map(str, layers)))
     for index, (name, entry) in enumerate(sorted(layers.items())):
         problem = _problem(entry, name)
-        config = _config(entry, name, problem)
+        config = entry_config(entry, name, problem)
         family = registry.family_of(config)
         families[family.name] = family
         alias = alias_of[str(name)]

@@ -22,8 +22,9 @@ from tuner.ncu import LaunchStats
 from tuner.problem import ConvProblem, Layer
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
-from tuner.results import append_history, gpu_dir, read_best, study_storage, update_best
-from tuner.space import JointSpace, joint_params, joint_valid_configs, layer_space, make_config, static_problems
+from tuner.results import ResultsError, append_history, gpu_dir, read_best, study_storage, update_best
+from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
+                         static_problems)
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
                          study_name, waste_attrs)
@@ -306,8 +307,8 @@ def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig 
     extra.append(("reference", reference))
     if previous and previous.get("params"):
         try:
-            extra.append(("previous", make_config(problem, previous.get("family", "sm80"), previous["params"])))
-        except (KeyError, ValueError):  # an entry written by an older search space: nothing to re-measure
+            extra.append(("previous", entry_config(previous, "previous", problem)))
+        except ResultsError:  # an entry written by an older search space: nothing to re-measure
             pass
     for label, config in extra:
         if (config is not None and all(config != chosen for _, chosen in finalists)
