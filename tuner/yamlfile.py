@@ -3,6 +3,7 @@
 with both lines instead of the last one silently winning."""
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import yaml
@@ -34,9 +35,10 @@ def read_yaml(path: Path, what: str, max_bytes: int = MAX_BYTES) -> object:
     """The document in `path`; YamlFileError (one line naming the file and the fix) when it is missing,
     unreadable, too large, not YAML, or gives a key twice."""
     try:
-        size = path.stat().st_size
-        if path.is_dir():
+        status = path.stat()
+        if stat.S_ISDIR(status.st_mode):
             raise YamlFileError(f"{what} {path} is a directory; pass a YAML file")
+        size = status.st_size
         if size > max_bytes:
             raise YamlFileError(f"{what} {path} is {size / 2**20:.1f} MB; files over {max_bytes / 2**20:g} MB are "
                                 "refused (is it the right file?)")

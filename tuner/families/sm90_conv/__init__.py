@@ -21,7 +21,7 @@ class Sm90ConvFamily(Family):
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         if device.cc != 90:
-            return (f"sm90_conv kernels use wgmma, built for sm_90a: they run on compute capability 9.0 only; "
+            return (f"{self.name} kernels use wgmma, built for sm_90a: they run on compute capability 9.0 only; "
                     f"this GPU is {device.cc_major}.{device.cc_minor}")
         return None
 

@@ -19,10 +19,6 @@ class Sm90S2dFamily(Sm90ConvFamily):
     plot_colour = "tab:green"
     folder = Path(__file__).parent
 
-    def device_problem(self, device: DeviceFacts) -> str | None:
-        reason = super().device_problem(device)
-        return reason and reason.replace("sm90_conv", self.name, 1)
-
     def layer_problem(self, problem: ConvProblem) -> str | None:
         return space.layer_problem(problem)
 

@@ -70,7 +70,7 @@ class Sm90S2dRunner {
     const int P = (p.h + 2 * p.pad - p.r) / p.stride + 1;
     const int Q = (p.w + 2 * p.pad - p.s) / p.stride + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
-    const Fold32 sizes = sizes_of(p);
+    const FoldSizes sizes = sizes_of(p);
     if (sizes.activations >= (int64_t(1) << 31) || sizes.filter >= (int64_t(1) << 31)) {
       return cutlass::Status::kErrorNotSupported;  // the fold indexes pixels in int
     }
@@ -78,7 +78,7 @@ class Sm90S2dRunner {
   }
 
   static size_t workspace_bytes(const TunerProblem &p) {
-    const Fold32 sizes = sizes_of(p);
+    const FoldSizes sizes = sizes_of(p);
     return tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element)) +
            tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element)) +
            Inner::workspace_bytes(folded(p));
@@ -92,7 +92,7 @@ class Sm90S2dRunner {
                              cudaStream_t stream) {
     if (workspace == nullptr) return cutlass::Status::kErrorWorkspaceNull;
     const TunerProblem kernel = folded(p);
-    const Fold32 sizes = sizes_of(p);
+    const FoldSizes sizes = sizes_of(p);
     char *base = static_cast<char *>(workspace);
     Element *x2 = reinterpret_cast<Element *>(base);
     base += tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element));
@@ -117,7 +117,7 @@ class Sm90S2dRunner {
  private:
   using Fold = tuner_s2d::Fold;
   static constexpr int kThreads = 256;
-  struct Fold32 { int64_t activations, filter, channels; };  // pixels of each folded tensor; their channels
+  struct FoldSizes { int64_t activations, filter, channels; };  // pixels of each folded tensor; their channels
 
   static int blocks_for(int64_t pixels) {
     return int(std::min<int64_t>((pixels + kThreads - 1) / kThreads, int64_t(1) << 16));
@@ -133,7 +133,7 @@ class Sm90S2dRunner {
     return TunerProblem(values);
   }
 
-  static Fold32 sizes_of(const TunerProblem &p) {
+  static FoldSizes sizes_of(const TunerProblem &p) {
     const TunerProblem kernel = folded(p);
     return {int64_t(kernel.n) * kernel.h * kernel.w, int64_t(kernel.k) * kernel.r * kernel.s, kernel.c};
   }
