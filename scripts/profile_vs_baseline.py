@@ -8,8 +8,6 @@ usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR]"""
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import shutil
@@ -26,6 +24,7 @@ from tuner.device import device_from_dict  # noqa: E402
 from tuner.evaluate import WorkerProcess, query_device_facts  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.messages import EvaluateRequest  # noqa: E402
+from tuner.ncu import NcuReportError, parse_csv_report  # noqa: E402
 from tuner.problem import load_layers  # noqa: E402
 from tuner.results import gpu_dir, read_best  # noqa: E402
 from tuner.space import make_config  # noqa: E402
@@ -66,17 +65,19 @@ def ncu(command: list[str], report: Path, *options: str) -> list[dict]:
 
 
 def launches(text: str) -> list[dict]:
-    """Each kernel launch of an ncu --csv details report (ncu's own ==PROF== lines before the header skipped)."""
-    start = text.find('"ID",')
-    rows = list(csv.DictReader(io.StringIO(text[start:]))) if start >= 0 else []
-    kernels: dict[str, dict] = {}
-    for row in rows:
-        if "Metric Name" not in row:
-            continue
-        key = f"{row.get('ID')} {row.get('Kernel Name', '')[:150]} grid {row.get('Grid Size')} block {row.get('Block Size')}"
-        kernels.setdefault(key, {})[row["Metric Name"]] = f"{row.get('Metric Value')} {row.get('Metric Unit', '')}".strip()
-    return [{"kernel": key, **{name: metrics[name] for name in SHOWN if name in metrics}}
-            for key, metrics in kernels.items()]
+    """Each kernel launch of an ncu --csv details report, with the metrics SHOWN (value and unit)."""
+    try:
+        found = parse_csv_report(text)
+    except NcuReportError:  # ncu wrote nothing it measured (no report, or no launch matched)
+        return []
+    shown = []
+    for index, launch in enumerate(found):
+        metrics = {name: f"{metric.value:g} {metric.unit}".strip() if isinstance(metric.value, float)
+                   else f"{metric.value} {metric.unit}".strip()
+                   for name in SHOWN if (metric := launch.metric(name)) is not None}
+        shown.append({"kernel": f"{index} {launch.kernel_name[:150]}", "grid": launch.grid, "block": launch.block,
+                      **metrics})
+    return shown
 
 
 def main() -> int:
