@@ -426,3 +426,16 @@ def test_ask_config_tags_before_sampling(conv_1, sm80_space, h100):
     finally:
         optuna.Trial.suggest_categorical = original
     assert seen and all(attrs == {"worker": "h:1", "run": "r"} for attrs in seen)
+
+
+def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
+    """Optuna wraps an RDBStorage in its cache; the grace period a finished worker waits for a dead host's
+    trials is the RDBStorage's (120 s), not Optuna's two-interval default for an unset one (40 s)."""
+    from tuner.results import study_storage
+    from tuner.study import _Heartbeat
+
+    storage = study_storage(f"sqlite:///{tmp_path / 'h.db'}", tmp_path, "gpu", heartbeat_s=20, grace_s=120)
+    study = optuna.create_study(storage=storage)
+    beating = _Heartbeat(study)
+    assert beating.storage is not None and beating.stale_after_s == 120
+    assert _Heartbeat(optuna.create_study()).storage is None  # in memory: no heartbeats

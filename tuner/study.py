@@ -264,6 +264,14 @@ class _Heartbeat:
                 self.thread = threading.Thread(target=self._beat, daemon=True, name="trial-heartbeat")
                 self.thread.start()
 
+    @property
+    def stale_after_s(self) -> float:
+        """How long until a trial whose heartbeats stopped counts as a dead host's: the storage's grace
+        period (Optuna's cache wraps the RDBStorage that holds it; unset, Optuna takes two intervals)."""
+        interval = self.storage.get_heartbeat_interval()
+        backend = getattr(self.storage, "_backend", self.storage)
+        return getattr(backend, "grace_period", None) or 2 * interval
+
     def release(self, trial_id: int) -> None:
         with self.lock:
             self.held.discard(trial_id)
@@ -311,7 +319,7 @@ class Tuner:
 
     def _run(self, candidates: int, batch_size: int) -> int:
         done, idle_asks, waited = 0, 0, False
-        storage = _heartbeat_storage(self.study)
+        storage = self.heartbeat.storage
         while idle_asks < EXHAUSTED_AFTER_ASKS:
             _stop_if_requested()
             if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
@@ -322,7 +330,7 @@ class Tuner:
                 if storage is not None and not waited and in_flight_in_run(self.study, self.run_id):
                     waited = True
                     interval = storage.get_heartbeat_interval()
-                    deadline = time.monotonic() + (getattr(storage, "grace_period", None) or 2 * interval) + interval
+                    deadline = time.monotonic() + self.heartbeat.stale_after_s + interval
                     while time.monotonic() < deadline:
                         _stop_if_requested()
                         time.sleep(min(1.0, interval))
