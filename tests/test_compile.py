@@ -284,7 +284,7 @@ def test_racing_builds_of_one_kernel_publish_one_entry(tmp_path, small_config, m
     assert [p.name for p in entries] == [results[0].key]
 
 
-@pytest.mark.parametrize("failure", ["timeout", "killed"])
+@pytest.mark.parametrize("failure", ["timeout", "killed", "child killed"])
 def test_a_transient_nvcc_failure_is_not_cached(tmp_path, small_config, monkeypatch, failure):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
@@ -293,6 +293,8 @@ def test_a_transient_nvcc_failure_is_not_cached(tmp_path, small_config, monkeypa
     def failing_nvcc(command, cwd, **kwargs):
         if failure == "timeout":
             raise subprocess.TimeoutExpired(command, kwargs.get("timeout"))
+        if failure == "child killed":  # an interrupt reached cicc: nvcc itself exits 1
+            return subprocess.CompletedProcess(command, 1, "", "nvcc error   : '\"$CICC_PATH/cicc\"' died due to signal 2")
         return subprocess.CompletedProcess(command, -9, "", "")
 
     def working_nvcc(command, cwd, **kwargs):
@@ -301,7 +303,8 @@ def test_a_transient_nvcc_failure_is_not_cached(tmp_path, small_config, monkeypa
 
     compiler = Compiler(H100, tmp_path, jobs=1)
     monkeypatch.setattr(compile_module.subprocess, "run", failing_nvcc)
-    assert not compiler.compile(small_config).ok
+    failed = compiler.compile(small_config)
+    assert not failed.ok and failed.transient
     monkeypatch.setattr(compile_module.subprocess, "run", working_nvcc)
     again = compiler.compile(small_config)
     assert again.ok and not again.cached

@@ -119,7 +119,7 @@ class Setup:
         self.space = JointSpace((space,)) if isinstance(space, SearchSpace) else space
         self.storage = storage or optuna.storages.InMemoryStorage()
         self.name = study_name(device, "conv_1", problem, self.space)
-        self.study = open_study(self.name, self.storage, seed)
+        self.study = open_study(self.name, self.storage, seed, self.space)
         self.compiler = FakeCompiler(jobs=jobs)
         self.evaluator = FakeEvaluator(self.compiler, **evaluator_options)
         self.events = {"batch": [], "compiled": [], "evaluated": []}
@@ -146,7 +146,9 @@ def config_of(trial, problem):
 def test_study_name(conv_1, h100, sm80_space):
     joint = JointSpace((sm80_space,))
     name = study_name(h100, "conv_1", conv_1, joint)
-    assert name == "nvidia-h100-80gb-hbm3/conv_1/n1h32w32c32k32r3s3p1u1d1/families=sm80/f16_f16_f32_f32"
+    assert name == f"nvidia-h100-80gb-hbm3/conv_1/n1h32w32c32k32r3s3p1u1d1/families=sm80@{joint.digest}/f16_f16_f32_f32"
+    narrower = JointSpace((SearchSpace("sm80", tuple((k, v[:1]) for k, v in sm80_space.choices_items)),))
+    assert study_name(h100, "conv_1", conv_1, narrower) != name
     other = study_name(h100, "conv_1", dataclasses.replace(conv_1, output_type=conv_1.input_type), joint)
     assert other != name and other.endswith("f16_f16_f16_f32")
 
@@ -439,3 +441,46 @@ def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
     beating = _Heartbeat(study)
     assert beating.storage is not None and beating.stale_after_s == 120
     assert _Heartbeat(optuna.create_study()).storage is None  # in memory: no heartbeats
+
+
+def _with_tiles(space: SearchSpace, tiles: tuple) -> SearchSpace:
+    return SearchSpace(space.family, tuple((k, tiles if k == "tile" else v) for k, v in space.choices_items))
+
+
+def test_a_changed_space_is_a_new_study_that_carries_over_what_fits(conv_1, h100, sm80_space):
+    """Optuna refuses a categorical whose choices changed within a study ("does not support dynamic
+    value space"): a space file that narrows or widens the tiles must open a study of its own, seeded
+    with the old study's measurements of the configurations it still holds."""
+    storage = optuna.storages.InMemoryStorage()
+    tiles = sm80_space.choices["tile"]
+    old = Setup(conv_1, _with_tiles(sm80_space, tiles[:3]), h100, storage=storage)
+    old.tuner.run(12)
+    old_records = recorded_trials(old.study, conv_1)
+    wider = Setup(conv_1, _with_tiles(sm80_space, tiles[:4]), h100, storage=storage)
+    assert wider.name != old.name
+    assert set(recorded_trials(wider.study, conv_1)) == set(old_records)
+    wider.tuner.run(4)  # asks over the new choices without Optuna's ValueError
+    assert counted_in_run(wider.study, wider.run_id) == 4
+    narrow = Setup(conv_1, _with_tiles(sm80_space, tiles[:1]), h100, storage=storage)
+    carried = recorded_trials(narrow.study, conv_1)
+    assert carried and all(dict(key)["sm80.tile"] == str(tiles[0]) for key in carried)
+    assert {k for k in recorded_trials(wider.study, conv_1) if dict(k)["sm80.tile"] == str(tiles[0])} == set(carried)
+    reopened = Setup(conv_1, _with_tiles(sm80_space, tiles[:1]), h100, storage=storage)
+    assert len(reopened.study.trials) == len(narrow.study.trials)  # carried once, when created
+
+
+def test_a_killed_compile_fails_the_trial_for_a_retry_instead_of_recording_it(conv_1, h100, sm80_space):
+    setup = Setup(conv_1, sm80_space, h100)
+    killed = []
+
+    def compile_many(configs, on_done=None):
+        results = [CompileResult(c, "k", None, 1.0, False, "nvcc error: cicc died due to signal 2", None,
+                                 transient=True) for c in configs]
+        killed.extend(results)
+        return results
+    setup.compiler.compile_many = compile_many
+    setup.tuner.run(2, batch_size=2)
+    assert len(killed) == 2 and counted_in_run(setup.study, setup.run_id) == 2  # the run ends
+    assert all(r.status is Status.invalid for r in recorded_trials(setup.study, conv_1).values())
+    failed = setup.trials(TrialState.FAIL)
+    assert len(failed) == 2 and all(t.user_attrs["transient"] and "signal 2" in t.user_attrs["reason"] for t in failed)

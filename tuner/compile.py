@@ -61,6 +61,7 @@ class CompileResult:
     ptxas: PtxasReport | None
     index: int = 0        # the kernel's index in the library (several compiled in one unit)
     unit_size: int = 1    # kernels compiled in the same nvcc run
+    transient: bool = False  # failed for a reason not the source's (killed, timed out): try again later
 
     @property
     def ok(self) -> bool:
@@ -202,8 +203,10 @@ class Compiler:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)
             log, failed = completed.stdout + completed.stderr, completed.returncode != 0
-            transient = completed.returncode < 0
-            if transient:
+            # An interrupt reaches nvcc's own children too: cicc then "died due to signal 2" and nvcc
+            # exits 1, which must not be cached as the source's fault.
+            transient = completed.returncode < 0 or "died due to signal" in log
+            if completed.returncode < 0:
                 log = f"nvcc killed by signal {-completed.returncode}\n" + log
         except subprocess.TimeoutExpired:
             log, failed, transient = f"nvcc timed out after {COMPILE_TIMEOUT_S} s", True, True
@@ -219,7 +222,7 @@ class Compiler:
     def _build(self, config: KernelConfig, key: str, source: str, flags: list[str], entry: Path) -> CompileResult:
         scratch, log, failed, seconds = self._nvcc(source, flags, key, entry)
         if scratch is None:
-            return CompileResult(config, key, None, seconds, False, error_excerpt(log), None)
+            return CompileResult(config, key, None, seconds, False, error_excerpt(log), None, transient=True)
         self._publish(scratch, entry)
         if failed:
             return CompileResult(config, key, None, seconds, False, (entry / "error.txt").read_text(), None)
@@ -237,7 +240,8 @@ class Compiler:
         unit = self._entry(unit_key)
         scratch, log, failed, seconds = self._nvcc(source, flags, unit_key, unit)
         if scratch is None:
-            return [CompileResult(c, self._key(c)[0], None, seconds, False, error_excerpt(log), None) for c in configs]
+            return [CompileResult(c, self._key(c)[0], None, seconds, False, error_excerpt(log), None, transient=True)
+                    for c in configs]
         if failed:
             shutil.rmtree(scratch, ignore_errors=True)
             return [self.compile(config) for config in configs]

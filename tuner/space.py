@@ -3,7 +3,9 @@ family that can run it on this device) as the study samples it: a `family` param
 family's knobs under `<family>.<knob>` names, so that the families' knobs never share a name."""
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -94,6 +96,14 @@ class JointSpace:
     def key(self) -> str:
         """The study-name segment: which families' knobs the study holds."""
         return "families=" + "+".join(self.families)
+
+    @property
+    def digest(self) -> str:
+        """8 hex digits over every family's knobs and their choices. Optuna fixes a categorical's
+        choices for the life of a study, so a space whose choices changed needs a study of its own."""
+        body = json.dumps([[s.family, [[knob, [str(v) for v in values]] for knob, values in s.choices_items]]
+                           for s in self.spaces])
+        return hashlib.sha256(body.encode()).hexdigest()[:8]
 
     def space(self, family: str) -> SearchSpace:
         for space in self.spaces:

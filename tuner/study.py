@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Protocol
 
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.compile import CompileResult
@@ -61,18 +62,73 @@ class TrialRecord:
 
 
 def study_name(device: DeviceFacts, layer: str, problem: ConvProblem, joint: JointSpace) -> str:
+    """device/layer/shape/families@space-digest/dtypes: a study per search space (see open_study)."""
     shape = (f"n{problem.n}h{problem.h}w{problem.w}c{problem.c}k{problem.k}r{problem.r}s{problem.s}"
              f"p{problem.pad}u{problem.stride}d{problem.dilation}")
-    return f"{device.slug}/{layer}/{shape}/{joint.key}/{problem.dtype_key}"
+    return f"{device.slug}/{layer}/{shape}/{joint.key}@{joint.digest}/{problem.dtype_key}"
 
 
-def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int) -> optuna.Study:
+def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
+               joint: JointSpace | None = None) -> optuna.Study:
+    """Load the study, or create it and, given its joint space, carry over what the layer's other
+    studies measured (see carry_over)."""
     with warnings.catch_warnings():  # multivariate, group and constant_liar are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # group: each family's knobs are sampled jointly among the trials of that family.
         sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
-    return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                               direction="minimize", load_if_exists=True)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize")
+    except optuna.exceptions.DuplicatedStudyError:  # exists (or another host created it a moment ago)
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    if joint is not None:
+        carry_over(study, joint)
+    return study
+
+
+def joint_distributions(joint: JointSpace, family: str) -> dict[str, CategoricalDistribution]:
+    """What ask_config suggests for a trial of `family`."""
+    distributions = {FAMILY_PARAM: CategoricalDistribution(list(joint.families))}
+    for knob, choices in joint.space(family).choices.items():
+        distributions[f"{family}.{knob}"] = CategoricalDistribution(list(choices))
+    return distributions
+
+
+def carry_over(study: optuna.Study, joint: JointSpace) -> int:
+    """Copy into a new study the measured trials of the same layer's other studies (another search
+    space, another set of families, an older space file) whose configuration this space holds: the
+    sampler and the already-measured check start from them instead of from nothing. The newest
+    measurement of a configuration wins. Returns how many were copied."""
+    device_layer_shape, dtypes = study.study_name.rsplit("/", 2)[0], study.study_name.rsplit("/", 1)[1]
+    storage = study._storage
+    fitting: dict[tuple, FrozenTrial] = {}
+    for other in storage.get_all_studies():
+        name = other.study_name
+        if (name == study.study_name or name.rsplit("/", 2)[0] != device_layer_shape
+                or name.rsplit("/", 1)[1] != dtypes):
+            continue
+        for trial in storage.get_all_trials(other._study_id, deepcopy=False,
+                                            states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if not _readable(trial) or "from_record" in trial.user_attrs or not _fits(trial.params, joint):
+                continue
+            key = params_key(trial.params)
+            held = fitting.get(key)
+            if held is None or (trial.datetime_complete or dt.datetime.min) > (held.datetime_complete or dt.datetime.min):
+                fitting[key] = trial
+    copies = [optuna.trial.create_trial(
+        state=trial.state, value=trial.value if trial.state is TrialState.COMPLETE else None,
+        params=trial.params, distributions=joint_distributions(joint, trial.params[FAMILY_PARAM]),
+        user_attrs=trial.user_attrs) for trial in fitting.values()]
+    study.add_trials(copies)
+    return len(copies)
+
+
+def _fits(params: dict, joint: JointSpace) -> bool:
+    family = params.get(FAMILY_PARAM)
+    if family not in joint.families:
+        return False
+    choices = joint.space(family).choices
+    wanted = {FAMILY_PARAM, *(f"{family}.{knob}" for knob in choices)}
+    return set(params) == wanted and all(params[f"{family}.{knob}"] in values for knob, values in choices.items())
 
 
 # The tuner asks and tells and records the heartbeats itself (_Heartbeat), which Optuna warns about on every ask.
@@ -181,7 +237,7 @@ def request_stop() -> None:
     _stop_requested.set()
 
 
-def _stop_if_requested() -> None:
+def stop_if_requested() -> None:
     if _stop_requested.is_set():
         raise KeyboardInterrupt
 
@@ -222,10 +278,13 @@ def fail_orphans(study: optuna.Study, now: dt.datetime | None = None) -> int:
 
 
 def counted_in_run(study: optuna.Study, run_id: str) -> int:
-    """Candidates compiled and evaluated under this run id, by any worker: what --trials counts."""
-    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    """Candidates compiled and evaluated under this run id, by any worker: what --trials counts. A
+    compile that was killed or timed out counts too (FAIL, retried by a later run), or a run whose
+    compiles keep dying would never end."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
     return sum(1 for t in finished if t.user_attrs.get("run") == run_id and "compile_s" in t.user_attrs
-               and "from_record" not in t.user_attrs)
+               and "from_record" not in t.user_attrs
+               and (t.state is not TrialState.FAIL or t.user_attrs.get("transient")))
 
 
 def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
@@ -321,7 +380,7 @@ class Tuner:
         done, idle_asks, waited = 0, 0, False
         storage = self.heartbeat.storage
         while idle_asks < EXHAUSTED_AFTER_ASKS:
-            _stop_if_requested()
+            stop_if_requested()
             if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
                 optuna.storages.fail_stale_trials(self.study)
             if self._remaining(candidates) <= 0:
@@ -332,7 +391,7 @@ class Tuner:
                     interval = storage.get_heartbeat_interval()
                     deadline = time.monotonic() + self.heartbeat.stale_after_s + interval
                     while time.monotonic() < deadline:
-                        _stop_if_requested()
+                        stop_if_requested()
                         time.sleep(min(1.0, interval))
                     continue
                 break
@@ -406,7 +465,7 @@ class Tuner:
         try:
             results = self.compiler.compile_many([config for _, config in batch], self.progress.on_compiled)
             for (trial, config), result in zip(batch, results):
-                _stop_if_requested()  # between candidates: nothing measured is ever left untold
+                stop_if_requested()  # between candidates: nothing measured is ever left untold
                 self._evaluate(trial, config, result)
                 del pending[id(config)]
         finally:
@@ -415,6 +474,11 @@ class Tuner:
 
     def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
         attrs = compile_attrs(result)
+        if result.transient:  # killed or timed out, not the configuration's fault: FAIL, tried again later
+            for key, item in {**attrs, "reason": result.error, "transient": True}.items():
+                trial.set_user_attr(key, item)
+            self._finish(trial, state=TrialState.FAIL)
+            return
         if not result.ok:
             self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
             return

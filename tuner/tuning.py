@@ -27,7 +27,7 @@ from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_con
                          static_problems)
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
-                         study_name, waste_attrs)
+                         stop_if_requested, study_name, waste_attrs)
 
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
@@ -237,7 +237,8 @@ class TuningSession:
         joint = layer_space(self.spaces, layer.problem, self.device)
         valid = joint_valid_configs(joint, layer.problem, self.device)
         report.print_space(self.console, layer.name, layer.problem, joint, valid)
-        study = open_study(study_name(self.device, layer.name, layer.problem, joint), self.storage, self.options.seed)
+        study = open_study(study_name(self.device, layer.name, layer.problem, joint), self.storage, self.options.seed,
+                           joint)
         orphans = fail_orphans(study)
         if orphans:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
@@ -275,6 +276,12 @@ class TuningSession:
             return None
         finalists = finalist_configs(best, options.top, reference, previous, layer.problem, device, joint)
         compiled = {r.config.compiled: r for r in self.compiler.compile_many([c for _, c in finalists])}
+        stop_if_requested()  # an interrupt during these compiles killed some: stop, nothing to record
+        for label, config in finalists:
+            if not compiled[config.compiled].ok:
+                console.print(f"[yellow]finalist {label} ({config.name}) did not compile: "
+                              f"{compiled[config.compiled].error}[/]")
+        finalists = [(label, c) for label, c in finalists if compiled[c.compiled].ok]
         rows = confirm(finalists, compiled, self.evaluator, layer.problem, options.confirm_rounds)
         if not rows:
             console.print("[red]the finalists failed when re-measured; nothing recorded[/]")
