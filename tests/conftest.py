@@ -1,6 +1,7 @@
 """Shared fixtures of the CPU test suite: the repository's own tables and an H100's facts."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -67,3 +68,17 @@ def params(tile="128x128x64", warps="2x2x1", stages=3, swizzle=1, iterator="opti
 
 def config_for(problem: ConvProblem, **overrides):
     return make_config(problem, params(**overrides))
+
+
+def squeeze(text: str) -> str:
+    """C++ text without whitespace, to compare generated code with expectations."""
+    return re.sub(r"\s+", "", text)
+
+
+def assert_in_order(text: str, pieces: list[str]) -> None:
+    """Each piece occurs in `text` (whitespace ignored), each after the one before."""
+    text, at = squeeze(text), 0
+    for piece in pieces:
+        found = text.find(squeeze(piece), at)
+        assert found >= 0, f"{piece!r} not found after position {at}"
+        at = found + len(squeeze(piece))

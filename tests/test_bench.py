@@ -4,6 +4,7 @@ of the exhaustive best in 32 trials on at least 90 % of the layers (46 of 47 whe
 within 2 % at the median over the layers."""
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 
@@ -154,3 +155,23 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     assert "r50_s4_3x3_b32" not in measured["one_run"] and saves == [1]  # no entry: not timed
     [line] = bench.one_run_summary(measured)
     assert "geometric mean 2.000 over 1 layers" in line and "above 1.25: 1 (conv_1 2.00)" in line
+
+
+def test_fused_layers_are_judged_against_pytorch_and_their_bare_kernel_not_cudnn():
+    measured = {"one_run": {
+        "r50_s4_3x3_b32": {"kernel": "k", "family": "sm90_conv", "tuned_us": 15.0, "cudnn_us": 16.0},
+        "r50f_s4_3x3_b32": {"kernel": "kf", "family": "sm90_conv", "epilogue": "scale+bias+relu", "tuned_us": 16.0,
+                            "cudnn_us": 8.0, "eager_us": 32.0, "compiled_us": 20.0, "bare_kernel_us": 15.0}}}
+    lines = bench.one_run_summary(measured)
+    by_baseline = {name: next(line for line in lines if f"/ {name}" in line)
+                   for name in ("cuDNN", "PyTorch eager", "torch.compile", "the same kernel without its epilogue")}
+    assert "geometric mean 0.938 over 1 layers" in by_baseline["cuDNN"]  # the bare layer only
+    assert "geometric mean 0.500 over 1 layers" in by_baseline["PyTorch eager"]
+    assert "geometric mean 0.800 over 1 layers" in by_baseline["torch.compile"]
+    assert "geometric mean 1.067 over 1 layers" in by_baseline["the same kernel without its epilogue"]
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))
+    console.print(bench.fused_table(measured))
+    text = console.export_text()
+    assert "r50f_s4_3x3_b32" in text and "scale+bias+relu" in text and "r50_s4_3x3_b32 " not in text
+    assert all(figure in text for figure in ("32.00", "20.00", "0.50", "0.80", "1.07"))
+    assert bench.fused_table({"one_run": {"r50_s4_3x3_b32": measured["one_run"]["r50_s4_3x3_b32"]}}) is None

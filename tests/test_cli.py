@@ -185,3 +185,31 @@ def test_the_command_line_sits_on_top(tmp_path):
     text = tune("--help", tmp_path=tmp_path).stdout
     for command in ("diagnose", "export", "bench", "plots"):
         assert f"tune.py {command}" in " ".join(text.split()), command
+
+
+# --- epilogues -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, says", [
+    (("--shape", "32,14,14,256,256,3,3,1", "--epilogue", "scale+tanh"), "--epilogue: epilogue 'scale+tanh': unknown part"),
+    (("--shape", "32,14,14,256,256,3,3,1", "--epilogue", "relu+silu"), "names two activations"),
+    (("--layer", "conv_1", "--epilogue", "relu"), "--epilogue goes with --shape"),
+])
+def test_bad_epilogues_are_one_line_usage_errors(tmp_path, args, says):
+    result = tune(*args, "--results-dir", str(tmp_path / "results"), tmp_path=tmp_path)
+    assert result.returncode == 2 and says in one_error_line(result)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_family_that_cannot_fuse_a_part_names_it_and_who_can(monkeypatch, capsys):
+    from tuner import cli
+    from tuner.families import registry
+
+    monkeypatch.setattr(registry.get("sm90_gemm"), "fusable", frozenset({"bias", "relu"}))
+    layers = cli.load_layers(REPO / "search_spaces" / "layers.yaml")
+    spaces = cli.chosen_spaces("sm90_gemm", None)
+    with pytest.raises(cli.UsageError) as refused:
+        cli.check_layers_runnable([layers["r50f_s4_1x1_256to1024_b32"]], spaces, explicit=True)
+    message = str(refused.value)
+    assert "sm90_gemm cannot fuse scale and residual into its epilogue" in message
+    assert "families that fuse scale+bias+residual+relu: sm80, sm90_conv, sm90_s2d" in message
+    cli.check_layers_runnable([layers["r50_s4_1x1_256to1024_b32"]], spaces, explicit=True)  # bare: runs

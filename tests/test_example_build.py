@@ -26,9 +26,12 @@ needs_toolchain = pytest.mark.skipif(
 
 
 def one_layer_per_family(document: dict) -> dict:
+    """The first layer of each family, and the first with an epilogue (its operands in the example)."""
     chosen = {}
     for name, entry in sorted(document["layers"].items()):
         chosen.setdefault(entry.get("family", "sm80"), (name, entry))
+        if (entry.get("problem") or {}).get("epilogue"):
+            chosen.setdefault("fused", (name, entry))
     return {**document, "layers": dict(chosen.values())}
 
 

@@ -73,7 +73,8 @@ def strip_literals(line: str) -> tuple[str, list[str]]:
     return "".join(code), literals
 
 
-ROW = re.compile(r"^    \{S, (-?\d+, ){11}S, (-?\d+, ){6}\d+\.\d{3}, S, S\},$")
+ROW = re.compile(r"^    \{S, (-?\d+, ){11}S, (-?\d+, ){6}\d+\.\d{3}, S, S, S, (true|false), (true|false), (true|false), "
+                 r"-?\d+\.\d+(e-?\d+)?, S\},$")
 
 
 def rows_of(header: str) -> list[str]:
@@ -121,7 +122,7 @@ def test_one_row_per_layer_with_its_family(header):
     for family, layer in LAYER_OF.items():
         code, literals = strip_literals(by_name[layer])
         assert ROW.match(code), by_name[layer]
-        assert literals == [layer, family, config_of(family).name, "2025-06-01"]
+        assert literals == [layer, family, config_of(family).name, "2025-06-01", "none", "none"]
         assert "12.500" in code
 
 

@@ -248,3 +248,79 @@ def test_sm90_static_facts_agree_with_ncu(compiled_sm90, device, worker):
         pytest.skip(str(error))
     rows = agreement(facts, stats)
     assert all(row.agrees for row in rows), rows
+
+
+# --- fused epilogues (sm90 families) ---------------------------------------------------------------------
+def with_epilogue(problem: ConvProblem, text: str) -> ConvProblem:
+    from tuner.epilogue import parse_epilogue
+
+    return dataclasses.replace(problem, epilogue=parse_epilogue(text))
+
+
+FUSED_CASES = {
+    "conv_bn_residual_relu": ("sm90_conv", with_epilogue(CONV_3X3, "scale+bias+residual+relu"),
+                              SM90_CASES["sm90_conv"][2]),
+    "conv_bn_residual": ("sm90_conv", with_epilogue(CONV_3X3, "scale+bias+residual"), SM90_CASES["sm90_conv"][2]),
+    "gemm_bias_silu": ("sm90_gemm", with_epilogue(GEMM_1X1, "bias+silu"), SM90_CASES["sm90_gemm"][2]),
+    "gemm_stream_k_half_residual_gelu": ("sm90_gemm", with_epilogue(GEMM_1X1, "scale+bias+residual*0.5+gelu"),
+                                         SM90_CASES["sm90_gemm_stream_k"][2]),
+    "s2d_bn_relu": ("sm90_s2d", with_epilogue(STEM, "scale+bias+relu"), SM90_CASES["sm90_s2d"][2]),
+    "sm80_bn_residual_relu": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual+relu"), SMALL_PARAMS),
+    "sm80_bn_residual": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual"), SMALL_PARAMS),
+    "sm80_stem_bias_silu": ("sm80", with_epilogue(STEM, "bias+silu"),
+                            {**SMALL_PARAMS, "tile": "128x64x16", "warps": "2x2x1", "iterator": "fixed_channels"}),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled_fused(device, tmp_path_factory):
+    from tuner.space import make_config as family_config
+
+    cases = {case: spec for case, spec in FUSED_CASES.items() if device.cc == 90 or spec[0] == "sm80"}
+    configs = {case: family_config(problem, family, params) for case, (family, problem, params) in cases.items()}
+    compiler = Compiler(device, tmp_path_factory.mktemp("cache_fused"))
+    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
+    assert all(r.ok for r in results.values()), [r.error for r in results.values()]
+    return {case: (FUSED_CASES[case][1], config, results[config]) for case, config in configs.items()}
+
+
+@pytest.mark.parametrize("case", list(FUSED_CASES))
+def test_fused_epilogue_is_right_and_timed(case, compiled_fused, device, worker):
+    from tuner.families import registry
+
+    problem, config, result = compiled_fused[case]
+    launch = registry.family_of(config).launch_args(config, problem)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(result.binary, problem, launch)
+    assert evaluation.status is Status.ok, evaluation.reason  # against the float64 conv + epilogue
+    assert evaluation.error < TOLERANCE[problem.output_type]
+
+
+@pytest.mark.parametrize("kernel_case, layer_epilogue, passes", [
+    ("conv_bn_residual", "scale+bias+residual+relu", False),          # ReLU dropped
+    ("gemm_bias_silu", "bias+gelu", False),                           # SiLU where the layer has GELU
+    ("conv_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # control: beta is a run-time operand
+    ("sm80_bn_residual", "scale+bias+residual+relu", False),          # sm80: ReLU dropped
+    ("sm80_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # sm80 control
+])
+def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, passes, compiled_fused, worker):
+    """A kernel whose epilogue differs from the layer's must fail against the float64 reference."""
+    from tuner.families import registry
+
+    kernel_problem, config, result = compiled_fused[kernel_case]
+    layer = with_epilogue(kernel_problem, layer_epilogue)
+    launch = registry.family_of(config).launch_args(config, layer)
+    answer = worker.request(evaluate_request(result.binary, None, layer, launch))
+    if passes:
+        assert answer["status"] == Status.ok.value, answer
+    else:
+        assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
+        assert answer["error"] > 10 * TOLERANCE[layer.output_type]
+
+
+def test_a_kernel_refuses_a_residual_it_was_not_built_to_read(compiled_fused, worker):
+    from tuner.families import registry
+
+    _, config, result = compiled_fused["gemm_bias_silu"]
+    layer = with_epilogue(GEMM_1X1, "bias+residual+silu")
+    answer = worker.request(evaluate_request(result.binary, None, layer, registry.family_of(config).launch_args(config, layer)))
+    assert answer["status"] == Status.launch_failed.value and "cutlass::Status" in answer["reason"], answer

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.problem import ConvProblem, DataType, Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.epilogue import Epilogue, parse_epilogue
+from tuner.problem import (ConvProblem, DataType, Layer, ProblemError, find_layer, load_layers, parse_shape,
+                           problem_from_dict, problem_to_dict)
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:
@@ -119,7 +121,8 @@ def resnet50_v15_convs() -> set[tuple]:
 def test_table_holds_every_resnet50_conv_at_batch(layers, batch):
     expected = resnet50_v15_convs()
     assert len(expected) == 23
-    at_batch = {name: layer.problem for name, layer in layers.items() if name.endswith(f"_b{batch}")}
+    at_batch = {name: layer.problem for name, layer in layers.items()
+                if name.endswith(f"_b{batch}") and not layer.problem.epilogue.fused}
     assert len(at_batch) == 23
     shapes = {(p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride) for p in at_batch.values()}
     assert shapes == expected
@@ -129,9 +132,9 @@ def test_table_holds_every_resnet50_conv_at_batch(layers, batch):
         assert p.dtype_key == "f16_f16_f16_f32", name
 
 
-def test_table_is_conv_1_plus_both_batches(layers):
-    assert len(layers) == 1 + 23 + 23
-    assert set(layers) - {n for n in layers if n.startswith("r50_")} == {"conv_1"}
+def test_table_is_conv_1_plus_both_batches_bare_and_fused(layers):
+    assert len(layers) == 1 + 23 + 23 + 24 + 24
+    assert set(layers) - {n for n in layers if n.startswith(("r50_", "r50f_"))} == {"conv_1"}
     for name, layer in layers.items():
         assert layer.name == name
         if name.endswith("_b1"):
@@ -310,3 +313,37 @@ def test_overlapping_windows_read_every_input_pixel():
 def test_sizes_beyond_int32_are_refused(fields, words):
     with pytest.raises(ProblemError, match=re.escape(words)):
         ConvProblem(**fields)
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_fused_resnet50_layers_carry_the_epilogues_the_network_runs(layers, batch):
+    """Each conv with its folded batch-norm and ReLU; the expanding 1x1 adds the shortcut before the
+    ReLU; the downsample branch has no activation (stage 2's is 64to256 at stride 1)."""
+    fused = {n: l.problem for n, l in layers.items() if n.startswith("r50f_") and n.endswith(f"_b{batch}")}
+    assert len(fused) == 24
+    for name, problem in fused.items():
+        bare = dataclasses.replace(problem, epilogue=Epilogue())
+        twin = layers.get(name.replace("r50f_", "r50_")) or layers[f"r50_s2_1x1_64to256_b{batch}"]
+        assert twin.problem == bare, name
+        expand = re.search(r"_1x1_(\d+)to(\d+)_", name)
+        if "down" in name:
+            assert problem.epilogue.key == "scale+bias", name
+        elif expand and int(expand.group(2)) == 4 * int(expand.group(1)):
+            assert problem.epilogue.key == "scale+bias+residual+relu", name
+        else:
+            assert problem.epilogue.key == "scale+bias+relu", name
+
+
+def test_epilogue_in_the_layer_table_and_the_dict_form(tmp_path):
+    table = tmp_path / "layers.yaml"
+    table.write_text("layers:\n  a: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1, epilogue: bias+relu}\n"
+                     "  b: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1}\n")
+    layers = load_layers(table)
+    a, b = layers["a"].problem, layers["b"].problem
+    assert a.epilogue == parse_epilogue("bias+relu") and not b.epilogue.fused
+    assert a.variant_key == "f16_f16_f16_f32+bias+relu" and b.variant_key == b.dtype_key
+    assert problem_from_dict(problem_to_dict(a)) == a
+    assert "epilogue" not in problem_to_dict(b)  # a bare conv's entry reads as before epilogues
+    table.write_text("layers:\n  a: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1, epilogue: bias+tanh}\n")
+    with pytest.raises(ProblemError, match="layer 'a'.*unknown part 'tanh'"):
+        load_layers(table)

@@ -104,3 +104,70 @@ def ceilings() -> dict:
     return {"matmul_tflops": 2 * n ** 3 / (matmul_us * 1e-6) / 1e12,
             "copy_gbps": 2 * CEILING_COPY_BYTES / (copy_us * 1e-6) / 1e9,
             "torch_version": torch.__version__}
+
+
+def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False) -> dict:
+    """The layer as a PyTorch model writes it, channels_last f16, timed the tuner's way: the conv (cuDNN,
+    with its bias where there is no scale), a BatchNorm2d in eval mode for a per-channel scale and bias
+    (what a folded batch-norm is before folding), the residual added, the activation in place, as
+    torchvision's ResNet does. `compiled`: torch.compile of the same module (Inductor fuses the
+    elementwise tail; the conv stays cuDNN's), compiled before timing."""
+    import torch
+
+    from tuner.epilogue import Activation
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    epilogue = problem.epilogue
+    activations = {Activation.none: None, Activation.relu: torch.nn.ReLU(inplace=True),
+                   Activation.gelu: torch.nn.GELU(), Activation.silu: torch.nn.SiLU(inplace=True)}
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(problem.c, problem.k, (problem.r, problem.s), stride=problem.stride,
+                                        padding=problem.pad, dilation=problem.dilation,
+                                        bias=epilogue.bias and not epilogue.scale)
+            self.norm = torch.nn.BatchNorm2d(problem.k) if epilogue.scale else None
+            self.activation = activations[epilogue.activation]
+
+        def forward(self, x, residual=None):
+            y = self.conv(x)
+            if self.norm is not None:
+                y = self.norm(y)
+            if residual is not None:
+                y = y.add_(residual, alpha=epilogue.residual_scale)
+            return self.activation(y) if self.activation is not None else y
+
+    device = torch.device("cuda")
+    module = Layer().to(device=device, dtype=torch.float16, memory_format=torch.channels_last).eval()
+    if module.norm is not None:  # running statistics that make a non-trivial scale and shift
+        module.norm.running_mean.uniform_(-1, 1)
+        module.norm.running_var.uniform_(0.5, 2)
+        module.norm.weight.data.uniform_(0.5, 1.5)
+        module.norm.bias.data.uniform_(-1, 1)
+    run = torch.compile(module) if compiled else module
+    x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=torch.float16)
+    x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
+    residual = None
+    if epilogue.residual:
+        residual = torch.empty(problem.n, problem.k, problem.p, problem.q, device=device, dtype=torch.float16)
+        residual = residual.uniform_(-1, 1).to(memory_format=torch.channels_last)
+    bytes_per_set = problem.bytes_moved + (problem.output_elements * 2 if epilogue.residual else 0)
+    free, _ = torch.cuda.mem_get_info()
+    copies = rotation_copies(bytes_per_set, l2_bytes, free)
+    inputs = [(x.clone(memory_format=torch.channels_last),
+               None if residual is None else residual.clone(memory_format=torch.channels_last))
+              for _ in range(copies)]
+    outputs = [None] * copies
+
+    def step(index: int) -> None:
+        xi, ri = inputs[index % copies]
+        with torch.no_grad():
+            outputs[index % copies] = run(xi, ri)
+
+    if compiled:
+        step(0)  # compile outside the timing and the capture
+    us = _graph_time_us(torch, step, launches_per_replay(copies))
+    key = "compiled_us" if compiled else "eager_us"
+    return {key: us, "copies": copies, "torch_version": torch.__version__}

@@ -16,6 +16,7 @@ With --replay-only the GPU steps are skipped and the committed landscapes are re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -32,6 +33,7 @@ from rich.table import Table
 from tuner.choices import chosen_spaces, matching_layers, positive
 from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
 from tuner.device import DeviceFacts, device_from_dict
+from tuner.epilogue import Epilogue
 from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
@@ -322,8 +324,9 @@ def product_search(layer: Layer, joint: JointSpace, device: DeviceFacts, make_co
 
 
 def time_baselines(worker, layer: Layer, device: DeviceFacts, measured: dict, console: Console) -> dict:
-    """cuDNN, and cuBLAS on a 1x1 stride-1 layer, timed by the worker and recorded in `measured`;
-    returns {"cudnn_us": ..., "cublas_us": ...} with what was timed."""
+    """cuDNN (the bare conv), cuBLAS on a 1x1 stride-1 layer, and for a layer with an epilogue PyTorch
+    eager and torch.compile running the whole layer, timed by the worker and recorded in `measured`;
+    returns {"cudnn_us": ..., "cublas_us": ..., "eager_us": ..., "compiled_us": ...} with what was timed."""
     timed = {}
     answer = worker.request({"op": "cudnn", "problem": problem_to_dict(layer.problem), "l2_bytes": device.l2_bytes})
     if "cudnn_us" in answer:
@@ -336,6 +339,15 @@ def time_baselines(worker, layer: Layer, device: DeviceFacts, measured: dict, co
                                  "l2_bytes": device.l2_bytes})
         if "cublas_us" in answer:
             measured["cublas"][layer.name] = timed["cublas_us"] = answer["cublas_us"]
+    if layer.problem.epilogue.fused:  # the layer as PyTorch runs it: eager, and torch.compile'd
+        for compiled, key in ((False, "eager_us"), (True, "compiled_us")):
+            answer = worker.request({"op": "pytorch", "problem": problem_to_dict(layer.problem),
+                                     "l2_bytes": device.l2_bytes, "compiled": compiled})
+            if key in answer:
+                measured.setdefault(key.removesuffix("_us"), {})[layer.name] = timed[key] = answer[key]
+            else:
+                console.print(f"[yellow]{key.removesuffix('_us')} PyTorch not timed for {layer.name}: "
+                              f"{answer.get('reason')}[/]")
     return timed
 
 
@@ -354,9 +366,14 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
             configs[layer.name] = entry_config(entry, layer.name, layer.problem)
         except ResultsError as error:
             console.print(f"[yellow]{error}: not timed[/]")
-    kernels = sorted({config.compiled for config in configs.values()}, key=lambda c: c.name)
+    # A layer with an epilogue also times its kernel built without one, on the bare conv: what the
+    # epilogue costs that kernel.
+    fused_layers = {layer.name for layer in layers if layer.problem.epilogue.fused}
+    bare = {name: dataclasses.replace(config, fusion=Epilogue()) for name, config in configs.items()
+            if name in fused_layers}
+    kernels = sorted({config.compiled for config in [*configs.values(), *bare.values()]}, key=lambda c: c.name)
     console.print(f"tuned: {len(configs)} layers' best.yaml kernels ({len(kernels)} to compile), each timed "
-                  "beside cuDNN")
+                  "beside cuDNN (and PyTorch where the layer has an epilogue)")
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
     one_run = measured.setdefault("one_run", {})
     for index, layer in enumerate(layers):
@@ -364,6 +381,8 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         if config is None:
             continue
         row = {"kernel": config.name, "family": config.family}
+        if layer.problem.epilogue.fused:
+            row["epilogue"] = layer.problem.epilogue.key
         result = compiled[config.compiled]
         if result.ok:
             launch = registry.get(config.family).launch_args(config, layer.problem)
@@ -374,21 +393,53 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
                 row["status"] = evaluation.status.value
         else:
             row["status"] = Status.compile_failed.value
+        if layer.name in bare and compiled[bare[layer.name].compiled].ok:
+            bare_problem = dataclasses.replace(layer.problem, epilogue=Epilogue())
+            launch = registry.get(config.family).launch_args(bare[layer.name], bare_problem)
+            evaluation = evaluator.evaluate(compiled[bare[layer.name].compiled].binary, bare_problem, launch,
+                                            seed=2000 + index)
+            if evaluation.status is Status.ok:
+                row["bare_kernel_us"] = round(evaluation.measurement.median_us, 3)
         row.update(time_baselines(worker, layer, device, measured, console))
         one_run[layer.name] = row
         ratio = row.get("tuned_us", math.nan) / row.get("cudnn_us", math.nan)
+        fused = (f", PyTorch eager {_us(row.get('eager_us'))} µs, torch.compile {_us(row.get('compiled_us'))} µs"
+                 if layer.problem.epilogue.fused else "")
         console.print(f"  {layer.name}: tuned {_us(row.get('tuned_us'))} µs, cuDNN {_us(row.get('cudnn_us'))} µs "
-                      f"({ratio:.2f})")
+                      f"({ratio:.2f}){fused}")
         save()
 
 
+def fused_table(measured: dict) -> Table | None:
+    """The one run's layers with an epilogue: the tuned fused kernel against the layer as PyTorch runs
+    it (eager, torch.compile) and against the same kernel built without the epilogue."""
+    rows = {name: row for name, row in (measured.get("one_run") or {}).items() if row.get("epilogue")}
+    if not rows:
+        return None
+    table = Table(title="fused layers, one run (µs, graph replay, inputs rotated past L2)")
+    for column in ("layer", "epilogue", "family", "tuned", "PyTorch eager", "torch.compile", "bare kernel",
+                   "tuned/eager", "tuned/compile", "tuned/bare"):
+        table.add_column(column, justify="left" if column in ("layer", "epilogue", "family") else "right")
+
+    def ratio(row: dict, baseline: str) -> str:
+        return f"{row['tuned_us'] / row[baseline]:.2f}" if row.get("tuned_us") and row.get(baseline) else "-"
+    for name, row in rows.items():
+        table.add_row(name, row["epilogue"], row.get("family", "-"), _us(row.get("tuned_us")), _us(row.get("eager_us")),
+                      _us(row.get("compiled_us")), _us(row.get("bare_kernel_us")), ratio(row, "eager_us"),
+                      ratio(row, "compiled_us"), ratio(row, "bare_kernel_us"))
+    return table
+
+
 def one_run_summary(measured: dict) -> list[str]:
-    """The 'tuned' step's figures: best.yaml's kernels against cuDNN and cuBLAS timed in the same run."""
+    """The 'tuned' step's figures: best.yaml's kernels against cuDNN and cuBLAS timed in the same run (bare
+    convolutions), and against PyTorch eager and torch.compile (layers with an epilogue)."""
     rows = measured.get("one_run") or {}
     lines = []
-    for baseline, name in (("cudnn_us", "cuDNN"), ("cublas_us", "cuBLAS")):
+    for baseline, name, fused in (("cudnn_us", "cuDNN", False), ("cublas_us", "cuBLAS", False),
+                                  ("eager_us", "PyTorch eager", True), ("compiled_us", "torch.compile", True),
+                                  ("bare_kernel_us", "the same kernel without its epilogue", True)):
         pairs = {layer: row["tuned_us"] / row[baseline] for layer, row in rows.items()
-                 if row.get("tuned_us") and row.get(baseline)}
+                 if row.get("tuned_us") and row.get(baseline) and bool(row.get("epilogue")) == fused}
         if pairs:
             lines.append(ratio_line(f"one run, best.yaml's kernels / {name} timed beside them", pairs))
     return lines
@@ -561,8 +612,7 @@ def main(argv: list[str], console: Console) -> int:
         product = tuple(load_space(default_space_file(family)) for family in spaces)
         device, measured = measure_on_gpu(layers, spaces, product, args, console)
         if "tuned" in args.steps:
-            for line in one_run_summary(measured):
-                console.print(line)
+            print_one_run(measured, console)
     if args.measure_only or args.compile_only:
         return 0
     ceilings = bench_ceilings(measured)
@@ -579,12 +629,19 @@ def main(argv: list[str], console: Console) -> int:
     wide.print(bench_table(layers, landscapes, searches, measured, ceilings, tuned))
     for line in search_summary(searches) + ratio_summary(layers, landscapes, measured, tuned):
         console.print(line)
-    for line in one_run_summary(measured):
-        console.print(line)
+    print_one_run(measured, console)
     line = product_summary(layers, landscapes, measured)
     if line:
         console.print(line)
     return 0
+
+
+def print_one_run(measured: dict, console: Console) -> None:
+    table = fused_table(measured)
+    if table is not None:
+        console.print(table)
+    for line in one_run_summary(measured):
+        console.print(line)
 
 
 def searched_families(found: dict) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import uuid
 import sys
@@ -16,6 +17,7 @@ from tuner.diagnose import diagnose_report, render_diagnosis
 from tuner.evaluate import GpuUnavailable
 from tuner.export import export_header
 from tuner.ncu import NcuReportError
+from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
@@ -52,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
     target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
+    parser.add_argument("--epilogue", help="with --shape: what the layer does after the conv, parts joined by '+': "
+                                           "scale, bias (per output channel), residual[*BETA] (a tensor shaped "
+                                           "as the output), and one of relu, gelu, silu; e.g. "
+                                           "scale+bias+residual+relu (default none; a layer table's layer takes "
+                                           "an 'epilogue:' field)")
     parser.add_argument("--trials", type=int, default=64,
                         help="candidates to compile and measure per layer in this run, added to the layer's "
                              "study (impossible and already-measured configurations do not count; default 64)")
@@ -91,14 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def shape_layer(text: str) -> Layer:
+def shape_layer(text: str, epilogue_text: str | None = None) -> Layer:
     problem = parse_shape(text)
+    if epilogue_text is not None:
+        try:
+            problem = dataclasses.replace(problem, epilogue=parse_epilogue(epilogue_text))
+        except EpilogueError as error:
+            raise UsageError(f"--epilogue: {error}") from None
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-            f"_p{problem.pad}s{problem.stride}d{problem.dilation}")
+            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}")
     return Layer(name, problem)
 
 
 def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[Layer]:
+    if args.epilogue is not None and not args.shape:
+        raise UsageError("--epilogue goes with --shape; a layer of the table takes an 'epilogue:' field instead")
     if args.layer:
         return [find_layer(layers, args.layer)]
     if args.layers:
@@ -109,7 +123,7 @@ def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[
     if args.all:
         return list(layers.values())
     if args.shape:
-        return [shape_layer(args.shape)]
+        return [shape_layer(args.shape, args.epilogue)]
     raise UsageError("say what to tune: --layer NAME, --layers A,B, --all, --shape N,H,W,C,K,R,S, or --list-layers")
 
 
@@ -117,10 +131,14 @@ def check_layers_runnable(targets: list[Layer], spaces: tuple[SearchSpace, ...],
     """Before any GPU work: a layer that none of the families can run (whatever the GPU) is refused
     with each family's reason. A family the GPU cannot run is found once the GPU is known."""
     for layer in targets:
-        reasons = [(space.family, registry.get(space.family).layer_problem(layer.problem)) for space in spaces]
+        reasons = [(space.family, registry.get(space.family).problem_reason(layer.problem)) for space in spaces]
         if all(reason for _, reason in reasons):
             said = "; ".join(f"{family}: {reason}" for family, reason in reasons)
             hint = " (or leave out --family to try every family)" if explicit else ""
+            if layer.problem.epilogue.fused:
+                fusing = [name for name, family in registry.families().items()
+                          if set(layer.problem.epilogue.parts) <= family.fusable]
+                hint += f"; families that fuse {layer.problem.epilogue.key}: {', '.join(fusing) or 'none'}"
             raise UsageError(f"layer {layer.name}: no kernel family can run it: {said}{hint}")
 
 
@@ -178,13 +196,15 @@ def print_layers(console: Console, layers: dict[str, Layer]) -> None:
     from rich.table import Table
 
     table = Table(title="layers")
-    for column in ("name", "N", "H", "W", "C", "K", "RxS", "pad", "stride", "types", "GFLOP", "families"):
+    for column in ("name", "N", "H", "W", "C", "K", "filter", "types", "epilogue", "GFLOP"):
         table.add_column(column, no_wrap=True)
+    table.add_column("families", overflow="fold")  # wraps on a narrow terminal rather than losing names
     for name, layer in layers.items():
         p = layer.problem
-        families = [family for family, kind in registry.families().items() if kind.layer_problem(p) is None]
-        table.add_row(name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s}", str(p.pad),
-                      str(p.stride), p.dtype_key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none")
+        families = [family for family, kind in registry.families().items() if kind.problem_reason(p) is None]
+        dilation = f" d{p.dilation}" if p.dilation != 1 else ""
+        table.add_row(name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
+                      p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none")
     console.print(table)
 
 

@@ -11,7 +11,7 @@ from tuner.families.base import KernelConfig, read_template
 TEMPLATES = Path(__file__).parent / "templates"
 # The C entry points' version (tuner/run.py checks it): 2 added raster/swizzle and the cluster shape,
 # 3 several kernels per library (tuner_kernel_count, tuner_k<index>_*).
-ABI_VERSION = 3
+ABI_VERSION = 4  # 4: create() takes the epilogue's operands
 CANDIDATE_ALIAS = "TunedConv"
 
 
@@ -35,7 +35,7 @@ def group_source(configs: list[KernelConfig]) -> str:
     if len(families) != 1:
         raise ValueError(f"a translation unit holds kernels of one family, got {sorted(families)}")
     family = registry.family_of(configs[0])
-    pieces = family.cpp()
+    pieces = family.cpp([config.compiled for config in configs])
     kernels, entry_points = [], []
     for index, config in enumerate(configs):
         alias = f"{CANDIDATE_ALIAS}{index}"

@@ -90,7 +90,12 @@ def _row(name: str, entry: dict, problem: ConvProblem, config: KernelConfig) -> 
               *(cpp_int(v, f"layer {name!r} run-time argument") for v in (launch.split_k, launch.raster, launch.swizzle)),
               *(cpp_int(v, f"layer {name!r} tile") for v in (config.tile.m, config.tile.n, config.tile.k)),
               cpp_double(entry.get("runtime_us"), f"layer {name!r} runtime_us"),
-              cpp_string(config.name), cpp_string(entry.get("date", ""))]
+              cpp_string(config.name), cpp_string(entry.get("date", "")),
+              cpp_string(problem.epilogue.key),
+              *("true" if on else "false" for on in (problem.epilogue.scale, problem.epilogue.bias,
+                                                      problem.epilogue.residual)),
+              repr(float(problem.epilogue.residual_scale)),  # finite: Epilogue checks it
+              cpp_string(problem.epilogue.activation.value)]
     return "    {" + ", ".join(values) + "},"
 
 
@@ -98,19 +103,20 @@ def render_header(document: dict) -> str:
     device, toolchain, layers = document.get("device"), document.get("toolchain") or {}, document["layers"]
     if not device or not layers:
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
-    aliases, rows, for_each, families = [], [], [], {}
+    aliases, rows, for_each, families, configs = [], [], [], {}, {}
     alias_of = layer_aliases(sorted(map(str, layers)))
     for index, (name, entry) in enumerate(sorted(layers.items())):
         problem = _problem(entry, name)
         config = entry_config(entry, name, problem)
         family = registry.family_of(config)
         families[family.name] = family
+        configs.setdefault(family.name, []).append(config)
         alias = alias_of[str(name)]
         aliases.append(family.kernel_alias(config, alias))
         aliases.append(f"using {alias}_runner = {family.cpp().runner_class}<{alias}>;\n")
         rows.append(_row(name, entry, problem, config))
         for_each.append(f"  X({alias}_runner, {index})")
-    pieces = [family.cpp() for family in families.values()]
+    pieces = [family.cpp(configs[name]) for name, family in families.items()]
     includes = tuple(dict.fromkeys(header for piece in pieces for header in piece.includes))
     namespace = cpp_identifier(str(device.get("slug", "")))
     try:

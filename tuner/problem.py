@@ -5,6 +5,7 @@ import enum
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tuner.epilogue import Epilogue, EpilogueError, parse_epilogue
 from tuner.yamlfile import YamlFileError, read_yaml
 
 
@@ -31,7 +32,8 @@ class DataType(enum.Enum):
 
 @dataclass(frozen=True)
 class ConvProblem:
-    """One NHWC conv2d fprop: x[N,H,W,C] * w[K,R,S,C] -> y[N,P,Q,K]; symmetric pad, stride, dilation."""
+    """One NHWC conv2d fprop: x[N,H,W,C] * w[K,R,S,C] -> y[N,P,Q,K]; symmetric pad, stride, dilation;
+    the epilogue applied to it before the store (tuner/epilogue.py)."""
 
     n: int
     h: int
@@ -47,6 +49,7 @@ class ConvProblem:
     filter_type: DataType = DataType.f16
     output_type: DataType = DataType.f16
     accumulator_type: DataType = DataType.f32
+    epilogue: Epilogue = Epilogue()
 
     def __post_init__(self) -> None:
         for field in ("n", "h", "w", "c", "k", "r", "s", "stride", "dilation"):
@@ -131,6 +134,12 @@ class ConvProblem:
     def dtype_key(self) -> str:
         return dtype_key(self)
 
+    @property
+    def variant_key(self) -> str:
+        """The types, and the epilogue where there is one: 'f16_f16_f16_f32' or
+        'f16_f16_f16_f32+scale+bias+relu' (the last segment of a study's name)."""
+        return self.dtype_key + (f"+{self.epilogue.key}" if self.epilogue.fused else "")
+
 
 def dtype_key(typed) -> str:
     """'f16_f16_f32_f32': input, filter, output and accumulator types of a problem or a config."""
@@ -141,14 +150,20 @@ def problem_from_dict(values: dict) -> ConvProblem:
     """A problem from its dict form (worker requests, best.yaml entries)."""
     try:
         types = {k: DataType(v) for k, v in values.items() if k.endswith("_type")}
-        ints = {k: int(v) for k, v in values.items() if not k.endswith("_type")}
-        return ConvProblem(**ints, **types)
+        ints = {k: int(v) for k, v in values.items() if not k.endswith("_type") and k != "epilogue"}
+        epilogue = parse_epilogue(values["epilogue"]) if "epilogue" in values else Epilogue()
+        return ConvProblem(**ints, **types, epilogue=epilogue)
     except (TypeError, ValueError) as error:
         raise ProblemError(f"unreadable problem {values!r}: {error}") from None
 
 
 def problem_to_dict(problem: ConvProblem) -> dict:
-    return {k: (v.value if isinstance(v, DataType) else v) for k, v in asdict(problem).items()}
+    """Ints and type names; the epilogue as its text, and only where there is one (a bare conv's entry
+    reads as it did before epilogues existed)."""
+    values = {k: (v.value if isinstance(v, DataType) else v) for k, v in asdict(problem).items() if k != "epilogue"}
+    if problem.epilogue.fused:
+        values["epilogue"] = problem.epilogue.key
+    return values
 
 
 @dataclass(frozen=True)
@@ -160,6 +175,7 @@ class Layer:
 _SHAPE_FIELDS = ("n", "h", "w", "c", "k", "r", "s")
 _OPTIONAL_FIELDS = ("pad", "stride", "dilation")
 _TYPE_FIELDS = ("input_type", "filter_type", "output_type", "accumulator_type")
+_EPILOGUE_FIELD = "epilogue"
 
 
 def parse_shape(text: str, dtypes: dict[str, DataType] | None = None) -> ConvProblem:
@@ -195,7 +211,7 @@ def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
     if not isinstance(entry, dict):
         raise ProblemError(f"layer {name!r} must be a mapping of shape fields, got {entry!r}")
     merged = {**defaults, **entry}
-    unknown = set(merged) - set(_SHAPE_FIELDS + _OPTIONAL_FIELDS + _TYPE_FIELDS)
+    unknown = set(merged) - set(_SHAPE_FIELDS + _OPTIONAL_FIELDS + _TYPE_FIELDS + (_EPILOGUE_FIELD,))
     if unknown:
         raise ProblemError(f"layer {name!r}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
     missing = [f for f in _SHAPE_FIELDS if f not in merged]
@@ -204,8 +220,9 @@ def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
     ints = {f: _parse_int(name, f, merged[f]) for f in _SHAPE_FIELDS + _OPTIONAL_FIELDS if f in merged}
     types = {f: _parse_type(name, f, merged[f]) for f in _TYPE_FIELDS if f in merged}
     try:
-        return Layer(name, ConvProblem(**ints, **types))
-    except ProblemError as error:
+        epilogue = parse_epilogue(merged[_EPILOGUE_FIELD]) if _EPILOGUE_FIELD in merged else Epilogue()
+        return Layer(name, ConvProblem(**ints, **types, epilogue=epilogue))
+    except (ProblemError, EpilogueError) as error:
         raise ProblemError(f"layer {name!r}: {error}") from None
 
 

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.epilogue import Epilogue
 from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem, DataType
 
 PROBLEM_FIELDS = 16
-ABI_VERSION = 3
+ABI_VERSION = 4  # 4: create() takes the epilogue's operands
 # CUTLASS takes problem extents as int32: a tensor or GEMM extent beyond this cannot be handed over.
 INT32_MAX = 2**31 - 1
 
@@ -59,6 +61,13 @@ def problem_array(problem: ConvProblem, launch: LaunchArgs) -> ctypes.Array:
     return (ctypes.c_int32 * PROBLEM_FIELDS)(*values)
 
 
+class EpilogueOperands(ctypes.Structure):
+    """tuner/templates/problem.h's TunerEpilogue: device addresses (0: none) and the residual's beta."""
+
+    _fields_ = [("scale", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("residual", ctypes.c_void_p),
+                ("beta", ctypes.c_float)]
+
+
 class KernelLibrary:
     """The entry points of one kernel of a compiled candidate library (tuner_k<index>_*)."""
 
@@ -80,7 +89,8 @@ class KernelLibrary:
             "workspace_bytes": ([int_p], ctypes.c_int64),
             "grid": ([int_p, int_p], None),
             "kernel_attributes": ([int_p], ctypes.c_int32),
-            "create": ([int_p, void_p, void_p, void_p, void_p, void_p, int_p], void_p),
+            "create": ([int_p, void_p, void_p, void_p, ctypes.POINTER(EpilogueOperands), void_p, void_p, int_p],
+                       void_p),
             "launch": ([void_p, void_p], ctypes.c_int32),
             "destroy": ([void_p], None),
         }
@@ -108,9 +118,11 @@ class KernelLibrary:
             raise LaunchError(f"reading kernel attributes failed with cudaError {error}")
         return KernelAttributes(*values)
 
-    def create(self, problem: ctypes.Array, x: int, w: int, y: int, workspace: int, stream: int) -> int:
+    def create(self, problem: ctypes.Array, x: int, w: int, y: int, workspace: int, stream: int,
+               epilogue: "EpilogueOperands | None" = None) -> int:
         status = ctypes.c_int32(0)
-        handle = self.functions["create"](problem, x, w, y, workspace or None, stream or None, ctypes.byref(status))
+        handle = self.functions["create"](problem, x, w, y, ctypes.byref(epilogue) if epilogue else None,
+                                          workspace or None, stream or None, ctypes.byref(status))
         if not handle:
             raise LaunchError(f"CUTLASS refused the problem (cutlass::Status {status.value})")
         return handle
@@ -136,15 +148,38 @@ def cupy_dtype(dtype: DataType) -> str:
 
 @dataclass
 class TensorSet:
-    """Device buffers for one launch: x and w as the kernel sees them (C padded), and y."""
+    """Device buffers for one launch: x and w as the kernel sees them (C padded), y, and the epilogue's
+    operands where the layer has them (f32 scale[K] and bias[K], the residual shaped and typed as y)."""
 
     x: object
     w: object
     y: object
+    scale: object = None
+    bias: object = None
+    residual: object = None
+
+    @property
+    def tensors(self) -> tuple:
+        return tuple(t for t in (self.x, self.w, self.y, self.scale, self.bias, self.residual) if t is not None)
 
     @property
     def nbytes(self) -> int:
-        return sum(int(t.nbytes) for t in (self.x, self.w, self.y))
+        return sum(int(t.nbytes) for t in self.tensors)
+
+    def copy(self) -> "TensorSet":
+        """Another set with the same inputs and operands and a fresh y (for rotating past L2)."""
+        import cupy
+
+        def again(t):
+            return None if t is None else t.copy()
+        return TensorSet(self.x.copy(), self.w.copy(), cupy.empty_like(self.y), again(self.scale), again(self.bias),
+                         again(self.residual))
+
+    def epilogue_operands(self, epilogue: Epilogue) -> EpilogueOperands | None:
+        if not epilogue.fused:
+            return None
+        return EpilogueOperands(pointer(self.scale) or None, pointer(self.bias) or None,
+                                pointer(self.residual) or None, epilogue.residual_scale if epilogue.residual else 0.0)
 
 
 def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
@@ -154,6 +189,23 @@ def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
     x = rng.uniform(-1.0, 1.0, (problem.n, problem.h, problem.w, problem.c), dtype=cupy.float32)
     w = rng.uniform(-1.0, 1.0, (problem.k, problem.r, problem.s, problem.c), dtype=cupy.float32)
     return x.astype(cupy_dtype(problem.input_type)), w.astype(cupy_dtype(problem.filter_type))
+
+
+def random_epilogue_operands(problem: ConvProblem, rng) -> tuple[object, object, object]:
+    """scale, bias, residual for the layer's epilogue (None where it has none). Bias and residual are as
+    large as the conv's outputs tend to be (uniform inputs: about sqrt(C*R*S)/3), so that a dropped or
+    misplaced part moves the result far beyond the tolerance."""
+    import cupy
+
+    epilogue, k = problem.epilogue, problem.k
+    magnitude = max(1.0, math.sqrt(problem.c * problem.r * problem.s) / 3)
+    scale = rng.uniform(0.5, 1.5, (k,), dtype=cupy.float32) if epilogue.scale else None
+    bias = rng.uniform(-magnitude, magnitude, (k,), dtype=cupy.float32) if epilogue.bias else None
+    residual = None
+    if epilogue.residual:
+        residual = rng.uniform(-magnitude, magnitude, (problem.n, problem.p, problem.q, k), dtype=cupy.float32)
+        residual = residual.astype(cupy_dtype(problem.output_type))
+    return scale, bias, residual
 
 
 def pad_channels(tensor, channels: int):
@@ -166,11 +218,11 @@ def pad_channels(tensor, channels: int):
     return cupy.pad(tensor, [(0, 0)] * (tensor.ndim - 1) + [(0, extra)])
 
 
-def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int) -> TensorSet:
+def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: tuple = (None, None, None)) -> TensorSet:
     import cupy
 
     y = cupy.full((problem.n, problem.p, problem.q, problem.k), cupy.nan, dtype=cupy_dtype(problem.output_type))
-    return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, kernel_channels), y)
+    return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, kernel_channels), y, *operands)
 
 
 def pointer(array) -> int:

@@ -3,9 +3,10 @@ diagnosis, ncu on the finalists, and the layer's entry in results/<gpu>/best.yam
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
@@ -19,7 +20,8 @@ from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure import Measurement
 from tuner.ncu import LaunchStats
-from tuner.problem import ConvProblem, Layer
+from tuner.epilogue import Epilogue
+from tuner.problem import ConvProblem, Layer, ProblemError, problem_from_dict, problem_to_dict
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
 from tuner.results import ResultsError, append_history, gpu_dir, read_best, study_storage, update_best
@@ -32,6 +34,8 @@ from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_ke
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
 LANDSCAPE_SEEDS = 2
+# Configurations a layer with an epilogue takes from its bare twin's study (twin_seeds).
+TWIN_SEEDS = 4
 
 
 @dataclass(frozen=True)
@@ -97,10 +101,40 @@ def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint
     return seeds
 
 
+def twin_seeds(folder: Path | None, storage, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
+               count: int = TWIN_SEEDS) -> list[KernelConfig]:
+    """For a layer with an epilogue: the `count` fastest configurations its bare twin (the same
+    convolution without the epilogue, a best.yaml entry of this GPU) measured, built with the epilogue.
+    The epilogue costs a kernel little, so they are the first candidates worth trying."""
+    if folder is None or not problem.epilogue.fused:
+        return []
+    bare = replace(problem, epilogue=Epilogue())
+    for entry in read_best(folder)["layers"].values():
+        try:
+            if problem_from_dict(entry["problem"]) != bare:
+                continue
+            twin = optuna.load_study(study_name=entry["study"]["name"], storage=storage)
+        except (KeyError, TypeError, ProblemError, optuna.exceptions.OptunaError):
+            continue
+        seeds = []
+        for record in ranked(twin, bare):
+            try:
+                config = make_config(problem, record.config.family, record.config.search_params)
+            except (SpaceError, ValueError):
+                continue
+            if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
+                seeds.append(config)
+            if len(seeds) == count:
+                break
+        return seeds
+    return []
+
+
 def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
-               ceilings: Ceilings, measured: list[KernelConfig] = ()) -> None:
+               ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> None:
     """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
-    layer, and the cost model's picks, each unless the study has measured it or holds it queued: a
+    layer, those its bare twin measured fastest (a layer with an epilogue), and the cost model's
+    picks, each unless the study has measured it or holds it queued: a
     study made before the model (or before a change to it) gets the current picks on its next run, and
     a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
     known = set(recorded_trials(study, problem))
@@ -108,6 +142,7 @@ def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFac
               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
     reference = reference_config(joint, problem, device)
     seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
+    seeds += [(c, "twin") for c in twins]
     seeds += [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
     for config, why in seeds:
         params = joint_params(config)
@@ -164,7 +199,7 @@ def best_entry(layer: Layer, winner: report.Confirmed, reference: report.Confirm
     for row in sorted(rows, key=lambda r: r.measurement.median_us):
         family_best.setdefault(row.config.family, round(row.measurement.median_us, 3))
     entry = {
-        "problem": {k: (v.value if hasattr(v, "value") else v) for k, v in vars(layer.problem).items()},
+        "problem": problem_to_dict(layer.problem),
         "family": winner.config.family,
         "params": winner.config.search_params,
         "kernel": winner.config.name,
@@ -244,7 +279,8 @@ class TuningSession:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
         reference = reference_config(joint, layer.problem, self.device)
         seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings,
-                   landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device))
+                   landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device),
+                   twin_seeds(self.folder, self.storage, layer.problem, joint, self.device))
         with report.StudyDisplay(self.console, self.options.trials) as display:
             tuner = Tuner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)

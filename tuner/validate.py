@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tuner.arrays import array_module
 from tuner.problem import ConvProblem, DataType
 
 # Relative L2 error allowed per output type. f16 inputs are exact in the reference, so what
@@ -16,17 +17,6 @@ class Validation:
     passed: bool
     error: float
     reason: str | None = None
-
-
-def array_module(array):
-    """CuPy for device arrays, NumPy otherwise: the same checks run in CPU tests."""
-    if type(array).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    import numpy
-
-    return numpy
 
 
 def reference_fprop(x, w, problem: ConvProblem):

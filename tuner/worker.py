@@ -14,8 +14,9 @@ from pathlib import Path
 from tuner.measure import rotation_copies, time_graph
 from tuner.messages import EVALUATE, EvaluateRequest, MessageError
 from tuner.problem import ConvProblem, problem_from_dict
+from tuner.epilogue import Epilogue, apply_epilogue
 from tuner.run import (KernelBinary, KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer,
-                       problem_array, random_inputs)
+                       problem_array, random_epilogue_operands, random_inputs)
 from tuner.status import Status
 from tuner.validate import check_output, reference_fprop
 
@@ -34,7 +35,8 @@ def worker_env(base: dict) -> dict:
 class BoundKernel:
     """A kernel bound to several tensor sets, one CUTLASS operator object (and workspace) each."""
 
-    def __init__(self, library: KernelLibrary, problem_args, sets: list[TensorSet], stream_ptr: int):
+    def __init__(self, library: KernelLibrary, problem_args, sets: list[TensorSet], stream_ptr: int,
+                 epilogue: Epilogue = Epilogue()):
         import cupy
 
         self.library = library
@@ -42,7 +44,8 @@ class BoundKernel:
         # Serial split-K semaphores: zeroed per set; CUTLASS resets them at the end of every launch.
         self.workspaces = [cupy.zeros(workspace_bytes, dtype=cupy.uint8) if workspace_bytes else None for _ in sets]
         self.handles = [
-            library.create(problem_args, pointer(s.x), pointer(s.w), pointer(s.y), pointer(ws), stream_ptr)
+            library.create(problem_args, pointer(s.x), pointer(s.w), pointer(s.y), pointer(ws), stream_ptr,
+                           s.epilogue_operands(epilogue))
             for s, ws in zip(sets, self.workspaces)
         ]
 
@@ -70,14 +73,17 @@ class Workbench:
                 timed: bool) -> "Workbench":
         import cupy
 
-        x, w = random_inputs(problem, cupy.random.default_rng(seed))
-        first = make_tensor_set(problem, x, w, kernel_channels)
+        rng = cupy.random.default_rng(seed)
+        x, w = random_inputs(problem, rng)
+        operands = random_epilogue_operands(problem, rng)
+        first = make_tensor_set(problem, x, w, kernel_channels, operands)
         sets = [first]
         if timed:
             free_bytes, _ = cupy.cuda.runtime.memGetInfo()
             copies = rotation_copies(first.nbytes, l2_bytes, free_bytes)
-            sets += [TensorSet(first.x.copy(), first.w.copy(), cupy.empty_like(first.y)) for _ in range(copies - 1)]
-        return cls(problem, reference_fprop(x, w, problem), sets, stream)
+            sets += [first.copy() for _ in range(copies - 1)]
+        reference = apply_epilogue(reference_fprop(x, w, problem), problem.epilogue, *operands)
+        return cls(problem, reference, sets, stream)
 
     def poison(self, index: int) -> None:
         import cupy
@@ -102,7 +108,7 @@ def run_candidate(bench: Workbench, library: KernelLibrary, args, repeats: int, 
     facts = grid_and_attributes(library, args)
     stream = bench.stream
     bench.poison(0)
-    single = BoundKernel(library, args, bench.sets[:1], stream.ptr)
+    single = BoundKernel(library, args, bench.sets[:1], stream.ptr, bench.problem.epilogue)
     try:
         single.launch(0, stream.ptr)
         stream.synchronize()
@@ -115,7 +121,7 @@ def run_candidate(bench: Workbench, library: KernelLibrary, args, repeats: int, 
         return {"status": Status.ok.value, "error": validation.error, **facts}
     last = len(bench.sets) - 1
     bench.poison(last)
-    bound = BoundKernel(library, args, bench.sets, stream.ptr)
+    bound = BoundKernel(library, args, bench.sets, stream.ptr, bench.problem.epilogue)
     try:
         measurement = time_graph(bound.launch, len(bench.sets), stream, repeats=repeats)
     finally:
@@ -183,6 +189,11 @@ def handle(request: dict) -> tuple[dict, bool]:
             from tuner.baseline import cublas_gemm_us
 
             return cublas_gemm_us(problem_from_dict(request["problem"]), int(request["l2_bytes"])), True
+        if request.get("op") == "pytorch":
+            from tuner.baseline import pytorch_layer_us
+
+            return pytorch_layer_us(problem_from_dict(request["problem"]), int(request["l2_bytes"]),
+                                    bool(request.get("compiled"))), True
         if request.get("op") == EVALUATE:
             return evaluate(EvaluateRequest.from_dict(request)), True
         return {"status": Status.infra_error.value, "reason": f"unknown request op {request.get('op')!r}"}, True

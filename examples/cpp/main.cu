@@ -213,6 +213,28 @@ double relative_l2(const Element *output_device, const std::vector<float> &refer
   return scale > 0.0 ? std::sqrt(difference / scale) : std::sqrt(difference);
 }
 
+// ---- the epilogue ---------------------------------------------------------------------------------
+
+// The activation a layer's kernel applies (TunedLayer::activation), in double as tuner/epilogue.py does.
+double activate(const char *activation, double v) {
+  if (std::strcmp(activation, "relu") == 0) return v > 0.0 ? v : 0.0;
+  if (std::strcmp(activation, "silu") == 0) return v / (1.0 + std::exp(-v));
+  if (std::strcmp(activation, "gelu") == 0) return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+  if (std::strcmp(activation, "none") == 0) return v;
+  throw std::runtime_error(std::string("unknown activation ") + activation);
+}
+
+// Per-channel values in [lo, hi) from a small LCG: the epilogue's scale and bias vectors.
+std::vector<float> random_vector(size_t count, uint64_t seed, float lo, float hi) {
+  std::vector<float> values(count);
+  uint64_t state = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (float &v : values) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    v = lo + (hi - lo) * float(state >> 40) / float(1ull << 24);
+  }
+  return values;
+}
+
 // ---- one layer ------------------------------------------------------------------------------------
 
 struct LayerResult {
@@ -286,17 +308,37 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
       reference_problem, {x0.as<ElementA>(), layout_x0}, {w0.as<ElementB>(), layout_w0},
       {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, 1.0f, 0.0f, stream.handle)));
 
-  // Copies of (input, filter, output, workspace): > 3x L2 in all, within half of the free memory.
+  // The epilogue's operands, as the tuner validates them: scale in [0.5, 1.5), bias in [-1, 1), and a
+  // residual in [-1, 1] of the output's type; a part the layer lacks stays a null pointer.
+  const size_t residual_bytes = layer.has_residual ? y_bytes : 0;
+  const std::vector<float> scale_h = random_vector(layer.has_scale ? k : 0, seed + 2, 0.5f, 1.5f);
+  const std::vector<float> bias_h = random_vector(layer.has_bias ? k : 0, seed + 3, -1.0f, 1.0f);
+  DeviceBuffer scale(scale_h.size() * sizeof(float)), bias(bias_h.size() * sizeof(float)), residual0(residual_bytes);
+  if (!scale_h.empty()) CHECK_CUDA(cudaMemcpy(scale.get(), scale_h.data(), scale.bytes(), cudaMemcpyHostToDevice));
+  if (!bias_h.empty()) CHECK_CUDA(cudaMemcpy(bias.get(), bias_h.data(), bias.bytes(), cudaMemcpyHostToDevice));
+  std::vector<ElementC> residual_h(layer.has_residual ? y_count : 0);
+  if (layer.has_residual) {
+    fill_random(residual0.as<ElementC>(), y_count, seed + 4, stream.handle);
+    CHECK_CUDA(cudaStreamSynchronize(stream.handle));
+    CHECK_CUDA(cudaMemcpy(residual_h.data(), residual0.get(), residual_bytes, cudaMemcpyDeviceToHost));
+  }
+
+  // Copies of (input, filter, output, residual, workspace): > 3x L2 in all, within half of the free memory.
   size_t free_bytes = 0, total_bytes = 0;
   CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int copies = rotation_copies(x_bytes + w_bytes + y_bytes, device.l2_bytes, free_bytes);
+  const int copies = rotation_copies(x_bytes + w_bytes + y_bytes + residual_bytes, device.l2_bytes, free_bytes);
   struct TensorSet {
-    DeviceBuffer x, w, y, workspace;
+    DeviceBuffer x, w, y, residual, workspace;
   };
   std::vector<TensorSet> sets;
   sets.reserve(copies);
   for (int i = 0; i < copies; ++i) {
-    TensorSet set{DeviceBuffer(x_bytes), DeviceBuffer(w_bytes), DeviceBuffer(y_bytes), DeviceBuffer(workspace_bytes)};
+    TensorSet set{DeviceBuffer(x_bytes), DeviceBuffer(w_bytes), DeviceBuffer(y_bytes), DeviceBuffer(residual_bytes),
+                  DeviceBuffer(workspace_bytes)};
+    if (residual_bytes) {
+      CHECK_CUDA(cudaMemcpyAsync(set.residual.get(), residual0.get(), residual_bytes, cudaMemcpyDeviceToDevice,
+                                 stream.handle));
+    }
     if (kc > c) {  // the extra channels are zeros
       CHECK_CUDA(cudaMemsetAsync(set.x.get(), 0, x_bytes, stream.handle));
       CHECK_CUDA(cudaMemsetAsync(set.w.get(), 0, w_bytes, stream.handle));
@@ -309,15 +351,19 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
     sets.push_back(std::move(set));
   }
 
-  // One operator per set (alpha 1, beta 0); initialize() also prepares the set's workspace
-  // (split-K semaphores, stream-K partials), as the tuner's entry points do.
+  // One operator per set, with the layer's epilogue operands; initialize() also prepares the set's
+  // workspace (split-K semaphores, stream-K partials), as the tuner's entry points do.
   std::vector<std::unique_ptr<Runner>> ops;
   ops.reserve(copies);
   for (TensorSet &set : sets) {
     if (set.workspace.bytes()) CHECK_CUDA(cudaMemsetAsync(set.workspace.get(), 0, set.workspace.bytes(), stream.handle));
+    const tuned::TunerEpilogue epilogue{layer.has_scale ? scale.as<float>() : nullptr,
+                                        layer.has_bias ? bias.as<float>() : nullptr,
+                                        layer.has_residual ? set.residual.get() : nullptr,
+                                        float(layer.residual_scale)};
     ops.push_back(std::make_unique<Runner>());
-    CHECK_CUTLASS(ops.back()->initialize(kernel_problem, set.x.get(), set.w.get(), set.y.get(), set.workspace.get(),
-                                         stream.handle));
+    CHECK_CUTLASS(ops.back()->initialize(kernel_problem, set.x.get(), set.w.get(), set.y.get(), epilogue,
+                                         set.workspace.get(), stream.handle));
   }
 
   // Correct first: one launch into the NaN-poisoned output of set 0.
@@ -329,6 +375,13 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   const long reference_bad = long(std::count_if(expected.begin(), expected.end(),
                                                 [](float v) { return !std::isfinite(v); }));
   if (reference_bad) throw LayerError("the reference left " + std::to_string(reference_bad) + " outputs non-finite");
+  for (size_t i = 0; i < y_count; ++i) {  // the epilogue on the reference (NHWC: the channel is i % K)
+    double v = expected[i];
+    if (layer.has_scale) v *= scale_h[i % k];
+    if (layer.has_bias) v += bias_h[i % k];
+    if (layer.has_residual) v += layer.residual_scale * double(float(residual_h[i]));
+    expected[i] = float(activate(layer.activation, v));
+  }
   const double tol = tolerance<ElementC>();
   long non_finite = 0;
   result.error = relative_l2(static_cast<const ElementC *>(sets[0].y.get()), expected, &non_finite);

@@ -12,7 +12,7 @@ __global__ void misbehave(int *target) {
 }
 
 extern "C" {
-int32_t tuner_abi_version() { return 3; }
+int32_t tuner_abi_version() { return 4; }
 int32_t tuner_kernel_count() { return 1; }
 int32_t tuner_k0_can_implement(const int32_t *) { return 0; }
 int64_t tuner_k0_workspace_bytes(const int32_t *) { return 0; }
@@ -24,7 +24,7 @@ int32_t tuner_k0_kernel_attributes(int32_t *attrs) {
   attrs[0] = attributes.numRegs; attrs[1] = 0; attrs[2] = 0; attrs[3] = 0; attrs[4] = 32; attrs[5] = 1;
   return 0;
 }
-void *tuner_k0_create(const int32_t *, void *, void *, void *, void *, void *, int32_t *status) {
+void *tuner_k0_create(const int32_t *, void *, void *, void *, const void *, void *, void *, int32_t *status) {
   *status = 0;
   return reinterpret_cast<void *>(0x1);
 }

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from conftest import config_for
+from conftest import squeeze, config_for
 from tuner.codegen import candidate_source, kernel_alias
 from tuner.families.base import ELEMENT_TAGS
 from tuner.families.sm80.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
@@ -13,9 +13,6 @@ ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_impleme
                 "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",
                 "tuner_k0_destroy")
 
-
-def squeeze(text: str) -> str:
-    return re.sub(r"\s+", "", text)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +60,7 @@ def test_entry_points_are_extern_c(reference_source):
     extern_block = reference_source[reference_source.index('extern "C" {'):]
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
-    assert "int32_t tuner_abi_version() { return 3; }" in extern_block
+    assert "int32_t tuner_abi_version() { return 4; }" in extern_block
     assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
     assert "using Runner0 = Sm80Runner<TunedConv0>;" in reference_source
     assert "using TunedConv0 = cutlass::conv::device::ImplicitGemmConvolution<" in reference_source

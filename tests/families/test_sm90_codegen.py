@@ -1,17 +1,21 @@
 """The sm90 families' C++: the candidate translation unit holds the CUTLASS 3.x pieces of the configuration in
 template order, the family's runner and the ABI; run-time knobs leave the source alone."""
+import dataclasses
 import re
 
 import pytest
 
+from conftest import assert_in_order
+
 from tuner.codegen import ABI_VERSION, CANDIDATE_ALIAS, candidate_source, kernel_alias
 from tuner.families import registry
 from tuner.families.sm90_conv.codegen import EPILOGUE_TAGS
-from tuner.families.sm90_conv.space import Epilogue as ConvEpilogue
+from tuner.families.sm90_conv.space import EpilogueSchedule as ConvEpilogue
 from tuner.families.sm90_conv.space import make_config as conv_config
 from tuner.families.sm90_gemm.codegen import KERNEL_SCHEDULE_TAGS, SCHEDULER_TAGS, TMA_EPILOGUE_TAGS
 from tuner.families.sm90_gemm.space import Schedule, Scheduler
 from tuner.families.sm90_gemm.space import make_config as gemm_config
+from tuner.epilogue import parse_epilogue
 from tuner.problem import ConvProblem, DataType
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
@@ -23,17 +27,6 @@ GEMM_PROBLEM = ConvProblem(n=32, h=28, w=28, c=256, k=128, r=1, s=1)
 AUTO_CARVEOUT = "StageCountAutoCarveout<static_cast<int>(sizeof(typenameCollectiveEpilogue::SharedStorage))>"
 
 
-def squeeze(text: str) -> str:
-    return re.sub(r"\s+", "", text)
-
-
-def assert_in_order(text: str, pieces: list[str]) -> None:
-    """Each piece occurs in `text` (whitespace ignored), each after the one before."""
-    text, at = squeeze(text), 0
-    for piece in pieces:
-        found = text.find(squeeze(piece), at)
-        assert found >= 0, f"{piece!r} not found after position {at}"
-        at = found + len(squeeze(piece))
 
 
 def conv(tile="128x128x64", cluster="1x1x1", stages=0, epilogue="tma", problem=CONV_PROBLEM):
@@ -52,9 +45,9 @@ def assert_candidate_frame(source: str, runner_class: str, family: str) -> None:
     assert f"Tuning candidates of the {family} family" in source
     assert f"class {runner_class}" in source and "struct TunerProblem" in source
     assert f"using Runner0 = {runner_class}<{ALIAS}>;" in source
-    assert ABI_VERSION == 3
+    assert ABI_VERSION == 4
     extern_block = source[source.index('extern "C" {'):]
-    assert "int32_t tuner_abi_version() { return 3; }" in extern_block
+    assert "int32_t tuner_abi_version() { return 4; }" in extern_block
     assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
@@ -78,7 +71,7 @@ def test_sm90_conv_source_in_template_order():
         "cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,",
         "TileShape, ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,",
         "void, cutlass::layout::TensorNHWC, 8, cutlass::half_t, cutlass::layout::TensorNHWC, 8,",
-        "cutlass::epilogue::TmaWarpSpecialized >::CollectiveOp;",
+        "cutlass::epilogue::TmaWarpSpecialized, cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float> >::CollectiveOp;",
         "cutlass::conv::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,"
         " cutlass::conv::Operator::kFprop,",
         "cutlass::half_t, cutlass::layout::TensorNHWC, 8, cutlass::half_t, cutlass::layout::TensorNHWC, 8, float,",
@@ -100,7 +93,7 @@ def test_sm90_conv_nosmem_explicit_stages_f32_output():
         "cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>",
         "cute::Shape<cute::Int<2>, cute::Int<2>, cute::_1>",
         "void, cutlass::layout::TensorNHWC, 4, float, cutlass::layout::TensorNHWC, 4,",
-        "cutlass::epilogue::NoSmemWarpSpecialized >::CollectiveOp;",
+        "cutlass::epilogue::NoSmemWarpSpecialized, cutlass::epilogue::fusion::LinearCombination<float, float, void, float> >::CollectiveOp;",
         "cutlass::conv::collective::StageCount<5>,",
         "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90",
     ])
@@ -220,3 +213,51 @@ def test_aliases_of_two_families_paste_into_one_text():
     assert not declared_names(conv_text) & declared_names(gemm_text)
     assert "using ConvLayer = cutlass::conv::device::ConvUniversalAdapter<ConvLayer_detail::Kernel>;" in conv_text
     assert "using GemmLayer = cutlass::gemm::device::GemmUniversalAdapter<GemmLayer_detail::GemmKernel>;" in gemm_text
+
+
+# --- fused epilogues -----------------------------------------------------------------------------------
+FUSED = "cutlass::epilogue::fusion::PerColLinCombPerColBiasEltAct"
+
+
+def test_a_bare_conv_keeps_the_sourceless_linear_combination():
+    for config in (conv(), gemm()):
+        source = kernel_alias(config, ALIAS)
+        assert_in_order(source, ["float, float,", "void,", "cutlass::half_t,", "cutlass::epilogue::fusion::"
+                                 "LinearCombination<cutlass::half_t, float, void, float>"])
+        assert FUSED not in source and config.name == config.name.rstrip("_")
+
+
+@pytest.mark.parametrize("epilogue, activation, source", [
+    ("scale+bias+residual+relu", "ReLu", "cutlass::half_t"),
+    ("bias+silu", "SiLu", "void"),
+    ("scale+bias", "Identity", "void"),
+    ("residual*0.5+gelu", "GELU", "cutlass::half_t"),
+])
+def test_a_fused_epilogue_is_the_per_column_fusion_op_with_the_residual_as_source(epilogue, activation, source):
+    for make, problem in ((conv, CONV_PROBLEM), (gemm, GEMM_PROBLEM)):
+        fused_problem = dataclasses.replace(problem, epilogue=parse_epilogue(epilogue))
+        config = make(problem=fused_problem)
+        text = kernel_alias(config, ALIAS)
+        # C (the residual) and D in the builder's order, then the fusion op with its activation and source
+        assert_in_order(text, ["float, float,", f"{source},", "cutlass::half_t,",
+                               f"{FUSED}<cutlass::epilogue::thread::{activation}, cutlass::half_t, float, float, "
+                               f"{source}, float>"])
+        assert config.name.endswith(parse_epilogue(epilogue).short)
+        assert "tuner_fill_epilogue" in candidate_source(config)
+
+
+def test_the_no_smem_epilogue_cannot_fuse(h100):
+    bias_relu = parse_epilogue("bias+relu")
+    for make, problem, family in ((conv, CONV_PROBLEM, "sm90_conv"), (gemm, GEMM_PROBLEM, "sm90_gemm")):
+        fused = dataclasses.replace(problem, epilogue=bias_relu)
+        config = make(epilogue="nosmem", problem=fused)
+        reasons = registry.get(family).static_problems(config, fused, h100)
+        assert any("no-smem epilogue cannot fuse bias+relu" in r for r in reasons), reasons
+        tma = dataclasses.replace(config, epilogue=type(config.epilogue).tma)
+        assert not any("cannot fuse" in r for r in registry.get(family).static_problems(tma, fused, h100))
+
+
+def test_families_say_which_epilogue_parts_they_fuse():
+    fused = dataclasses.replace(CONV_PROBLEM, epilogue=parse_epilogue("scale+bias+residual+relu"))
+    for family in ("sm80", "sm90_conv", "sm90_s2d"):
+        assert "cannot fuse" not in (registry.get(family).problem_reason(fused) or "")

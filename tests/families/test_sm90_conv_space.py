@@ -11,7 +11,7 @@ from tuner.families.sm90_conv.space import (
     AUTO_STAGES,
     MAX_TILE_MN,
     SMEM_CAPACITY,
-    Epilogue,
+    EpilogueSchedule,
     Sm90ConvConfig,
     k_steps,
     kernel_problem,
@@ -353,7 +353,7 @@ def test_config_name_and_params():
 
 def test_make_config_from_stored_params():
     cfg = make_config(problem(), {"tile": "64x64x64", "cluster": "1x2x1", "stages": "5", "epilogue": "tma"})
-    assert (cfg.tile, cfg.cluster, cfg.stages, cfg.epilogue) == (Shape3(64, 64, 64), Shape3(1, 2, 1), 5, Epilogue.tma)
+    assert (cfg.tile, cfg.cluster, cfg.stages, cfg.epilogue) == (Shape3(64, 64, 64), Shape3(1, 2, 1), 5, EpilogueSchedule.tma)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from tuner.families.sm90_gemm.space import (
     AUTO_STAGES,
     MAX_ACCUMULATORS,
     SMEM_CAPACITY,
-    Epilogue,
+    EpilogueSchedule,
     Schedule,
     Scheduler,
     Sm90GemmConfig,
@@ -353,7 +353,7 @@ def test_config_name_and_params():
     assert cfg.name == "sm90g_256x128x64_c1x2x1_cooperative_stream_k_nosmem_s3_r1_sw2_sk4_a8_f16_f16_f16_f32"
     assert cfg.search_params == params(tile="256x128x64", cluster="1x2x1", scheduler="stream_k", epilogue="nosmem",
                                        stages=3, raster=1, swizzle=2, split_k=4)
-    assert (cfg.schedule, cfg.scheduler, cfg.epilogue) == (Schedule.cooperative, Scheduler.stream_k, Epilogue.nosmem)
+    assert (cfg.schedule, cfg.scheduler, cfg.epilogue) == (Schedule.cooperative, Scheduler.stream_k, EpilogueSchedule.nosmem)
     assert cfg.family == "sm90_gemm" and cfg.persistent and not config(schedule="ws").persistent
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from string import Template
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from tuner.cutlass_pkg import library as cutlass_lib
+from tuner.epilogue import Activation, Epilogue
 from tuner.device import DeviceFacts
 from tuner.problem import ConvProblem, DataType
 
@@ -131,6 +132,9 @@ class KernelConfig(Protocol):
     @property
     def output_type(self) -> DataType: ...
 
+    @property
+    def fusion(self) -> Epilogue: ...  # the layer's epilogue, compiled into the kernel
+
 
 # C++ tags come from CUTLASS's own generator tables, keyed by our typed enums.
 ELEMENT_TAGS = {
@@ -138,6 +142,17 @@ ELEMENT_TAGS = {
     DataType.bf16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.bf16],
     DataType.f32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f32],
 }
+
+# The epilogue's activation functors (cutlass/epilogue/thread/activation.h), which CUTLASS 2.x visitor trees
+# and 3.x fusion operations both take as templates. GELU is the erf form, as torch.nn.GELU() computes it.
+ACTIVATION_TAGS = {
+    Activation.none: "cutlass::epilogue::thread::Identity",
+    Activation.relu: "cutlass::epilogue::thread::ReLu",
+    Activation.gelu: "cutlass::epilogue::thread::GELU",
+    Activation.silu: "cutlass::epilogue::thread::SiLu",
+}
+# The per-channel scale and bias vectors' element: f32, as tuner/templates/problem.h's TunerEpilogue hands them.
+VECTOR_TYPE = DataType.f32
 
 
 def output_alignment(problem: ConvProblem) -> int:
@@ -243,6 +258,8 @@ class Family(abc.ABC):
     # hold the alias (a named `<alias>_detail` type) so that ptxas's report can be told apart.
     plot_colour: str = "tab:gray"  # its bars in the plots
     groupable: bool = False
+    # The epilogue parts (tuner/epilogue.py's Epilogue.parts) its kernels fuse.
+    fusable: frozenset[str] = frozenset()
 
     # --- where it runs -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -253,6 +270,13 @@ class Family(abc.ABC):
     def layer_problem(self, problem: ConvProblem) -> str | None:
         """Why the family cannot run this problem at all (whatever its knobs), with the padding or
         change that would make it runnable where there is one; None when it can."""
+
+    def problem_reason(self, problem: ConvProblem) -> str | None:
+        """layer_problem, after the parts of the layer's epilogue the family cannot fuse."""
+        unfused = [part for part in problem.epilogue.parts if part not in self.fusable]
+        if unfused:
+            return f"{self.name} cannot fuse {' and '.join(unfused)} into its epilogue"
+        return self.layer_problem(problem)
 
     def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
         """The problem as the kernel sees it (channels zero-padded where the family needs it)."""
@@ -285,7 +309,9 @@ class Family(abc.ABC):
         """`using <alias> = <the CUTLASS device-level operator>;` for the compiled configuration."""
 
     @abc.abstractmethod
-    def cpp(self) -> CppPieces: ...
+    def cpp(self, configs: Sequence[KernelConfig] = ()) -> CppPieces:
+        """The includes and runner sources a translation unit holding `configs` needs (what a fused
+        epilogue needs only where one of them is fused)."""
 
     # --- cost model and diagnosis ----------------------------------------------------------------------
     @abc.abstractmethod

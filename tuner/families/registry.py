@@ -46,4 +46,4 @@ def eligible(device: DeviceFacts) -> dict[str, Family]:
 
 def why_not(family: Family, problem: ConvProblem, device: DeviceFacts) -> str | None:
     """Why `family` cannot run `problem` on `device`, or None."""
-    return family.device_problem(device) or family.layer_problem(problem)
+    return family.device_problem(device) or family.problem_reason(problem)

@@ -13,6 +13,8 @@ from tuner.problem import ConvProblem
 
 class Sm80Family(Family):
     name = space.FAMILY
+    # Through templates/conv2d_fprop_evt.h's visitor-tree epilogue, at split-K 1 only.
+    fusable = frozenset({"scale", "bias", "residual", "relu", "gelu", "silu"})
     summary = "CUTLASS 2.x implicit GEMM (cp.async + mma.sync), sm_80 and later"
     plot_colour = "tab:blue"
     folder = Path(__file__).parent
@@ -52,8 +54,8 @@ class Sm80Family(Family):
     def kernel_alias(self, config: Sm80Config, alias: str) -> str:
         return codegen.kernel_alias(config, alias)
 
-    def cpp(self) -> CppPieces:
-        return codegen.cpp_pieces()
+    def cpp(self, configs=()) -> CppPieces:
+        return codegen.cpp_pieces(fused=any(config.fusion.fused for config in configs))
 
     def cost_terms(self, config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
         return costmodel.cost_terms(config, problem, device)
@@ -68,7 +70,8 @@ class Sm80Family(Family):
         tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
         return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
                            filter_taps=1 if small_channels else padded.r * padded.s,
-                           split_k_slices=config.split_k, work_tiles=tiles * config.split_k)
+                           split_k_slices=config.split_k, work_tiles=tiles * config.split_k,
+                           can_split_k=not config.fusion.fused)
 
     def describe(self, config: Sm80Config) -> str:
         return (f"{config.tile.text} w{config.warps.text} s{config.stages} sw{config.swizzle} "

@@ -1,10 +1,11 @@
-"""The sm80 family's C++: the kernel alias of a configuration, emitted from templates/kernel.h.in."""
+"""The sm80 family's C++: the kernel alias of a configuration, emitted from templates/kernel.h.in (a bare
+conv) or templates/kernel_evt.h.in (a fused epilogue, on templates/conv2d_fprop_evt.h's kernel)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from tuner.cutlass_pkg import library as cutlass_lib
-from tuner.families.base import ELEMENT_TAGS, CppPieces, read_template
+from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
 from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -22,13 +23,33 @@ SWIZZLE_TAGS = {
     8: cutlass_lib.SwizzlingFunctorTag[cutlass_lib.SwizzlingFunctor.Identity8],
 }
 INCLUDES = ("cutlass/conv/kernel/default_conv2d_fprop.h", "cutlass/conv/device/implicit_gemm_convolution.h")
+# templates/conv2d_fprop_evt.h's, only in translation units that hold a fused kernel: visitors.hpp brings in
+# the 3.x visitors and cute, about 40 % more nvcc time for a bare sm80 kernel.
+FUSION_INCLUDES = (
+    "cutlass/epilogue/thread/activation.h",
+    "cutlass/epilogue/threadblock/epilogue_with_visitor_callbacks.h",
+    "cutlass/epilogue/threadblock/fusion/visitors.hpp",
+)
+
+
+def residual_tag(config: Sm80Config) -> str:
+    """The residual's element: the output's, or void where the kernel reads none."""
+    return ELEMENT_TAGS[config.output_type] if config.fusion.residual else "void"
 
 
 def kernel_alias(config: Sm80Config, alias: str) -> str:
     """`using <alias> = cutlass::conv::device::ImplicitGemmConvolution<...>;` for the compiled config."""
     compiled = config.compiled
     warp, inst = compiled.warp_tile, compiled.instruction
-    return read_template(TEMPLATES / "kernel.h.in").substitute(
+    fusion = compiled.fusion
+    template = "kernel_evt.h.in" if fusion.fused else "kernel.h.in"
+    fused = {} if not fusion.fused else {
+        "element_residual": residual_tag(compiled),
+        "element_vector": ELEMENT_TAGS[VECTOR_TYPE],
+        "has_scale": str(fusion.scale).lower(), "has_bias": str(fusion.bias).lower(),
+        "activation": ACTIVATION_TAGS[fusion.activation],
+    }
+    return read_template(TEMPLATES / template).substitute(
         alias=alias,
         config_name=compiled.name,
         element_a=ELEMENT_TAGS[compiled.input_type],
@@ -43,8 +64,13 @@ def kernel_alias(config: Sm80Config, alias: str) -> str:
         swizzle=SWIZZLE_TAGS[compiled.swizzle],
         stages=compiled.stages,
         iterator=ITERATOR_TAGS[compiled.iterator],
+        **fused,
     )
 
 
-def cpp_pieces() -> CppPieces:
-    return CppPieces(INCLUDES, ((TEMPLATES / "runner.h").read_text(),), "Sm80Runner")
+def cpp_pieces(fused: bool = False) -> CppPieces:
+    runner = (TEMPLATES / "runner.h").read_text()
+    if not fused:
+        return CppPieces(INCLUDES, (runner,), "Sm80Runner")
+    return CppPieces(INCLUDES + FUSION_INCLUDES, ((TEMPLATES / "conv2d_fprop_evt.h").read_text(), runner),
+                     "Sm80Runner")

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from tuner.device import DeviceFacts
+from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, param,
                                  shape_list, whole)
 from tuner.problem import ConvProblem, DataType, dtype_key
@@ -45,6 +46,7 @@ class Sm80Config:
     filter_type: DataType
     output_type: DataType
     accumulator_type: DataType
+    fusion: Epilogue = Epilogue()  # the layer's epilogue, compiled in (templates/conv2d_fprop_evt.h)
 
     @property
     def family(self) -> str:
@@ -80,7 +82,7 @@ class Sm80Config:
     def name(self) -> str:
         return (
             f"{self.tile.text}_w{self.warps.text}_s{self.stages}_sw{self.swizzle}_{self.iterator.value}"
-            f"_sk{self.split_k}_a{self.alignment_ab}x{self.alignment_c}_{self.dtype_key}"
+            f"_sk{self.split_k}_a{self.alignment_ab}x{self.alignment_c}_{self.dtype_key}{self.fusion.short}"
         )
 
     @property
@@ -155,6 +157,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm80Config:
         filter_type=problem.filter_type,
         output_type=problem.output_type,
         accumulator_type=problem.accumulator_type,
+        fusion=problem.epilogue,
     )
 
 
@@ -265,10 +268,18 @@ def _check_split_k(config: Sm80Config, problem: ConvProblem, device: DeviceFacts
     return None
 
 
+def _check_fusion(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    """The fused epilogue's visitors cannot reduce split-K slices: they have no set_k_partition, and the
+    sm80 GEMM's EVT kernel asserts the same (cutlass/gemm/kernel/gemm_universal_with_visitor.h:148-150)."""
+    if config.fusion.fused and config.split_k != 1:
+        return f"split-K {config.split_k} cannot be fused with the epilogue {config.fusion.key}: only split-K 1 can"
+    return None
+
+
 # These need a warp tile, so they run only once the threadblock divides by the warp count.
 WARP_TILE_RULES = (_check_warp_tile, _check_accumulators, _check_epilogue)
 STATIC_RULES = (_check_threads,
-                _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k)
+                _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k, _check_fusion)
 
 
 def static_problems(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> list[str]:

@@ -13,6 +13,8 @@ from tuner.problem import ConvProblem
 
 class Sm90ConvFamily(Family):
     name = space.FAMILY
+    # Through the 3.x fusion operations (codegen.fusion_tag), TMA epilogue only.
+    fusable = frozenset({"scale", "bias", "residual", "relu", "gelu", "silu"})
     summary = "CUTLASS 3.x implicit GEMM (TMA im2col + wgmma), sm_90a only"
     plot_colour = "tab:orange"
     folder = Path(__file__).parent
@@ -49,7 +51,7 @@ class Sm90ConvFamily(Family):
     def kernel_alias(self, config: Sm90ConvConfig, alias: str) -> str:
         return codegen.kernel_alias(config, alias)
 
-    def cpp(self) -> CppPieces:
+    def cpp(self, configs=()) -> CppPieces:
         return codegen.cpp_pieces()
 
     def cost_terms(self, config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.families.base import ELEMENT_TAGS, CppPieces, read_template
-from tuner.families.sm90_conv.space import AUTO_STAGES, Epilogue, Sm90ConvConfig
+from tuner.epilogue import Epilogue
+from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
+from tuner.problem import DataType
+from tuner.families.sm90_conv.space import AUTO_STAGES, EpilogueSchedule, Sm90ConvConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
 EPILOGUE_TAGS = {
-    Epilogue.tma: "cutlass::epilogue::TmaWarpSpecialized",
-    Epilogue.nosmem: "cutlass::epilogue::NoSmemWarpSpecialized",
+    EpilogueSchedule.tma: "cutlass::epilogue::TmaWarpSpecialized",
+    EpilogueSchedule.nosmem: "cutlass::epilogue::NoSmemWarpSpecialized",
 }
 INCLUDES = (
     "cute/tensor.hpp",
@@ -20,6 +22,8 @@ INCLUDES = (
     "cutlass/conv/dispatch_policy.hpp",
     "cutlass/conv/collective/collective_builder.hpp",
     "cutlass/epilogue/collective/collective_builder.hpp",
+    "cutlass/epilogue/fusion/operations.hpp",
+    "cutlass/epilogue/thread/activation.h",
     "cutlass/gemm/kernel/tile_scheduler.hpp",
     "cutlass/conv/kernel/conv_universal.hpp",
     "cutlass/conv/device/conv_universal_adapter.hpp",
@@ -34,6 +38,24 @@ def stage_tag(stages: int, alias: str) -> str:
     return f"cutlass::conv::collective::StageCount<{stages}>"
 
 
+def source_tag(fusion: Epilogue, output_type: DataType) -> str:
+    """The epilogue's source tensor C: the residual, of the output's type, or none."""
+    return ELEMENT_TAGS[output_type] if fusion.residual else "void"
+
+
+def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataType) -> str:
+    """The 3.x fusion operation: the builder's default LinearCombination (alpha 1, beta 0) for a bare
+    conv; else act(alpha[k] * acc + bias[k] + beta * C) with per-channel alpha (the scale) and bias,
+    whose absent parts are null pointers at run time (tuner_fill_epilogue)."""
+    out, acc = ELEMENT_TAGS[output_type], ELEMENT_TAGS[accumulator_type]
+    source = source_tag(fusion, output_type)
+    if not fusion.fused:
+        return f"cutlass::epilogue::fusion::LinearCombination<{out}, {acc}, void, {acc}>"
+    vector = ELEMENT_TAGS[VECTOR_TYPE]
+    return (f"cutlass::epilogue::fusion::PerColLinCombPerColBiasEltAct<{ACTIVATION_TAGS[fusion.activation]}, "
+            f"{out}, {acc}, {vector}, {source}, {vector}>")
+
+
 def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
     return read_template(TEMPLATES / "kernel.h.in").substitute(
         alias=alias, config_name=config.name,
@@ -44,8 +66,11 @@ def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
         element_a=ELEMENT_TAGS[config.input_type], element_b=ELEMENT_TAGS[config.filter_type],
         element_c=ELEMENT_TAGS[config.output_type], element_accumulator=ELEMENT_TAGS[config.accumulator_type],
         alignment_c=config.alignment_c,
+        element_source=source_tag(config.fusion, config.output_type),
+        fusion=fusion_tag(config.fusion, config.output_type, config.accumulator_type),
     )
 
 
 def cpp_pieces() -> CppPieces:
-    return CppPieces(INCLUDES, ((TEMPLATES / "runner.h").read_text(),), "Sm90ConvRunner")
+    return CppPieces(INCLUDES, ((TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
+                     "Sm90ConvRunner")

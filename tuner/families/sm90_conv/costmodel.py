@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
 from tuner.families.base import CostTerms
-from tuner.families.sm90_conv.space import AUTO_STAGES, THREADS_PER_BLOCK, Epilogue, Sm90ConvConfig, k_steps
+from tuner.families.sm90_conv.space import AUTO_STAGES, THREADS_PER_BLOCK, EpilogueSchedule, Sm90ConvConfig, k_steps
 from tuner.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x128 tile, relative to the model's matrix ceiling, and how it falls
@@ -48,4 +48,4 @@ def prior_order(config: Sm90ConvConfig, problem: ConvProblem) -> int | None:
     shared/DESIGN.md)."""
     if config.stages != AUTO_STAGES:
         return None
-    return 0 if config.epilogue is Epilogue.tma else 1
+    return 0 if config.epilogue is EpilogueSchedule.tma else 1

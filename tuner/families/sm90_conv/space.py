@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
                                  param, shape_list, whole)
+from tuner.epilogue import Epilogue
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_conv"
@@ -27,7 +28,7 @@ MAX_CLUSTER_SIZE = 8     # the portable cluster size
 AUTO_STAGES = 0          # StageCountAutoCarveout: as many stages as fit beside the epilogue
 
 
-class Epilogue(enum.Enum):
+class EpilogueSchedule(enum.Enum):
     tma = "tma"        # TmaWarpSpecialized: subtiles through shared memory, TMA stores
     nosmem = "nosmem"  # NoSmemWarpSpecialized: registers straight to global memory (also what Auto picks)
 
@@ -37,12 +38,13 @@ class Sm90ConvConfig:
     tile: Shape3
     cluster: Shape3
     stages: int  # 0: auto carveout
-    epilogue: Epilogue
+    epilogue: EpilogueSchedule
     alignment_c: int
     input_type: DataType
     filter_type: DataType
     output_type: DataType
     accumulator_type: DataType
+    fusion: Epilogue = Epilogue()  # the layer's epilogue, compiled in
 
     @property
     def family(self) -> str:
@@ -60,7 +62,7 @@ class Sm90ConvConfig:
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
         return (f"sm90c_{self.tile.text}_c{self.cluster.text}_s{stages}_{self.epilogue.value}_a{self.alignment_c}"
-                f"_{self.dtype_key}")
+                f"_{self.dtype_key}{self.fusion.short}")
 
     @property
     def search_params(self) -> dict:
@@ -79,13 +81,17 @@ class Sm90ConvConfig:
 
     def epilogue_smem(self) -> tuple[int, int, int]:
         """(the epilogue's SharedStorage, its tensors, its pipeline) in bytes."""
-        if self.epilogue is Epilogue.nosmem:
+        if self.epilogue is EpilogueSchedule.nosmem:
             return 1, 1, 2
         epi_m, epi_n = self.epilogue_tile
         tiles = (self.tile.m // epi_m) * (self.tile.n // epi_n)
         row = epi_n * self.output_type.bytes
         align = 8 * min(128, row)  # the swizzle atom
-        tensors = min(tiles, 2) * epi_m * row + align
+        # D's subtiles, the residual's (C) beside them, and the fused op's three per-channel f32 vectors
+        # (alpha, beta, bias: Sm90RowBroadcast keeps a tile-N slice of each), as probed for 128x128x64.
+        tensors = min(tiles, 2) * epi_m * row * (2 if self.fusion.residual else 1) + align
+        if self.fusion.fused:
+            tensors += 3 * self.tile.n * 4
         pipeline = min(tiles, 4) * 16
         return _round_up(tensors + pipeline, align), tensors, pipeline
 
@@ -107,7 +113,7 @@ class Sm90ConvConfig:
         mainloop = stages * (self.tile.m + self.tile.n) * self.tile.k * self.input_type.bytes
         _, tensors, pipeline = self.epilogue_smem()
         align = max(128, 8 * min(128, self.epilogue_tile[1] * self.output_type.bytes)
-                    if self.epilogue is Epilogue.tma else 1)
+                    if self.epilogue is EpilogueSchedule.tma else 1)
         return _round_up(max(mainloop, tensors) + _round_up(16 * stages, 16) + _round_up(pipeline, 16), align)
 
 
@@ -123,7 +129,7 @@ def parse_space(document: object, family: str = FAMILY) -> SearchSpace:
         ("cluster", tuple(c.text for c in shape_list(family, "cluster", document["cluster"]))),
         ("stages", int_list(family, "stages", document["stages"], lambda v: v == 0 or 2 <= v <= 32,
                             "0 for auto, or 2 to 32")),
-        ("epilogue", tuple(e.value for e in enum_list(family, "epilogue", document["epilogue"], Epilogue))),
+        ("epilogue", tuple(e.value for e in enum_list(family, "epilogue", document["epilogue"], EpilogueSchedule))),
     ))
 
 
@@ -138,10 +144,11 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90ConvConfig:
         tile=param(params, "tile", Shape3.parse),
         cluster=param(params, "cluster", Shape3.parse),
         stages=param(params, "stages", whole),
-        epilogue=param(params, "epilogue", Epilogue),
+        epilogue=param(params, "epilogue", EpilogueSchedule),
         alignment_c=output_alignment(problem),
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,
+        fusion=problem.epilogue,
     )
 
 
@@ -218,7 +225,19 @@ def _check_types(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
     return None
 
 
-RULES = (_check_types, _check_tile, _check_cluster, _check_shared_memory)
+def _check_fusion(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
+    return fusion_problem(config.epilogue, config.fusion)
+
+
+def fusion_problem(schedule: enum.Enum, fusion: Epilogue) -> str | None:
+    """The no-smem epilogue's builder takes only a plain LinearCombination (sm90_builder.inl:466-519);
+    `schedule` is sm90_conv's or sm90_gemm's EpilogueSchedule."""
+    if fusion.fused and schedule.value == EpilogueSchedule.nosmem.value:
+        return f"the no-smem epilogue cannot fuse {fusion.key}: the TMA epilogue can"
+    return None
+
+
+RULES = (_check_types, _check_tile, _check_cluster, _check_shared_memory, _check_fusion)
 
 
 def static_problems(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:

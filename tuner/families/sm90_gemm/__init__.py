@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.device import DeviceFacts
+from tuner.families.sm90_conv import Sm90ConvFamily
 from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace
 from tuner.families.sm90_gemm import codegen, costmodel, space
 from tuner.families.sm90_gemm.space import Scheduler, Sm90GemmConfig
@@ -14,6 +15,7 @@ from tuner.problem import ConvProblem
 
 class Sm90GemmFamily(Family):
     name = space.FAMILY
+    fusable = Sm90ConvFamily.fusable  # the same fusion operations
     summary = "CUTLASS 3.x GEMM (TMA + wgmma) for 1x1 stride-1 layers, sm_90a only"
     plot_colour = "tab:purple"
     folder = Path(__file__).parent
@@ -50,7 +52,7 @@ class Sm90GemmFamily(Family):
     def kernel_alias(self, config: Sm90GemmConfig, alias: str) -> str:
         return codegen.kernel_alias(config, alias)
 
-    def cpp(self) -> CppPieces:
+    def cpp(self, configs=()) -> CppPieces:
         return codegen.cpp_pieces()
 
     def cost_terms(self, config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:

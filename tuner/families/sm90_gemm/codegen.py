@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.families.base import ELEMENT_TAGS, CppPieces, read_template
-from tuner.families.sm90_gemm.space import AUTO_STAGES, Epilogue, Schedule, Scheduler, Sm90GemmConfig
+from tuner.families.sm90_conv.codegen import TEMPLATES as CONV_TEMPLATES
+from tuner.families.sm90_conv.codegen import fusion_tag, source_tag
+from tuner.families.sm90_gemm.space import AUTO_STAGES, EpilogueSchedule, Schedule, Scheduler, Sm90GemmConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
 KERNEL_SCHEDULE_TAGS = {
@@ -28,6 +30,8 @@ INCLUDES = (
     "cutlass/gemm/dispatch_policy.hpp",
     "cutlass/gemm/collective/collective_builder.hpp",
     "cutlass/epilogue/collective/collective_builder.hpp",
+    "cutlass/epilogue/fusion/operations.hpp",
+    "cutlass/epilogue/thread/activation.h",
     "cutlass/gemm/kernel/gemm_universal.hpp",
     "cutlass/gemm/kernel/tile_scheduler.hpp",
     "cutlass/gemm/device/gemm_universal_adapter.h",
@@ -36,7 +40,7 @@ INCLUDES = (
 
 
 def epilogue_tag(config: Sm90GemmConfig) -> str:
-    if config.epilogue is Epilogue.nosmem:
+    if config.epilogue is EpilogueSchedule.nosmem:
         return "cutlass::epilogue::NoSmemWarpSpecialized"
     return TMA_EPILOGUE_TAGS[config.schedule]
 
@@ -59,8 +63,12 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
         element_a=ELEMENT_TAGS[compiled.input_type], element_b=ELEMENT_TAGS[compiled.filter_type],
         element_c=ELEMENT_TAGS[compiled.output_type], element_accumulator=ELEMENT_TAGS[compiled.accumulator_type],
         alignment_c=compiled.alignment_c,
+        element_source=source_tag(compiled.fusion, compiled.output_type),
+        fusion=fusion_tag(compiled.fusion, compiled.output_type, compiled.accumulator_type),
     )
 
 
 def cpp_pieces() -> CppPieces:
-    return CppPieces(INCLUDES, ((TEMPLATES / "runner.h").read_text(),), "Sm90GemmRunner")
+    # The epilogue binding is sm90_conv's (the same 3.x fusion operations).
+    return CppPieces(INCLUDES, ((CONV_TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
+                     "Sm90GemmRunner")

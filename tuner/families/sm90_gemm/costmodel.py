@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
 from tuner.families.base import CostTerms
-from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, Epilogue, Schedule,
+from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, EpilogueSchedule, Schedule,
                                             Scheduler, Sm90GemmConfig, k_steps)
 from tuner.problem import ConvProblem
 
@@ -46,7 +46,7 @@ def prior_order(config: Sm90GemmConfig, problem: ConvProblem) -> int | None:
     """The model cannot see stages, epilogue, raster or swizzle: the picks keep them at what NVIDIA's
     generator instantiates (auto stages, the TMA epilogue, the heuristic raster, no swizzle), the
     cooperative schedule first."""
-    if (config.stages, config.raster, config.swizzle, config.epilogue) != (AUTO_STAGES, 0, 1, Epilogue.tma):
+    if (config.stages, config.raster, config.swizzle, config.epilogue) != (AUTO_STAGES, 0, 1, EpilogueSchedule.tma):
         return None
     order = {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.ws: 2}[config.schedule]
     return order + (1 if config.scheduler is Scheduler.stream_k else 0)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
                                  param, shape_list, whole)
+from tuner.epilogue import Epilogue
+from tuner.families.sm90_conv.space import fusion_problem
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_gemm"
@@ -34,7 +36,7 @@ class Scheduler(enum.Enum):
     stream_k = "stream_k"      # StreamKScheduler: tiles' K split among CTAs, fixed up through a workspace
 
 
-class Epilogue(enum.Enum):
+class EpilogueSchedule(enum.Enum):
     tma = "tma"        # TmaWarpSpecialized[Cooperative], matched to the schedule
     nosmem = "nosmem"  # NoSmemWarpSpecialized (also what the Auto epilogue picks)
 
@@ -49,7 +51,7 @@ class Sm90GemmConfig:
     cluster: Shape3
     schedule: Schedule
     scheduler: Scheduler
-    epilogue: Epilogue
+    epilogue: EpilogueSchedule
     stages: int   # 0: auto carveout
     raster: int   # run-time
     swizzle: int  # run-time
@@ -59,6 +61,7 @@ class Sm90GemmConfig:
     filter_type: DataType
     output_type: DataType
     accumulator_type: DataType
+    fusion: Epilogue = Epilogue()  # the layer's epilogue, compiled in
 
     @property
     def family(self) -> str:
@@ -77,7 +80,7 @@ class Sm90GemmConfig:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
         return (f"sm90g_{self.tile.text}_c{self.cluster.text}_{self.schedule.value}_{self.scheduler.value}"
                 f"_{self.epilogue.value}_s{stages}_r{self.raster}_sw{self.swizzle}_sk{self.split_k}"
-                f"_a{self.alignment_c}_{self.dtype_key}")
+                f"_a{self.alignment_c}_{self.dtype_key}{self.fusion.short}")
 
     @property
     def search_params(self) -> dict:
@@ -97,12 +100,14 @@ class Sm90GemmConfig:
 
     # --- shared memory (builders/sm90_gmma_builder.inl:69-85; matches 243 compiled configurations) ---
     def epilogue_smem(self) -> int:
-        if self.epilogue is Epilogue.nosmem:
+        if self.epilogue is EpilogueSchedule.nosmem:
             return 1
         rows = min(128 if self.schedule is Schedule.cooperative else 64, self.tile.m)  # sm90_builder.inl:117-127
         cols = math.gcd(min(32, self.tile.n), self.tile.n)
         tiles = (self.tile.m // rows) * (self.tile.n // cols)
-        return min(tiles, 2) * rows * cols * self.output_type.bytes + 512 * self.output_type.bytes
+        subtiles = min(tiles, 2) * rows * cols * self.output_type.bytes * (2 if self.fusion.residual else 1)
+        vectors = 3 * self.tile.n * 4 if self.fusion.fused else 0  # as sm90_conv's epilogue_smem says
+        return subtiles + vectors + 512 * self.output_type.bytes
 
     @property
     def stage_bytes(self) -> int:
@@ -134,7 +139,7 @@ def parse_space(document: object) -> SearchSpace:
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
         ("schedule", tuple(s.value for s in enum_list(FAMILY, "schedule", document["schedule"], Schedule))),
         ("scheduler", tuple(s.value for s in enum_list(FAMILY, "scheduler", document["scheduler"], Scheduler))),
-        ("epilogue", tuple(e.value for e in enum_list(FAMILY, "epilogue", document["epilogue"], Epilogue))),
+        ("epilogue", tuple(e.value for e in enum_list(FAMILY, "epilogue", document["epilogue"], EpilogueSchedule))),
         ("stages", int_list(FAMILY, "stages", document["stages"], lambda v: v == 0 or 2 <= v <= 32,
                             "0 for auto, or 2 to 32")),
         ("raster", int_list(FAMILY, "raster", document["raster"], lambda v: v in RASTERS,
@@ -156,7 +161,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90GemmConfig:
         cluster=param(params, "cluster", Shape3.parse),
         schedule=param(params, "schedule", Schedule),
         scheduler=param(params, "scheduler", Scheduler),
-        epilogue=param(params, "epilogue", Epilogue),
+        epilogue=param(params, "epilogue", EpilogueSchedule),
         stages=param(params, "stages", whole),
         raster=param(params, "raster", whole),
         swizzle=param(params, "swizzle", whole),
@@ -164,6 +169,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90GemmConfig:
         alignment_c=output_alignment(problem),
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,
+        fusion=problem.epilogue,
     )
 
 
@@ -234,7 +240,7 @@ def _check_shared_memory(config: Sm90GemmConfig, problem: ConvProblem, device: D
 
 def _check_output(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
     need = 16 // problem.output_type.bytes
-    if config.epilogue is Epilogue.tma and problem.k % need:
+    if config.epilogue is EpilogueSchedule.tma and problem.k % need:
         return (f"the TMA epilogue stores rows of K={problem.k} outputs: it needs a multiple of {need} for "
                 f"{problem.output_type.value} output (the no-smem epilogue does not)")
     if config.input_type is not DataType.f16 or config.filter_type is not DataType.f16:
@@ -242,7 +248,11 @@ def _check_output(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFa
     return None
 
 
-RULES = (_check_tile, _check_schedule, _check_cluster, _check_shared_memory, _check_output)
+def _check_fusion(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    return fusion_problem(config.epilogue, config.fusion)
+
+
+RULES = (_check_tile, _check_schedule, _check_cluster, _check_shared_memory, _check_output, _check_fusion)
 
 
 def static_problems(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:

@@ -40,7 +40,7 @@ class Sm90S2dFamily(Sm90ConvFamily):
     def kernel_alias(self, config: Sm90S2dConfig, alias: str) -> str:
         return codegen.kernel_alias(config, alias)
 
-    def cpp(self) -> CppPieces:
+    def cpp(self, configs=()) -> CppPieces:
         return codegen.cpp_pieces()
 
     def describe(self, config: Sm90S2dConfig) -> str:

@@ -35,7 +35,7 @@ class Sm90S2dConfig(Sm90ConvConfig):
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
         return (f"s2d_{self.tile.text}_c{self.cluster.text}_s{stages}_{self.epilogue.value}_a{self.alignment_c}"
-                f"_{self.dtype_key}")
+                f"_{self.dtype_key}{self.fusion.short}")
 
 
 def folded_problem(problem: ConvProblem) -> ConvProblem:

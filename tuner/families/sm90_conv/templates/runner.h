@@ -10,6 +10,7 @@ class Sm90ConvRunner {
   using ElementA = typename Kernel::ElementA;
   using ElementB = typename Kernel::ElementB;
   using ElementC = typename Kernel::ElementD;
+  using ElementSource = typename Kernel::ElementC;  // void unless the epilogue reads a residual
   using ClusterShape = typename Kernel::ClusterShape;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
@@ -22,11 +23,11 @@ class Sm90ConvRunner {
     const int P = (p.h + 2 * p.pad - ((p.r - 1) * p.dilation + 1)) / p.stride + 1;
     const int Q = (p.w + 2 * p.pad - ((p.s - 1) * p.dilation + 1)) / p.stride + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
-    return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr));
+    return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
 
   static size_t workspace_bytes(const TunerProblem &p) {
-    return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
+    return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
 
   // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: what ConvUniversalAdapter::run launches.
@@ -64,10 +65,16 @@ class Sm90ConvRunner {
   }
 
   // initialize() encodes the TMA descriptors (which hold the buffer addresses) once; run() only launches.
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
-                             cudaStream_t stream) {
-    if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return cutlass::Status::kErrorMisalignedOperand;
-    return op_.initialize(arguments(p, x, w, y), workspace, stream);
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
+    if (!aligned16(x) || !aligned16(w) || !aligned16(y) || !aligned16(epilogue.residual)) {
+      return cutlass::Status::kErrorMisalignedOperand;
+    }
+    if (!tuner_residual_matches<ElementSource>(epilogue)) return cutlass::Status::kErrorNotSupported;
+    typename Conv::Arguments args = arguments(p, x, w, y, epilogue);
+    cutlass::Status filled = tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
+    if (filled != cutlass::Status::kSuccess) return filled;
+    return op_.initialize(args, workspace, stream);
   }
 
   cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
@@ -85,18 +92,24 @@ class Sm90ConvRunner {
                         1);                               // groups
   }
 
-  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
+  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
+                                            const TunerEpilogue &epilogue) {
+    using StrideC = typename Kernel::StrideC;
     using StrideD = typename Kernel::StrideD;
     ProblemShape shape = problem_shape(p);
-    // Output stride ((Q,P,N), K, L) from the packed NPQK stride the problem shape computes.
+    // Output (and residual) stride ((Q,P,N), K, L) from the packed NPQK stride the problem shape computes.
+    StrideC stride_c{};
     StrideD stride_d{};
     cute::for_each(cute::make_seq<cute::rank<0>(StrideD{})>{}, [&](auto i) {
+      cute::get<0, i>(stride_c) = shape.stride_C[ProblemShape::RankT - 2 - i];
       cute::get<0, i>(stride_d) = shape.stride_C[ProblemShape::RankT - 2 - i];
     });
-    return typename Conv::Arguments{
+    typename Conv::Arguments args{
         shape,
         {static_cast<ElementA const *>(x), static_cast<ElementB const *>(w)},
-        {{1.0f, 0.0f}, nullptr, stride_d, static_cast<ElementC *>(y), stride_d}};
+        {{}, static_cast<ElementSource const *>(epilogue.residual), stride_c, static_cast<ElementC *>(y), stride_d}};
+    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
+    return args;
   }
 
   Conv op_;

@@ -6,7 +6,8 @@ class Sm90GemmRunner {
   using GemmKernel = typename Gemm::GemmKernel;
   using ElementA = typename GemmKernel::ElementA;
   using ElementB = typename GemmKernel::ElementB;
-  using ElementC = typename GemmKernel::ElementD;  // the output; the epilogue reads no source tensor
+  using ElementC = typename GemmKernel::ElementD;  // the output
+  using ElementSource = typename GemmKernel::ElementC;  // void unless the epilogue reads a residual
   using ClusterShape = typename GemmKernel::ClusterShape;
   static constexpr bool kStreamK =
       std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::StreamKScheduler>;
@@ -14,12 +15,12 @@ class Sm90GemmRunner {
   static cutlass::Status can_implement(const TunerProblem &p) {
     cutlass::Status status = check_problem(p);
     if (status != cutlass::Status::kSuccess) return status;
-    return Gemm::can_implement(arguments(p, nullptr, nullptr, nullptr));
+    return Gemm::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
 
   static size_t workspace_bytes(const TunerProblem &p) {
     if (check_problem(p) != cutlass::Status::kSuccess) return 0;
-    return Gemm::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
+    return Gemm::get_workspace_size(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
 
   // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: the Params the launch uses (a persistent grid
@@ -30,7 +31,8 @@ class Sm90GemmRunner {
     // to_underlying_arguments encodes TMA descriptors, which want a 16-byte aligned address: a
     // placeholder that is never dereferenced (nothing is launched); the grid does not depend on it.
     void *placeholder = reinterpret_cast<void *>(uintptr_t(1) << 20);
-    auto params = GemmKernel::to_underlying_arguments(arguments(p, placeholder, placeholder, placeholder), nullptr);
+    auto params = GemmKernel::to_underlying_arguments(arguments(p, placeholder, placeholder, placeholder,
+                                  TunerEpilogue{nullptr, nullptr, std::is_void_v<ElementSource> ? nullptr : placeholder, 0.0f}), nullptr);
     dim3 launch = GemmKernel::get_grid_shape(params);
     grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
     grid[3] = int32_t(cute::size<0>(ClusterShape{}));
@@ -61,9 +63,13 @@ class Sm90GemmRunner {
   }
 
   // initialize() zeroes the stream-K flags, builds the TMA descriptors and sets the smem attribute.
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
-                             cudaStream_t stream) {
-    args_ = arguments(p, x, w, y);
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
+    if (!tuner_residual_matches<ElementSource>(epilogue)) return cutlass::Status::kErrorNotSupported;
+    if ((reinterpret_cast<uintptr_t>(epilogue.residual) & 15u) != 0) return cutlass::Status::kErrorMisalignedOperand;
+    args_ = arguments(p, x, w, y, epilogue);
+    cutlass::Status filled = tuner_fill_epilogue<ElementSource>(args_.epilogue.thread, epilogue);
+    if (filled != cutlass::Status::kSuccess) return filled;
     workspace_ = workspace;
     return gemm_.initialize(args_, workspace, stream);
   }
@@ -120,7 +126,8 @@ class Sm90GemmRunner {
     }
   }
 
-  static typename Gemm::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
+  static typename Gemm::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
+                                            const TunerEpilogue &epilogue) {
     using ElementD = typename GemmKernel::ElementD;
     const int m = p.n * p.p * p.q, n = p.k, k = p.c;
     typename Gemm::Arguments args{};
@@ -130,9 +137,8 @@ class Sm90GemmRunner {
     args.mainloop.dA = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
     args.mainloop.ptr_B = static_cast<ElementB const *>(w);
     args.mainloop.dB = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
+    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
+    args.epilogue.ptr_C = static_cast<ElementSource const *>(epilogue.residual);
     args.epilogue.dC = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, cute::make_shape(m, n, 1));
     args.epilogue.ptr_D = static_cast<ElementD *>(y);
     args.epilogue.dD = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(m, n, 1));

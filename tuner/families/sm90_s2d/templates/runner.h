@@ -88,8 +88,9 @@ class Sm90S2dRunner {
 
   static cudaError_t attributes(int32_t *attrs) { return Inner::attributes(attrs); }
 
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
-                             cudaStream_t stream) {
+  // The folded conv has the layer's output, so the epilogue's operands pass through unchanged.
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
     if (workspace == nullptr) return cutlass::Status::kErrorWorkspaceNull;
     const TunerProblem kernel = folded(p);
     const FoldSizes sizes = sizes_of(p);
@@ -105,7 +106,7 @@ class Sm90S2dRunner {
     blocks_ = blocks_for(sizes.activations);
     tuner_s2d::fold<<<blocks_for(sizes.filter), kThreads, 0, stream>>>(static_cast<const Element *>(w), w2, filter);
     if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
-    return inner_.initialize(kernel, x2, w2, y, base, stream);
+    return inner_.initialize(kernel, x2, w2, y, epilogue, base, stream);
   }
 
   cutlass::Status run(cudaStream_t stream) {
