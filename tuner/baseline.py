@@ -146,6 +146,11 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
         module.norm.running_var.uniform_(0.5, 2)
         module.norm.weight.data.uniform_(0.5, 1.5)
         module.norm.bias.data.uniform_(-1, 1)
+    if compiled:
+        # Dynamo recompiles the module's forward for each new shape and, past its cache size limit (8),
+        # silently runs it eagerly: start each layer from a clean slate, as a program compiling one
+        # model would.
+        torch._dynamo.reset()
     run = torch.compile(module) if compiled else module
     x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=torch.float16)
     x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
