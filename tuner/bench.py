@@ -266,10 +266,11 @@ def ratio_line(label: str, pairs: dict[str, float]) -> str:
     worst = max(pairs, key=pairs.get)
     above = sorted(layer for layer, r in pairs.items() if r > ABOVE)
     named = f" ({', '.join(f'{layer} {pairs[layer]:.2f}' for layer in above)})" if 0 < len(above) <= 8 else ""
-    return (f"{label}: geometric mean {geometric_mean(list(pairs.values())):.3f} over {len(pairs)} layers "
-            f"(batch 32: {geometric_mean(batch32):.3f} over {len(batch32)}; batch 1: {geometric_mean(batch1):.3f} "
-            f"over {len(batch1)}); within 5 %: {sum(r <= 1.05 for r in pairs.values())}; worst {worst} "
-            f"{pairs[worst]:.2f}; above {ABOVE}: {len(above)}{named}")
+    batches = "; ".join(f"batch {batch}: {geometric_mean(ratios):.3f} over {len(ratios)}"
+                        for batch, ratios in (("32", batch32), ("1", batch1)) if ratios)
+    return (f"{label}: geometric mean {geometric_mean(list(pairs.values())):.3f} over {len(pairs)} layers"
+            f"{f' ({batches})' if batches else ''}; within 5 %: {sum(r <= 1.05 for r in pairs.values())}; "
+            f"worst {worst} {pairs[worst]:.2f}; above {ABOVE}: {len(above)}{named}")
 
 
 def ratio_summary(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, Recorded]]], measured: dict,
