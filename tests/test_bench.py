@@ -127,6 +127,7 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     (cuBLAS on a GEMM layer) right after it; the one-run summary judges the ratios."""
     from tuner.replay import ReplayCompiler, ReplayEvaluator
     from tuner.results import atomic_write
+    from tuner.problem import problem_to_dict
     from tuner.space import all_configs
 
     device = device_from_dict(yaml.safe_load((RESULTS / "bench.yaml").read_text())["device"])
@@ -135,7 +136,8 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     config = next(c for c in all_configs(landscape_space, layer.problem) if c.name in record
                   and record[c.name].status is Status.ok)
     atomic_write(tmp_path / "best.yaml", yaml.safe_dump({"layers": {"conv_1": {
-        "family": "sm80", "params": config.search_params, "runtime_us": 1.0}}}))
+        "problem": problem_to_dict(layer.problem), "family": "sm80", "params": config.search_params,
+        "kernel": config.name, "runtime_us": 1.0}}}))
 
     class Evaluator(ReplayEvaluator):
         def evaluate(self, binary, problem, launch, seed=0):

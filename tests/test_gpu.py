@@ -268,7 +268,7 @@ FUSED_CASES = {
     "sm80_bn_residual_relu": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual+relu"), SMALL_PARAMS),
     "sm80_bn_residual": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual"), SMALL_PARAMS),
     "sm80_stem_bias_silu": ("sm80", with_epilogue(STEM, "bias+silu"),
-                            {**SMALL_PARAMS, "tile": "128x64x16", "warps": "2x2x1", "iterator": "fixed_channels"}),
+                            {**SMALL_PARAMS, "tile": "128x64x32", "warps": "2x2x1", "iterator": "fixed_channels"}),
 }
 
 

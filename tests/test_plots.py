@@ -29,8 +29,8 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
                     (row[0], row[1], int(row[2]), int(row[3]), row[4], int(row[5])))
         study.enqueue_trial({"family": "sm80", **{f"sm80.{name}": value for name, value in knobs}})
     Tuner(study, conv_1, JointSpace((sm80_space,)), h100, ReplayCompiler(), ReplayEvaluator(record), run_id="plots").run(24)
-    entry = {"problem": problem_to_dict(conv_1), "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0,
-             "study": {"name": "conv_1-study"}}
+    entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
+             "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0, "study": {"name": "conv_1-study"}}
     update_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})
     assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     folder = gpu_dir(tmp_path, h100.slug) / "plots"
@@ -38,10 +38,12 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_unknown_layer_is_a_results_error(tmp_path, h100):
+def test_unknown_layer_is_a_results_error(tmp_path, h100, conv_1):
     from tuner.results import ResultsError
 
-    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"study": {"name": "x"}},
+    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
+                                                          "params": {"tile": "64x64x32"}, "kernel": "k",
+                                                          "runtime_us": 4.0, "study": {"name": "x"}},
                 {"device": {"name": h100.name, "slug": h100.slug}})
     with pytest.raises(ResultsError, match="not in"):
         plots.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())

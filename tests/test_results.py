@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import stat
 
 import optuna
@@ -23,8 +24,13 @@ HEADER = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-
           "toolchain": {"nvcc": "13.0.48", "cutlass": "4.2.0.0", "driver": "13.0"}}
 
 
+CONV_1_PROBLEM = {"n": 1, "h": 32, "w": 32, "c": 32, "k": 32, "r": 3, "s": 3, "pad": 1, "stride": 1, "dilation": 1,
+                  "input_type": "f16", "filter_type": "f16", "output_type": "f32", "accumulator_type": "f32"}
+
+
 def entry(runtime_us: float, tile: str = "64x64x32") -> dict:
-    return {"family": "sm80", "params": {"tile": tile, "stages": 4}, "runtime_us": runtime_us, "tflops": 4.49}
+    return {"problem": CONV_1_PROBLEM, "family": "sm80", "params": {"tile": tile, "stages": 4},
+            "kernel": f"{tile}_s4", "runtime_us": runtime_us, "tflops": 4.49}
 
 
 def test_gpu_dir(tmp_path):
@@ -69,7 +75,7 @@ def test_update_best_keeps_other_layers_and_rewrites_the_header(tmp_path):
     path = update_best(folder, "conv_1", entry(4.2), newer)
     assert path == folder / BEST_FILE
     document = yaml.safe_load(path.read_text())
-    assert list(document) == ["device", "toolchain", "layers"]
+    assert list(document) == ["device", "toolchain", "layer_count", "layers"] and document["layer_count"] == 2
     assert document["toolchain"]["driver"] == "13.1"
     assert list(document["layers"]) == ["conv_1", "r50_s4_3x3_b32"]  # sorted
     assert document["layers"]["r50_s4_3x3_b32"] == entry(23.3, "128x128x32")
@@ -203,3 +209,31 @@ def test_a_killed_holder_leaves_no_journal_lock(tmp_path):
     assert lock.acquire()
     lock.release()
     assert time.monotonic() - started < 0.5
+
+
+def test_a_best_yaml_cut_short_at_an_entry_boundary_is_refused(tmp_path):
+    """It still parses; the layer count it states does not match what it holds."""
+    update_best(tmp_path, "conv_1", entry(4.2), HEADER)
+    update_best(tmp_path, "r50_s4_3x3_b32", entry(23.3), HEADER)
+    text = (tmp_path / BEST_FILE).read_text()
+    (tmp_path / BEST_FILE).write_text(text[:text.index("  r50_s4_3x3_b32:")])
+    with pytest.raises(ResultsError, match="states 2 layers but holds 1: it was cut short"):
+        read_best(tmp_path)
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda e: e.pop("problem"), "missing problem"),
+    (lambda e: e.update(runtime_us=-3), "runtime_us -3 is not a positive number"),
+    (lambda e: e.update(runtime_us=".nan"), "runtime_us '.nan' is not a positive number"),
+    (lambda e: e.update(family="sm80; evil"), "is not a family name"),
+    (lambda e: e.update(params=[1, 2]), "params is not a mapping"),
+    (lambda e: e["problem"].update(k=0), "k=0 must be at least 1"),
+    (lambda e: e.update(kernel=None), "kernel None is not a kernel name"),
+])
+def test_an_entry_that_does_not_fit_the_schema_is_refused_with_its_layer(tmp_path, damage, says):
+    damaged = {**entry(4.2), "problem": dict(CONV_1_PROBLEM)}
+    damage(damaged)
+    (tmp_path / BEST_FILE).write_text(yaml.safe_dump({"layers": {"conv_1": damaged}}))
+    with pytest.raises(ResultsError, match=re.escape(says)) as refused:
+        read_best(tmp_path)
+    assert "layer 'conv_1'" in str(refused.value) and "restore it" in str(refused.value)

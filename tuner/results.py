@@ -11,10 +11,13 @@ import re
 import tempfile
 import threading
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Iterator
 
 import yaml
 from optuna.storages.journal import JournalFileBackend
+
+from tuner.problem import ConvProblem, ProblemError, problem_from_dict
 
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
@@ -28,6 +31,7 @@ class ResultsError(RuntimeError):
 
 # What DeviceFacts.slug makes of a GPU's name: no separators, nothing that climbs out of results/.
 SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 def gpu_dir(results_root: Path, slug: str) -> Path:
@@ -220,7 +224,47 @@ def locked(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@dataclass(frozen=True)
+class BestEntry:
+    """What every best.yaml entry must hold (the rest, measurement detail, is optional): the schema a
+    file is checked against when read, so that a damaged one is refused instead of half used."""
+
+    problem: ConvProblem
+    family: str
+    params: tuple[tuple[str, object], ...]
+    kernel: str
+    runtime_us: float
+
+    @classmethod
+    def parse(cls, layer: str, entry: object) -> "BestEntry":
+        def bad(what: str) -> ResultsError:
+            return ResultsError(f"best.yaml layer {layer!r}: {what}")
+        if not isinstance(entry, dict):
+            raise bad(f"entry is {type(entry).__name__}, not a mapping")
+        missing = [key for key in ("problem", "family", "params", "kernel", "runtime_us") if key not in entry]
+        if missing:
+            raise bad(f"missing {', '.join(missing)}")
+        try:
+            problem = problem_from_dict(entry["problem"]) if isinstance(entry["problem"], dict) else None
+        except ProblemError as error:
+            raise bad(str(error)) from None
+        if problem is None:
+            raise bad("problem is not a mapping")
+        family, params, kernel, runtime = entry["family"], entry["params"], entry["kernel"], entry["runtime_us"]
+        if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
+            raise bad(f"family {family!r} is not a family name")
+        if not isinstance(params, dict) or not params or not all(isinstance(k, str) for k in params):
+            raise bad("params is not a mapping of knob names")
+        if not isinstance(kernel, str) or not kernel:
+            raise bad(f"kernel {kernel!r} is not a kernel name")
+        if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not 0 < runtime < float("inf"):
+            raise bad(f"runtime_us {runtime!r} is not a positive number")
+        return cls(problem, family, tuple(sorted(params.items())), kernel, float(runtime))
+
+
 def read_best(folder: Path) -> dict:
+    """best.yaml as a document, every entry checked against BestEntry and the layer count the file
+    states (a file cut short at an entry's boundary still parses: the count tells)."""
     path = folder / BEST_FILE
     if not path.exists():
         return {"layers": {}}
@@ -231,6 +275,15 @@ def read_best(folder: Path) -> dict:
     if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
         raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
     document.setdefault("layers", {})
+    stated = document.get("layer_count")
+    if stated is not None and stated != len(document["layers"]):
+        raise ResultsError(f"{path} states {stated} layers but holds {len(document['layers'])}: it was cut short "
+                           "or edited; restore it from version control")
+    for layer, entry in document["layers"].items():
+        try:
+            BestEntry.parse(str(layer), entry)
+        except ResultsError as error:
+            raise ResultsError(f"{path}: {error}; restore it from version control") from None
     return document
 
 
@@ -241,7 +294,7 @@ def update_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
         document.update(header)
         document["layers"][layer] = entry
         document["layers"] = dict(sorted(document["layers"].items()))
-        ordered = {**header, "layers": document["layers"]}
+        ordered = {**header, "layer_count": len(document["layers"]), "layers": document["layers"]}
         atomic_write(folder / BEST_FILE, yaml.safe_dump(ordered, sort_keys=False, width=110))
     return folder / BEST_FILE
 

@@ -382,3 +382,14 @@ def test_128_wide_warp_tiles_with_f16_output_are_rejected(layers, h100):
     problem = layers["r50_s4_3x3_b32"].problem
     wide = config_for(problem, tile="64x128x32", warps="2x1x1")  # warp tile 32x128
     assert any("wrong results" in reason for reason in static_problems(wide, problem, h100))
+
+
+def test_a_warp_tile_of_one_instruction_step_in_k_is_refused(conv_1, h100):
+    """Tile K 16 with one warp in K: one mma.sync step of K 16, which CUTLASS's pipelined mainloop
+    refuses at compile time (mma_base.h: at least two warp-level GEMMs, an even number)."""
+    from tuner.space import static_problems
+
+    one_step = config_for(conv_1, tile="128x64x16", warps="2x2x1")
+    assert any("needs an even number, at least two" in r for r in static_problems(one_step, conv_1, h100))
+    two_steps = config_for(conv_1, tile="128x64x32", warps="2x2x1")
+    assert not any("instruction step" in r for r in static_problems(two_steps, conv_1, h100))

@@ -195,6 +195,9 @@ def _check_warp_tile(config: Sm80Config, problem: ConvProblem, device: DeviceFac
     if warp.m % inst.m or warp.n % (2 * inst.n) or warp.k % inst.k:
         return (f"warp tile {warp.text} is not a multiple of the {inst.text} instruction "
                 f"(N needs pairs of {inst.n} for ldmatrix)")
+    if (warp.k // inst.k) % 2:
+        return (f"warp tile K {warp.k} is {warp.k // inst.k} instruction step(s) of {inst.k}: the pipelined mainloop "
+                "needs an even number, at least two (gemm/threadblock/mma_base.h:128-132)")
     return None
 
 
