@@ -18,6 +18,7 @@ from tuner.evaluate import GpuUnavailable
 from tuner.export import export_header
 from tuner.ncu import NcuReportError
 from tuner.epilogue import EpilogueError, parse_epilogue
+from tuner.network import Network, NetworkError, from_onnx, write_layers
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
@@ -54,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
     target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
+    parser.add_argument("--onnx", type=Path, help="a network's convolutions in place of the layer table: every 2-D "
+                                                  "Conv of this ONNX model, named after its node, with the "
+                                                  "BatchNormalization / Add / activation after it as its epilogue; "
+                                                  "identical problems once (default target: all of them)")
+    parser.add_argument("--batch", type=int, help="with --onnx: the batch size (the model's own, or needed where "
+                                                  "its batch dimension is symbolic)")
+    parser.add_argument("--write-layers", type=Path, help="with --onnx: write the imported convolutions as a "
+                                                          "layers.yaml (for --layers-file) and exit")
     parser.add_argument("--epilogue", help="with --shape: what the layer does after the conv, parts joined by '+': "
                                            "scale, bias (per output channel), residual[*BETA] (a tensor shaped "
                                            "as the output), and one of relu, gelu, silu; e.g. "
@@ -159,10 +168,29 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
 
 
 def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
-    layers = load_layers(args.layers_file)
+    network = None
+    if args.onnx is not None:
+        if args.batch is not None:
+            positive("--batch", args.batch)
+        network = from_onnx(args.onnx, args.batch)
+        layers = network.as_layers()
+        if args.write_layers is not None:
+            write_layers(network, args.write_layers)
+            console.print(f"wrote {args.write_layers}: {len(network.layers)} layers, "
+                          f"{len(network.unsupported)} convolutions not tuned")
+            return 0
+        if not (args.layer or args.layers or args.all or args.shape or args.list_layers):
+            args.all = True
+    elif args.batch is not None or args.write_layers is not None:
+        raise UsageError("--batch and --write-layers go with --onnx MODEL")
+    else:
+        layers = load_layers(args.layers_file)
     if args.list_layers:
-        print_layers(console, layers)
+        print_layers(console, layers, network)
         return 0
+    if network is not None and network.unsupported:
+        for item in network.unsupported:
+            console.print(f"[yellow]not tuned: {item.node}: {item.reason}[/]")
     targets = resolve_targets(args, layers)
     spaces = chosen_spaces(args.family, args.space_file)
     check_layers_runnable(targets, spaces, explicit=bool(args.family))
@@ -192,20 +220,34 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
     return 0
 
 
-def print_layers(console: Console, layers: dict[str, Layer]) -> None:
+def print_layers(console: Console, layers: dict[str, Layer], network: Network | None = None) -> None:
+    """The layer table; for an imported network, with each layer's count and nodes, then the
+    convolutions not tuned and the operators left unfused."""
     from rich.table import Table
 
-    table = Table(title="layers")
+    table = Table(title="layers" if network is None else "the network's convolutions")
     for column in ("name", "N", "H", "W", "C", "K", "filter", "types", "epilogue", "GFLOP"):
         table.add_column(column, no_wrap=True)
     table.add_column("families", overflow="fold")  # wraps on a narrow terminal rather than losing names
+    imported = {layer.name: layer for layer in network.layers} if network else {}
+    if network is not None:
+        table.add_column("count", justify="right")
+        table.add_column("nodes", overflow="fold")
     for name, layer in layers.items():
         p = layer.problem
         families = [family for family, kind in registry.families().items() if kind.problem_reason(p) is None]
         dilation = f" d{p.dilation}" if p.dilation != 1 else ""
-        table.add_row(name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
-                      p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none")
+        row = [name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
+               p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none"]
+        if name in imported:
+            nodes = imported[name].nodes
+            row += [str(len(nodes)), ", ".join(nodes[:4]) + (" ..." if len(nodes) > 4 else "")]
+        table.add_row(*row)
     console.print(table)
+    for item in network.unsupported if network else ():
+        console.print(f"not tuned: {item.node}: {item.reason}")
+    for item in network.not_fused if network else ():
+        console.print(f"not fused (left to the framework): {item}")
 
 
 def build_diagnose_parser() -> argparse.ArgumentParser:
@@ -284,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:], console)
         return tune(build_parser().parse_args(argv), argv, console)
-    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError) as error:
+    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError) as error:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)
