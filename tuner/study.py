@@ -126,9 +126,8 @@ def _fits(params: dict, joint: JointSpace) -> bool:
     family = params.get(FAMILY_PARAM)
     if family not in joint.families:
         return False
-    choices = joint.space(family).choices
-    wanted = {FAMILY_PARAM, *(f"{family}.{knob}" for knob in choices)}
-    return set(params) == wanted and all(params[f"{family}.{knob}"] in values for knob, values in choices.items())
+    distributions = joint_distributions(joint, family)
+    return set(params) == set(distributions) and all(params[name] in d.choices for name, d in distributions.items())
 
 
 # The tuner asks and tells and records the heartbeats itself (_Heartbeat), which Optuna warns about on every ask.
@@ -147,8 +146,9 @@ def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None,
     for key, value in (tags or {}).items():
         trial.set_user_attr(key, value)
     family = trial.suggest_categorical(FAMILY_PARAM, list(joint.families))
-    for knob, choices in joint.space(family).choices.items():
-        trial.suggest_categorical(f"{family}.{knob}", list(choices))
+    for name, distribution in joint_distributions(joint, family).items():
+        if name != FAMILY_PARAM:
+            trial.suggest_categorical(name, distribution.choices)
     return trial
 
 
