@@ -229,10 +229,9 @@ def _check_fusion(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
     return fusion_problem(config.epilogue, config.fusion)
 
 
-def fusion_problem(schedule: enum.Enum, fusion: Epilogue) -> str | None:
-    """The no-smem epilogue's builder takes only a plain LinearCombination (sm90_builder.inl:466-519);
-    `schedule` is sm90_conv's or sm90_gemm's EpilogueSchedule."""
-    if fusion.fused and schedule.value == EpilogueSchedule.nosmem.value:
+def fusion_problem(schedule: EpilogueSchedule, fusion: Epilogue) -> str | None:
+    """The no-smem epilogue's builder takes only a plain LinearCombination (sm90_builder.inl:466-519)."""
+    if fusion.fused and schedule is EpilogueSchedule.nosmem:
         return f"the no-smem epilogue cannot fuse {fusion.key}: the TMA epilogue can"
     return None
 

@@ -12,7 +12,8 @@ from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
                                  param, shape_list, whole)
 from tuner.epilogue import Epilogue
-from tuner.families.sm90_conv.space import fusion_problem
+# sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
+from tuner.families.sm90_conv.space import EpilogueSchedule, fusion_problem
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_gemm"
@@ -34,11 +35,6 @@ class Schedule(enum.Enum):
 class Scheduler(enum.Enum):
     persistent = "persistent"  # the default tile scheduler
     stream_k = "stream_k"      # StreamKScheduler: tiles' K split among CTAs, fixed up through a workspace
-
-
-class EpilogueSchedule(enum.Enum):
-    tma = "tma"        # TmaWarpSpecialized[Cooperative], matched to the schedule
-    nosmem = "nosmem"  # NoSmemWarpSpecialized (also what the Auto epilogue picks)
 
 
 THREADS = {Schedule.ws: 256, Schedule.cooperative: 384, Schedule.pingpong: 384}
