@@ -376,6 +376,17 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
     console.print(f"tuned: {len(configs)} layers' best.yaml kernels ({len(kernels)} to compile), each timed "
                   "beside cuDNN (and PyTorch where the layer has an epilogue)")
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
+
+    def timed(config, problem: ConvProblem, seed: int) -> tuple[float | None, Status]:
+        """The kernel's median µs on the problem (None unless it compiled and validated), and its status."""
+        result = compiled[config.compiled]
+        if not result.ok:
+            return None, Status.compile_failed
+        launch = registry.get(config.family).launch_args(config, problem)
+        evaluation = evaluator.evaluate(result.binary, problem, launch, seed=seed)
+        ok = evaluation.status is Status.ok
+        return (round(evaluation.measurement.median_us, 3) if ok else None), evaluation.status
+
     one_run = measured.setdefault("one_run", {})
     for index, layer in enumerate(layers):
         config = configs.get(layer.name)
@@ -384,23 +395,15 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         row = {"kernel": config.name, "family": config.family}
         if layer.problem.epilogue.fused:
             row["epilogue"] = layer.problem.epilogue.key
-        result = compiled[config.compiled]
-        if result.ok:
-            launch = registry.get(config.family).launch_args(config, layer.problem)
-            evaluation = evaluator.evaluate(result.binary, layer.problem, launch, seed=2000 + index)
-            if evaluation.status is Status.ok:
-                row["tuned_us"] = round(evaluation.measurement.median_us, 3)
-            else:
-                row["status"] = evaluation.status.value
+        us, status = timed(config, layer.problem, 2000 + index)
+        if us is not None:
+            row["tuned_us"] = us
         else:
-            row["status"] = Status.compile_failed.value
-        if layer.name in bare and compiled[bare[layer.name].compiled].ok:
-            bare_problem = dataclasses.replace(layer.problem, epilogue=Epilogue())
-            launch = registry.get(config.family).launch_args(bare[layer.name], bare_problem)
-            evaluation = evaluator.evaluate(compiled[bare[layer.name].compiled].binary, bare_problem, launch,
-                                            seed=2000 + index)
-            if evaluation.status is Status.ok:
-                row["bare_kernel_us"] = round(evaluation.measurement.median_us, 3)
+            row["status"] = status.value
+        if layer.name in bare:
+            us, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()), 2000 + index)
+            if us is not None:
+                row["bare_kernel_us"] = us
         row.update(time_baselines(worker, layer, device, measured, console))
         one_run[layer.name] = row
         ratio = row.get("tuned_us", math.nan) / row.get("cudnn_us", math.nan)
