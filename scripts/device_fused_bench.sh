@@ -3,10 +3,8 @@
 # compiled for all in one parallel batch first), then every tuned fused layer timed beside PyTorch eager,
 # torch.compile (Dynamo reset per layer), cuDNN and its own kernel without the epilogue.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site CUTLASS_TUNER_CACHE=$PWD/.cache/tuner PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
-step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout -s INT -k 30 "$lim" "$@" > "$OUT/$name.log" 2>&1; echo "$name: rc $? $(( $(date +%s) - s )) s"; }
 step warm 130 python3 scripts/warm_twin_seeds.py 'r50f_*_b32' --jobs 16
 step tune 300 python3 tune.py --layers 'r50f_*_b32' --trials 5 --prior 0 --no-ncu --top 2 --confirm-rounds 2 \
   --run-id fused-twins-2026-11-23

@@ -3,10 +3,8 @@
 # configurations: those compiled for all layers in one parallel batch first (scripts/warm_twin_seeds.py),
 # then each layer's study (the twins' seeds, then TPE) under one run id, resumable. Results tarred under $OUT.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site CUTLASS_TUNER_CACHE=$PWD/.cache/tuner PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
-step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout -s INT -k 30 "$lim" "$@" > "$OUT/$name.log" 2>&1; echo "$name: rc $? $(( $(date +%s) - s )) s"; }
 step warm 330 python3 scripts/warm_twin_seeds.py "${LAYERS:-r50f_*_b32}" --jobs 16
 tail -2 "$OUT/warm.log"
 left=$(( 560 - ($(date +%s) - t0) ))

@@ -2,10 +2,8 @@
 # Device call: the GPU test suite (pytest -m gpu, fused epilogues included), then the fused ResNet-50
 # stage-4 3x3 layer tuned with 32 trials, results tarred under $OUT.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site CUTLASS_TUNER_CACHE=$PWD/.cache/tuner PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
-step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout -s INT -k 30 "$lim" "$@" > "$OUT/$name.log" 2>&1; echo "$name: rc $? $(( $(date +%s) - s )) s"; }
 step pytest_gpu 420 python3 -m pytest -m gpu -q -p no:cacheprovider
 tail -25 "$OUT/pytest_gpu.log"
 left=$(( 570 - ($(date +%s) - t0) ))

@@ -2,10 +2,8 @@
 # Device call (H100, 2026-11-23): narrow tunes of the two layers off their issue-9 goals (the study per space
 # carries the earlier trials over), and 32 trials cold as a new user runs them (empty cache, no results).
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site CUTLASS_TUNER_CACHE=$PWD/.cache/tuner PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
-step() { name=$1; lim=$2; shift 2; s=$(date +%s); timeout -s INT -k 30 "$lim" "$@" > "$OUT/$name.log" 2>&1; echo "$name: rc $? $(( $(date +%s) - s )) s"; }
 step gemm512 200 python3 tune.py --layer r50_s5_1x1_512to2048_b32 --family sm90_gemm --space-file scripts/spaces/gemm_wide_n.yaml --trials 40 --prior 12 --no-ncu --run-id narrow-2026-11-23
 step down_s2 120 python3 tune.py --layer r50_s3_down_s2_b32 --family sm90_conv --space-file scripts/spaces/conv_down_s2.yaml --trials 8 --no-ncu --run-id narrow-2026-11-23
 step cold3x3 200 python3 tune.py --layer r50_s4_3x3_b32 --trials 32 --no-ncu --run-id cold --cache-dir /tmp/cold --results-dir /tmp/fresh

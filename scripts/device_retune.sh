@@ -5,8 +5,7 @@
 # usage: scripts/device_retune.sh SECONDS LAYERS [warm] [extra tune.py options...]
 set -u
 limit=$1; layers=$2; shift 2
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site CUTLASS_TUNER_CACHE=$PWD/.cache/tuner PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"
 start=$(date +%s)
 if [ "${1:-}" = warm ]; then
   shift
