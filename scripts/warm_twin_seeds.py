@@ -4,7 +4,8 @@ The tuner works through layers one at a time, and a handful of seeds compile in 
 most cores idle; done for all the layers at once they take a few rounds in all. Needs the GPU (for the
 device facts) and the layers' bare twins in results/<gpu>/best.yaml. Timing nothing.
 
-usage: python scripts/warm_twin_seeds.py 'r50f_*_b32' [more patterns...] [--jobs N]"""
+usage: python scripts/warm_twin_seeds.py 'r50f_*_b32' [more patterns...] [--jobs N] [--first N]
+(--first N: only the first N configurations each layer queues, the ones `tune.py --trials N` measures)"""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("patterns", nargs="+")
     parser.add_argument("--jobs", type=int)
+    parser.add_argument("--first", type=int, help="compile only each layer's first N queued configurations")
     args = parser.parse_args()
     table = load_layers(REPO / "search_spaces" / "layers.yaml")
     layers = {layer.name: layer for pattern in args.patterns for layer in matching_layers(table, pattern)}
@@ -42,7 +44,8 @@ def main() -> int:
     for layer in layers.values():
         joint = layer_space(spaces, layer.problem, device)
         reference = reference_config(joint, layer.problem, device)
-        configs += twin_seeds(folder, storage, layer.problem, joint, device) + ([reference] if reference else [])
+        queued = ([reference] if reference else []) + twin_seeds(folder, storage, layer.problem, joint, device)
+        configs += queued[:args.first]
     kernels = sorted({config.compiled for config in configs}, key=lambda c: c.name)
     started = time.monotonic()
     compiled = Compiler(device, default_cache_dir(), args.jobs).compile_many(kernels)
