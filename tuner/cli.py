@@ -4,28 +4,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import signal
-import uuid
 import sys
+import uuid
 from pathlib import Path
 
 import optuna
 from rich.console import Console
 
 from tuner import nightly
+from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
 from tuner.compile import ToolchainError, nvcc_version
+from tuner.costmodel import PRIOR_PICKS
 from tuner.diagnose import diagnose_report, render_diagnosis
+from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.evaluate import GpuUnavailable
 from tuner.export import export_header
-from tuner.ncu import NcuReportError
-from tuner.epilogue import EpilogueError, parse_epilogue
-from tuner.network import Network, NetworkError, from_onnx, write_layers
-from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
+from tuner.ncu import NcuReportError
+from tuner.network import Network, NetworkError, write_layers
+from tuner.network_args import add_network_arguments, imported_network
+from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.results import ResultsError, gpu_slugs, recorded_gpu_dir
 from tuner.study import request_stop
-from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
-from tuner.costmodel import PRIOR_PICKS
 from tuner.tuning import TuningOptions, TuningSession
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Other commands (each with its own --help): `tune.py diagnose REPORT` explains an ncu report; "
                     "`tune.py export` writes results/<gpu>/best_configs.h for a C++ build; `tune.py bench` proves "
                     "the search against exhaustive landscapes and cuDNN/cuBLAS; `tune.py plots` draws a GPU's "
-                    "results.")
+                    "results; `tune.py report --onnx MODEL | --torchvision NAME --batch N` gives a network's "
+                    "convolution time, tuned against cuDNN and PyTorch.")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--layer", help="layer name from the layer table (see --list-layers)")
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
@@ -55,14 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
     target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
-    parser.add_argument("--onnx", type=Path, help="a network's convolutions in place of the layer table: every 2-D "
-                                                  "Conv of this ONNX model, named after its node, with the "
-                                                  "BatchNormalization / Add / activation after it as its epilogue; "
-                                                  "identical problems once (default target: all of them)")
-    parser.add_argument("--batch", type=int, help="with --onnx: the batch size (the model's own, or needed where "
-                                                  "its batch dimension is symbolic)")
-    parser.add_argument("--write-layers", type=Path, help="with --onnx: write the imported convolutions as a "
-                                                          "layers.yaml (for --layers-file) and exit")
+    add_network_arguments(parser)
+    parser.add_argument("--write-layers", type=Path, help="with --onnx/--torchvision: write the imported "
+                                                          "convolutions as a layers.yaml (for --layers-file) and exit")
     parser.add_argument("--epilogue", help="with --shape: what the layer does after the conv, parts joined by '+': "
                                            "scale, bias (per output channel), residual[*BETA] (a tensor shaped "
                                            "as the output), and one of relu, gelu, silu; e.g. "
@@ -168,11 +165,8 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
 
 
 def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
-    network = None
-    if args.onnx is not None:
-        if args.batch is not None:
-            positive("--batch", args.batch)
-        network = from_onnx(args.onnx, args.batch)
+    network = imported_network(args)
+    if network is not None:
         layers = network.as_layers()
         if args.write_layers is not None:
             write_layers(network, args.write_layers)
@@ -182,7 +176,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         if not (args.layer or args.layers or args.all or args.shape or args.list_layers):
             args.all = True
     elif args.batch is not None or args.write_layers is not None:
-        raise UsageError("--batch and --write-layers go with --onnx MODEL")
+        raise UsageError("--batch and --write-layers go with --onnx MODEL or --torchvision NAME")
     else:
         layers = load_layers(args.layers_file)
     if args.list_layers:
@@ -312,7 +306,14 @@ def plots_command(argv: list[str], console: Console) -> int:
     return plots.main(argv, console)
 
 
-COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command}
+def report_command(argv: list[str], console: Console) -> int:
+    from tuner import network_report
+
+    return network_report.main(argv, console)
+
+
+COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,
+            "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,12 @@
-"""A network's convolutions as the tuner's layers: every 2-D Conv of an ONNX model becomes an NHWC f16
-problem named after its node, with what follows it folded into its epilogue where the tuner can fuse it
-(BatchNormalization: scale and bias; an Add of another tensor: the residual; Relu, Sigmoid-times-input
-(SiLU), Gelu: the activation). Identical problems are tuned once and carry their count and nodes. A
-convolution no family can take is listed with the reason, never dropped."""
+"""A network's convolutions as the tuner's layers: every 2-D convolution of an ONNX model or a PyTorch
+module becomes an NHWC f16 problem named after its node, with what follows it folded into its epilogue
+where the tuner can fuse it (batch norm: scale and bias; an add of another tensor: the residual; ReLU,
+SiLU (also as x * sigmoid(x)), exact GELU: the activation). Identical problems are tuned once and carry
+their count and nodes. A convolution no family can take is listed with the reason, never dropped.
+
+Each frontend (ONNX here, PyTorch in tuner/torch_import.py) reads its graph into the same form: the
+operators as `Op`s in ONNX's vocabulary, the tensors' shapes, and each convolution's `ConvFacts`;
+`assemble` does the rest for both."""
 from __future__ import annotations
 
 import re
@@ -16,6 +20,9 @@ from tuner.problem import ConvProblem, Layer, ProblemError
 # The opsets whose Conv, BatchNormalization, Add and activations this importer reads (Conv's attributes
 # have not changed since opset 11; Gelu is an operator from opset 20).
 OPSETS = range(7, 24)
+# Operators after a conv that are not elementwise: nothing to fuse, so not listed as "not fused".
+STRUCTURAL = {"Conv", "MaxPool", "GlobalAveragePool", "AveragePool", "Flatten", "Concat", "Reshape", "Pad"}
+ACTIVATIONS = {"Relu": Activation.relu, "Gelu": Activation.gelu, "Silu": Activation.silu}
 
 
 class NetworkError(ValueError):
@@ -57,6 +64,34 @@ def layer_name(node: str) -> str:
     return cleaned if cleaned[0].isalpha() else f"n_{cleaned}"
 
 
+@dataclass(frozen=True)
+class Op:
+    """One operator of an imported graph in ONNX's vocabulary ("Conv", "BatchNormalization", "Add", "Relu",
+    "Gelu" (exact), "Silu", "Sigmoid", "Mul"; any other keeps its framework's name)."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConvFacts:
+    """One convolution as its frontend read it: x is N, C, H, W with the batch resolved; weight is
+    K, C / groups, kernel dims (two for a 2-D conv). `unsupported`: a reason the frontend already knows."""
+
+    node: str
+    output: str
+    x: tuple[int, ...]
+    weight: tuple[int, ...]
+    groups: int = 1
+    pads: tuple[int, ...] = (0, 0, 0, 0)
+    strides: tuple[int, ...] = (1, 1)
+    dilations: tuple[int, ...] = (1, 1)
+    has_bias: bool = False
+    unsupported: str | None = None
+
+
 def from_onnx(path: Path, batch: int | None = None) -> Network:
     try:
         import onnx
@@ -78,10 +113,10 @@ def from_onnx(path: Path, batch: int | None = None) -> Network:
         model = shape_inference.infer_shapes(model)
     except Exception as error:
         raise NetworkError(f"{path}: ONNX shape inference failed ({error}); check the model with onnx.checker") from None
-    return _Graph(model.graph, batch, path).network()
+    return _OnnxGraph(model.graph, batch, path).network()
 
 
-class _Graph:
+class _OnnxGraph:
     def __init__(self, graph, batch: int | None, path: Path):
         from onnx import numpy_helper
 
@@ -93,12 +128,8 @@ class _Graph:
             self.shapes[info.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
         for name, array in self.initializers.items():
             self.shapes[name] = list(array.shape)
-        self.consumers: dict[str, list] = {}
-        for node in graph.node:
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
 
-    def shape(self, name: str, node: str, batched: bool = True) -> list[int]:
+    def shape(self, name: str, node: str, batched: bool = True) -> tuple[int, ...]:
         """The tensor's dimensions; `batched`: its first is the batch, which --batch sets."""
         dims = self.shapes.get(name)
         if dims is None:
@@ -116,101 +147,144 @@ class _Graph:
             else:
                 raise NetworkError(f"{self.path}: conv {node}: dimension {index} of {name!r} is symbolic ({dim!r}); "
                                    "only the batch may be: export the model with fixed spatial sizes")
-        return resolved
+        return tuple(resolved)
 
-    def only_consumer(self, tensor: str):
+    @staticmethod
+    def kind(node) -> str:
+        if node.op_type == "Gelu":
+            approximate = next((a.s.decode() for a in node.attribute if a.name == "approximate"), "none")
+            return "Gelu" if approximate == "none" else f"Gelu({approximate})"
+        return node.op_type
+
+    def conv(self, node) -> ConvFacts:
+        name = node.name or node.output[0]
+        attributes = {a.name: a for a in node.attribute}
+        weight = self.shape(node.input[1], name, batched=False)
+        x = self.shape(node.input[0], name)
+        rank = len(weight) - 2
+        auto_pad = attributes["auto_pad"].s.decode() if "auto_pad" in attributes else "NOTSET"
+        return ConvFacts(
+            name, node.output[0], x, weight,
+            groups=attributes["group"].i if "group" in attributes else 1,
+            pads=tuple(attributes["pads"].ints) if "pads" in attributes else (0,) * (2 * rank),
+            strides=tuple(attributes["strides"].ints) if "strides" in attributes else (1,) * rank,
+            dilations=tuple(attributes["dilations"].ints) if "dilations" in attributes else (1,) * rank,
+            has_bias=len(node.input) > 2 and bool(node.input[2]),
+            unsupported=None if auto_pad in ("NOTSET", "VALID") else f"auto_pad {auto_pad}: export with explicit pads")
+
+    def network(self) -> Network:
+        convs = [self.conv(node) for node in self.graph.node if node.op_type == "Conv"]
+        if not convs:
+            raise NetworkError(f"{self.path}: the model has no Conv node: nothing to tune")
+        ops = [Op(node.name or node.output[0], self.kind(node), tuple(node.input), tuple(node.output))
+               for node in self.graph.node]
+        return assemble(convs, ops, self.shapes, {o.name for o in self.graph.output})
+
+
+class _Epilogues:
+    """Reads what follows a conv in the operator graph, whichever frontend built it."""
+
+    def __init__(self, ops: list[Op], shapes: dict[str, list], graph_outputs: set[str]):
+        self.shapes, self.graph_outputs = shapes, graph_outputs
+        # Adds already fused as a residual: where two convs' chains meet at one (a residual block's main
+        # path and its downsample branch), the first conv in graph order takes it, the other stops before.
+        self.claimed: set[str] = set()
+        self.consumers: dict[str, list[Op]] = {}
+        for op in ops:
+            for name in op.inputs:
+                self.consumers.setdefault(name, []).append(op)
+
+    def only_consumer(self, tensor: str) -> Op | None:
         consumers = self.consumers.get(tensor, [])
-        graph_outputs = {o.name for o in self.graph.output}
-        return consumers[0] if len(consumers) == 1 and tensor not in graph_outputs else None
+        return consumers[0] if len(consumers) == 1 and tensor not in self.graph_outputs else None
 
     def silu_of(self, tensor: str) -> bool:
         """SiLU as exporters write it: the tensor's only consumers are Sigmoid(t) and Mul(t, Sigmoid(t))."""
         consumers = self.consumers.get(tensor, [])
-        if len(consumers) != 2 or tensor in {o.name for o in self.graph.output}:
+        if len(consumers) != 2 or tensor in self.graph_outputs:
             return False
-        sigmoid = next((n for n in consumers if n.op_type == "Sigmoid"), None)
-        multiply = next((n for n in consumers if n.op_type == "Mul"), None)
+        sigmoid = next((op for op in consumers if op.kind == "Sigmoid"), None)
+        multiply = next((op for op in consumers if op.kind == "Mul"), None)
         return (sigmoid is not None and multiply is not None
-                and sorted(multiply.input) == sorted([tensor, sigmoid.output[0]]))
+                and sorted(multiply.inputs) == sorted([tensor, sigmoid.outputs[0]]))
 
-    def epilogue_after(self, conv, has_bias: bool) -> tuple[Epilogue, list[str]]:
-        """Follow the conv's single-consumer chain: BatchNormalization, Add, activation."""
-        fields: dict = {"bias": has_bias}
-        tensor, not_fused = conv.output[0], []
-        node = self.only_consumer(tensor)
-        if node is not None and node.op_type == "BatchNormalization":
+    def after(self, conv: ConvFacts) -> tuple[Epilogue, list[str]]:
+        """Follow the conv's single-consumer chain: batch norm, add, activation."""
+        fields: dict = {"bias": conv.has_bias}
+        tensor, not_fused = conv.output, []
+        op = self.only_consumer(tensor)
+        if op is not None and op.kind == "BatchNormalization":
             fields.update(scale=True, bias=True)
-            tensor, node = node.output[0], self.only_consumer(node.output[0])
-        if node is not None and node.op_type == "Add":
-            other = next((name for name in node.input if name != tensor), None)
+            tensor, op = op.outputs[0], self.only_consumer(op.outputs[0])
+        if op is not None and op.kind == "Add" and op.name in self.claimed:
+            return Epilogue(**fields), not_fused  # the add of two convs' outputs is fused into the other conv
+        if op is not None and op.kind == "Add":
+            other = next((name for name in op.inputs if name != tensor), None)
             if other is None or self.shapes.get(other) != self.shapes.get(tensor):  # a broadcast add: not a residual
-                not_fused.append(f"{conv.name or conv.output[0]} -> Add (not shaped as the output)")
+                not_fused.append(f"{conv.node} -> Add (not shaped as the output)")
                 return Epilogue(**fields), not_fused
             fields["residual"] = True
-            tensor, node = node.output[0], self.only_consumer(node.output[0])
+            self.claimed.add(op.name)
+            tensor, op = op.outputs[0], self.only_consumer(op.outputs[0])
         if self.silu_of(tensor):
             fields["activation"] = Activation.silu
-        elif node is not None:
-            activation = {"Relu": Activation.relu, "Gelu": Activation.gelu}.get(node.op_type)
-            if activation is not None:
-                fields["activation"] = activation
-            elif node.op_type not in ("Conv", "MaxPool", "GlobalAveragePool", "AveragePool", "Flatten", "Concat"):
-                not_fused.append(f"{conv.name or conv.output[0]} -> {node.op_type}")
+        elif op is not None:
+            if op.kind in ACTIVATIONS:
+                fields["activation"] = ACTIVATIONS[op.kind]
+            elif op.kind not in STRUCTURAL:
+                not_fused.append(f"{conv.node} -> {op.kind}")
         return Epilogue(**fields), not_fused
 
-    def network(self) -> Network:
-        problems: dict[ConvProblem, list[str]] = {}
-        unsupported, not_fused = [], []
-        convs = [node for node in self.graph.node if node.op_type == "Conv"]
-        if not convs:
-            raise NetworkError(f"{self.path}: the model has no Conv node: nothing to tune")
-        for conv in convs:
-            name = conv.name or conv.output[0]
-            attributes = {a.name: a for a in conv.attribute}
-            weight = self.shape(conv.input[1], name, batched=False)
-            if len(weight) != 4:
-                unsupported.append(Unsupported(name, f"{len(weight) - 2}-D convolution: only 2-D convs are tuned"))
-                continue
-            group = attributes["group"].i if "group" in attributes else 1
-            x = self.shape(conv.input[0], name)
-            n, c, h, w = x
-            k, c_per_group, r, s = weight
-            if group != 1:
-                kind = "depthwise" if group == c and c_per_group == 1 else f"grouped ({group} groups)"
-                unsupported.append(Unsupported(name, f"{kind} convolution: no family runs groups > 1"))
-                continue
-            pads = list(attributes["pads"].ints) if "pads" in attributes else [0, 0, 0, 0]
-            strides = list(attributes["strides"].ints) if "strides" in attributes else [1, 1]
-            dilations = list(attributes["dilations"].ints) if "dilations" in attributes else [1, 1]
-            auto_pad = attributes["auto_pad"].s.decode() if "auto_pad" in attributes else "NOTSET"
-            if auto_pad not in ("NOTSET", "VALID"):
-                unsupported.append(Unsupported(name, f"auto_pad {auto_pad}: export with explicit pads"))
-                continue
-            if len(set(pads)) != 1 or len(set(strides)) != 1 or len(set(dilations)) != 1:
-                unsupported.append(Unsupported(name, f"asymmetric pads {pads}, strides {strides} or dilations "
-                                                     f"{dilations}: the tuner's problems are symmetric"))
-                continue
-            epilogue, skipped = self.epilogue_after(conv, has_bias=len(conv.input) > 2 and bool(conv.input[2]))
-            not_fused += skipped
-            try:
-                problem = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad=pads[0], stride=strides[0],
-                                      dilation=dilations[0], epilogue=epilogue)
-            except ProblemError as error:
-                unsupported.append(Unsupported(name, str(error)))
-                continue
-            problems.setdefault(problem, []).append(name)
-        return Network(self._named(problems), tuple(unsupported), tuple(not_fused))
 
-    @staticmethod
-    def _named(problems: dict[ConvProblem, list[str]]) -> tuple[ImportedLayer, ...]:
-        taken: Counter = Counter()
-        layers = []
-        for problem, nodes in problems.items():
-            base = layer_name(nodes[0])
-            taken[base] += 1
-            name = base if taken[base] == 1 else f"{base}_{taken[base]}"
-            layers.append(ImportedLayer(name, problem, tuple(nodes)))
-        return tuple(layers)
+def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
+    """The tuner's problem for a convolution, or why no family takes it."""
+    if conv.unsupported:
+        return conv.unsupported
+    if len(conv.weight) != 4:
+        return f"{len(conv.weight) - 2}-D convolution: only 2-D convs are tuned"
+    if len(conv.x) != 4:
+        return f"input of shape {list(conv.x)} to a 2-D convolution: expected N, C, H, W"
+    n, c, h, w = conv.x
+    k, c_per_group, r, s = conv.weight
+    if conv.groups != 1:
+        kind = "depthwise" if conv.groups == c and c_per_group == 1 else f"grouped ({conv.groups} groups)"
+        return f"{kind} convolution: no family runs groups > 1"
+    pads, strides, dilations = list(conv.pads), list(conv.strides), list(conv.dilations)
+    if len(set(pads)) != 1 or len(set(strides)) != 1 or len(set(dilations)) != 1:
+        return f"asymmetric pads {pads}, strides {strides} or dilations {dilations}: the tuner's problems are symmetric"
+    try:
+        return ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad=pads[0], stride=strides[0], dilation=dilations[0],
+                           epilogue=epilogue)
+    except ProblemError as error:
+        return str(error)
+
+
+def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], graph_outputs: set[str]) -> Network:
+    """The network from a frontend's convolutions and operator graph: each conv's epilogue read from what
+    follows it, identical problems merged (count and nodes), the rest listed with their reasons."""
+    epilogues = _Epilogues(ops, shapes, graph_outputs)
+    problems: dict[ConvProblem, list[str]] = {}
+    unsupported, not_fused = [], []
+    for conv in convs:
+        epilogue, skipped = epilogues.after(conv)
+        problem = conv_problem(conv, epilogue)
+        if isinstance(problem, str):
+            unsupported.append(Unsupported(conv.node, problem))
+            continue
+        not_fused += skipped
+        problems.setdefault(problem, []).append(conv.node)
+    return Network(_named(problems), tuple(unsupported), tuple(not_fused))
+
+
+def _named(problems: dict[ConvProblem, list[str]]) -> tuple[ImportedLayer, ...]:
+    taken: Counter = Counter()
+    layers = []
+    for problem, nodes in problems.items():
+        base = layer_name(nodes[0])
+        taken[base] += 1
+        name = base if taken[base] == 1 else f"{base}_{taken[base]}"
+        layers.append(ImportedLayer(name, problem, tuple(nodes)))
+    return tuple(layers)
 
 
 def write_layers(network: Network, path: Path) -> None:

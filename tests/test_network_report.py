@@ -1,0 +1,108 @@
+"""`tune.py report`: a network's convolutions looked up by problem in best.yaml and bench.yaml's one run,
+summed count x µs against cuDNN and PyTorch eager; what is not tuned or not timed is marked, not counted."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("onnx")
+
+from test_network import resnet_block  # noqa: E402
+from tuner.epilogue import Epilogue  # noqa: E402
+from tuner.network import from_onnx  # noqa: E402
+from tuner.network_report import layer_reports, summary_lines, totals  # noqa: E402
+from tuner.problem import problem_to_dict  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SLUG = "test-gpu"
+
+
+def entry(problem) -> dict:
+    return {"problem": problem_to_dict(problem), "family": "sm80", "params": {"tile": "128x128x32"},
+            "kernel": "k", "runtime_us": 1.0}
+
+
+def results(tmp_path: Path, network, one_run_for) -> Path:
+    """best.yaml with the bare and the fused problem of every layer; bench.yaml's one run for those
+    `one_run_for(name)` returns figures for."""
+    folder = tmp_path / "results" / SLUG
+    folder.mkdir(parents=True)
+    layers, one_run = {}, {}
+    for layer in network.layers:
+        from dataclasses import replace
+
+        for name, problem in ((f"{layer.name}_bare", replace(layer.problem, epilogue=Epilogue())),
+                              (f"{layer.name}_fused", layer.problem)):
+            layers.setdefault(name, entry(problem))
+            figures = one_run_for(name)
+            if figures:
+                one_run[name] = figures
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": len(layers), "layers": layers}))
+    (folder / "bench.yaml").write_text(yaml.safe_dump({"one_run": one_run}))
+    return folder
+
+
+def test_sums_are_count_weighted_and_missing_figures_are_not_zero(tmp_path):
+    network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
+    names = [layer.name for layer in network.layers]
+    figures = {f"{names[0]}_bare": {"tuned_us": 10.0, "cudnn_us": 20.0},
+               f"{names[0]}_fused": {"tuned_us": 11.0, "eager_us": 40.0, "compiled_us": 22.0},
+               f"{names[1]}_bare": {"tuned_us": 5.0, "cudnn_us": 5.0}}  # names[1] and [2] fused: never timed
+    reports = layer_reports(network, results(tmp_path, network, figures.get))
+    alone = totals(reports, lambda r: r.conv_alone)
+    as_run = totals(reports, lambda r: r.as_run)
+    # the block's three convs share one bare problem, held by names[0]_bare: best.yaml's first holder
+    assert (alone.tuned_us, alone.baseline_us, alone.counted, alone.of) == (30.0, 60.0, 3, 3)
+    assert (as_run.tuned_us, as_run.baseline_us, as_run.counted) == (11.0, 40.0, 1)
+    assert "not in bench's one run" in reports[1].missing and "not in bench's one run" in reports[2].missing
+    lines = summary_lines(reports)
+    assert lines[0].startswith("convolutions alone: tuned 30.0 µs vs cuDNN 60.0 µs, ratio 0.500 over 3 of 3")
+    assert lines[1].endswith("tuned 11.0 µs vs PyTorch eager 40.0 µs, ratio 0.275 over 1 of 3 convolutions")
+    assert "ratio 0.500 over 1 convolutions" in lines[2]  # torch.compile
+
+
+def test_an_untuned_problem_is_marked(tmp_path):
+    network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
+    folder = tmp_path / "results" / SLUG
+    folder.mkdir(parents=True)
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": 0, "layers": {}}))
+    reports = layer_reports(network, folder)
+    assert all(r.missing.startswith("conv not tuned") for r in reports)
+    assert summary_lines(reports)[0].startswith("convolutions alone: nothing to compare yet")
+
+
+def report(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "tune.py"), "report", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                                       "COLUMNS": "250"})
+
+
+def test_report_on_the_command_line_prints_the_table_and_draws_the_chart(tmp_path):
+    pytest.importorskip("matplotlib")
+    model = resnet_block(tmp_path / "block.onnx")
+    network = from_onnx(model, batch=8)
+    results(tmp_path, network, lambda name: {"tuned_us": 2.0, "cudnn_us": 3.0, "eager_us": 6.0})
+    result = report("--onnx", str(model), "--batch", "8", "--results-dir", str(tmp_path / "results"),
+                    tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ratio 0.667 over 3 of 3" in result.stdout and "ratio 0.333 over 3 of 3" in result.stdout
+    assert "not tuned (no family runs it): conv_d" in result.stdout
+    assert (tmp_path / "results" / SLUG / "plots" / "report_block_b8.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--results-dir", "{tmp}/results"), "report needs a network"),
+    (("--onnx", "{tmp}/block.onnx", "--batch", "8", "--results-dir", "{tmp}/nothing"), "pass --gpu"),
+    (("--onnx", "{tmp}/block.onnx", "--batch", "8", "--gpu", "../x", "--results-dir", "{tmp}/results"), "../x"),
+])
+def test_bad_report_input_is_one_line_exit_2(tmp_path, args, says):
+    resnet_block(tmp_path / "block.onnx")
+    (tmp_path / "results").mkdir()
+    result = report(*(a.format(tmp=tmp_path) for a in args), tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr

@@ -1,0 +1,234 @@
+"""`tune.py report --onnx MODEL | --torchvision NAME --batch N`: what the tuning is worth for a whole
+network. Each imported convolution is looked up by its problem in results/<gpu>/best.yaml and in
+bench.yaml's one run (`tune.py bench --measure-only --steps tuned`, where the tuned kernel and the
+baselines were timed side by side). Two sums over the network, each count x µs:
+- the convolutions alone: the bare problem's tuned kernel against cuDNN;
+- as the network runs them: the imported problem (with its epilogue) against PyTorch eager (a bare
+  conv's eager figure is cuDNN's, which is what eager runs) and torch.compile.
+A convolution whose problem was not tuned, or not timed in the one run, is marked and left out of both
+sums of that comparison, never counted as zero."""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from tuner.epilogue import Epilogue
+from tuner.network import ImportedLayer, Network
+from tuner.network_args import add_network_arguments, imported_network
+from tuner.problem import ConvProblem, ProblemError, problem_from_dict
+from tuner.results import ResultsError, gpu_slugs, read_best, recorded_gpu_dir
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_FILE = "bench.yaml"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One comparison of one problem, from the one run: the tuned kernel and the baseline timed beside it."""
+
+    entry: str  # the best.yaml layer that holds the problem
+    tuned_us: float
+    baseline_us: float
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    layer: ImportedLayer
+    conv_alone: Pair | None  # bare problem: tuned vs cuDNN
+    as_run: Pair | None      # the imported problem: tuned vs PyTorch eager
+    compiled_us: float | None  # torch.compile of the imported problem, where the one run timed it
+    missing: str             # why a comparison is absent ("" when both are there)
+
+
+@dataclass(frozen=True)
+class Totals:
+    tuned_us: float
+    baseline_us: float
+    counted: int  # convolutions (count-weighted) in the sums
+    of: int       # convolutions the network has that a family can run
+
+    @property
+    def ratio(self) -> float:
+        return self.tuned_us / self.baseline_us if self.baseline_us else math.nan
+
+
+def _one_run(folder: Path) -> dict:
+    path = folder / BENCH_FILE
+    if not path.exists():
+        return {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    one_run = document.get("one_run") if isinstance(document, dict) else None
+    return one_run if isinstance(one_run, dict) else {}
+
+
+def _by_problem(folder: Path) -> dict[ConvProblem, str]:
+    named = {}
+    for name, entry in read_best(folder)["layers"].items():
+        try:
+            named.setdefault(problem_from_dict(entry["problem"]), name)
+        except (ProblemError, KeyError, TypeError):
+            continue
+    return named
+
+
+def _figure(record: dict, key: str) -> float | None:
+    value = record.get(key) if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
+    entries, one_run = _by_problem(folder), _one_run(folder)
+    reports = []
+    for layer in network.layers:
+        bare = replace(layer.problem, epilogue=Epilogue())
+        missing = []
+        conv_alone = as_run = compiled = None
+        bare_entry, entry = entries.get(bare), entries.get(layer.problem)
+        record = one_run.get(bare_entry, {}) if bare_entry else {}
+        tuned, cudnn = _figure(record, "tuned_us"), _figure(record, "cudnn_us")
+        if bare_entry is None:
+            missing.append("conv not tuned")
+        elif tuned is None or cudnn is None:
+            missing.append(f"{bare_entry} not in bench's one run")
+        else:
+            conv_alone = Pair(bare_entry, tuned, cudnn)
+        if not layer.problem.epilogue.fused:
+            as_run = conv_alone
+        elif entry is None:
+            missing.append(f"epilogue {layer.problem.epilogue.key} not tuned")
+        else:
+            record = one_run.get(entry, {})
+            tuned, eager = _figure(record, "tuned_us"), _figure(record, "eager_us")
+            compiled = _figure(record, "compiled_us")
+            if tuned is None or eager is None:
+                missing.append(f"{entry} not in bench's one run")
+            else:
+                as_run = Pair(entry, tuned, eager)
+        reports.append(LayerReport(layer, conv_alone, as_run, compiled, "; ".join(missing)))
+    return reports
+
+
+def totals(reports: list[LayerReport], pick) -> Totals:
+    counted = [(r.layer.count, pick(r)) for r in reports if pick(r) is not None]
+    return Totals(sum(c * p.tuned_us for c, p in counted), sum(c * p.baseline_us for c, p in counted),
+                  sum(c for c, _ in counted), sum(r.layer.count for r in reports))
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def report_table(reports: list[LayerReport], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("layer", "count", "epilogue", "best.yaml layer", "tuned conv", "cuDNN", "ratio",
+                   "tuned as run", "PyTorch eager", "ratio", "torch.compile", "not counted"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        alone, run = report.conv_alone, report.as_run
+        table.add_row(report.layer.name, str(report.layer.count), report.layer.problem.epilogue.key,
+                      (run or alone).entry if (run or alone) else "-",
+                      _us(alone and alone.tuned_us), _us(alone and alone.baseline_us),
+                      f"{alone.tuned_us / alone.baseline_us:.2f}" if alone else "-",
+                      _us(run and run.tuned_us), _us(run and run.baseline_us),
+                      f"{run.tuned_us / run.baseline_us:.2f}" if run else "-", _us(report.compiled_us),
+                      report.missing or "")
+    return table
+
+
+def summary_lines(reports: list[LayerReport]) -> list[str]:
+    lines = []
+    for label, baseline, pick in (("convolutions alone", "cuDNN", lambda r: r.conv_alone),
+                                  ("as the network runs them (with epilogues)", "PyTorch eager",
+                                   lambda r: r.as_run)):
+        total = totals(reports, pick)
+        if total.counted == 0:
+            lines.append(f"{label}: nothing to compare yet (tune the layers, then run tune.py bench "
+                         "--measure-only --steps tuned on them)")
+            continue
+        lines.append(f"{label}: tuned {total.tuned_us:.1f} µs vs {baseline} {total.baseline_us:.1f} µs, "
+                     f"ratio {total.ratio:.3f} over {total.counted} of {total.of} convolutions")
+    compiled = [(r.layer.count, r.as_run.tuned_us, r.compiled_us) for r in reports
+                if r.as_run is not None and r.compiled_us is not None]
+    if compiled:
+        tuned, base = sum(c * t for c, t, _ in compiled), sum(c * b for c, _, b in compiled)
+        lines.append(f"as run, against torch.compile: tuned {tuned:.1f} µs vs {base:.1f} µs, ratio "
+                     f"{tuned / base:.3f} over {sum(c for c, _, _ in compiled)} convolutions")
+    return lines
+
+
+def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
+    """Bars per layer of count x µs: tuned beside its baseline, for each comparison that has figures."""
+    from tuner.plots import _pyplot
+
+    plt = _pyplot()
+    shown = [r for r in reports if r.as_run or r.conv_alone]
+    figure, axes = plt.subplots(figsize=(10, 0.35 * max(len(shown), 4) + 1.5))
+    y = range(len(shown))
+    bars = (("tuned as run", lambda r: r.as_run and r.as_run.tuned_us, "tab:green"),
+            ("PyTorch eager", lambda r: r.as_run and r.as_run.baseline_us, "tab:gray"),
+            ("tuned conv", lambda r: r.conv_alone and r.conv_alone.tuned_us, "tab:blue"),
+            ("cuDNN conv", lambda r: r.conv_alone and r.conv_alone.baseline_us, "tab:orange"))
+    height = 0.8 / len(bars)
+    for index, (label, value, colour) in enumerate(bars):
+        widths = [(value(r) or 0) * r.layer.count for r in shown]
+        axes.barh([i + index * height for i in y], widths, height=height, label=label, color=colour)
+    axes.set_yticks([i + 0.4 - height / 2 for i in y], [f"{r.layer.name} x{r.layer.count}" for r in shown],
+                    fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel("count x µs (graph replay, one run)")
+    axes.set_title(title, fontsize=9)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tune.py report",
+        description="A network's convolution time, tuned against cuDNN (convolutions alone) and against "
+                    "PyTorch eager and torch.compile (with the epilogues the network applies): per layer and "
+                    "total, count x µs from results/<gpu>/bench.yaml's one run. Needs no GPU.")
+    add_network_arguments(parser)
+    parser.add_argument("--gpu", help="GPU slug under results/ (default: the only one with a best.yaml)")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
+    parser.add_argument("--png", type=Path, help="where to draw the bar chart (default "
+                                                  "results/<gpu>/plots/report_<network>_b<batch>.png)")
+    return parser
+
+
+def main(argv: list[str], console: Console) -> int:
+    from tuner.choices import UsageError
+
+    args = build_parser().parse_args(argv)
+    network = imported_network(args)
+    if network is None:
+        raise UsageError("report needs a network: --onnx MODEL or --torchvision NAME, with --batch N")
+    slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir)
+    if len(slugs) != 1:
+        raise UsageError(f"report: pass --gpu (one of: {', '.join(slugs) or 'none tuned yet'})")
+    folder = recorded_gpu_dir(args.results_dir, slugs[0])
+    name = args.torchvision or args.onnx.stem
+    title = f"{name}, batch {network.layers[0].problem.n if network.layers else args.batch}, on {slugs[0]}"
+    reports = layer_reports(network, folder)
+    console.print(report_table(reports, title))
+    for line in summary_lines(reports):
+        console.print(line)
+    for item in network.unsupported:
+        console.print(f"not tuned (no family runs it): {item.node}: {item.reason}")
+    if any(r.as_run or r.conv_alone for r in reports):
+        batch = network.layers[0].problem.n
+        png = args.png or folder / "plots" / f"report_{name}_b{batch}.png"
+        console.print(f"wrote {draw(reports, title, png)}")
+    return 0

@@ -1,0 +1,161 @@
+"""The PyTorch frontend of tuner/network.py: a module traced by torch.fx, its shapes propagated with fake
+tensors (no weights read, nothing computed), read into the network's operator form. torch and torchvision
+are an optional extra; nothing here is imported unless a module is given."""
+from __future__ import annotations
+
+import contextlib
+import io
+import operator
+
+from tuner.network import ConvFacts, Network, NetworkError, Op, assemble
+
+# ImageNet classifiers take 224x224 inputs unless torchvision's own recipe says otherwise.
+IMAGE_SIZES = {"inception_v3": 299}
+
+
+def _torch():
+    try:
+        import torch
+        import torch.fx
+    except ImportError:
+        raise NetworkError("importing a PyTorch module needs torch: pip install 'cutlass-conv-tuner[torch]'") from None
+    return torch
+
+
+def from_torch(module, example_input) -> Network:
+    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape)."""
+    torch = _torch()
+    from torch._subclasses import FakeTensorMode
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    shape = tuple(example_input.shape) if hasattr(example_input, "shape") else tuple(example_input)
+    try:
+        graph_module = torch.fx.symbolic_trace(module)
+    except Exception as error:  # fx raises TraceError, TypeError, ... for data-dependent control flow
+        raise NetworkError(f"torch.fx cannot trace {type(module).__name__} ({type(error).__name__}: "
+                           f"{str(error).splitlines()[0] if str(error) else ''}); export it to ONNX and pass --onnx")
+    parameter = next(module.parameters(), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback of its own before raising
+            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device)))
+    except Exception as error:
+        raise NetworkError(f"{type(module).__name__} does not run on an input of shape {list(shape)} "
+                           f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
+    return _FxGraph(graph_module).network()
+
+
+def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
+    """A torchvision classification architecture, built without weights (nothing is downloaded) on the
+    meta device (nothing allocated)."""
+    torch = _torch()
+    try:
+        import torchvision
+    except ImportError:
+        raise NetworkError("--torchvision needs torchvision: pip install 'cutlass-conv-tuner[torch]'") from None
+    except RuntimeError as error:  # a torchvision built for another torch fails to register its operators
+        raise NetworkError(f"torchvision does not load beside this torch ({error}); install the torchvision "
+                           "release made for it") from None
+    known = sorted(torchvision.models.list_models(module=torchvision.models))
+    if name not in known:
+        raise NetworkError(f"--torchvision {name!r} is not a torchvision classification model; one of: "
+                           f"{', '.join(known)}")
+    with torch.device("meta"):
+        module = torchvision.models.get_model(name, weights=None).eval()
+    size = image_size or IMAGE_SIZES.get(name, 224)
+    return from_torch(module, (batch, 3, size, size))
+
+
+class _FxGraph:
+    def __init__(self, graph_module):
+        self.graph_module = graph_module
+        self.modules = dict(graph_module.named_modules())
+
+    def shape(self, node) -> tuple[int, ...] | None:
+        meta = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
+        return tuple(int(d) for d in meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+    def kind(self, node) -> str:
+        import torch
+        import torch.nn.functional as F
+
+        nn = torch.nn
+        if node.op == "call_module":
+            module = self.modules[node.target]
+            if isinstance(module, nn.GELU):
+                return "Gelu" if module.approximate == "none" else f"Gelu({module.approximate})"
+            for types, kind in ((nn.Conv2d, "Conv"), ((nn.BatchNorm2d,), "BatchNormalization"), (nn.ReLU, "Relu"),
+                                (nn.SiLU, "Silu"), (nn.Sigmoid, "Sigmoid"),
+                                ((nn.MaxPool2d,), "MaxPool"), ((nn.AdaptiveAvgPool2d, nn.AvgPool2d), "AveragePool"),
+                                (nn.Flatten, "Flatten")):
+                if isinstance(module, types):
+                    return kind
+            return type(module).__name__
+        if node.op == "call_function":
+            if node.target is F.gelu:
+                return "Gelu" if node.kwargs.get("approximate", "none") == "none" else "Gelu(tanh)"
+            functions = {operator.add: "Add", operator.iadd: "Add", torch.add: "Add", operator.mul: "Mul",
+                         torch.mul: "Mul", F.relu: "Relu", torch.relu: "Relu", torch.relu_: "Relu", F.silu: "Silu",
+                         torch.sigmoid: "Sigmoid", torch.flatten: "Flatten", torch.cat: "Concat", F.conv2d: "Conv"}
+            return functions.get(node.target, getattr(node.target, "__name__", str(node.target)))
+        if node.op == "call_method":
+            methods = {"add": "Add", "add_": "Add", "mul": "Mul", "relu": "Relu", "relu_": "Relu",
+                       "sigmoid": "Sigmoid", "flatten": "Flatten", "view": "Reshape", "reshape": "Reshape"}
+            return methods.get(node.target, node.target)
+        return node.op
+
+    def conv(self, node) -> ConvFacts | None:
+        """The facts of a Conv*d module or an F.conv2d call; None for a node that is no convolution."""
+        import torch
+
+        nn = torch.nn
+        x = self.shape(node.args[0]) if node.args else None
+        if node.op == "call_module":
+            module = self.modules[node.target]
+            transposed = isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d))
+            if not isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not transposed:
+                return None
+            facts = dict(node=str(node.target), output=node.name, x=x or (), weight=tuple(module.weight.shape),
+                         groups=module.groups, has_bias=module.bias is not None)
+            if transposed:
+                return ConvFacts(**facts, unsupported="transposed convolution: only forward (fprop) convs are tuned")
+            if module.padding_mode != "zeros":
+                return ConvFacts(**facts, unsupported=f"padding_mode {module.padding_mode}: the kernels pad with zeros")
+            rank = len(module.kernel_size)
+            if len(x or ()) != rank + 2:
+                return ConvFacts(**facts, unsupported=f"input of rank {len(x or ())} to a {rank}-D convolution")
+            padding, stride, dilation = module.padding, module.stride, module.dilation
+        elif node.op == "call_function" and node.target is torch.nn.functional.conv2d:
+            arguments = dict(zip(("input", "weight", "bias", "stride", "padding", "dilation", "groups"), node.args))
+            arguments.update(node.kwargs)
+            weight = self.shape(arguments["weight"])
+            facts = dict(node=node.name, output=node.name, x=x or (), weight=weight or (),
+                         groups=int(arguments.get("groups", 1)), has_bias=arguments.get("bias") is not None)
+            pair = (lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v))
+            padding, stride, dilation = (pair(arguments.get(key, default)) for key, default in
+                                         (("padding", 0), ("stride", 1), ("dilation", 1)))
+            if isinstance(arguments.get("padding"), str):
+                padding = arguments["padding"]
+        else:
+            return None
+        if padding == "valid":
+            padding = (0,) * len(stride)
+        elif padding == "same":
+            if any(s != 1 for s in stride) or any((k - 1) * d % 2 for k, d in zip(facts["weight"][2:], dilation)):
+                return ConvFacts(**facts, unsupported="padding 'same' that pads one side more: give explicit padding")
+            padding = tuple((k - 1) * d // 2 for k, d in zip(facts["weight"][2:], dilation))
+        pads = tuple(padding) * 2  # begins then ends, as ONNX writes them
+        return ConvFacts(**facts, pads=pads, strides=tuple(stride), dilations=tuple(dilation))
+
+    def network(self) -> Network:
+        nodes = list(self.graph_module.graph.nodes)
+        convs = [facts for facts in map(self.conv, nodes) if facts is not None]
+        if not convs:
+            raise NetworkError(f"{type(self.graph_module).__name__}: the module has no convolution: nothing to tune")
+        ops = [Op(node.name, self.kind(node), tuple(arg.name for arg in node.all_input_nodes), (node.name,))
+               for node in nodes if node.op not in ("placeholder", "output", "get_attr")]
+        # A Conv op's name is its node's; ConvFacts names the module. The epilogue walk starts at the output.
+        shapes = {node.name: list(self.shape(node) or ()) for node in nodes}
+        outputs = {arg.name for node in nodes if node.op == "output" for arg in node.all_input_nodes}
+        return assemble(convs, ops, shapes, outputs)
