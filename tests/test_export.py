@@ -264,3 +264,26 @@ def test_layer_names_that_clash_as_identifiers(names):
 def test_a_layer_named_like_a_keyword_gets_an_identifier():
     header = render_header(document(**{"int": entry("sm80")}))
     assert "using int_ = " in header and "using int_runner = " not in header
+
+
+# --- a network's node table ---------------------------------------------------------------------
+
+def node_lines(header: str) -> list[str]:
+    body = header[header.index("constexpr TunedNode kNodes[] = {"):header.index("constexpr int kNodeCount")]
+    return [line.strip() for line in body.splitlines()[1:] if line.strip() not in ("", "};")]
+
+
+def test_nodes_map_to_the_row_of_their_problem_or_minus_one():
+    layers = sorted(LAYER_OF[f] for f in registry.names())
+    other = ConvProblem(n=2, h=8, w=8, c=16, k=16, r=3, s=3, pad=1)
+    nodes = [("layer1.0.conv1", PROBLEMS["sm90_gemm"]), (EVIL, PROBLEMS["sm80"]), ("untuned", other)]
+    header = render_header(document(), nodes, "Network: net, batch 32, 3 nodes.")
+    lines = node_lines(header)
+    assert lines[0] == '{"layer1.0.conv1", ' + f'{layers.index(LAYER_OF["sm90_gemm"])}' + "},"
+    assert lines[1] == "{" + cpp_string(EVIL) + f", {layers.index(LAYER_OF['sm80'])}" + "},"
+    assert lines[2] == '{"untuned", -1},'
+    assert "constexpr int kNodeCount = 3;" in header and "// (-1: none tuned on this GPU). Network: net" in header
+
+
+def test_no_network_leaves_an_empty_node_table(header):
+    assert "constexpr int kNodeCount = 0;" in header and node_lines(header) == ["{nullptr, -1},  // no network: kNodeCount is 0"]

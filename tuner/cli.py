@@ -18,7 +18,7 @@ from tuner.costmodel import PRIOR_PICKS
 from tuner.diagnose import diagnose_report, render_diagnosis
 from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.evaluate import GpuUnavailable
-from tuner.export import export_header
+from tuner.export import export_header, tuned_problems
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
 from tuner.ncu import NcuReportError
@@ -275,6 +275,7 @@ def build_export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", action="append", help="GPU slug under results/ (repeatable; default: every GPU "
                                                         "folder that has a best.yaml)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
+    add_network_arguments(parser)  # the header's node table: each node of that network -> its tuned kernel
     return parser
 
 
@@ -283,8 +284,17 @@ def export_command(argv: list[str], console: Console) -> int:
     slugs = args.gpu or gpu_slugs(args.results_dir)
     if not slugs:
         raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
+    network = imported_network(args)
+    nodes = [(node, layer.problem) for layer in network.layers for node in layer.nodes] if network else []
+    name = args.torchvision or (args.onnx.name if args.onnx else "")
+    label = f"Network: {name}, batch {args.batch or (nodes[0][1].n if nodes else '?')}, {len(nodes)} nodes." \
+        if network else ""
     for slug in slugs:
-        console.print(f"wrote {export_header(recorded_gpu_dir(args.results_dir, slug))}")
+        folder = recorded_gpu_dir(args.results_dir, slug)
+        path = export_header(folder, nodes, label)
+        untuned = sum(problem not in tuned_problems(folder) for _, problem in nodes)
+        console.print(f"wrote {path}" + (f" ({len(nodes)} network nodes, {untuned} without a tuned kernel)"
+                                         if network else ""))
     return 0
 
 

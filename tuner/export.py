@@ -99,14 +99,23 @@ def _row(name: str, entry: dict, problem: ConvProblem, config: KernelConfig) -> 
     return "    {" + ", ".join(values) + "},"
 
 
-def render_header(document: dict) -> str:
+def node_rows(nodes: list[tuple[str, ConvProblem]], layers: list[tuple[str, ConvProblem]]) -> list[str]:
+    """One row per network node: its name and the index in kLayers of the layer with its problem, or -1."""
+    index_of: dict[ConvProblem, int] = {}
+    for index, (_, problem) in enumerate(layers):
+        index_of.setdefault(problem, index)
+    return [f"    {{{cpp_string(node)}, {index_of.get(problem, -1)}}}," for node, problem in nodes]
+
+
+def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), network: str = "") -> str:
     device, toolchain, layers = document.get("device"), document.get("toolchain") or {}, document["layers"]
     if not device or not layers:
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
-    aliases, rows, for_each, families, configs = [], [], [], {}, {}
+    aliases, rows, for_each, families, configs, problems = [], [], [], {}, {}, []
     alias_of = layer_aliases(sorted(map(str, layers)))
     for index, (name, entry) in enumerate(sorted(layers.items())):
         problem = _problem(entry, name)
+        problems.append((name, problem))
         config = entry_config(entry, name, problem)
         family = registry.family_of(config)
         families[family.name] = family
@@ -136,12 +145,20 @@ def render_header(document: dict) -> str:
         runners="\n".join(dict.fromkeys(source for piece in pieces for source in piece.runners)),
         aliases="\n".join(aliases), rows="\n".join(rows), layer_count=len(rows),
         for_each=" \\\n".join(for_each),
+        network=re.sub(r"[^A-Za-z0-9 ._,:-]", "?", network) or "None was.",
+        node_rows="\n".join(node_rows(list(nodes), problems)) or "    {nullptr, -1},  // no network: kNodeCount is 0",
+        node_count=len(nodes),
     )
 
 
-def export_header(folder: Path) -> Path:
+def tuned_problems(folder: Path) -> set[ConvProblem]:
+    return {_problem(entry, name) for name, entry in read_best(folder)["layers"].items()}
+
+
+def export_header(folder: Path, nodes: list[tuple[str, ConvProblem]] = (), network: str = "") -> Path:
+    """`nodes`: a network's convolutions (node name, problem) for the header's node table."""
     if not (folder / BEST_FILE).exists():
         raise ResultsError(f"{folder / BEST_FILE} not found: tune a layer on this GPU first, or pass --gpu SLUG")
     path = folder / HEADER_FILE
-    atomic_write(path, render_header(read_best(folder)))
+    atomic_write(path, render_header(read_best(folder), nodes, network))
     return path
