@@ -1,6 +1,7 @@
 """Profile a layer's best.yaml kernel and the library it is judged against (cuDNN through torch's conv2d,
 or cuBLAS through torch.matmul on a 1x1 stride-1 layer) under Nsight Compute with the same sections, and
 print them side by side: every kernel each one launches, its time, grid, cluster, throughputs and pipes.
+For a layer with an epilogue, also the same kernel without it (what the fused kernel is judged against).
 For the closing notes of layers that miss a goal ("what limits it, from a profile"). Needs the GPU, ncu
 and a compiled kernel (it compiles into the tuner's cache when missing). Never time anything with this.
 
@@ -13,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from tuner.bench import is_gemm_layer  # noqa: E402
 from tuner.compile import Compiler  # noqa: E402
 from tuner.device import device_from_dict  # noqa: E402
+from tuner.epilogue import Epilogue  # noqa: E402
 from tuner.evaluate import WorkerProcess, query_device_facts  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.messages import EvaluateRequest  # noqa: E402
@@ -30,10 +33,10 @@ from tuner.results import gpu_dir, read_best  # noqa: E402
 from tuner.space import make_config  # noqa: E402
 from tuner.worker import worker_env  # noqa: E402
 
-SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis")
+SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 SHOWN = ("Duration", "Grid Size", "Cluster Size", "Block Size", "Registers Per Thread", "Compute (SM) Throughput",
          "Memory Throughput", "DRAM Throughput", "Achieved Occupancy", "Waves Per SM", "Issue Slots Busy",
-         "SM Busy")
+         "SM Busy", "L2 Hit Rate", "Mem Busy", "Max Bandwidth")
 BASELINE = """
 import torch
 torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
@@ -92,25 +95,29 @@ def main() -> int:
     table = load_layers(REPO / "search_spaces" / "layers.yaml")
     best = read_best(gpu_dir(REPO / "results", device.slug))["layers"]
     found = {}
+    def profiled(problem, entry, report: Path) -> dict:
+        config = make_config(problem, entry["family"], entry["params"])
+        [compiled] = Compiler(device).compile_many([config])
+        launch = registry.family_of(config).launch_args(config, problem)
+        request = EvaluateRequest(str(compiled.binary.path), compiled.binary.index, problem, launch, seed=1,
+                                  validate_only=True).to_dict()
+        return {"kernel": config.name, "launches": ncu([sys.executable, "-m", "tuner.worker", "--once",
+                                                        json.dumps(request)], report,
+                                                       "-k", "regex:device_kernel|Implicit|fold", "--launch-count", "2")}
+
     for name in args.layers:
         layer, entry = table[name], best[name]
-        config = make_config(layer.problem, entry["family"], entry["params"])
-        [compiled] = Compiler(device).compile_many([config])
-        launch = registry.family_of(config).launch_args(config, layer.problem)
-        request = EvaluateRequest(str(compiled.binary.path), compiled.binary.index, layer.problem, launch, seed=1,
-                                  validate_only=True).to_dict()
         p = layer.problem
         gemm = is_gemm_layer(p)
         snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, gemm))
         found[name] = {
-            "tuned": {"kernel": config.name, "runtime_us": entry["runtime_us"],
-                      "launches": ncu([sys.executable, "-m", "tuner.worker", "--once", json.dumps(request)],
-                                      args.out / f"{name}.tuned.csv", "-k", "regex:device_kernel|Implicit|fold",
-                                      "--launch-count", "2")},
+            "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"), "runtime_us": entry["runtime_us"]},
             "cuBLAS" if gemm else "cuDNN": {
                 "launches": ncu([sys.executable, "-c", snippet], args.out / f"{name}.baseline.csv",
                                 "--profile-from-start", "off")},
         }
+        if p.epilogue.fused:
+            found[name]["bare kernel"] = profiled(replace(p, epilogue=Epilogue()), entry, args.out / f"{name}.bare.csv")
         print(json.dumps({name: found[name]}, indent=1), flush=True)
     (args.out / "profiles.json").write_text(json.dumps(found, indent=1))
     return 0
