@@ -38,7 +38,8 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gpu_dir, gpu_slugs, read_best
+from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gpu_dir, gpu_slugs, read_bench,
+                           read_best)
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.status import Status
@@ -450,8 +451,7 @@ def one_run_summary(measured: dict) -> list[str]:
 
 
 def kept_measurements(folder: Path) -> dict:
-    earlier = folder / BENCH_FILE
-    return (yaml.safe_load(earlier.read_text()) or {}) if earlier.exists() else {}
+    return read_bench(folder)
 
 
 def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace],
@@ -575,10 +575,11 @@ def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
     slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir, BENCH_FILE)
     if len(slugs) != 1:
         raise ResultsError(f"--replay-only needs one results/<gpu>/{BENCH_FILE}; found {slugs or 'none'} (pass --gpu)")
-    path = gpu_dir(args.results_dir, slugs[0]) / BENCH_FILE
-    if not path.is_file():
-        raise ResultsError(f"{path} not found: measure with `tune.py bench` on that GPU first")
-    measured = yaml.safe_load(path.read_text())
+    folder = gpu_dir(args.results_dir, slugs[0])
+    measured = read_bench(folder)
+    if "device" not in measured:
+        raise ResultsError(f"{folder / BENCH_FILE} not found or holds no device: measure with `tune.py bench` "
+                           "on that GPU first")
     return device_from_dict(measured["device"]), measured
 
 

@@ -8,13 +8,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from tuner.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.problem import ConvProblem
-from tuner.results import BENCH_FILE
+from tuner.results import read_bench
 from tuner.space import JointSpace, SearchSpace, valid_configs
 
 # Rates of an H100-class part used when no measured ceiling is given; only ratios between
@@ -47,10 +46,7 @@ class Ceilings:
 
 def measured_ceilings(folder: Path) -> Ceilings:
     """The matrix and copy ceilings `tune.py bench` measured on this GPU, or the defaults."""
-    bench = folder / BENCH_FILE
-    if not bench.exists():
-        return Ceilings()
-    measured = (yaml.safe_load(bench.read_text()) or {}).get("ceilings") or {}
+    measured = read_bench(folder).get("ceilings") or {}
     return Ceilings(measured.get("matmul_tflops", DEFAULT_MATMUL_TFLOPS), measured.get("copy_gbps", DEFAULT_COPY_GBPS))
 
 

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -22,10 +21,9 @@ from tuner.epilogue import Epilogue
 from tuner.network import ImportedLayer, Network
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import ConvProblem, ProblemError, problem_from_dict
-from tuner.results import ResultsError, gpu_slugs, read_best, recorded_gpu_dir
+from tuner.results import gpu_slugs, read_bench, read_best, recorded_gpu_dir
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH_FILE = "bench.yaml"
 
 
 @dataclass(frozen=True)
@@ -59,14 +57,7 @@ class Totals:
 
 
 def _one_run(folder: Path) -> dict:
-    path = folder / BENCH_FILE
-    if not path.exists():
-        return {}
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
-    one_run = document.get("one_run") if isinstance(document, dict) else None
+    one_run = read_bench(folder).get("one_run")
     return one_run if isinstance(one_run, dict) else {}
 
 

@@ -10,8 +10,8 @@ import os
 import re
 import tempfile
 import threading
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import yaml
@@ -284,6 +284,20 @@ def read_best(folder: Path) -> dict:
             BestEntry.parse(str(layer), entry)
         except ResultsError as error:
             raise ResultsError(f"{path}: {error}; restore it from version control") from None
+    return document
+
+
+def read_bench(folder: Path) -> dict:
+    """bench.yaml as a document (empty where there is none); one line for a file that is not YAML."""
+    path = folder / BENCH_FILE
+    if not path.is_file():
+        return {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    if not isinstance(document, dict):
+        raise ResultsError(f"{path} is not a mapping; restore it from version control")
     return document
 
 
