@@ -95,9 +95,17 @@ def main() -> int:
     table = load_layers(REPO / "search_spaces" / "layers.yaml")
     best = read_best(gpu_dir(REPO / "results", device.slug))["layers"]
     found = {}
+    def config_of(problem, entry):
+        return make_config(problem, entry["family"], entry["params"])
+
+    wanted = [config_of(table[name].problem, best[name]) for name in args.layers]
+    wanted += [config_of(replace(table[name].problem, epilogue=Epilogue()), best[name]) for name in args.layers
+               if table[name].problem.epilogue.fused]
+    compiled_all = {result.config: result for result in Compiler(device).compile_many(wanted)}  # one parallel batch
+
     def profiled(problem, entry, report: Path) -> dict:
-        config = make_config(problem, entry["family"], entry["params"])
-        [compiled] = Compiler(device).compile_many([config])
+        config = config_of(problem, entry)
+        compiled = compiled_all[config]
         launch = registry.family_of(config).launch_args(config, problem)
         request = EvaluateRequest(str(compiled.binary.path), compiled.binary.index, problem, launch, seed=1,
                                   validate_only=True).to_dict()
