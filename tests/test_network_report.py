@@ -106,3 +106,16 @@ def test_bad_report_input_is_one_line_exit_2(tmp_path, args, says):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
+
+
+def test_without_a_bare_twin_the_fused_kernel_bare_stands_for_the_conv(tmp_path):
+    network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
+    folder = tmp_path / "results" / SLUG
+    folder.mkdir(parents=True)
+    layer = network.layers[0]
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"fused": entry(layer.problem)}}))
+    (folder / "bench.yaml").write_text(yaml.safe_dump({"one_run": {"fused": {
+        "tuned_us": 4.0, "bare_kernel_us": 3.0, "cudnn_us": 6.0, "eager_us": 8.0}}}))
+    first = layer_reports(network, folder)[0]
+    assert first.conv_alone.entry == "fused (its kernel bare)" and first.conv_alone.tuned_us == 3.0
+    assert (first.as_run.tuned_us, first.as_run.baseline_us) == (4.0, 8.0) and first.missing == ""

@@ -86,7 +86,12 @@ def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
         bare_entry, entry = entries.get(bare), entries.get(layer.problem)
         record = one_run.get(bare_entry, {}) if bare_entry else {}
         tuned, cudnn = _figure(record, "tuned_us"), _figure(record, "cudnn_us")
-        if bare_entry is None:
+        fused_record = one_run.get(entry, {}) if entry else {}
+        if bare_entry is None and _figure(fused_record, "bare_kernel_us") and _figure(fused_record, "cudnn_us"):
+            # No bare twin tuned: the fused layer's own kernel built without its epilogue, timed in the run
+            conv_alone = Pair(f"{entry} (its kernel bare)", _figure(fused_record, "bare_kernel_us"),
+                              _figure(fused_record, "cudnn_us"))
+        elif bare_entry is None:
             missing.append("conv not tuned")
         elif tuned is None or cudnn is None:
             missing.append(f"{bare_entry} not in bench's one run")
