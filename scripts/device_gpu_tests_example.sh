@@ -3,7 +3,7 @@
 # planted wrong kernels and epilogues, faults, ncu, a short study), and meanwhile, on one spare core, the
 # C++ example built against a header of one fused layer per family (EXAMPLE_LAYERS), then run: each
 # kernel given its scale, bias and residual, checked against CUTLASS's device reference with the epilogue
-# applied, and timed.
+# applied, and timed. Last, on an idle machine, every torchvision classification model imported (timings).
 set -u
 source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
@@ -30,5 +30,8 @@ timeout "$left" tail --pid=$build -f /dev/null; wait $build; echo "example build
 tail -3 "$OUT/example_build.log"
 [ -x /tmp/example/build/tuned_convs ] && step example_run 40 /tmp/example/build/tuned_convs --max-deviation 0.10
 tail -12 "$OUT/example_run.log" 2>/dev/null
+left=$(( 580 - ($(date +%s) - t0) ))
+step import_torchvision "$left" python3 scripts/import_torchvision_all.py --batch 32
+tail -3 "$OUT/import_torchvision.log"
 gzip -f "$OUT"/*.log
 echo "total $(( $(date +%s) - t0 )) s"

@@ -138,13 +138,20 @@ FAKE_TORCHVISION = """
                              nn.Conv2d(16, 16, 3, padding=1, groups=16))
 
 
+    def widths(weights=None):
+        # a builder that computes with tensors, as RegNet's does: it cannot run on the meta device
+        import torch
+        width = int(torch.tensor([8.0]).mul(2).item())
+        return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU())
+
+
     def list_models(module=None):
-        return ["tiny"]
+        return ["tiny", "widths"]
 
 
     def get_model(name, weights=None):
         assert weights is None
-        return {"tiny": tiny}[name]()
+        return {"tiny": tiny, "widths": widths}[name]()
 
 
     models = SimpleNamespace(list_models=list_models, get_model=get_model)
@@ -168,6 +175,13 @@ def test_torchvision_on_the_command_line(tmp_path):
     assert "n_0" in result.stdout and "scale+bias+relu" in result.stdout
     assert "not tuned: 3: depthwise convolution" in result.stdout
     assert time.monotonic() - started < 30
+
+
+def test_a_builder_that_computes_with_tensors_still_imports(tmp_path):
+    result = tune("--torchvision", "widths", "--batch", "2", "--write-layers", str(tmp_path / "w.yaml"),
+                  tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "c: 3, k: 16" in (tmp_path / "w.yaml").read_text()
 
 
 @pytest.mark.parametrize("args, says", [

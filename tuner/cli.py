@@ -15,7 +15,8 @@ from tuner import nightly
 from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
 from tuner.compile import ToolchainError, nvcc_version
 from tuner.costmodel import PRIOR_PICKS
-from tuner.diagnose import diagnose_report, render_diagnosis
+from tuner import gpus
+from tuner.diagnose import explain_report, render_explanation
 from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.evaluate import GpuUnavailable
 from tuner.export import export_header, tuned_problems
@@ -251,6 +252,11 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                     "`ncu --csv --page details`): grid vs SMs, waves, occupancy limits, registers.")
     parser.add_argument("report", type=Path, help="the ncu report file")
     parser.add_argument("--sms", type=int, help="SM count of the GPU that was profiled (overrides the report's)")
+    parser.add_argument("--gpu", help="the GPU that was profiled, by name (e.g. rtx3060, h100-sxm; see tuner/gpus.py); "
+                                      "default: the report's device name, else its SM count")
+    parser.add_argument("--shape", help="the convolution the report ran, N,H,W,C,K,R,S[,pad,stride,dilation]: "
+                                        "estimate what a tuned implicit-GEMM kernel would take and print the "
+                                        "command that tunes it")
     return parser
 
 
@@ -258,7 +264,12 @@ def diagnose_command(argv: list[str], console: Console) -> int:
     args = build_diagnose_parser().parse_args(argv)
     if args.sms is not None:
         positive("--sms", args.sms)
-    render_diagnosis(diagnose_report(args.report, args.sms), console)
+    try:
+        gpu = gpus.lookup(args.gpu) if args.gpu is not None else None
+    except gpus.UnknownGpu as error:
+        raise UsageError(f"--gpu: {error}") from None
+    problem = parse_shape(args.shape) if args.shape is not None else None
+    render_explanation(explain_report(args.report, args.sms, gpu, problem), console)
     return 0
 
 
@@ -322,8 +333,14 @@ def report_command(argv: list[str], console: Console) -> int:
     return network_report.main(argv, console)
 
 
+def predict_command(argv: list[str], console: Console) -> int:
+    from tuner import predict
+
+    return predict.main(argv, console)
+
+
 COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,
-            "report": report_command}
+            "report": report_command, "predict": predict_command}
 
 
 def main(argv: list[str] | None = None) -> int:

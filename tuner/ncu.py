@@ -6,7 +6,7 @@ import csv
 import io
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -23,6 +23,15 @@ class NcuMetric:
 
 
 @dataclass(frozen=True)
+class NcuRule:
+    """One of ncu's rule results: its advice under a section (OPT, WRN, INF or ERR), as one line of text."""
+
+    kind: str
+    text: str
+    speedup_pct: float | None = None  # ncu's estimated speedup, where it gives one
+
+
+@dataclass(frozen=True)
 class NcuLaunch:
     kernel_name: str
     grid: tuple[int, int, int] | None  # None where the report does not print it (older ncu text)
@@ -30,6 +39,7 @@ class NcuLaunch:
     device: int | None
     cc: str | None
     metrics: tuple[NcuMetric, ...]
+    rules: tuple[NcuRule, ...] = ()
 
     def metric(self, name: str, section: str | None = None) -> NcuMetric | None:
         for metric in self.metrics:
@@ -104,6 +114,10 @@ _DEVICE = re.compile(r"\bDevice (\d+)")
 _CC = re.compile(r"\bCC (\d+\.\d+)")
 _SECTION = re.compile(r"^ {4}Section: (?P<title>.+?)\s*$")
 _TABLE_RULE = re.compile(r"^ {4}-+ -+ -+\s*$")
+# `    OPT   Est. Speedup: 21.46%` or `    WRN   This kernel grid is too small...`, then lines indented by 10.
+_RULE_START = re.compile(r"^ {4}(?P<kind>OPT|WRN|INF|ERR) {3}(?P<text>.*?)\s*$")
+_RULE_MORE = re.compile(r"^ {10}\s*(?P<text>\S.*?)\s*$")
+_SPEEDUP = re.compile(r"^Est\. (?:Local |Global )?Speedup: (?P<pct>[\d.]+)%\s*(?P<rest>.*)$")
 
 
 def _dims(text: str | None) -> tuple[int, int, int] | None:
@@ -128,10 +142,19 @@ def _table_row(section: str, line: str, spans: list[tuple[int, int]]) -> NcuMetr
     return _metric(section, name, unit, value)
 
 
+def _rule(kind: str, text: str) -> NcuRule:
+    text = " ".join(text.split())
+    speedup = _SPEEDUP.match(text)
+    if speedup:
+        return NcuRule(kind, speedup["rest"], float(speedup["pct"]))
+    return NcuRule(kind, text)
+
+
 @dataclass
 class _LaunchBuilder:
     header: re.Match
     metrics: list[NcuMetric]
+    rules: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def build(self) -> NcuLaunch:
         rest = self.header["rest"]
@@ -143,6 +166,7 @@ class _LaunchBuilder:
             device=int(device[1]) if device else None,
             cc=cc[1] if cc else None,
             metrics=tuple(self.metrics),
+            rules=tuple(_rule(kind, " ".join(lines)) for kind, lines in self.rules),
         )
 
 
@@ -153,17 +177,29 @@ def parse_text_report(text: str) -> list[NcuLaunch]:
     section = ""
     spans: list[tuple[int, int]] | None = None  # set while inside a metric table
     rows_in_table = 0
+    in_rule = False  # the last line was a rule's advice, which may go on on the next
     for line in text.splitlines():
         header = _KERNEL_HEADER.match(line)
         if header:
             builders.append(_LaunchBuilder(header, []))
-            section, spans = "", None
+            section, spans, in_rule = "", None, False
             continue
         if not builders:
             continue
         if not line.strip():
-            spans = None
+            spans, in_rule = None, False
             continue
+        if spans is None:
+            rule_start = _RULE_START.match(line)
+            if rule_start:
+                builders[-1].rules.append((rule_start["kind"], [rule_start["text"]]))
+                in_rule = True
+                continue
+            more = _RULE_MORE.match(line) if in_rule else None
+            if more:
+                builders[-1].rules[-1][1].append(more["text"])
+                continue
+        in_rule = False
         section_match = _SECTION.match(line)
         if section_match:
             section, spans = section_match["title"], None
@@ -198,6 +234,12 @@ def _csv_metric(row: dict[str, str | None]) -> NcuMetric:
     )
 
 
+def _csv_rule(row: dict[str, str | None]) -> NcuRule:
+    speedup = parse_value((row.get("Estimated Speedup") or "").strip())
+    rule = _rule((row.get("Rule Type") or "").strip(), row.get("Rule Description") or "")
+    return NcuRule(rule.kind, rule.text, speedup if isinstance(speedup, float) else rule.speedup_pct)
+
+
 def _csv_launch(rows: list[dict[str, str | None]]) -> NcuLaunch:
     first = rows[0]
     device = (first.get("Device") or "").strip()
@@ -207,7 +249,8 @@ def _csv_launch(rows: list[dict[str, str | None]]) -> NcuLaunch:
         block=_csv_dims(first.get("Block Size")),
         device=int(device) if device.isdigit() else None,
         cc=(first.get("CC") or "").strip() or None,
-        metrics=tuple(_csv_metric(row) for row in rows),
+        metrics=tuple(_csv_metric(row) for row in rows if row.get("Metric Name")),
+        rules=tuple(_csv_rule(row) for row in rows if not row.get("Metric Name") and row.get("Rule Description")),
     )
 
 
@@ -224,10 +267,12 @@ def parse_csv_report(text: str) -> list[NcuLaunch]:
     for row in reader:
         # ==PROF== messages and program output interleaved with the table have no launch ID; rule rows
         # (newer ncu) have no metric name. Metric rows may stop short of the trailing rule columns.
-        if not (row["ID"] or "").isdigit() or not row.get("Metric Name"):
+        if not (row["ID"] or "").isdigit() or not (row.get("Metric Name") or row.get("Rule Description")):
             continue
         rows_by_id.setdefault(row["ID"], []).append(row)
-    return _require_launches([_csv_launch(rows) for rows in rows_by_id.values()])
+    # A launch known only by its rule rows is no launch.
+    launches = [_csv_launch(rows) for rows in rows_by_id.values() if any(row.get("Metric Name") for row in rows)]
+    return _require_launches(launches)
 
 
 # --- reading a file ------------------------------------------------------------------------------
@@ -238,14 +283,39 @@ def parse_report(text: str) -> list[NcuLaunch]:
     return parse_csv_report(text) if _CSV_HEADER.search(text) else parse_text_report(text)
 
 
-def read_report(path: Path) -> list[NcuLaunch]:
-    """Read a report file; NcuReportError names the file and says in one line what is wrong with it."""
+# Text reports run some 20 KB per launch: 64 MiB is thousands of launches, and parses in a few seconds.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+# A text report has no NUL byte; an .ncu-rep or other binary file has them near its start.
+_BINARY_PROBE_BYTES = 64 * 1024
+
+
+def read_report_text(path: Path) -> str:
+    """A report file's text: refused when it is not a file, larger than MAX_REPORT_BYTES, empty or binary."""
     try:
-        data = path.read_bytes()
+        size = path.stat().st_size
+        if not path.is_file():
+            raise NcuReportError(f"ncu report {path} is not a file")
+        if size > MAX_REPORT_BYTES:
+            raise NcuReportError(f"ncu report {path} is {size / 1e6:.1f} MB, more than the "
+                                 f"{MAX_REPORT_BYTES // (1024 * 1024)} MiB this reads: export fewer launches "
+                                 "(ncu --import FILE --kernel-name NAME --launch-count N)")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_REPORT_BYTES + 1)
     except OSError as error:
         raise NcuReportError(f"cannot read ncu report {path}: {error.strerror or error}") from None
     try:
-        return parse_report(data.decode("utf-8", errors="replace"))
+        if b"\0" in data[:_BINARY_PROBE_BYTES]:
+            _require_text("\0")
+        return data.decode("utf-8", errors="replace")
+    except NcuReportError as error:
+        raise NcuReportError(f"ncu report {path}: {error}") from None
+
+
+def read_report(path: Path) -> list[NcuLaunch]:
+    """Read a report file; NcuReportError names the file and says in one line what is wrong with it."""
+    text = read_report_text(path)
+    try:
+        return parse_report(text)
     except NcuReportError as error:
         raise NcuReportError(f"ncu report {path}: {error}") from None
 
@@ -259,6 +329,11 @@ def _number(launch: NcuLaunch, names: tuple[str, ...], section: str | None = Non
         if metric is not None and isinstance(metric.value, float):
             return metric.value
     return None
+
+
+def metric_number(launch: NcuLaunch, *names: str, section: str | None = None) -> float | None:
+    """The first of `names` the launch has as a number (in that section, where given), else None."""
+    return _number(launch, names, section)
 
 
 def _whole(value: float | None) -> int | None:

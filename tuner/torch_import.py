@@ -61,10 +61,40 @@ def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Ne
     if name not in known:
         raise NetworkError(f"--torchvision {name!r} is not a torchvision classification model; one of: "
                            f"{', '.join(known)}")
-    with torch.device("meta"):
-        module = torchvision.models.get_model(name, weights=None).eval()
+    try:
+        with torch.device("meta"):
+            module = torchvision.models.get_model(name, weights=None).eval()
+    except Exception:  # a builder that computes with tensors (RegNet's widths) cannot run on the meta device
+        try:
+            with _parameters_on_meta(torch):
+                module = torchvision.models.get_model(name, weights=None).eval()
+        except Exception as error:
+            raise NetworkError(f"torchvision cannot build {name} ({type(error).__name__}: "
+                               f"{str(error).splitlines()[0] if str(error) else ''})") from None
     size = image_size or IMAGE_SIZES.get(name, 224)
     return from_torch(module, (batch, 3, size, size))
+
+
+@contextlib.contextmanager
+def _parameters_on_meta(torch):
+    """Build a module with the default device for computation but every parameter and buffer moved to
+    the meta device as it is registered, so that no weight is initialised or kept."""
+    module_class = torch.nn.Module
+    register_parameter, register_buffer = module_class.register_parameter, module_class.register_buffer
+
+    def parameter_on_meta(self, name, param):
+        register_parameter(self, name, param)
+        if param is not None:
+            self._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    def buffer_on_meta(self, name, tensor, persistent=True):
+        register_buffer(self, name, tensor if tensor is None else tensor.to("meta"), persistent)
+
+    module_class.register_parameter, module_class.register_buffer = parameter_on_meta, buffer_on_meta
+    try:
+        yield
+    finally:
+        module_class.register_parameter, module_class.register_buffer = register_parameter, register_buffer
 
 
 class _FxGraph:
