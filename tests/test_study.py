@@ -24,7 +24,7 @@ from tuner.families.base import SearchSpace
 from tuner.families.sm80.space import IteratorAlgorithm, reference_config
 from tuner.space import JointSpace, config_from_params, static_problems
 from tuner.status import Status
-from tuner.study import (
+from tuner.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,
     EXHAUSTED_AFTER_ASKS,
     UNTAGGED_GRACE,
     StudyProgress,
@@ -217,8 +217,12 @@ def test_enqueued_reference_is_the_first_candidate(setup):
 def test_measured_trial_attributes(setup):
     setup.study.enqueue_trial(params())
     setup.tuner.run(1)
-    attrs = setup.trials()[0].user_attrs
+    trial = setup.trials()[0]
+    attrs = trial_attrs(trial)
     config = reference_config(setup.problem)
+    # the measurement detail is one journal line; what queries filter on stays at the top
+    assert set(trial.user_attrs[DETAIL_ATTR]) <= DETAIL_KEYS and "measurement" not in trial.user_attrs
+    assert {"status", "config", "compile_s", "run", "worker"} <= set(trial.user_attrs)
     assert attrs["status"] == "ok" and attrs["config"] == config.name
     assert attrs["compile_cached"] is False and attrs["ptxas"]["registers"] == 96
     assert attrs["measurement"]["median_us"] == fake_median(config)

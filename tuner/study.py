@@ -19,7 +19,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.compile import CompileResult
 from tuner.device import DeviceFacts
-from tuner.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
 from tuner.evaluate import Evaluation
 from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
@@ -156,9 +155,32 @@ def params_key(params: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in params.items()))
 
 
+# A trial's measurement detail (what the tables and the replay read back, nothing a query filters on)
+# is written as one user attribute, DETAIL_ATTR: one journal line instead of one per field.
+DETAIL_ATTR = "detail"
+DETAIL_KEYS = frozenset({"measurement", "attributes", "ptxas", "grid", "cluster", "spread", "tflops", "gbps",
+                         "measured_at", "compile_cached", "family"})
+
+
+def trial_attrs(trial: FrozenTrial) -> dict:
+    """Every attribute the tuner recorded for a trial, its detail merged in (journals written before the
+    detail was one attribute hold the same keys at the top)."""
+    attrs = dict(trial.user_attrs)
+    return {**(attrs.pop(DETAIL_ATTR, None) or {}), **attrs}
+
+
+def set_trial_attrs(trial: optuna.Trial, attrs: dict) -> None:
+    detail = {key: value for key, value in attrs.items() if key in DETAIL_KEYS}
+    for key, value in attrs.items():
+        if key not in DETAIL_KEYS:
+            trial.set_user_attr(key, value)
+    if detail:
+        trial.set_user_attr(DETAIL_ATTR, detail)
+
+
 def record_of(trial: FrozenTrial, problem: ConvProblem) -> TrialRecord:
     return TrialRecord(trial.number, config_from_params(problem, trial.params),
-                       Status(trial.user_attrs["status"]), trial.value, dict(trial.user_attrs))
+                       Status(trial.user_attrs["status"]), trial.value, trial_attrs(trial))
 
 
 def _readable(trial: FrozenTrial) -> bool:
@@ -206,15 +228,6 @@ def evaluation_attrs(evaluation: Evaluation, problem: ConvProblem) -> dict:
         m = evaluation.measurement
         attrs.update(measurement=asdict(m), spread=m.spread, tflops=m.tflops(problem), gbps=m.gbps(problem))
     return attrs
-
-
-def waste_attrs(facts: LaunchFacts) -> dict:
-    occ = occupancy(facts)
-    return {
-        "occupancy": {"blocks_per_sm": occ.blocks_per_sm, "limited_by": list(occ.limited_by),
-                      "theoretical_pct": round(occ.theoretical_pct, 2)},
-        "waste": [{"code": f.code, "value": round(f.value, 4), "message": f.message} for f in diagnose(facts)],
-    }
 
 
 @dataclass
@@ -475,8 +488,7 @@ class Tuner:
     def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
         attrs = compile_attrs(result)
         if result.transient:  # killed or timed out, not the configuration's fault: FAIL, tried again later
-            for key, item in {**attrs, "reason": result.error, "transient": True}.items():
-                trial.set_user_attr(key, item)
+            set_trial_attrs(trial, {**attrs, "reason": result.error, "transient": True})
             self._finish(trial, state=TrialState.FAIL)
             return
         if not result.ok:
@@ -486,15 +498,11 @@ class Tuner:
         evaluation = self.evaluator.evaluate(result.binary, self.problem, launch)
         value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
         attrs.update(evaluation_attrs(evaluation, self.problem))
-        if evaluation.attributes and evaluation.grid:
-            attrs.update(waste_attrs(kernel_facts(config, self.problem, self.device, evaluation.grid_blocks,
-                                                  evaluation.attributes, result.ptxas and result.ptxas.spill_bytes)))
         self._tell(trial, config, evaluation.status, value, attrs)
 
     def _tell(self, trial: optuna.Trial, config: KernelConfig, status: Status, value: float | None, attrs: dict) -> None:
         attrs = {**attrs, "status": status.value}
-        for key, item in attrs.items():
-            trial.set_user_attr(key, item)
+        set_trial_attrs(trial, attrs)
         state = status.trial_state
         self._finish(trial, value if state is TrialState.COMPLETE else None, state=state)
         self.progress.on_evaluated(TrialRecord(trial.number, config, status, value, attrs))

@@ -14,7 +14,7 @@ from tuner import report
 from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks, measured_ceilings
 from tuner.compile import Compiler, CompileResult, cutlass_version, nvcc_version
 from tuner.device import DeviceFacts, device_from_dict
-from tuner.diagnose import LaunchFacts, kernel_facts
+from tuner.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
 from tuner.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
@@ -29,7 +29,7 @@ from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_con
                          static_problems)
 from tuner.status import Status
 from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
-                         stop_if_requested, study_name, waste_attrs)
+                         stop_if_requested, study_name)
 
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
@@ -69,6 +69,15 @@ class LayerOutcome:
         if self.runtime_us is None or not self.previous_us:
             return None
         return self.runtime_us / self.previous_us - 1.0
+
+
+def waste_attrs(facts: LaunchFacts) -> dict:
+    occ = occupancy(facts)
+    return {
+        "occupancy": {"blocks_per_sm": occ.blocks_per_sm, "limited_by": list(occ.limited_by),
+                      "theoretical_pct": round(occ.theoretical_pct, 2)},
+        "waste": [{"code": f.code, "value": round(f.value, 4), "message": f.message} for f in diagnose(facts)],
+    }
 
 
 def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> KernelConfig | None:
