@@ -423,3 +423,191 @@ def test_odd_numbers_in_a_report_are_unknown_not_tracebacks(tmp_path, edit, expe
         assert len(result.stderr.splitlines()) == 1 and expect in result.stderr
     else:
         assert expect in " ".join(result.stdout.split()) or expect in result.stdout
+
+
+# --- what limits each kernel: bound, pipes, tensor cores, the GPU, ncu's advice ------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from tuner.diagnose import explain_report, summarise_rule, tuned_estimate  # noqa: E402
+from tuner.gpus import lookup  # noqa: E402
+from tuner.ncu import NcuRule  # noqa: E402
+from tuner.problem import parse_shape  # noqa: E402
+
+NAIVE_SHAPE = "8,32,32,32,32,3,3,1"
+
+
+def slowest(diagnosis):
+    return max(diagnosis.kernels, key=lambda verdict: verdict.time_share)
+
+
+def test_naive_report_names_the_direct_cuda_core_convolution_and_its_bound():
+    diagnosis = explain_report(RTX3060_NAIVE)
+    assert diagnosis.gpu.gpu.slug == "rtx3060" and "28 SMs, CC 8.6" in diagnosis.gpu.how
+    backward = slowest(diagnosis)
+    assert backward.group.kernel_name.startswith("conv2d_backward_kernel")
+    assert backward.time_share == pytest.approx(3550 / (278.34 + 8.83 + 8.77 + 357.22 + 3550), abs=1e-3)
+    assert backward.convolution and backward.direct_convolution and backward.tensor_cores is False
+    assert backward.bound.kind == "compute- and memory-bound"  # SM 92.55 %, memory 92.56 % (L1/TEX 96 %)
+    assert "L1/TEX 96.2 %" in backward.bound.detail and "DRAM 1.5 %" in backward.bound.detail
+    assert backward.limiter.startswith("direct convolution on CUDA cores, not using tensor cores; "
+                                       "compute- and memory-bound")
+    assert backward.achieved_occupancy_pct == pytest.approx(85.69)
+    forward = next(v for v in diagnosis.kernels if v.group.kernel_name.startswith("conv2d_forward_kernel"))
+    assert forward.busiest_pipe == ("ALU", 40.9) and forward.bound.kind == "compute-bound"
+    assert forward.direct_convolution
+    loss = next(v for v in diagnosis.kernels if v.group.kernel_name.startswith("void evaluate_loss_kernel"))
+    assert not loss.convolution and loss.bound.kind == "memory-bound"  # DRAM 69 %
+    assert "convolution" not in loss.limiter
+
+
+def test_rtx3060_cutlass_report_names_the_small_grid():
+    diagnosis = explain_report(RTX3060_CUTLASS)
+    assert diagnosis.gpu.gpu.slug == "rtx3060" and diagnosis.gpu.how.startswith("its 28 SMs")
+    (kernel,) = diagnosis.kernels
+    assert kernel.limiter.startswith("small grid: 8 blocks on 28 SMs: 20 SMs idle (0.29 waves); latency-bound")
+    assert kernel.tensor_cores is True and kernel.busiest_pipe == ("Tensor", 41.4)
+    assert not kernel.cuda_core_convolution
+    assert "grid too small: 0.3 full waves across the SMs" in kernel.warnings
+    assert diagnosis.results == diagnose_report(RTX3060_CUTLASS, sms=None)  # the table is unchanged
+
+
+def test_h100_report_says_what_its_speed_of_light_says():
+    diagnosis = explain_report(H100_CUTLASS)
+    assert diagnosis.gpu.gpu is None and "h100-sxm or h200" in diagnosis.gpu.how  # 132 SMs: ambiguous
+    (kernel,) = diagnosis.kernels
+    assert kernel.bound.kind == "latency-bound"  # SM 2.01 %, memory 3.44 %
+    assert "SM 2.0 % and memory 3.4 % of peak" in kernel.bound.detail
+    assert kernel.limiter.startswith("small grid: 8 blocks on 132 SMs")
+    assert kernel.tensor_cores is True and kernel.estimate is None
+    assert kernel.warnings[0] == "grid of 8 blocks is less than the 132 SMs (ncu est. speedup 93.9 %)"
+
+
+def test_gpu_override_sets_the_sm_count_and_identity():
+    diagnosis = explain_report(RTX3060_CUTLASS, gpu=lookup("a10"))
+    assert (diagnosis.gpu.gpu.slug, diagnosis.gpu.how) == ("a10", "--gpu")
+    assert diagnosis.kernels[0].limiter.startswith("small grid: 8 blocks on 72 SMs: 64 SMs idle")
+    # --sms still wins over the GPU's count
+    assert explain_report(RTX3060_CUTLASS, sms=40, gpu=lookup("a10")).kernels[0].limiter.startswith(
+        "small grid: 8 blocks on 40 SMs")
+
+
+def test_direct_convolution_estimate_with_the_shape():
+    problem = parse_shape(NAIVE_SHAPE)
+    backward = slowest(explain_report(RTX3060_NAIVE, problem=problem))
+    estimate = backward.estimate
+    assert estimate.tune_command == "python tune.py --shape 8,32,32,32,32,3,3,1,1,1"
+    rtx3060 = lookup("rtx3060")
+    assert estimate.compute_us == pytest.approx(problem.flops / (25.5e12 * 0.6) * 1e6)
+    assert estimate.memory_us == pytest.approx(problem.bytes_moved / (360e9 * 0.9) * 1e6)
+    assert estimate.total_us == pytest.approx(2.0 + max(estimate.compute_us, estimate.memory_us))
+    assert estimate == tuned_estimate(problem, rtx3060)
+    assert 5 < estimate.total_us < 50  # against 3550 µs measured
+
+
+def run_diagnose(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "tune.py"), "diagnose", *args], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_diagnose_command_prints_the_limiter_estimate_and_tune_command():
+    result = run_diagnose(str(RTX3060_NAIVE), "--shape", NAIVE_SHAPE)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "GPU: NVIDIA GeForce RTX 3060 (rtx3060)" in out
+    assert "Most of the time (84%): conv2d_backward_kernel" in out
+    assert "direct convolution on CUDA cores, not using tensor cores" in out
+    assert "tune it: python tune.py --shape 8,32,32,32,32,3,3,1,1,1" in out
+    assert "a tuned implicit-GEMM kernel (f16 tensor cores, f32 accumulate) on rtx3060: ~" in out
+    assert "not a measurement" in out
+    assert "ncu: uncoalesced global accesses: 27 % of sectors are excess (ncu est. speedup 13.3 %)" in out
+
+
+def test_diagnose_without_a_shape_asks_for_it():
+    result = run_diagnose(str(RTX3060_NAIVE))
+    assert result.returncode == 0, result.stderr
+    assert "give --shape N,H,W,C,K,R,S" in result.stdout and "tune it:" not in result.stdout
+
+
+def test_diagnose_gpu_flag_on_the_command_line():
+    result = run_diagnose(str(H100_CUTLASS), "--gpu", "h100-sxm", "--shape", "1,32,32,32,32,3,3,1")
+    assert result.returncode == 0, result.stderr
+    assert "GPU: NVIDIA H100 80GB HBM3 (h100-sxm)" in result.stdout and "from --gpu" in result.stdout
+    assert "tune it: python tune.py --shape 1,32,32,32,32,3,3,1,1,1" in result.stdout
+
+
+def test_rule_summaries_are_one_short_line():
+    assert summarise_rule(NcuRule("INF", "Tensor is the highest-utilized pipeline (41.4%) based on ...")) is None
+    assert summarise_rule(NcuRule("OPT", "This kernel has uncoalesced shared accesses resulting in a total of 1152 "
+                                         "excessive wavefronts (2% of the total 71424 wavefronts).", 4.0)) == \
+        "shared-memory bank conflicts: 2 % of wavefronts are excess (ncu est. speedup 4 %)"
+    long = NcuRule("WRN", "Something new that ncu says. " + "x" * 200)
+    assert summarise_rule(long) == "Something new that ncu says"
+    longer = summarise_rule(NcuRule("WRN", "y" * 200))
+    assert len(longer) == 90 and longer.endswith("...")
+
+
+def _fixture_cut_short(tmp_path):
+    path = tmp_path / "cut.txt"
+    path.write_bytes(RTX3060_NAIVE.read_bytes()[:1500])  # the first launch, before its Launch Statistics
+    return path
+
+
+def _sparse_100mb(tmp_path):
+    path = tmp_path / "huge.txt"
+    subprocess.run(["truncate", "-s", "100M", str(path)], check=True)
+    return path
+
+
+def _binary(tmp_path):
+    path = tmp_path / "profile.ncu-rep"
+    path.write_bytes(b"NVPROF\0" + bytes(range(256)) * 64)
+    return path
+
+
+def _empty(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    return path
+
+
+@pytest.mark.parametrize("make, says", [
+    (_empty, "the report is empty"),
+    (_binary, "the report is binary"),
+    (_fixture_cut_short, "conv2d_forward_kernel"),
+    (_sparse_100mb, "is 104.9 MB, more than the 64 MiB this reads"),
+    (lambda tmp_path: tmp_path, "is not a file"),
+])
+def test_bad_reports_are_one_line_exit_2(tmp_path, make, says):
+    path = make(tmp_path)
+    started = time.monotonic()
+    result = run_diagnose(str(path))
+    assert time.monotonic() - started < 10
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
+
+
+def test_unknown_gpu_is_one_line_listing_the_known_ones():
+    result = run_diagnose(str(H100_CUTLASS), "--gpu", "h1000")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        ("error: --gpu: unknown GPU 'h1000'; known: rtx3060, rtx4090, a10, a100-40gb, a100-80gb, l4, l40s, "
+         "h100-sxm, h100-pcie, h200")]
+
+
+def test_bad_shape_is_one_line():
+    result = run_diagnose(str(H100_CUTLASS), "--shape", "1,2,3")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "--shape" in result.stderr
+
+
+def test_a_device_name_in_the_report_identifies_the_gpu_and_its_sm_count(tmp_path):
+    path = tmp_path / "named.txt"
+    path.write_text("==PROF== Device 0: NVIDIA GeForce RTX 4090\n" + RTX3060_CUTLASS.read_text())
+    diagnosis = explain_report(path)
+    assert (diagnosis.gpu.gpu.slug, diagnosis.gpu.how) == ("rtx4090", "the report's device name")
+    assert diagnosis.kernels[0].limiter.startswith("small grid: 8 blocks on 128 SMs")
+    assert "sm_count_inferred" not in [flag.code for flag in diagnosis.kernels[0].flags]

@@ -396,3 +396,69 @@ def test_real_h100_csv_report_recorded_by_the_tuner():
     assert stats.theoretical_occupancy_pct == pytest.approx(12.5)
     assert abs(stats.dynamic_smem_per_block_bytes - 98304) < 100
     assert 0 < stats.duration_us < 100
+
+
+# --- ncu's rule advice ---------------------------------------------------------------------------------
+
+
+def test_text_rules_are_read_with_kind_speedup_and_whole_text():
+    launches = parse_text_report(RTX3060_NAIVE.read_text())
+    backward = launches[-1]
+    assert backward.kernel_name.startswith("conv2d_backward_kernel")
+    uncoalesced = [rule for rule in backward.rules if "uncoalesced global accesses" in rule.text]
+    assert len(uncoalesced) == 1
+    rule = uncoalesced[0]
+    assert (rule.kind, rule.speedup_pct) == ("OPT", 13.34)
+    assert rule.text.startswith("This kernel has uncoalesced global accesses resulting in a total of 1347584")
+    assert rule.text.endswith("information on reducing uncoalesced device memory accesses.")  # continuation lines
+    assert "  " not in rule.text
+    assert any(rule.kind == "INF" and rule.text.startswith("The kernel is utilizing greater than 80.0%")
+               for rule in backward.rules)
+
+
+def test_old_layout_rules_have_no_speedup_and_do_not_disturb_the_metrics(rtx3060_launches):
+    first = rtx3060_launches[0]
+    kinds = [rule.kind for rule in first.rules]
+    assert kinds.count("WRN") == 9 and kinds.count("INF") == 3
+    assert all(rule.speedup_pct is None for rule in first.rules)
+    assert any(rule.text.startswith("Tensor is the highest-utilized pipeline (41.4%)") for rule in first.rules)
+    assert len(first.metrics) == 58
+
+
+def test_csv_rule_rows_become_rules_with_their_speedup():
+    text = (Path(__file__).parent / "data" / "ncu" / "h100_ncu_2025.3_conv_1_128x128x64.csv").read_text()
+    [launch] = parse_csv_report(text)
+    assert [(rule.kind, rule.speedup_pct) for rule in launch.rules] == [("OPT", None), ("OPT", 93.94), ("OPT", 87.5)]
+    assert launch.rules[1].text.startswith("The grid for this launch is configured to execute only 8 blocks")
+    assert all(metric.name for metric in launch.metrics)
+
+
+def test_a_report_over_the_size_limit_is_refused_without_reading_it(tmp_path):
+    import time
+
+    from tuner import ncu
+
+    path = tmp_path / "huge.txt"
+    with path.open("wb") as stream:  # sparse: 100 MB that take no disk
+        stream.truncate(100 * 1000 * 1000)
+    started = time.monotonic()
+    with pytest.raises(NcuReportError, match=r"100\.0 MB, more than the 64 MiB") as error:
+        read_report(path)
+    assert time.monotonic() - started < 1
+    assert "\n" not in str(error.value) and ncu.MAX_REPORT_BYTES == 64 * 1024 * 1024
+
+
+def test_a_large_binary_file_is_refused_by_its_first_bytes(tmp_path):
+    import time
+
+    path = tmp_path / "profile.ncu-rep"
+    path.write_bytes(b"NVPROF\0" + bytes(range(256)) * 200_000)  # 51 MB
+    started = time.monotonic()
+    with pytest.raises(NcuReportError, match="binary.*--import"):
+        read_report(path)
+    assert time.monotonic() - started < 2
+
+
+def test_a_directory_is_not_a_report(tmp_path):
+    with pytest.raises(NcuReportError, match="is not a file"):
+        read_report(tmp_path)

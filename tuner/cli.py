@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "`tune.py export` writes results/<gpu>/best_configs.h for a C++ build; `tune.py bench` proves "
                     "the search against exhaustive landscapes and cuDNN/cuBLAS; `tune.py plots` draws a GPU's "
                     "results; `tune.py report --onnx MODEL | --torchvision NAME --batch N` gives a network's "
-                    "convolution time, tuned against cuDNN and PyTorch.")
+                    "convolution time, tuned against cuDNN and PyTorch; `tune.py predict --gpu NAME --layer L` "
+                    "ranks a layer's space for a GPU that need not be present.")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--layer", help="layer name from the layer table (see --list-layers)")
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "

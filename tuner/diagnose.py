@@ -512,6 +512,9 @@ _BUSIEST_PIPE = re.compile(r"^(?P<pipe>[\w/+ -]+?) is the highest-utilized pipel
 _PIPE_METRIC = re.compile(r"^sm__(?:inst_executed_)?pipe_(?P<pipe>[a-z0-9_]+?)(?:_cycles_active)?\.[\w.]*pct")
 
 
+FROM_DEVICE_NAME = "the report's device name"
+
+
 @dataclass(frozen=True)
 class GpuIdentity:
     gpu: GpuSpec | None
@@ -533,11 +536,15 @@ class TunedEstimate:
     launch_us: float
     tflops: float
     gbps: float
-    tune_command: str
+    shape_arg: str  # the problem as --shape takes it, every field spelled out
 
     @property
     def total_us(self) -> float:
         return self.launch_us + max(self.compute_us, self.memory_us)
+
+    @property
+    def tune_command(self) -> str:
+        return f"python tune.py --shape {self.shape_arg}"
 
 
 @dataclass(frozen=True)
@@ -594,7 +601,7 @@ def identify_gpu(text: str, groups: list[LaunchGroup], given: GpuSpec | None) ->
         return GpuIdentity(given, "--gpu")
     named = gpus.find_in_text(text)
     if named is not None:
-        return GpuIdentity(named, "the report's device name")
+        return GpuIdentity(named, FROM_DEVICE_NAME)
     stats = [group.stats for group in groups]
     counts = {s.sm_count for s in stats if s.sm_count} or {found[0] for s in stats if (found := inferred_sm_count(s))}
     ccs = {launch.cc for group in groups for launch in group.launches if launch.cc}
@@ -744,7 +751,7 @@ def tuned_estimate(problem: ConvProblem, gpu: GpuSpec) -> TunedEstimate:
         launch_us=LAUNCH_US,
         tflops=tflops,
         gbps=gbps,
-        tune_command=f"python tune.py --shape {shape}",
+        shape_arg=shape,
     )
 
 
@@ -789,11 +796,15 @@ def explain_report(path: Path, sms: int | None = None, gpu: GpuSpec | None = Non
     identity = identify_gpu(text, groups, gpu)
     if sms is None and gpu is not None:
         sms = gpu.sm_count
-    elif sms is None and identity.gpu is not None and not any(group.stats.sm_count for group in groups):
-        sms = identity.gpu.sm_count
+    elif sms is None and identity.how == FROM_DEVICE_NAME and not any(group.stats.sm_count for group in groups):
+        sms = identity.gpu.sm_count  # identified by its SM count, the count stays as the report gave or implied it
     results = []
     for group in groups:
-        facts = from_launch_stats(group.stats, sms)
+        try:
+            facts = from_launch_stats(group.stats, sms)
+        except NcuReportError as error:
+            raise NcuReportError(f"ncu report {path}: {kernel_short_name(group.kernel_name)}: {error} "
+                                 "(or the report was cut short)") from None
         results.append((group, occupancy(facts), diagnose(facts, thresholds)))
     totals = [_total_us(group) for group in groups]
     whole = sum(totals) if None not in totals else None
@@ -816,7 +827,7 @@ def _kernel_lines(verdict: KernelVerdict, problem: ConvProblem | None, gpu: GpuI
     tensor = {True: "yes", False: "no", None: "cannot tell"}[verdict.tensor_cores]
     lines.append(f"  tensor cores: {tensor} ({verdict.tensor_evidence})")
     achieved = verdict.achieved_occupancy_pct
-    lines.append(f"  occupancy: " + ("" if achieved is None else f"achieved {achieved:.2f} % of ") +
+    lines.append("  occupancy: " + ("" if achieved is None else f"achieved {achieved:.2f} % of ") +
                  f"theoretical {occ.theoretical_pct:.2f} % ({_count(occ.blocks_per_sm, 'block')}/SM, limited by "
                  f"{occ.limited_by_text})")
     lines.extend(f"  ncu: {warning}" for warning in verdict.warnings)
@@ -826,11 +837,11 @@ def _kernel_lines(verdict: KernelVerdict, problem: ConvProblem | None, gpu: GpuI
             f" against {median:.2f} µs measured ({median / estimate.total_us:.3g}x)"
         lines.append(f"  a tuned implicit-GEMM kernel (f16 tensor cores, f32 accumulate) on {gpu.gpu.slug}: "
                      f"~{estimate.total_us:.2f} µs{measured}: {estimate.compute_us:.2f} µs of math at "
-                     f"{estimate.tflops:.1f} TFLOP/s ({gpus.TENSOR_FRACTION:.0%} of peak), {estimate.memory_us:.2f} µs "
-                     f"of DRAM traffic at {estimate.gbps:.0f} GB/s ({gpus.DRAM_FRACTION:.0%}), "
-                     f"{estimate.launch_us:g} µs launch; an estimate, not a measurement")
+                     f"{estimate.tflops:.1f} TFLOP/s ({gpus.TENSOR_FRACTION:.0%} of peak), "
+                     f"{estimate.memory_us:.2f} µs of DRAM traffic at {estimate.gbps:.0f} GB/s "
+                     f"({gpus.DRAM_FRACTION:.0%}), {estimate.launch_us:g} µs launch; an estimate, not a measurement")
         lines.append(f"  tune it: {estimate.tune_command}   (predict first: python tune.py predict --gpu "
-                     f"{gpu.gpu.slug} --shape {estimate.tune_command.split('--shape ')[1]})")
+                     f"{gpu.gpu.slug} --shape {estimate.shape_arg})")
     elif verdict.cuda_core_convolution and problem is None:
         lines.append("  give --shape N,H,W,C,K,R,S[,pad,stride,dilation] for what a tuned implicit-GEMM kernel "
                      "would take, and the tune.py command")

@@ -68,10 +68,10 @@ GPUS: tuple[GpuSpec, ...] = (
     # die). Tensor: 512 dense f16 FMA-with-f32-accumulate FLOPs per SM per clock on GeForce GA10x (NVIDIA
     # Ampere GA102 whitepaper, Table 9: RTX 3080 59.5 TFLOPS at 68 SMs, 1.71 GHz) x 28 SMs x 1.777 GHz boost
     # = 25.5; fp32 12.7 TFLOPS (spec page "Shader TFLOPS").
-    GpuSpec("rtx3060", "NVIDIA GeForce RTX 3060", ("rtx-3060", "3060"), SM86, 28, 3 * MIB, 25.5, 12.7, 360.0),
+    GpuSpec("rtx3060", "NVIDIA GeForce RTX 3060", ("3060",), SM86, 28, 3 * MIB, 25.5, 12.7, 360.0),
     # GeForce RTX 4090 (AD102): NVIDIA Ada Lovelace whitepaper, Appendix Table 2: 128 SMs, 72 MB L2,
     # 1008 GB/s, "Peak FP16 Tensor TFLOPS with FP32 Accumulate" 165.2 (330.4 sparse), FP32 82.6.
-    GpuSpec("rtx4090", "NVIDIA GeForce RTX 4090", ("rtx-4090", "4090"), SM89, 128, 72 * MIB, 165.2, 82.6, 1008.0),
+    GpuSpec("rtx4090", "NVIDIA GeForce RTX 4090", ("4090",), SM89, 128, 72 * MIB, 165.2, 82.6, 1008.0),
     # A10 (GA102): NVIDIA A10 datasheet: FP16 tensor 125 TFLOPS (250 sparse), FP32 31.2, 600 GB/s GDDR6;
     # 72 SMs, 6 MB L2 (GA102 whitepaper). Data-center GA102 runs f32 accumulate at the full f16 rate.
     GpuSpec("a10", "NVIDIA A10", ("a10-24gb",), SM86, 72, 6 * MIB, 125.0, 31.2, 600.0),

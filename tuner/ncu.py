@@ -85,13 +85,14 @@ def _metric(section: str, name: str, unit: str, value: str) -> NcuMetric:
 
 
 _REPORT_HINT = "expected the output of `ncu --page details` (text) or `ncu --csv --page details`"
+_BINARY = "the report is binary (an .ncu-rep?); export it with `ncu --import FILE --page details`"
 
 
 def _require_text(text: str) -> None:
     if not text.strip():
         raise NcuReportError("the report is empty")
     if "\0" in text:
-        raise NcuReportError("the report is binary (an .ncu-rep?); export it with `ncu --import FILE --page details`")
+        raise NcuReportError(_BINARY)
 
 
 def _require_launches(launches: list[NcuLaunch]) -> list[NcuLaunch]:
@@ -303,12 +304,9 @@ def read_report_text(path: Path) -> str:
             data = stream.read(MAX_REPORT_BYTES + 1)
     except OSError as error:
         raise NcuReportError(f"cannot read ncu report {path}: {error.strerror or error}") from None
-    try:
-        if b"\0" in data[:_BINARY_PROBE_BYTES]:
-            _require_text("\0")
-        return data.decode("utf-8", errors="replace")
-    except NcuReportError as error:
-        raise NcuReportError(f"ncu report {path}: {error}") from None
+    if b"\0" in data[:_BINARY_PROBE_BYTES]:
+        raise NcuReportError(f"ncu report {path}: {_BINARY}")
+    return data.decode("utf-8", errors="replace")
 
 
 def read_report(path: Path) -> list[NcuLaunch]:

@@ -1,0 +1,131 @@
+"""`tune.py predict`: the ranking and the static diagnosis of a configuration on a GPU that is not here."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tuner.choices import UsageError
+from tuner.families import registry
+from tuner.gpus import device_facts, lookup
+from tuner.predict import ceilings, config_waste, fills, parse_config_text, predict, ranking
+from tuner.space import joint_valid_configs, layer_space, load_space, default_space_file
+
+from conftest import REPO, config_for  # noqa: E402
+
+REFERENCE = "128x128x64,w2x2x1,s3"
+
+
+def run_predict(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "tune.py"), "predict", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+
+
+def ranked_for(gpu_name, problem):
+    gpu = lookup(gpu_name)
+    device = device_facts(gpu)
+    spaces = tuple(load_space(default_space_file(family)) for family in registry.names())
+    joint = layer_space(spaces, problem, device)
+    return joint, device, ranking(joint_valid_configs(joint, problem, device), problem, device, ceilings(gpu))
+
+
+def test_reference_config_on_an_rtx3060_is_a_small_grid_held_by_shared_memory(conv_1):
+    device = device_facts(lookup("rtx3060"))
+    config = parse_config_text(REFERENCE, conv_1)
+    assert config == config_for(conv_1)  # swizzle 1, optimized iterator, split-K 1 by default
+    waste = config_waste(config, conv_1, device)
+    assert (waste.facts.grid_blocks, waste.facts.sm_count) == (8, 28)
+    assert waste.occupancy.blocks_per_sm == 1 and waste.occupancy.limited_by == ("shared memory",)
+    assert waste.waves == pytest.approx(8 / 28)
+    codes = [flag.code for flag in waste.flags]
+    assert codes[0] == "small_grid" and "occupancy_limit" in codes
+    assert waste.flags[0].message == "8 blocks on 28 SMs: 20 SMs idle (0.29 waves)"
+
+
+def test_the_same_config_on_an_h100_fits_two_blocks_per_sm(conv_1):
+    waste = config_waste(parse_config_text(REFERENCE, conv_1), conv_1, device_facts(lookup("h100-sxm")))
+    assert waste.facts.sm_count == 132 and waste.occupancy.blocks_per_sm == 2
+
+
+def test_ranking_holds_only_valid_configs_of_the_families_the_gpu_runs(conv_1):
+    joint, device, ranked = ranked_for("rtx3060", conv_1)
+    assert joint.families == ("sm80",)  # compute capability 8.6: no sm90 family
+    assert len(ranked) > 100
+    for prediction in ranked[:200]:
+        family = registry.family_of(prediction.config)
+        assert family.static_problems(prediction.config, conv_1, device) == []
+        assert joint.contains(prediction.config)
+    times = [prediction.predicted_us for prediction in ranked]
+    assert all(a <= b + 1e-6 for a, b in zip(times, times[1:]))  # equal predictions keep the fitted knobs first
+    best = ranked[0]
+    assert fills(best) and best.blocks >= 28  # the top-ranked fills the part, unlike the reference's 8 blocks
+    reference = predict(config_for(conv_1), conv_1, device, ceilings(lookup("rtx3060")))
+    assert best.predicted_us < reference.predicted_us and reference.blocks == 8
+
+
+def test_ranking_on_an_h100_searches_the_sm90_families(layers):
+    problem = layers["r50_s4_3x3_b32"].problem
+    joint, _, ranked = ranked_for("h100", problem)
+    assert "sm80" in joint.families and any(family.startswith("sm90") for family in joint.families)
+    assert {prediction.config.family for prediction in ranked} == set(joint.families)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("128x128", "cannot read '128x128'"),
+    ("128x128x64,w2x2x1", "lacks stages"),
+    ("128x128x64,w2x2x1,s3,s4", "gives stages twice"),
+    ("128x128x64,w2x2x1,s3,sw3", "swizzle 3 is not 1, 2, 4, 8"),
+    ("128x128x64,w2x2x1,s1", "stages 1 is not 2 to 16"),
+])
+def test_bad_config_text(conv_1, text, says):
+    with pytest.raises(UsageError, match=says):
+        parse_config_text(text, conv_1)
+
+
+def test_config_text_takes_every_knob(conv_1):
+    config = parse_config_text("64x64x64,w2x2x1,s4,sw2,sk2,analytic", conv_1)
+    assert config.search_params == {"tile": "64x64x64", "warps": "2x2x1", "stages": 4, "swizzle": 2,
+                                    "iterator": "analytic", "split_k": 2}
+
+
+def test_predict_command_on_the_reference_example():
+    result = run_predict("--gpu", "rtx3060", "--layer", "conv_1", "--config", REFERENCE, "--top", "3")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "predictions" in out and "not measurements" in out
+    assert ("8 blocks on 28 SMs, 0.29 waves, 1 block per SM limited by shared memory" in out)
+    assert "small_grid: 8 blocks on 28 SMs: 20 SMs idle (0.29 waves)" in out
+    assert "instead: sm80 " in out and "(the top-ranked)" in out and "every SM busy" in out
+    assert "top 3 of" in out and "predicted µs" in out
+
+
+def test_predict_command_with_a_shape_and_an_impossible_config():
+    result = run_predict("--gpu", "a100-40gb", "--shape", "32,56,56,64,64,3,3,1", "--config",
+                         "256x128x64,w4x2x1,s4", "--top", "2")
+    assert result.returncode == 0, result.stderr
+    assert "cannot run: 192 KB of shared memory exceeds the 163 KB a block may opt into" in result.stdout
+
+
+def test_predict_help():
+    result = run_predict("--help")
+    assert result.returncode == 0 and "usage: tune.py predict" in result.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--gpu", "nope", "--layer", "conv_1"], "unknown GPU 'nope'; known: rtx3060"),
+    (["--layer", "conv_1"], "required: --gpu"),
+    (["--gpu", "rtx3060"], "--layer --shape is required"),
+    (["--gpu", "rtx3060", "--layer", "conv_1", "--shape", "1,8,8,8,8,1,1"], "not allowed with argument"),
+    (["--gpu", "rtx3060", "--layer", "nope"], "unknown layer 'nope'"),
+    (["--gpu", "rtx3060", "--layer", "conv_1", "--config", "128x128"], "cannot read"),
+    (["--gpu", "rtx3060", "--layer", "conv_1", "--top", "0"], "--top must be at least 1"),
+    (["--gpu", "rtx3060", "--shape", "1,2,3"], "has 3 numbers"),
+    (["--gpu", "rtx3060", "--layer", "conv_1", "--family", "sm90_conv"], "compute capability 9.0 only"),
+    (["--gpu", "rtx3060", "--layer", "conv_1", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_flags_are_one_line_exit_2(args, says):
+    result = run_predict(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
