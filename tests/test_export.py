@@ -229,7 +229,7 @@ def broken(change) -> dict:
         (lambda d: d["layers"]["layer.sm90.gemm"]["params"].pop("raster"), ["'raster' missing"]),
         (lambda d: d["layers"]["layer.sm90.gemm"]["problem"].pop("k"), ["layer.sm90.gemm", "unreadable problem"]),
         (lambda d: d["layers"]["layer_sm80"]["problem"].update(c="three"), ["layer_sm80", "unreadable problem"]),
-        (lambda d: d["layers"]["layer_sm80"].pop("problem"), ["layer_sm80", "unreadable problem"]),
+        (lambda d: d["layers"]["layer_sm80"].pop("problem"), ["layer_sm80", "missing problem"]),
         (lambda d: d["layers"]["layer_sm80"].update(family="sm70"), ["layer_sm80", "unknown kernel family 'sm70'"]),
         (lambda d: d["layers"]["layer_sm80"].update(family="sm90_gemm"), ["layer_sm80"]),  # sm80 params
         (lambda d: d["layers"]["layer_sm80"].update(runtime_us="fast"), ["runtime_us", "'fast'"]),

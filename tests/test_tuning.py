@@ -6,6 +6,7 @@ from dataclasses import replace
 import optuna
 
 from conftest import params
+from tuner.results import BestEntry
 from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
 from tuner.space import JointSpace, joint_params
@@ -30,12 +31,16 @@ def test_seed_study_queues_reference_and_prior_once(conv_1, sm80_space, h100):
     assert queued[1:] == [p for p in picks if p != reference]
 
 
+def previous_entry(problem, knobs: dict) -> BestEntry:
+    return BestEntry(problem, "sm80", tuple(sorted(knobs.items())), "previous kernel", 5.0)
+
+
 def test_previous_best_is_re_measured_beside_the_study_finalists(conv_1, h100):
     best = [record(0, make_config(conv_1, params("32x32x32", "2x1x1", stages=4)), 4.0),
             record(1, make_config(conv_1, params("64x32x32", "2x1x1", stages=4)), 4.5)]
     reference = make_config(conv_1, REFERENCE_PARAMS)
     previous = params("32x32x64", "2x1x1", stages=5, swizzle=2)
-    finalists = finalist_configs(best, 2, reference, {"family": "sm80", "params": previous}, conv_1, h100)
+    finalists = finalist_configs(best, 2, reference, previous_entry(conv_1, previous), conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "#2", "reference", "previous"]
     assert finalists[-1][1] == make_config(conv_1, previous)
 
@@ -43,15 +48,16 @@ def test_previous_best_is_re_measured_beside_the_study_finalists(conv_1, h100):
 def test_previous_best_already_a_finalist_is_not_added_twice(conv_1, h100):
     first = make_config(conv_1, params("32x32x32", "2x1x1", stages=4))
     finalists = finalist_configs([record(0, first, 4.0)], 2, make_config(conv_1, REFERENCE_PARAMS),
-                                 {"family": "sm80", "params": first.search_params}, conv_1, h100)
+                                 previous_entry(conv_1, first.search_params), conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "reference"]
 
 
 def test_previous_entry_from_an_unknown_space_is_skipped(conv_1, h100):
     first = make_config(conv_1, params("32x32x32", "2x1x1", stages=4))
     finalists = finalist_configs([record(0, first, 4.0)], 1, make_config(conv_1, REFERENCE_PARAMS),
-                                 {"params": {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
-                                             "iterator": "no_such_iterator", "split_k": 1}}, conv_1, h100)
+                                 previous_entry(conv_1, {"tile": "128x128x64", "warps": "2x2x1", "stages": 3,
+                                                         "swizzle": 1, "iterator": "no_such_iterator",
+                                                         "split_k": 1}), conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "reference"]
 
 

@@ -39,7 +39,7 @@ from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
 from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gpu_dir, gpu_slugs, read_bench,
-                           read_best)
+                           best_entries)
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.status import Status
@@ -357,11 +357,11 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
                   measured: dict, console: Console, save) -> None:
     """best.yaml's kernel of each layer re-timed with cuDNN (and cuBLAS) right after it, in one run:
     the figures the goals are judged by, free of drift between device sessions."""
-    entries = read_best(folder)["layers"]
+    entries = best_entries(folder)
     configs = {}
     for layer in layers:
         entry = entries.get(layer.name)
-        if not isinstance(entry, dict) or not entry.get("params"):
+        if entry is None:
             console.print(f"[yellow]{layer.name}: no best.yaml entry to time[/]")
             continue
         try:
@@ -593,8 +593,7 @@ def landscape_spaces(family_text: str | None, space_files: list[Path] | None) ->
 def tuned_times(folder: Path) -> dict[str, float]:
     if not (folder / BEST_FILE).exists():
         return {}
-    return {name: float(entry["runtime_us"]) for name, entry in read_best(folder)["layers"].items()
-            if isinstance(entry, dict) and isinstance(entry.get("runtime_us"), (int, float))}
+    return {name: entry.runtime_us for name, entry in best_entries(folder).items()}
 
 
 def main(argv: list[str], console: Console) -> int:

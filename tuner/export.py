@@ -12,8 +12,8 @@ from pathlib import Path
 from tuner.codegen import TEMPLATES, include_lines, problem_struct
 from tuner.families import registry
 from tuner.families.base import KernelConfig, read_template
-from tuner.problem import ConvProblem, ProblemError, problem_from_dict
-from tuner.results import BEST_FILE, ResultsError, atomic_write, read_best
+from tuner.problem import ConvProblem
+from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, best_entries, read_best
 from tuner.space import entry_config
 
 HEADER_FILE = "best_configs.h"
@@ -74,14 +74,7 @@ def cpp_double(value: object, what: str) -> str:
     return f"{float(value):.3f}"
 
 
-def _problem(entry: dict, layer: str) -> ConvProblem:
-    try:
-        return problem_from_dict(entry["problem"])
-    except (KeyError, TypeError, ProblemError) as error:
-        raise ResultsError(f"best.yaml layer {layer!r}: unreadable problem ({error})") from None
-
-
-def _row(name: str, entry: dict, problem: ConvProblem, config: KernelConfig) -> str:
+def _row(name: str, entry: BestEntry, problem: ConvProblem, config: KernelConfig) -> str:
     family = registry.family_of(config)
     launch = family.launch_args(config, problem)
     ints = [problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s, problem.pad,
@@ -89,8 +82,8 @@ def _row(name: str, entry: dict, problem: ConvProblem, config: KernelConfig) -> 
     values = [cpp_string(name), *(cpp_int(v, f"layer {name!r} problem") for v in ints), cpp_string(family.name),
               *(cpp_int(v, f"layer {name!r} run-time argument") for v in (launch.split_k, launch.raster, launch.swizzle)),
               *(cpp_int(v, f"layer {name!r} tile") for v in (config.tile.m, config.tile.n, config.tile.k)),
-              cpp_double(entry.get("runtime_us"), f"layer {name!r} runtime_us"),
-              cpp_string(config.name), cpp_string(entry.get("date", "")),
+              cpp_double(entry.runtime_us, f"layer {name!r} runtime_us"),
+              cpp_string(config.name), cpp_string(entry.date),
               cpp_string(problem.epilogue.key),
               *("true" if on else "false" for on in (problem.epilogue.scale, problem.epilogue.bias,
                                                       problem.epilogue.residual)),
@@ -113,8 +106,9 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
     aliases, rows, for_each, families, configs, problems = [], [], [], {}, {}, []
     alias_of = layer_aliases(sorted(map(str, layers)))
-    for index, (name, entry) in enumerate(sorted(layers.items())):
-        problem = _problem(entry, name)
+    for index, (name, raw) in enumerate(sorted(layers.items())):
+        entry = BestEntry.parse(str(name), raw)
+        problem = entry.problem
         problems.append((name, problem))
         config = entry_config(entry, name, problem)
         family = registry.family_of(config)
@@ -152,7 +146,7 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
 
 
 def tuned_problems(folder: Path) -> set[ConvProblem]:
-    return {_problem(entry, name) for name, entry in read_best(folder)["layers"].items()}
+    return {entry.problem for entry in best_entries(folder).values()}
 
 
 def export_header(folder: Path, nodes: list[tuple[str, ConvProblem]] = (), network: str = "") -> Path:

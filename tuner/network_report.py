@@ -20,8 +20,8 @@ from rich.table import Table
 from tuner.epilogue import Epilogue
 from tuner.network import ImportedLayer, Network
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.problem import ConvProblem, ProblemError, problem_from_dict
-from tuner.results import gpu_slugs, read_bench, read_best, recorded_gpu_dir
+from tuner.problem import ConvProblem
+from tuner.results import best_entries, gpu_slugs, read_bench, recorded_gpu_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,12 +62,9 @@ def _one_run(folder: Path) -> dict:
 
 
 def _by_problem(folder: Path) -> dict[ConvProblem, str]:
-    named = {}
-    for name, entry in read_best(folder)["layers"].items():
-        try:
-            named.setdefault(problem_from_dict(entry["problem"]), name)
-        except (ProblemError, KeyError, TypeError):
-            continue
+    named: dict[ConvProblem, str] = {}
+    for name, entry in best_entries(folder).items():
+        named.setdefault(entry.problem, name)
     return named
 
 

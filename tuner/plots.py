@@ -11,8 +11,8 @@ import optuna
 
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.problem import problem_from_dict
-from tuner.results import JOURNAL_FILE, ResultsError, gpu_slugs, read_best, readable_journal, recorded_gpu_dir
+from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, readable_journal,
+                           recorded_gpu_dir)
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -93,20 +93,20 @@ def _save(plt, figure, path: Path) -> Path:
     return path
 
 
-def summary_plot(best: dict, ceilings, path: Path) -> Path:
+def summary_plot(best: dict[str, BestEntry], ceilings, path: Path) -> Path:
     """µs per layer and the share of the roofline (max of the matrix and the copy floor) it reaches."""
     plt = _pyplot()
-    names = sorted(best["layers"])
-    entries = [best["layers"][n] for n in names]
-    runtime = [e["runtime_us"] for e in entries]
+    names = sorted(best)
+    entries = [best[n] for n in names]
+    runtime = [e.runtime_us for e in entries]
     shares = []
     for entry in entries:
-        problem = problem_from_dict(entry["problem"])
+        problem = entry.problem
         floor_us = max(problem.flops / (ceilings.matmul_tflops * 1e12),
                        problem.bytes_moved / (ceilings.copy_gbps * 1e9)) * 1e6
-        shares.append(100 * floor_us / entry["runtime_us"])
+        shares.append(100 * floor_us / entry.runtime_us)
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(14, 8))
-    families = [entry.get("family", "sm80") for entry in entries]
+    families = [entry.family for entry in entries]
     colours = [family_colour(family) for family in families]
     top.bar(range(len(names)), runtime, color=colours)
     from matplotlib.patches import Patch
@@ -141,10 +141,10 @@ def main(argv: list[str], console) -> int:
     if len(slugs) != 1:
         raise ResultsError(f"say which GPU with --gpu (found {slugs or 'no results/<gpu>/best.yaml'})")
     folder = recorded_gpu_dir(args.results_dir, slugs[0])
-    best = read_best(folder)
-    wanted = args.layers.split(",") if args.layers else sorted(best["layers"])
+    best = best_entries(folder)
+    wanted = args.layers.split(",") if args.layers else sorted(best)
     for layer in wanted:
-        if layer not in best["layers"]:
+        if layer not in best:
             raise ResultsError(f"layer {layer!r} is not in {folder / 'best.yaml'}")
     if args.storage is None and not (folder / JOURNAL_FILE).is_file():  # reading must not create one
         console.print(f"[yellow]no {folder / JOURNAL_FILE}: the summary only, no per-layer plots[/]")
@@ -157,13 +157,13 @@ def main(argv: list[str], console) -> int:
             console.print(f"[yellow]{folder / JOURNAL_FILE} line {damaged} is not a journal record: the "
                           f"{damaged - 1} lines before it are drawn, the rest is left out[/]")
     for layer in wanted:
-        entry = best["layers"][layer]
+        entry = best[layer]
         try:
-            study = optuna.load_study(study_name=entry["study"]["name"], storage=storage)
+            study = optuna.load_study(study_name=str(entry.study_name), storage=storage)
         except KeyError:
             console.print(f"[yellow]{layer}: its study is not in the storage; no per-layer plots[/]")
             continue
-        for path in layer_plots(study, layer, folder / "plots", entry.get("family")):
+        for path in layer_plots(study, layer, folder / "plots", entry.family):
             console.print(f"wrote {path}")
     console.print(f"wrote {summary_plot(best, measured_ceilings(folder), folder / 'plots' / 'summary.png')}")
     return 0

@@ -234,6 +234,14 @@ class BestEntry:
     params: tuple[tuple[str, object], ...]
     kernel: str
     runtime_us: float
+    date: str = ""
+    run: str | None = None          # the run id that wrote it (a resumed run skips the layer)
+    study_name: str | None = None   # its study in the storage
+    previous_us: float | None = None  # the entry it replaced, from another run
+
+    @property
+    def knobs(self) -> dict[str, object]:
+        return dict(self.params)
 
     @classmethod
     def parse(cls, layer: str, entry: object) -> "BestEntry":
@@ -259,7 +267,13 @@ class BestEntry:
             raise bad(f"kernel {kernel!r} is not a kernel name")
         if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not 0 < runtime < float("inf"):
             raise bad(f"runtime_us {runtime!r} is not a positive number")
-        return cls(problem, family, tuple(sorted(params.items())), kernel, float(runtime))
+        study, previous = entry.get("study"), entry.get("previous")
+        study_name = study.get("name") if isinstance(study, dict) else None
+        previous_us = previous.get("runtime_us") if isinstance(previous, dict) else None
+        run = entry.get("run")
+        return cls(problem, family, tuple(sorted(params.items())), kernel, float(runtime), str(entry.get("date") or ""),
+                   run if isinstance(run, str) else None, study_name if isinstance(study_name, str) else None,
+                   float(previous_us) if isinstance(previous_us, (int, float)) and previous_us > 0 else None)
 
 
 def read_best(folder: Path) -> dict:
@@ -285,6 +299,11 @@ def read_best(folder: Path) -> dict:
         except ResultsError as error:
             raise ResultsError(f"{path}: {error}; restore it from version control") from None
     return document
+
+
+def best_entries(folder: Path) -> dict[str, BestEntry]:
+    """best.yaml's layers as typed entries (checked as read_best checks them)."""
+    return {str(name): BestEntry.parse(str(name), entry) for name, entry in read_best(folder)["layers"].items()}
 
 
 def read_bench(folder: Path) -> dict:

@@ -14,7 +14,7 @@ from tuner.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.problem import ConvProblem
-from tuner.results import ResultsError
+from tuner.results import BestEntry, ResultsError
 from tuner.yamlfile import YamlFileError, read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,11 +48,10 @@ def make_config(problem: ConvProblem, family: str, params: dict) -> KernelConfig
     return registry.get(family).make_config(problem, params)
 
 
-def entry_config(entry: dict, layer: str, problem: ConvProblem) -> KernelConfig:
-    """The configuration a best.yaml entry records (sm80 where it names no family: written before
-    families); ResultsError when it cannot be read back."""
+def entry_config(entry: BestEntry, layer: str, problem: ConvProblem) -> KernelConfig:
+    """The configuration a best.yaml entry records; ResultsError when it cannot be read back."""
     try:
-        return make_config(problem, str(entry.get("family", "sm80")), dict(entry["params"]))
+        return make_config(problem, entry.family, entry.knobs)
     except (KeyError, TypeError, ValueError, SpaceError) as error:
         raise ResultsError(f"best.yaml layer {layer!r}: unreadable kernel parameters ({error})") from None
 

@@ -21,10 +21,11 @@ from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure import Measurement
 from tuner.ncu import LaunchStats
 from tuner.epilogue import Epilogue
-from tuner.problem import ConvProblem, Layer, ProblemError, problem_from_dict, problem_to_dict
+from tuner.problem import ConvProblem, Layer, problem_to_dict
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
-from tuner.results import ResultsError, append_history, gpu_dir, read_best, study_storage, update_best
+from tuner.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, study_storage,
+                           update_best)
 from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems)
 from tuner.status import Status
@@ -118,12 +119,12 @@ def twin_seeds(folder: Path | None, storage, problem: ConvProblem, joint: JointS
     if folder is None or not problem.epilogue.fused:
         return []
     bare = replace(problem, epilogue=Epilogue())
-    for entry in read_best(folder)["layers"].values():
+    for entry in best_entries(folder).values():
+        if entry.problem != bare or entry.study_name is None:
+            continue
         try:
-            if problem_from_dict(entry["problem"]) != bare:
-                continue
-            twin = optuna.load_study(study_name=entry["study"]["name"], storage=storage)
-        except (KeyError, TypeError, ProblemError, optuna.exceptions.OptunaError):
+            twin = optuna.load_study(study_name=entry.study_name, storage=storage)
+        except (KeyError, optuna.exceptions.OptunaError):
             continue
         seeds = []
         for record in ranked(twin, bare):
@@ -272,12 +273,11 @@ class TuningSession:
         self.evaluator.close()
 
     def tune_layer(self, layer: Layer) -> LayerOutcome:
-        previous = read_best(self.folder)["layers"].get(layer.name)
+        previous = best_entries(self.folder).get(layer.name)
         run_id = self.options.run_id
-        if previous and run_id and previous.get("run") == run_id:
+        if previous and run_id and previous.run == run_id:
             self.console.print(f"[bold]{layer.name}[/]: finished earlier in run {run_id}")
-            before = (previous.get("previous") or {}).get("runtime_us")
-            return LayerOutcome(layer.name, previous["runtime_us"], before, previous.get("kernel"), 0, skipped=True)
+            return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
         joint = layer_space(self.spaces, layer.problem, self.device)
         valid = joint_valid_configs(joint, layer.problem, self.device)
         report.print_space(self.console, layer.name, layer.problem, joint, valid)
@@ -298,9 +298,10 @@ class TuningSession:
                            f"{report.outcome_line(display.outcomes)}")
         entry = self.finish(layer, study, joint, reference, measured, tuner.run_id, previous)
         if entry is None:
-            return LayerOutcome(layer.name, None, previous and previous.get("runtime_us"), None, measured)
-        if previous and previous.get("run") != tuner.run_id:
-            entry["previous"] = {k: previous.get(k) for k in ("runtime_us", "kernel", "run", "date")}
+            return LayerOutcome(layer.name, None, previous and previous.runtime_us, None, measured)
+        if previous and previous.run != tuner.run_id:
+            entry["previous"] = {"runtime_us": previous.runtime_us, "kernel": previous.kernel, "run": previous.run,
+                                 "date": previous.date}
         update_best(self.folder, layer.name, entry, table_header(self.device))
         append_history(self.folder, {"layer": layer.name, "kernel": entry["kernel"], "runtime_us": entry["runtime_us"],
                                      "measured": measured, "study": study.study_name, "run": tuner.run_id})
@@ -309,7 +310,7 @@ class TuningSession:
                             entry["kernel"], measured)
 
     def finish(self, layer: Layer, study, joint: JointSpace, reference: KernelConfig | None, measured: int,
-               run_id: str, previous: dict | None = None) -> dict | None:
+               run_id: str, previous: BestEntry | None = None) -> dict | None:
         """Re-measure the finalists side by side, explain them, and build the layer's best entry."""
         device, options, console = self.device, self.options, self.console
         records = sorted(recorded_trials(study, layer.problem).values(), key=lambda r: r.number)
@@ -344,7 +345,7 @@ class TuningSession:
                           profiles.get(winner.label), run_id, rows)
 
 
-def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: dict | None,
+def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: BestEntry | None,
                      problem: ConvProblem, device: DeviceFacts,
                      joint: JointSpace | None = None) -> list[tuple[str, KernelConfig]]:
     """The study's `top` fastest; the fastest of each other family of the study (so that the table
@@ -357,7 +358,7 @@ def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig 
         fastest = next((r.config for r in best if r.config.family == family), None)
         extra.append((f"best {family}", fastest))
     extra.append(("reference", reference))
-    if previous and previous.get("params"):
+    if previous is not None:
         try:
             extra.append(("previous", entry_config(previous, "previous", problem)))
         except ResultsError:  # an entry written by an older search space: nothing to re-measure
