@@ -20,7 +20,7 @@ left=$(( 540 - ($(date +%s) - t0) ))
 grep -E "^one run" -A1 "$OUT/bench.log" 2>/dev/null | tail -8
 for spec in "$net $batch" "resnet50 32" "resnet50 1"; do
   set -- $spec
-  python3 tune.py report --torchvision "$1" --batch "$2" > "$OUT/report_${1}_b$2.log" 2>&1
+  python3 tune.py report --torchvision "$1" --batch "$2" --gpu "$slug" > "$OUT/report_${1}_b$2.log" 2>&1
   tail -4 "$OUT/report_${1}_b$2.log"
 done
 cp results/$slug/plots/report_*.png "$OUT/" 2>/dev/null

@@ -76,7 +76,7 @@ def test_identical_problems_are_tuned_once_with_their_count_and_nodes(tmp_path):
     network = from_onnx(save(tmp_path / "twice.onnx", nodes, [weight("w1", 16, 16, 3, 3), weight("w2", 16, 16, 3, 3)]),
                         batch=2)
     assert len(network.layers) == 1 and network.layers[0].count == 2
-    assert network.layers[0].nodes == ("first", "second") and network.layers[0].name == "first"
+    assert network.layers[0].nodes == ("first", "second") and network.layers[0].name == "twice_b2_first"
 
 
 def test_a_depthwise_conv_is_listed_with_its_reason(tmp_path):

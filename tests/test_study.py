@@ -114,11 +114,12 @@ RUN_IDS = (f"test-run-{i}" for i in itertools.count())
 
 
 class Setup:
-    def __init__(self, problem, space, device, storage=None, seed=0, jobs=2, run_id=None, **evaluator_options):
+    def __init__(self, problem, space, device, storage=None, seed=0, jobs=2, run_id=None, layer="conv_1",
+                 **evaluator_options):
         self.problem, self.device = problem, device
         self.space = JointSpace((space,)) if isinstance(space, SearchSpace) else space
         self.storage = storage or optuna.storages.InMemoryStorage()
-        self.name = study_name(device, "conv_1", problem, self.space)
+        self.name = study_name(device, layer, problem, self.space)
         self.study = open_study(self.name, self.storage, seed, self.space)
         self.compiler = FakeCompiler(jobs=jobs)
         self.evaluator = FakeEvaluator(self.compiler, **evaluator_options)
@@ -471,6 +472,19 @@ def test_a_changed_space_is_a_new_study_that_carries_over_what_fits(conv_1, h100
     assert {k for k in recorded_trials(wider.study, conv_1) if dict(k)["sm80.tile"] == str(tiles[0])} == set(carried)
     reopened = Setup(conv_1, _with_tiles(sm80_space, tiles[:1]), h100, storage=storage)
     assert len(reopened.study.trials) == len(narrow.study.trials)  # carried once, when created
+
+
+def test_the_same_problem_under_another_layer_name_starts_from_its_measurements(conv_1, h100, sm80_space):
+    """An imported network's conv with the problem of a table layer (vgg11_b32_features_16 and the
+    layer of the same shape, say) is tuned once: its study opens with the other's measurements."""
+    storage = optuna.storages.InMemoryStorage()
+    table = Setup(conv_1, sm80_space, h100, storage=storage)
+    table.tuner.run(6)
+    imported = Setup(conv_1, sm80_space, h100, storage=storage, layer="net_b1_conv")
+    assert imported.name != table.name
+    assert set(recorded_trials(imported.study, conv_1)) == set(recorded_trials(table.study, conv_1))
+    other = dataclasses.replace(conv_1, k=conv_1.k * 2)
+    assert recorded_trials(Setup(other, sm80_space, h100, storage=storage, layer="wider").study, other) == {}
 
 
 def test_a_killed_compile_fails_the_trial_for_a_retry_instead_of_recording_it(conv_1, h100, sm80_space):

@@ -90,7 +90,8 @@ def test_two_convs_meeting_at_an_add_fuse_it_once():
 def test_identical_problems_merge_with_their_nodes():
     module = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
     network = from_torch(module, (2, 16, 8, 8))
-    assert [(layer.name, layer.nodes) for layer in network.layers] == [("n_0", ("0", "2"))]
+    assert [(layer.name, layer.nodes) for layer in network.layers] == [("sequential_b2_0", ("0", "2"))]
+    assert from_torch(module, (4, 16, 8, 8), "net").layers[0].name == "net_b4_0"
 
 
 class Branchy(nn.Module):
@@ -172,7 +173,7 @@ def test_torchvision_on_the_command_line(tmp_path):
     started = time.monotonic()
     result = tune("--torchvision", "tiny", "--batch", "8", "--list-layers", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "n_0" in result.stdout and "scale+bias+relu" in result.stdout
+    assert "tiny_b8_0" in result.stdout and "scale+bias+relu" in result.stdout
     assert "not tuned: 3: depthwise convolution" in result.stdout
     assert time.monotonic() - started < 30
 

@@ -178,7 +178,7 @@ class _OnnxGraph:
             raise NetworkError(f"{self.path}: the model has no Conv node: nothing to tune")
         ops = [Op(node.name or node.output[0], self.kind(node), tuple(node.input), tuple(node.output))
                for node in self.graph.node]
-        return assemble(convs, ops, self.shapes, {o.name for o in self.graph.output})
+        return assemble(convs, ops, self.shapes, {o.name for o in self.graph.output}, self.path.stem)
 
 
 class _Epilogues:
@@ -259,7 +259,8 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
         return str(error)
 
 
-def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], graph_outputs: set[str]) -> Network:
+def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], graph_outputs: set[str],
+             network: str) -> Network:
     """The network from a frontend's convolutions and operator graph: each conv's epilogue read from what
     follows it, identical problems merged (count and nodes), the rest listed with their reasons."""
     epilogues = _Epilogues(ops, shapes, graph_outputs)
@@ -273,14 +274,16 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
             continue
         not_fused += skipped
         problems.setdefault(problem, []).append(conv.node)
-    return Network(_named(problems), tuple(unsupported), tuple(not_fused))
+    return Network(_named(problems, network), tuple(unsupported), tuple(not_fused))
 
 
-def _named(problems: dict[ConvProblem, list[str]]) -> tuple[ImportedLayer, ...]:
+def _named(problems: dict[ConvProblem, list[str]], network: str) -> tuple[ImportedLayer, ...]:
+    """Layer names are the network's, its batch and the first node's: best.yaml is one table per GPU, so
+    features.0 of vgg11 at batch 32 must not take the place of another network's (or batch's)."""
     taken: Counter = Counter()
     layers = []
     for problem, nodes in problems.items():
-        base = layer_name(nodes[0])
+        base = layer_name(f"{network}_b{problem.n}_{nodes[0]}")
         taken[base] += 1
         name = base if taken[base] == 1 else f"{base}_{taken[base]}"
         layers.append(ImportedLayer(name, problem, tuple(nodes)))

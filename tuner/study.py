@@ -93,17 +93,21 @@ def joint_distributions(joint: JointSpace, family: str) -> dict[str, Categorical
 
 
 def carry_over(study: optuna.Study, joint: JointSpace) -> int:
-    """Copy into a new study the measured trials of the same layer's other studies (another search
-    space, another set of families, an older space file) whose configuration this space holds: the
-    sampler and the already-measured check start from them instead of from nothing. The newest
-    measurement of a configuration wins. Returns how many were copied."""
-    device_layer_shape, dtypes = study.study_name.rsplit("/", 2)[0], study.study_name.rsplit("/", 1)[1]
+    """Copy into a new study the measured trials of the same problem's other studies (another search
+    space, another set of families, an older space file, another layer name) whose configuration this
+    space holds: the sampler and the already-measured check start from them instead of from nothing.
+    The newest measurement of a configuration wins. Returns how many were copied."""
+    parts = study.study_name.split("/")
+    if len(parts) != 5:  # not a name study_name() made: no problem to match
+        return 0
+    device, shape, variant = parts[0], parts[2], parts[4]
     storage = study._storage
     fitting: dict[tuple, FrozenTrial] = {}
     for other in storage.get_all_studies():
-        name = other.study_name
-        if (name == study.study_name or name.rsplit("/", 2)[0] != device_layer_shape
-                or name.rsplit("/", 1)[1] != dtypes):
+        parts = other.study_name.split("/")
+        # The same problem under any layer name (the r50 table's and an imported network's, say)
+        if other.study_name == study.study_name or len(parts) != 5 or (parts[0], parts[2], parts[4]) != (
+                device, shape, variant):
             continue
         for trial in storage.get_all_trials(other._study_id, deepcopy=False,
                                             states=(TrialState.COMPLETE, TrialState.PRUNED)):

@@ -22,8 +22,9 @@ def _torch():
     return torch
 
 
-def from_torch(module, example_input) -> Network:
-    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape)."""
+def from_torch(module, example_input, name: str | None = None) -> Network:
+    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape);
+    `name` (default: the module's class, lower case) begins every layer's name."""
     torch = _torch()
     from torch._subclasses import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
@@ -43,7 +44,7 @@ def from_torch(module, example_input) -> Network:
     except Exception as error:
         raise NetworkError(f"{type(module).__name__} does not run on an input of shape {list(shape)} "
                            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
-    return _FxGraph(graph_module).network()
+    return _FxGraph(graph_module, name or type(module).__name__.lower()).network()
 
 
 def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
@@ -72,7 +73,7 @@ def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Ne
             raise NetworkError(f"torchvision cannot build {name} ({type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''})") from None
     size = image_size or IMAGE_SIZES.get(name, 224)
-    return from_torch(module, (batch, 3, size, size))
+    return from_torch(module, (batch, 3, size, size), name)
 
 
 @contextlib.contextmanager
@@ -98,8 +99,8 @@ def _parameters_on_meta(torch):
 
 
 class _FxGraph:
-    def __init__(self, graph_module):
-        self.graph_module = graph_module
+    def __init__(self, graph_module, name: str):
+        self.graph_module, self.name = graph_module, name
         self.modules = dict(graph_module.named_modules())
 
     def shape(self, node) -> tuple[int, ...] | None:
@@ -188,4 +189,4 @@ class _FxGraph:
         # A Conv op's name is its node's; ConvFacts names the module. The epilogue walk starts at the output.
         shapes = {node.name: list(self.shape(node) or ()) for node in nodes}
         outputs = {arg.name for node in nodes if node.op == "output" for arg in node.all_input_nodes}
-        return assemble(convs, ops, shapes, outputs)
+        return assemble(convs, ops, shapes, outputs, self.name)
