@@ -160,7 +160,7 @@ def summary_lines(reports: list[LayerReport]) -> list[str]:
 
 def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     """Bars per layer of count x µs: tuned beside its baseline, for each comparison that has figures."""
-    from tuner.plots import _pyplot
+    from tuner.plots import _pyplot, save_figure
 
     plt = _pyplot()
     shown = [r for r in reports if r.as_run or r.conv_alone]
@@ -180,11 +180,7 @@ def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     axes.set_xlabel("count x µs (graph replay, one run)")
     axes.set_title(title, fontsize=9)
     axes.legend(fontsize=7)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(plt, figure, path, size=None, dpi=120)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,8 +11,8 @@ import optuna
 
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, readable_journal,
-                           recorded_gpu_dir)
+from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, read_best,
+                           readable_journal, recorded_gpu_dir)
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -71,7 +71,7 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | Non
         warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
         axes = optuna_plots.plot_optimization_history(study)
         _retitle(axes, f"{layer}: optimisation history (µs, lower is better)")
-        written.append(_save(plt, axes.figure, folder / f"{layer}_history.png"))
+        written.append(save_figure(plt, axes.figure, folder / f"{layer}_history.png"))
         ranked = family_study(study, family) if family else study
         complete = [t for t in ranked.trials if t.state is optuna.trial.TrialState.COMPLETE]
         if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
@@ -80,20 +80,22 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | Non
             axes = optuna_plots.plot_param_importances(ranked, evaluator=evaluator)
             within = f" within {family}, {len(complete)} trials" if family else ""
             _retitle(axes, f"{layer}: parameter importances (PED-ANOVA{within})")
-            written.append(_save(plt, axes.figure, folder / f"{layer}_importances.png"))
+            written.append(save_figure(plt, axes.figure, folder / f"{layer}_importances.png"))
     return written
 
 
-def _save(plt, figure, path: Path) -> Path:
+def save_figure(plt, figure, path: Path, size: tuple[float, float] | None = (9, 5), dpi: int = 90) -> Path:
+    """Write the figure (at `size` inches; None keeps its own) and close it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.set_size_inches(9, 5)
+    if size is not None:
+        figure.set_size_inches(*size)
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    figure.savefig(path, dpi=dpi)
     plt.close(figure)
     return path
 
 
-def summary_plot(best: dict[str, BestEntry], ceilings, path: Path) -> Path:
+def summary_plot(best: dict[str, BestEntry], ceilings, path: Path, gpu_name: str) -> Path:
     """µs per layer and the share of the roofline (max of the matrix and the copy floor) it reaches."""
     plt = _pyplot()
     names = sorted(best)
@@ -115,15 +117,11 @@ def summary_plot(best: dict[str, BestEntry], ceilings, path: Path) -> Path:
                         for family in sorted(set(families))], title="kernel family")
     top.set_ylabel("µs (tuned)")
     top.set_yscale("log")
-    top.set_title(f"{(best.get('device') or {}).get('name', 'unknown GPU')}: tuned conv2d fprop per layer")
+    top.set_title(f"{gpu_name}: tuned conv2d fprop per layer")
     bottom.bar(range(len(names)), shares, color="tab:green")
     bottom.set_ylabel("% of roofline")
     bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
+    return save_figure(plt, figure, path, size=None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,5 +163,7 @@ def main(argv: list[str], console) -> int:
             continue
         for path in layer_plots(study, layer, folder / "plots", entry.family):
             console.print(f"wrote {path}")
-    console.print(f"wrote {summary_plot(best, measured_ceilings(folder), folder / 'plots' / 'summary.png')}")
+    gpu_name = (read_best(folder).get("device") or {}).get("name", "unknown GPU")
+    summary = summary_plot(best, measured_ceilings(folder), folder / "plots" / "summary.png", gpu_name)
+    console.print(f"wrote {summary}")
     return 0
