@@ -9,9 +9,11 @@ t0=$(date +%s)
 net=${NET:-vgg11}; batch=${BATCH:-32}; slug=nvidia-h100-80gb-hbm3
 layers_file=search_spaces/networks/${net}_b${batch}.yaml
 mkdir -p search_spaces/networks
+[ -n "${BEFORE:-}" ] && step before 120 bash -c "$BEFORE" && tail -3 "$OUT/before.log"
 python3 tune.py --torchvision "$net" --batch "$batch" --write-layers "$layers_file" && cp "$layers_file" "$OUT/"
 python3 tune.py --torchvision "$net" --batch "$batch" --list-layers > "$OUT/${net}_layers.log" 2>&1
-step tune "${TUNE_S:-420}" python3 tune.py --torchvision "$net" --batch "$batch" --trials "${TRIALS:-32}" --no-ncu \
+left=$(( ${TUNE_S:-420} - ($(date +%s) - t0) ))
+step tune "$left" python3 tune.py --torchvision "$net" --batch "$batch" --trials "${TRIALS:-32}" --no-ncu \
   --top 2 --confirm-rounds 2 --run-id "${net}-b${batch}-2026-11-23"
 grep -E "^wrote|finished earlier|trials in all|^error" "$OUT/tune.log" | tail -20
 left=$(( 540 - ($(date +%s) - t0) ))
