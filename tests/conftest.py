@@ -24,6 +24,9 @@ FIXTURES = Path(__file__).resolve().parent / "data" / "ncu"
 RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
 H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
 RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
+# RTX3060_CUTLASS's first launch in the layout of the GUI's Details page copied as text
+# (scripts/make_gui_copy_fixture.py): the same figures, another form.
+RTX3060_GUI_COPY = FIXTURES / "rtx3060_cutlass_conv_1_gui_copy.txt"
 H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
 
 H100 = DeviceFacts(

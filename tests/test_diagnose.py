@@ -611,3 +611,13 @@ def test_a_device_name_in_the_report_identifies_the_gpu_and_its_sm_count(tmp_pat
     assert (diagnosis.gpu.gpu.slug, diagnosis.gpu.how) == ("rtx4090", "the report's device name")
     assert diagnosis.kernels[0].limiter.startswith("small grid: 8 blocks on 128 SMs")
     assert "sm_count_inferred" not in [flag.code for flag in diagnosis.kernels[0].flags]
+
+
+def test_a_gui_copy_is_diagnosed_without_flags_from_its_device_name():
+    from conftest import RTX3060_GUI_COPY
+
+    result = run_diagnose(str(RTX3060_GUI_COPY))
+    out = " ".join(result.stdout.split())
+    assert result.returncode == 0, result.stderr
+    assert "NVIDIA GeForce RTX 3060 (rtx3060)" in out and "from the report's device name" in out
+    assert "small grid: 8 blocks on 28 SMs" in out and "latency-bound" in out

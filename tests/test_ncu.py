@@ -462,3 +462,37 @@ def test_a_large_binary_file_is_refused_by_its_first_bytes(tmp_path):
 def test_a_directory_is_not_a_report(tmp_path):
     with pytest.raises(NcuReportError, match="is not a file"):
         read_report(tmp_path)
+
+
+# --- the GUI's Details page copied as text ------------------------------------------------------
+
+def test_a_gui_copy_reads_as_the_text_report_it_was_made_from(rtx3060_launches):
+    from conftest import RTX3060_GUI_COPY
+    from tuner.ncu import parse_report
+
+    [gui] = parse_report(RTX3060_GUI_COPY.read_text())
+    text = rtx3060_launches[0]
+    assert gui.kernel_name == text.kernel_name and gui.device == 0
+    for name in ("Duration", "Registers Per Thread", "Grid Size", "Block Size", "Waves Per SM", "SM Busy",
+                 "Achieved Occupancy", "Block Limit Shared Mem"):
+        assert gui.metric(name).value == pytest.approx(text.metric(name).value, rel=1e-3), name
+        assert gui.metric(name).section == text.metric(name).section, name
+    assert LaunchStats.from_launch(gui).sm_throughput_pct == pytest.approx(11.38)
+    assert len(gui.rules) == len(text.rules) and "grid is too small" in gui.rules[0].text
+
+
+def test_a_gui_copy_with_space_separated_cells_and_size_column():
+    from tuner.ncu import parse_gui_report
+
+    text = ("Result  Size  Time  Cycles  GPU  SM Frequency  Process  Attributes\n"
+            "12 - 40 - conv2d_kernel  (2, 2, 256)x(16, 16, 1)  3.55 msecond  4,500,000  1 - NVIDIA H100 80GB HBM3"
+            "  1.75 cycle/nsecond  [77] app\n"
+            "Launch Statistics\n"
+            "Grid Size\t1024\tBlock Size\t256\n"
+            "Registers Per Thread [register/thread]\t30\n"
+            "The grid is fine.\n")
+    [launch] = parse_gui_report(text)
+    assert (launch.kernel_name, launch.grid, launch.block, launch.device) == ("conv2d_kernel", (2, 2, 256),
+                                                                              (16, 16, 1), 1)
+    assert launch.metric("Registers Per Thread").value == 30 and launch.metric("Grid Size").section == "Launch Statistics"
+    assert [rule.text for rule in launch.rules] == ["The grid is fine."]

@@ -1,4 +1,5 @@
-"""Read Nsight Compute (ncu) reports: `--page details` text (old and new layouts) and `--csv` output."""
+"""Read Nsight Compute (ncu) reports: `--page details` text (old and new layouts), `--csv` output, and
+the GUI's Details page copied as text."""
 from __future__ import annotations
 
 import math
@@ -84,7 +85,8 @@ def _metric(section: str, name: str, unit: str, value: str) -> NcuMetric:
     return NcuMetric(section, name.strip(), normalise_unit(unit.strip()), parse_value(value.strip()))
 
 
-_REPORT_HINT = "expected the output of `ncu --page details` (text) or `ncu --csv --page details`"
+_REPORT_HINT = ("expected the output of `ncu --page details` (text), `ncu --csv --page details`, or the Nsight "
+                "Compute GUI's Details page copied as text")
 _BINARY = "the report is binary (an .ncu-rep?); export it with `ncu --import FILE --page details`"
 
 
@@ -276,12 +278,78 @@ def parse_csv_report(text: str) -> list[NcuLaunch]:
     return _require_launches(launches)
 
 
+# --- the GUI's Details page copied as text ---------------------------------------------------------
+
+# The result table's header row, its cells tab- (or, pasted through an editor, space-) separated.
+_GUI_HEADER = re.compile(r"^\s*Result\s+Size\s+Time\s+Cycles\s+GPU\s+SM Frequency\s+Process\s+Attributes\s*$",
+                         re.MULTILINE)
+_GUI_CELLS = re.compile(r"\t|\s{2,}")
+_GUI_SIZE = re.compile(r"\((\d+, \d+, \d+)\)\s*x\s*\((\d+, \d+, \d+)\)")
+_GUI_RESULT_ID = re.compile(r"^\s*(?:\d+\s+-\s+)+")  # "0 - 47 - " before the kernel's name
+_GUI_DEVICE = re.compile(r"^\s*(\d+)\s+-\s+")
+_GUI_METRIC = re.compile(r"^(?P<name>.+?)(?:\s*\[(?P<unit>[^\]]*)\])?$")
+
+
+def _gui_pairs(line: str) -> list[tuple[str, str]] | None:
+    """`Name [unit]<TAB>value` pairs (one or two a line), or None for a line that is not one."""
+    cells = [cell.strip() for cell in line.split("\t")]
+    while cells and not cells[-1]:
+        cells.pop()
+    if len(cells) < 2 or len(cells) % 2:
+        return None
+    return list(zip(cells[::2], cells[1::2]))
+
+
+def parse_gui_report(text: str) -> list[NcuLaunch]:
+    """Parse the Nsight Compute GUI's Details page copied as text: the result row under its header,
+    then section titles, `Name [unit]<TAB>value` pairs and the rules' descriptions between them."""
+    _require_text(text)
+    launches = []
+    headers = list(_GUI_HEADER.finditer(text))
+    for index, header in enumerate(headers):
+        end = headers[index + 1].start() if index + 1 < len(headers) else len(text)
+        lines = text[header.end():end].strip("\n").splitlines()
+        if not lines:
+            continue
+        cells = [cell.strip() for cell in _GUI_CELLS.split(lines[0].strip())]
+        size = _GUI_SIZE.search(lines[0])
+        device = next((_GUI_DEVICE.match(cell) for cell in cells[1:] if _GUI_DEVICE.match(cell)), None)
+        name = _GUI_RESULT_ID.sub("", cells[0]) if cells else ""
+        metrics: list[NcuMetric] = []
+        rules: list[NcuRule] = []
+        section, previous_text = "", None
+        for line in lines[1:]:
+            pairs = _gui_pairs(line)
+            if pairs is None:
+                if line.strip():
+                    if previous_text is not None:  # two text lines in a row: the first was a rule
+                        rules.append(_rule("", previous_text))
+                    previous_text = line.strip()
+                continue
+            if previous_text is not None:  # the text line right above metric pairs is their section
+                section, previous_text = previous_text, None
+            for label, value in pairs:
+                parts = _GUI_METRIC.match(label)
+                metrics.append(_metric(section, parts["name"], parts["unit"] or "", value))
+        if previous_text is not None:
+            rules.append(_rule("", previous_text))
+        if name and metrics:
+            launches.append(NcuLaunch(name, _dims(size[1]) if size else None, _dims(size[2]) if size else None,
+                                      int(device[1]) if device else None, None, tuple(metrics), tuple(rules)))
+    return _require_launches(launches)
+
+
 # --- reading a file ------------------------------------------------------------------------------
 
 
 def parse_report(text: str) -> list[NcuLaunch]:
-    """Parse a text or CSV report, whichever `text` is."""
-    return parse_csv_report(text) if _CSV_HEADER.search(text) else parse_text_report(text)
+    """Parse a report in whichever form `text` is: CLI details text, `--csv --page details`, or the
+    GUI's Details page copied as text."""
+    if _CSV_HEADER.search(text):
+        return parse_csv_report(text)
+    if _GUI_HEADER.search(text):
+        return parse_gui_report(text)
+    return parse_text_report(text)
 
 
 # Text reports run some 20 KB per launch: 64 MiB is thousands of launches, and parses in a few seconds.
@@ -395,8 +463,9 @@ class LaunchStats:
         block_size = _count(_number(launch, ("Block Size",), _LAUNCH))
         return cls(
             duration_us=_microseconds(launch, "Duration"),
-            sm_throughput_pct=_number(launch, ("Compute (SM) Throughput", "Compute (SM) [%]"), _SOL),
-            memory_throughput_pct=_number(launch, ("Memory Throughput", "Memory [%]"), _SOL),
+            # old text names the percentages in the name; the GUI's copy puts "[%]" as the unit
+            sm_throughput_pct=_number(launch, ("Compute (SM) Throughput", "Compute (SM) [%]", "Compute (SM)"), _SOL),
+            memory_throughput_pct=_number(launch, ("Memory Throughput", "Memory [%]", "Memory"), _SOL),
             dram_throughput_pct=_number(launch, ("DRAM Throughput",), _SOL),
             grid_blocks=grid_size if grid_size is not None else _volume(launch.grid),
             block_threads=block_size if block_size is not None else _volume(launch.block),
