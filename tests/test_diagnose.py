@@ -621,3 +621,13 @@ def test_a_gui_copy_is_diagnosed_without_flags_from_its_device_name():
     assert result.returncode == 0, result.stderr
     assert "NVIDIA GeForce RTX 3060 (rtx3060)" in out and "from the report's device name" in out
     assert "small grid: 8 blocks on 28 SMs" in out and "latency-bound" in out
+
+
+def test_a_raw_csv_report_is_diagnosed_with_its_device_and_its_small_grid():
+    from conftest import H100_CUDNN_FORMS
+
+    result = run_diagnose(str(H100_CUDNN_FORMS["raw.csv"]))
+    out = " ".join(result.stdout.split())
+    assert result.returncode == 0, result.stderr
+    assert "NVIDIA H100 80GB HBM3" in out and "small grid: 120 blocks on 132 SMs" in out
+    assert "tensor cores: yes" in out

@@ -496,3 +496,79 @@ def test_a_gui_copy_with_space_separated_cells_and_size_column():
                                                                               (16, 16, 1), 1)
     assert launch.metric("Registers Per Thread").value == 30 and launch.metric("Grid Size").section == "Launch Statistics"
     assert [rule.text for rule in launch.rules] == ["The grid is fine."]
+
+
+# --- one launch in three of ncu's forms -------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["details.txt", "details.csv", "raw.csv"])
+def test_every_form_of_one_recorded_launch_gives_the_same_figures(form):
+    from conftest import H100_CUDNN_FORMS
+    from tuner.ncu import parse_report
+
+    [launch] = parse_report(H100_CUDNN_FORMS[form].read_text())
+    stats = LaunchStats.from_launch(launch)
+    assert launch.kernel_name.startswith("sm90_xmma_fprop_implicit_gemm") and launch.grid == (15, 8, 1)
+    assert (stats.grid_blocks, stats.block_threads, stats.registers_per_thread) == (120, 384, 168)
+    assert stats.sm_count == 132 and stats.waves_per_sm == pytest.approx(0.91)
+    assert stats.duration_us == pytest.approx(25.28, rel=0.01)
+    assert stats.sm_throughput_pct == pytest.approx(31.7, rel=0.01)
+    assert stats.memory_throughput_pct == pytest.approx(37.91, rel=0.01)
+
+
+def test_the_raw_page_keeps_every_metric_under_its_own_name():
+    from conftest import H100_CUDNN_FORMS
+    from tuner.ncu import parse_raw_csv_report
+
+    [launch] = parse_raw_csv_report(H100_CUDNN_FORMS["raw.csv"].read_text())
+    assert launch.metric("launch__registers_per_thread", "raw").value == 168
+    assert launch.metric("device__attribute_display_name", "raw").value == "NVIDIA H100 80GB HBM3"
+    assert launch.metric("Registers Per Thread", "Launch Statistics").value == 168
+
+
+def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, monkeypatch):
+    """A stand-in for Nsight Compute's report interface: the launch's metrics become the raw page's."""
+    import sys
+    import textwrap
+    from tuner.ncu import read_report
+
+    (tmp_path / "ncu_report.py").write_text(textwrap.dedent('''
+        METRICS = {"launch__grid_dim_x": ("", "15"), "launch__grid_dim_y": ("", "8"), "launch__grid_dim_z": ("", "1"),
+                   "launch__block_dim_x": ("", "384"), "launch__block_dim_y": ("", "1"),
+                   "launch__block_dim_z": ("", "1"), "launch__grid_size": ("", "120"),
+                   "launch__registers_per_thread": ("register/thread", "168"),
+                   "gpu__time_duration.sum": ("ns", "25,280")}
+        class Metric:
+            def __init__(self, unit, value): self._unit, self._value = unit, value
+            def unit(self): return self._unit
+            def as_string(self): return self._value
+        class Action:
+            def name(self): return "sm90_xmma_fprop"
+            def metric_names(self): return list(METRICS)
+            def metric_by_name(self, name): return Metric(*METRICS[name])
+        class Range:
+            def num_actions(self): return 1
+            def action_by_idx(self, index): return Action()
+        class Context:
+            def num_ranges(self): return 1
+            def range_by_idx(self, index): return Range()
+        def load_report(path): return Context()
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ncu_report", raising=False)
+    report = tmp_path / "one.ncu-rep"
+    report.write_bytes(b"\0binary")
+    [launch] = read_report(report)
+    stats = LaunchStats.from_launch(launch)
+    assert (launch.grid, launch.block, stats.registers_per_thread) == ((15, 8, 1), (384, 1, 1), 168)
+    assert stats.duration_us == pytest.approx(25.28)
+
+
+def test_an_ncu_rep_without_ncu_report_is_one_line(tmp_path, monkeypatch):
+    import tuner.ncu as ncu
+
+    monkeypatch.setattr(ncu, "_ncu_report_module", lambda: None)
+    report = tmp_path / "one.ncu-rep"
+    report.write_bytes(b"\0binary")
+    with pytest.raises(NcuReportError, match="needs Nsight Compute's Python report interface") as caught:
+        ncu.read_report(report)
+    assert "\n" not in str(caught.value)

@@ -1,5 +1,5 @@
-"""Read Nsight Compute (ncu) reports: `--page details` text (old and new layouts), `--csv` output, and
-the GUI's Details page copied as text."""
+"""Read Nsight Compute (ncu) reports: `--page details` text (old and new layouts), `--csv --page details`,
+`--csv --page raw`, and the GUI's Details page copied as text."""
 from __future__ import annotations
 
 import math
@@ -85,8 +85,8 @@ def _metric(section: str, name: str, unit: str, value: str) -> NcuMetric:
     return NcuMetric(section, name.strip(), normalise_unit(unit.strip()), parse_value(value.strip()))
 
 
-_REPORT_HINT = ("expected the output of `ncu --page details` (text), `ncu --csv --page details`, or the Nsight "
-                "Compute GUI's Details page copied as text")
+_REPORT_HINT = ("expected the output of `ncu --page details` (text), `ncu --csv --page details`, `ncu --csv "
+                "--page raw`, or the Nsight Compute GUI's Details page copied as text")
 _BINARY = "the report is binary (an .ncu-rep?); export it with `ncu --import FILE --page details`"
 
 
@@ -278,6 +278,74 @@ def parse_csv_report(text: str) -> list[NcuLaunch]:
     return _require_launches(launches)
 
 
+# --- raw page: one column per metric ------------------------------------------------------------
+
+_LAUNCH, _OCCUPANCY = "Launch Statistics", "Occupancy"
+# Raw metric names and the details-page names (and sections) the diagnosis reads them under.
+RAW_METRICS = {
+    "gpu__time_duration.sum": (_SOL, "Duration"),
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": (_SOL, "Compute (SM) Throughput"),
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": (_SOL, "Memory Throughput"),
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": (_SOL, "DRAM Throughput"),
+    "l1tex__throughput.avg.pct_of_peak_sustained_active": (_SOL, "L1/TEX Cache Throughput"),
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": (_SOL, "L2 Cache Throughput"),
+    "launch__block_size": (_LAUNCH, "Block Size"),
+    "launch__grid_size": (_LAUNCH, "Grid Size"),
+    "launch__registers_per_thread": (_LAUNCH, "Registers Per Thread"),
+    "launch__shared_mem_per_block_dynamic": (_LAUNCH, "Dynamic Shared Memory Per Block"),
+    "launch__shared_mem_per_block_static": (_LAUNCH, "Static Shared Memory Per Block"),
+    "launch__shared_mem_per_block_driver": (_LAUNCH, "Driver Shared Memory Per Block"),
+    "launch__waves_per_multiprocessor": (_LAUNCH, "Waves Per SM"),
+    "launch__cluster_size": (_LAUNCH, "Cluster Size"),
+    "device__attribute_multiprocessor_count": (_LAUNCH, "# SMs"),
+    "launch__occupancy_limit_registers": (_OCCUPANCY, "Block Limit Registers"),
+    "launch__occupancy_limit_shared_mem": (_OCCUPANCY, "Block Limit Shared Mem"),
+    "launch__occupancy_limit_warps": (_OCCUPANCY, "Block Limit Warps"),
+    "launch__occupancy_limit_blocks": (_OCCUPANCY, "Block Limit SM"),
+    "sm__maximum_warps_per_active_cycle_pct": (_OCCUPANCY, "Theoretical Occupancy"),
+    "sm__warps_active.avg.pct_of_peak_sustained_active": (_OCCUPANCY, "Achieved Occupancy"),
+}
+_RAW_FIXED = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+              "Grid Size", "Device", "CC")
+
+
+def raw_metrics(values: dict[str, tuple[str, str]]) -> tuple[NcuMetric, ...]:
+    """Metrics from raw name -> (unit, value): each raw metric under section "raw", and those RAW_METRICS
+    names again under their details-page name, so one reader serves both pages."""
+    metrics = [_metric("raw", name, unit, value) for name, (unit, value) in values.items()]
+    metrics += [_metric(section, shown, *values[name]) for name, (section, shown) in RAW_METRICS.items()
+                if name in values]
+    return tuple(metrics)
+
+
+def parse_raw_csv_report(text: str) -> list[NcuLaunch]:
+    """Parse `ncu --csv --page raw`: a header row of metric names, a row of units, a row per launch."""
+    _require_text(text)
+    header = _CSV_HEADER.search(text)
+    if header is None:
+        raise NcuReportError(f"no CSV header row (\"ID\",\"Process ID\",...) found; {_REPORT_HINT}")
+    rows = [row for row in csv.reader(io.StringIO(text[header.start():])) if row]
+    names, launches = rows[0], []
+    units = rows[1] if len(rows) > 1 and not (rows[1][0] or "").strip().isdigit() else [""] * len(names)
+    for row in rows[1:]:
+        if not row[0].strip().isdigit() or len(row) != len(names):
+            continue  # the units row, ==PROF== lines, a row cut short
+        cells = dict(zip(names, row))
+        values = {name: (unit, value) for name, unit, value in zip(names, units, row)
+                  if name not in _RAW_FIXED and value.strip()}
+        device = cells.get("Device", "").strip()
+        launches.append(NcuLaunch(cells.get("Kernel Name", ""), _csv_dims(cells.get("Grid Size")),
+                                  _csv_dims(cells.get("Block Size")), int(device) if device.isdigit() else None,
+                                  cells.get("CC", "").strip() or None, raw_metrics(values)))
+    return _require_launches(launches)
+
+
+def _is_raw_csv(text: str) -> bool:
+    header = _CSV_HEADER.search(text)
+    first = text[header.start():text.find("\n", header.start())] if header else ""
+    return bool(header) and '"Metric Name"' not in first and "__" in first
+
+
 # --- the GUI's Details page copied as text ---------------------------------------------------------
 
 # The result table's header row, its cells tab- (or, pasted through an editor, space-) separated.
@@ -345,6 +413,8 @@ def parse_gui_report(text: str) -> list[NcuLaunch]:
 def parse_report(text: str) -> list[NcuLaunch]:
     """Parse a report in whichever form `text` is: CLI details text, `--csv --page details`, or the
     GUI's Details page copied as text."""
+    if _is_raw_csv(text):
+        return parse_raw_csv_report(text)
     if _CSV_HEADER.search(text):
         return parse_csv_report(text)
     if _GUI_HEADER.search(text):
@@ -377,8 +447,60 @@ def read_report_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _ncu_report_module():
+    """Nsight Compute's Python report interface: importable as it is (the ncu-report package, or
+    PYTHONPATH), else from the extras/python folder of the Nsight Compute that `ncu` on PATH belongs to."""
+    import importlib
+    import shutil
+    import sys
+
+    try:
+        return importlib.import_module("ncu_report")
+    except ImportError:
+        pass
+    ncu = shutil.which("ncu")
+    if ncu:
+        base = Path(ncu).resolve().parent
+        for folder in (base / "extras" / "python", base.parent / "extras" / "python",
+                       *base.parent.glob("nsight-compute*/extras/python")):
+            if (folder / "ncu_report.py").is_file():
+                sys.path.insert(0, str(folder))
+                return importlib.import_module("ncu_report")
+    return None
+
+
+def read_ncu_rep(path: Path) -> list[NcuLaunch]:
+    """An .ncu-rep file through ncu_report: every metric of every launch, as the raw page gives them."""
+    module = _ncu_report_module()
+    if module is None:
+        raise NcuReportError(f"{path} is an .ncu-rep: reading it needs Nsight Compute's Python report interface "
+                             "(pip install ncu-report, or ncu on PATH); or export it with `ncu --import FILE --csv "
+                             "--page raw`")
+    try:
+        context = module.load_report(str(path))
+        actions = [context.range_by_idx(r).action_by_idx(a) for r in range(context.num_ranges())
+                   for a in range(context.range_by_idx(r).num_actions())]
+    except Exception as error:  # noqa: BLE001 - whatever ncu_report raises for a damaged file
+        raise NcuReportError(f"{path}: ncu_report cannot read it ({type(error).__name__})") from None
+    launches = []
+    for action in actions:
+        values = {}
+        for name in action.metric_names():
+            metric = action.metric_by_name(name)
+            if metric is not None:
+                values[name] = (metric.unit() or "", metric.as_string())
+        grid = tuple(int(values[f"launch__grid_dim_{axis}"][1].replace(",", "")) for axis in "xyz") \
+            if all(f"launch__grid_dim_{axis}" in values for axis in "xyz") else None
+        block = tuple(int(values[f"launch__block_dim_{axis}"][1].replace(",", "")) for axis in "xyz") \
+            if all(f"launch__block_dim_{axis}" in values for axis in "xyz") else None
+        launches.append(NcuLaunch(action.name(), grid, block, None, None, raw_metrics(values)))
+    return _require_launches(launches)
+
+
 def read_report(path: Path) -> list[NcuLaunch]:
     """Read a report file; NcuReportError names the file and says in one line what is wrong with it."""
+    if path.suffix == ".ncu-rep" and path.is_file():
+        return read_ncu_rep(path)
     text = read_report_text(path)
     try:
         return parse_report(text)

@@ -122,12 +122,12 @@ def _us(value: float | None) -> str:
 
 def report_table(reports: list[LayerReport], title: str) -> Table:
     table = Table(title=title)
-    for column in ("layer", "count", "epilogue", "best.yaml layer", "tuned conv", "cuDNN", "ratio",
+    for column in ("node", "count", "epilogue", "best.yaml layer", "tuned conv", "cuDNN", "ratio",
                    "tuned as run", "PyTorch eager", "ratio", "torch.compile", "not counted"):
         table.add_column(column, overflow="fold")
     for report in reports:
         alone, run = report.conv_alone, report.as_run
-        table.add_row(report.layer.name, str(report.layer.count), report.layer.problem.epilogue.key,
+        table.add_row(report.layer.nodes[0], str(report.layer.count), report.layer.problem.epilogue.key,
                       (run or alone).entry if (run or alone) else "-",
                       _us(alone and alone.tuned_us), _us(alone and alone.baseline_us),
                       f"{alone.tuned_us / alone.baseline_us:.2f}" if alone else "-",
@@ -174,7 +174,7 @@ def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     for index, (label, value, colour) in enumerate(bars):
         widths = [(value(r) or 0) * r.layer.count for r in shown]
         axes.barh([i + index * height for i in y], widths, height=height, label=label, color=colour)
-    axes.set_yticks([i + 0.4 - height / 2 for i in y], [f"{r.layer.name} x{r.layer.count}" for r in shown],
+    axes.set_yticks([i + 0.4 - height / 2 for i in y], [f"{r.layer.nodes[0]} x{r.layer.count}" for r in shown],
                     fontsize=7)
     axes.invert_yaxis()
     axes.set_xlabel("count x µs (graph replay, one run)")
