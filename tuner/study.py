@@ -289,7 +289,7 @@ def fail_orphans(study: optuna.Study, now: dt.datetime | None = None) -> int:
         untagged_and_old = (not owner and trial.datetime_start is not None
                             and now - trial.datetime_start > UNTAGGED_GRACE)
         if untagged_and_old or (owner_host == host and pid.isdigit() and not _process_alive(int(pid))):
-            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
             orphans += 1
     return orphans
 
