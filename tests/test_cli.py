@@ -213,3 +213,18 @@ def test_a_family_that_cannot_fuse_a_part_names_it_and_who_can(monkeypatch, caps
     assert "sm90_gemm cannot fuse scale and residual into its epilogue" in message
     assert "families that fuse scale+bias+residual+relu: sm80, sm90_conv, sm90_s2d" in message
     cli.check_layers_runnable([layers["r50_s4_1x1_256to1024_b32"]], spaces, explicit=True)  # bare: runs
+
+
+def test_help_lists_every_command_with_its_summary():
+    import subprocess
+    import sys
+
+    from tuner.cli import COMMAND_SUMMARIES, COMMANDS
+
+    assert set(COMMAND_SUMMARIES) == set(COMMANDS)
+    result = subprocess.run([sys.executable, str(REPO / "tune.py"), "--help"], capture_output=True, text=True,
+                            timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+    assert result.returncode == 0
+    commands = result.stdout[result.stdout.index("commands:"):]
+    for name, summary in COMMAND_SUMMARIES.items():
+        assert f"{name} " in commands and summary.split(":")[0] in " ".join(commands.split()), name

@@ -39,19 +39,27 @@ EXIT_REGRESSION = 3
 MAX_TIMEOUT_S = 86400.0
 
 
+COMMAND_SUMMARIES = {
+    "diagnose": "explain an Nsight Compute report (any form): the GPU, the bound, the waste",
+    "export": "write results/<gpu>/best_configs.h for a C++ build",
+    "bench": "prove the search against exhaustive landscapes; time best.yaml beside cuDNN, cuBLAS, PyTorch",
+    "plots": "draw a GPU's results: optimisation history, importances, roofline share",
+    "report": "a network's convolution time, tuned against cuDNN and PyTorch (--onnx / --torchvision)",
+    "predict": "rank a layer's space for a GPU that need not be present, and show a configuration's waste",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py",
         description="Find the fastest correct CUTLASS conv2d fprop kernel per layer on this GPU, searching every "
                     "kernel family the GPU can run and the layer allows ("
                     + "; ".join(f"{family.name}: {family.summary}" for family in registry.families().values())
-                    + ") in one study per layer. "
-                    "Other commands (each with its own --help): `tune.py diagnose REPORT` explains an ncu report; "
-                    "`tune.py export` writes results/<gpu>/best_configs.h for a C++ build; `tune.py bench` proves "
-                    "the search against exhaustive landscapes and cuDNN/cuBLAS; `tune.py plots` draws a GPU's "
-                    "results; `tune.py report --onnx MODEL | --torchvision NAME --batch N` gives a network's "
-                    "convolution time, tuned against cuDNN and PyTorch; `tune.py predict --gpu NAME --layer L` "
-                    "ranks a layer's space for a GPU that need not be present.")
+                    + ") in one study per layer. The commands below each take their own --help.")
+    commands = parser.add_subparsers(title="commands", metavar="[COMMAND]", dest="command")
+    for name, summary in COMMAND_SUMMARIES.items():
+        # Listed here for --help; main() hands a command's arguments to its own parser.
+        commands.add_parser(name, help=summary, add_help=False)
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--layer", help="layer name from the layer table (see --list-layers)")
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
