@@ -102,3 +102,21 @@ def test_measurement_is_frozen_and_hashable():
     assert hash(m) == hash(Measurement(1.0, 0.9, 1.1, 30, 64, 2))
     with pytest.raises(AttributeError):
         m.median_us = 2.0
+
+
+def test_one_timing_loop_warms_up_then_times_each_replay_per_launch():
+    from tuner.measure import WARMUP_REPLAYS, time_replays
+
+    calls, timings = [], iter([2.0, 4.0, 3.0])
+
+    def replay():
+        calls.append("replay")
+
+    def timed_ms(run):
+        run()
+        return next(timings)
+
+    measurement = time_replays(replay, timed_ms, launches=10, copies=4, repeats=3)
+    assert len(calls) == WARMUP_REPLAYS + 3
+    assert measurement.median_us == 300.0 and measurement.repeats == 3  # 3 ms over 10 launches
+    assert (measurement.launches_per_replay, measurement.copies) == (10, 4)

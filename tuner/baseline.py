@@ -3,9 +3,7 @@ copies larger than 3x L2, median of the replays): cuDNN through PyTorch, and the
 matrix and copy ceilings. Runs inside the worker process; PyTorch is optional."""
 from __future__ import annotations
 
-import statistics
-
-from tuner.measure import launches_per_replay, rotation_copies
+from tuner.measure import launches_per_replay, rotation_copies, time_replays
 from tuner.problem import ConvProblem
 
 CEILING_MATMUL_SIZE = 8192
@@ -14,7 +12,7 @@ REPEATS = 20
 
 
 def _graph_time_us(torch, step, launches: int, repeats: int = REPEATS) -> float:
-    """Median device time of one `step(index)` over graph replays of `launches` steps."""
+    """Median device time of one `step(index)` over graph replays of `launches` steps (measure's loop)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -25,17 +23,16 @@ def _graph_time_us(torch, step, launches: int, repeats: int = REPEATS) -> float:
     with torch.cuda.graph(graph):
         for index in range(launches):
             step(index)
-    for _ in range(3):
-        graph.replay()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(repeats):
+
+    def timed_ms(replay) -> float:
         start.record()
-        graph.replay()
+        replay()
         stop.record()
         stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3 / launches)
-    return statistics.median(samples)
+        return start.elapsed_time(stop)
+
+    return time_replays(graph.replay, timed_ms, launches, copies=1, repeats=repeats).median_us
 
 
 def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:

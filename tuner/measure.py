@@ -68,6 +68,16 @@ def summarize(per_launch_us: list[float], launches: int, copies: int) -> Measure
     )
 
 
+def time_replays(replay: Callable[[], None], timed_ms: Callable[[Callable[[], None]], float], launches: int,
+                 copies: int, repeats: int = REPEATS) -> Measurement:
+    """The one timing loop, whatever captured the graph (CuPy here, PyTorch for the baselines): replay it
+    WARMUP_REPLAYS times, then `repeats` replays each timed by `timed_ms(replay)` (CUDA events around
+    it), per launch."""
+    for _ in range(WARMUP_REPLAYS):
+        replay()
+    return summarize([timed_ms(replay) * 1e3 / launches for _ in range(repeats)], launches, copies)
+
+
 def time_graph(launch: Callable[[int, int], None], copies: int, stream, repeats: int = REPEATS) -> Measurement:
     """Capture one graph of `launches` launches cycling over the copies, replay it, time each replay
     with CUDA events. `launch(copy_index, stream_ptr)` enqueues one launch on the stream."""
@@ -80,15 +90,13 @@ def time_graph(launch: Callable[[int, int], None], copies: int, stream, repeats:
         for index in range(launches):
             launch(index % copies, stream.ptr)
         graph = stream.end_capture()
-        for _ in range(WARMUP_REPLAYS):
-            graph.launch(stream)
-        stream.synchronize()
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        per_launch_us = []
-        for _ in range(repeats):
+
+        def timed_ms(replay: Callable[[], None]) -> float:
             start.record(stream)
-            graph.launch(stream)
+            replay()
             stop.record(stream)
             stop.synchronize()
-            per_launch_us.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3 / launches)
-    return summarize(per_launch_us, launches, copies)
+            return cupy.cuda.get_elapsed_time(start, stop)
+
+        return time_replays(lambda: graph.launch(stream), timed_ms, launches, copies, repeats)
