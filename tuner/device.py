@@ -1,6 +1,7 @@
 """Facts about the GPU at hand that the search space and the diagnosis depend on."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -79,3 +80,16 @@ def query_device(ordinal: int = 0) -> DeviceFacts:
 
 def device_from_dict(values: dict) -> DeviceFacts:
     return DeviceFacts(**values)
+
+
+def block_limits(registers_per_thread: int, smem_per_block: int, warps_per_block: int,
+                 device: DeviceFacts) -> dict[str, int]:
+    """Blocks per SM that each resource allows, as ncu's Occupancy section reports them."""
+    per_warp = math.ceil(registers_per_thread * 32 / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    warps_by_registers = device.registers_per_sm // per_warp if per_warp else device.max_warps_per_sm
+    return {
+        "registers": warps_by_registers // warps_per_block,
+        "shared_mem": device.smem_per_sm // (smem_per_block + DRIVER_SMEM_PER_BLOCK),
+        "warps": device.max_warps_per_sm // warps_per_block,
+        "sm": device.max_blocks_per_sm,
+    }

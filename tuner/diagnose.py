@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tuner.device import DRIVER_SMEM_PER_BLOCK, REGISTER_ALLOCATION_UNIT, DeviceFacts
+from tuner.device import DeviceFacts, block_limits
 from tuner import gpus
 from tuner.gpus import GpuSpec
 from tuner.ncu import (LaunchGroup, LaunchStats, NcuLaunch, NcuReportError, NcuRule, group_launches, metric_number,
@@ -192,19 +192,6 @@ def occupancy(facts: LaunchFacts) -> Occupancy:
 
 # --- facts of a compiled candidate ---------------------------------------------------------------
 
-
-
-def block_limits(registers_per_thread: int, smem_per_block: int, warps_per_block: int,
-                 device: DeviceFacts) -> dict[str, int]:
-    """Blocks per SM that each resource allows, as ncu's Occupancy section reports them."""
-    per_warp = math.ceil(registers_per_thread * 32 / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
-    warps_by_registers = device.registers_per_sm // per_warp if per_warp else device.max_warps_per_sm
-    return {
-        "registers": warps_by_registers // warps_per_block,
-        "shared_mem": device.smem_per_sm // (smem_per_block + DRIVER_SMEM_PER_BLOCK),
-        "warps": device.max_warps_per_sm // warps_per_block,
-        "sm": device.max_blocks_per_sm,
-    }
 
 
 def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, grid_blocks: int,

@@ -16,7 +16,8 @@ from tuner import gpus
 from tuner.choices import UsageError, chosen_spaces, positive
 from tuner.costmodel import Ceilings, predicted_us
 from tuner.device import DeviceFacts
-from tuner.diagnose import LaunchFacts, Occupancy, WasteFlag, block_limits, diagnose, kernel_facts, occupancy
+from tuner.device import block_limits
+from tuner.diagnose import LaunchFacts, Occupancy, WasteFlag, diagnose, kernel_facts, occupancy
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError
 from tuner.families.sm80.costmodel import REGISTER_OVERHEAD

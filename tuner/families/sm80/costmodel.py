@@ -2,7 +2,7 @@
 registers, and the tensor-core efficiency of its warp tiles (tuner/costmodel.py combines them)."""
 from __future__ import annotations
 
-from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
+from tuner.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm80.space import SMALL_CHANNELS, IteratorAlgorithm, Sm80Config, k_iterations, kernel_problem
 from tuner.problem import ConvProblem
@@ -25,10 +25,7 @@ PRIOR_SWIZZLE = 1
 
 def blocks_per_sm(config: Sm80Config, device: DeviceFacts) -> int:
     registers = min(255, config.warp_tile.m * config.warp_tile.n // 32 + REGISTER_OVERHEAD)
-    by_registers = device.registers_per_sm // (registers * config.threads)
-    by_smem = device.smem_per_sm // (config.mainloop_smem_bytes + DRIVER_SMEM_PER_BLOCK)
-    by_warps = device.max_warps_per_sm // config.warp_count
-    return max(1, min(by_registers, by_smem, by_warps, device.max_blocks_per_sm))
+    return max(1, min(block_limits(registers, config.mainloop_smem_bytes, config.warp_count, device).values()))
 
 
 def warp_efficiency(config: Sm80Config) -> float:

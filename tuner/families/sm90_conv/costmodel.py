@@ -3,7 +3,7 @@ the epilogue does not overlap the next tile's main loop (one tile per CTA), so a
 of the SM's tensor rate that grows with the tile; blocks per SM follow from shared memory."""
 from __future__ import annotations
 
-from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
+from tuner.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm90_conv.space import AUTO_STAGES, THREADS_PER_BLOCK, EpilogueSchedule, Sm90ConvConfig, k_steps
 from tuner.problem import ConvProblem
@@ -22,9 +22,8 @@ TILE_K_EXPONENT = 0.25
 
 
 def blocks_per_sm(config: Sm90ConvConfig, device: DeviceFacts) -> int:
-    by_smem = device.smem_per_sm // (config.smem_bytes + DRIVER_SMEM_PER_BLOCK)
-    by_threads = device.max_threads_per_sm // THREADS_PER_BLOCK
-    return max(1, min(by_smem, by_threads, device.max_blocks_per_sm))
+    # registers are not modelled here (the kernels' warpgroups set their own): smem, warps and blocks bind
+    return max(1, min(block_limits(0, config.smem_bytes, THREADS_PER_BLOCK // 32, device).values()))
 
 
 def cost_terms(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:

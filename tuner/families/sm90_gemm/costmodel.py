@@ -3,7 +3,7 @@ consumer warpgroups (ping-pong overlaps one tile's epilogue with the next tile's
 kernel is one consumer warpgroup, one tile per CTA. Stream-K balances the last wave."""
 from __future__ import annotations
 
-from tuner.device import DRIVER_SMEM_PER_BLOCK, DeviceFacts
+from tuner.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, EpilogueSchedule, Schedule,
                                             Scheduler, Sm90GemmConfig, k_steps)
@@ -19,9 +19,8 @@ TILE_K_EXPONENT = 0.5
 
 
 def blocks_per_sm(config: Sm90GemmConfig, device: DeviceFacts) -> int:
-    by_smem = device.smem_per_sm // (config.smem_bytes + DRIVER_SMEM_PER_BLOCK)
-    by_threads = device.max_threads_per_sm // THREADS[config.schedule]
-    return max(1, min(by_smem, by_threads, device.max_blocks_per_sm))
+    # registers are not modelled here (the kernels' warpgroups set their own): smem, warps and blocks bind
+    return max(1, min(block_limits(0, config.smem_bytes, THREADS[config.schedule] // 32, device).values()))
 
 
 def cost_terms(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
