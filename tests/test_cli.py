@@ -183,8 +183,9 @@ def test_the_command_line_sits_on_top(tmp_path):
         if path.name != "cli.py":
             assert "from tuner.cli" not in path.read_text() and "import tuner.cli" not in path.read_text(), path
     text = tune("--help", tmp_path=tmp_path).stdout
-    for command in ("diagnose", "export", "bench", "plots"):
-        assert f"tune.py {command}" in " ".join(text.split()), command
+    commands = text[text.index("commands:"):]
+    for command in ("diagnose", "export", "bench", "plots", "report", "predict"):
+        assert f" {command} " in " ".join(commands.split()), command
 
 
 # --- epilogues -----------------------------------------------------------------------------------------------
