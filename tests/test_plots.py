@@ -12,7 +12,7 @@ from tuner.problem import problem_to_dict
 from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.results import default_storage, gpu_dir, update_best
-from tuner.study import Tuner, open_study
+from tuner.study import StudyRunner, open_study
 
 pytest.importorskip("matplotlib")
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
@@ -28,7 +28,7 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
         knobs = zip(("tile", "warps", "stages", "swizzle", "iterator", "split_k"),
                     (row[0], row[1], int(row[2]), int(row[3]), row[4], int(row[5])))
         study.enqueue_trial({"family": "sm80", **{f"sm80.{name}": value for name, value in knobs}})
-    Tuner(study, conv_1, JointSpace((sm80_space,)), h100, ReplayCompiler(), ReplayEvaluator(record), run_id="plots").run(24)
+    StudyRunner(study, conv_1, JointSpace((sm80_space,)), h100, ReplayCompiler(), ReplayEvaluator(record), run_id="plots").run(24)
     entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
              "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0, "study": {"name": "conv_1-study"}}
     update_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})

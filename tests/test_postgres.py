@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.results import study_storage
 from tuner.space import JointSpace
-from tuner.study import Tuner, counted_in_run, open_study, params_key
+from tuner.study import StudyRunner, counted_in_run, open_study, params_key
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-two-hosts"
@@ -94,7 +94,7 @@ def _host(url: str, host: str, log: str, seed: int, delay: float, problem, space
     storage = study_storage(url, Path("unused"), "unused", heartbeat_s=HEARTBEAT_S, grace_s=GRACE_S)
     study = open_study("two-hosts", storage, seed)
     evaluator = _SlowReplay(read_record(RECORD, problem, "sm80"), Path(log), delay)
-    Tuner(study, problem, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
+    StudyRunner(study, problem, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
 
 
 def test_two_hosts_one_killed(tmp_path, postgres_url, conv_1, sm80_space, h100):

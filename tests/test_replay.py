@@ -15,7 +15,7 @@ from tuner.families.base import LaunchArgs
 from tuner.run import KernelBinary
 from tuner.families.sm80.space import make_config
 from tuner.status import Status
-from tuner.study import Tuner, counted_in_run, open_study
+from tuner.study import StudyRunner, counted_in_run, open_study
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-two-workers"
@@ -46,7 +46,7 @@ def _worker(journal: str, log: str, seed: int, conv_1, space, device) -> None:
     storage = JournalStorage(JournalFileBackend(journal))
     study = open_study("two-workers", storage, seed)
     evaluator = ReplayEvaluator(read_record(RECORD, conv_1, "sm80"), Path(log))
-    Tuner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
+    StudyRunner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
 
 
 def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):

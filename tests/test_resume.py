@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.study import Tuner, counted_in_run, fail_orphans, open_study
+from tuner.study import StudyRunner, counted_in_run, fail_orphans, open_study
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-resume"
@@ -38,7 +38,7 @@ def _tune(journal: str, log: str, conv_1, space, device, on_sigterm: bool) -> No
     fail_orphans(study)
     evaluator = SlowReplay(read_record(RECORD, conv_1, "sm80"), Path(log))
     try:
-        Tuner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
+        StudyRunner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
     except KeyboardInterrupt:
         pass
 

@@ -30,7 +30,7 @@ from tuner.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,
     StudyProgress,
     counted_in_run,
     fail_orphans,
-    Tuner,
+    StudyRunner,
     ask_config,
     open_study,
     params_key,
@@ -128,7 +128,7 @@ class Setup:
                                  on_compiled=self.events["compiled"].append,
                                  on_evaluated=self.events["evaluated"].append)
         self.run_id = run_id or next(RUN_IDS)
-        self.tuner = Tuner(self.study, problem, self.space, device, self.compiler, self.evaluator, progress,
+        self.tuner = StudyRunner(self.study, problem, self.space, device, self.compiler, self.evaluator, progress,
                            run_id=self.run_id)
 
     def trials(self, *states):
@@ -355,7 +355,7 @@ def test_a_small_space_is_exhausted(conv_1, h100):
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(study_name="tiny", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
     compiler = FakeCompiler()
-    tuner = Tuner(study, conv_1, space, h100, compiler, FakeEvaluator(compiler), run_id="tiny")
+    tuner = StudyRunner(study, conv_1, space, h100, compiler, FakeEvaluator(compiler), run_id="tiny")
     assert tuner.run(10) == 2  # only optimized, 2x2x1 warps, split-K 1 or 2 can run
     assert sorted(c.split_k for c in compiler.compiled) == [1, 2]
     assert len(study.trials) >= EXHAUSTED_AFTER_ASKS
@@ -386,10 +386,10 @@ def test_default_run_ids_are_unique(conv_1, sm80_space, h100, monkeypatch):
     monkeypatch.setattr(study_module, "dt", types.SimpleNamespace(datetime=FrozenClock, timezone=datetime.timezone))
     storage = optuna.storages.InMemoryStorage()
     first = Setup(conv_1, sm80_space, h100, storage=storage)
-    first_tuner = Tuner(first.study, conv_1, first.space, h100, first.compiler, first.evaluator)
+    first_tuner = StudyRunner(first.study, conv_1, first.space, h100, first.compiler, first.evaluator)
     assert first_tuner.run(2) == 2
     second = Setup(conv_1, sm80_space, h100, storage=storage)
-    second_tuner = Tuner(second.study, conv_1, second.space, h100, second.compiler, second.evaluator)
+    second_tuner = StudyRunner(second.study, conv_1, second.space, h100, second.compiler, second.evaluator)
     assert second_tuner.run_id != first_tuner.run_id
     assert second_tuner.run(2) == 2
 

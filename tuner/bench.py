@@ -43,7 +43,7 @@ from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gp
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.status import Status
-from tuner.study import Tuner, open_study, ranked, recorded_trials
+from tuner.study import StudyRunner, open_study, ranked, recorded_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = ("conv_1", "r50_s2_3x3_b1", "r50_s5_3x3_b1", "r50_s3_1x1_256to128_b32", "r50_s4_3x3_b32", "r50_s5_3x3_b32")
@@ -157,7 +157,7 @@ def replay_search(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, 
     for config in prior:
         study.enqueue_trial(joint_params(config))
     compiler = ReplayCompiler(jobs=8)
-    Tuner(study, problem, joint, device, compiler, ReplayEvaluator(record), run_id="replay").run(budget)
+    StudyRunner(study, problem, joint, device, compiler, ReplayEvaluator(record), run_id="replay").run(budget)
     best = ranked(study, problem)
     return (best[0].median_us if best else math.inf), len(compiler.kernels)
 
@@ -315,7 +315,7 @@ def product_search(layer: Layer, joint: JointSpace, device: DeviceFacts, make_co
     seed_study(study, layer.problem, joint, device, PRIOR_PICKS, ceilings)
     with tempfile.TemporaryDirectory(prefix="bench-cold-cache-") as cache:
         started = time.monotonic()
-        Tuner(study, layer.problem, joint, device, make_compiler(Path(cache)), evaluator, run_id="bench").run(trials)
+        StudyRunner(study, layer.problem, joint, device, make_compiler(Path(cache)), evaluator, run_id="bench").run(trials)
         wall_s = time.monotonic() - started
     best = ranked(study, layer.problem)
     if not best:

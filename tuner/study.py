@@ -368,7 +368,11 @@ class _Heartbeat:
         self.finished = threading.Event()
 
 
-class Tuner:
+class StudyRunner:
+    """Runs one layer's study for a number of trials: asks for candidates, compiles them in batches,
+    evaluates them on the GPU worker and tells Optuna each outcome. (tuning.TuningSession drives one
+    StudyRunner per layer and does everything after the study.)"""
+
     def __init__(self, study: optuna.Study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
                  compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
                  run_id: str | None = None):

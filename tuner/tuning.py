@@ -29,7 +29,7 @@ from tuner.results import (BestEntry, ResultsError, append_history, best_entries
 from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems)
 from tuner.status import Status
-from tuner.study import (TrialRecord, Tuner, fail_orphans, open_study, params_key, ranked, recorded_trials,
+from tuner.study import (TrialRecord, StudyRunner, fail_orphans, open_study, params_key, ranked, recorded_trials,
                          stop_if_requested, study_name)
 
 
@@ -291,7 +291,7 @@ class TuningSession:
                    landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device),
                    twin_seeds(self.folder, self.storage, layer.problem, joint, self.device))
         with report.StudyDisplay(self.console, self.options.trials) as display:
-            tuner = Tuner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
+            tuner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)
             measured = tuner.run(self.options.trials)
         self.console.print(f"study {study.study_name}: {len(study.trials)} trials in all; this run: "
