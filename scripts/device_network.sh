@@ -10,7 +10,7 @@ net=${NET:-vgg11}; batch=${BATCH:-32}; slug=nvidia-h100-80gb-hbm3
 layers_file=search_spaces/networks/${net}_b${batch}.yaml
 mkdir -p search_spaces/networks
 [ -n "${BEFORE:-}" ] && step before 120 bash -c "$BEFORE" && tail -3 "$OUT/before.log"
-python3 tune.py --torchvision "$net" --batch "$batch" --write-layers "$layers_file" && cp "$layers_file" "$OUT/"
+python3 tune.py --torchvision "$net" --batch "$batch" --write-layers "$layers_file"
 python3 tune.py --torchvision "$net" --batch "$batch" --list-layers > "$OUT/${net}_layers.log" 2>&1
 left=$(( ${TUNE_S:-420} - ($(date +%s) - t0) ))
 step tune "$left" python3 tune.py --torchvision "$net" --batch "$batch" --trials "${TRIALS:-32}" --no-ncu \
@@ -25,8 +25,10 @@ for spec in "$net $batch" "resnet50 32" "resnet50 1"; do
   python3 tune.py report --torchvision "$1" --batch "$2" --gpu "$slug" > "$OUT/report_${1}_b$2.log" 2>&1
   tail -4 "$OUT/report_${1}_b$2.log"
 done
-cp results/$slug/plots/report_*.png "$OUT/" 2>/dev/null
-gzip -c results/$slug/optuna.journal > "$OUT/optuna.journal.gz"
-tar czf "$OUT/results.tgz" results/$slug/best.yaml results/$slug/history.jsonl results/$slug/bench.yaml
-gzip -f "$OUT"/tune.log "$OUT"/bench.log 2>/dev/null
+# One archive: the device tool returns only a handful of files a call (a call that left ten lost its
+# best.yaml). results.tgz holds the results, the journal, the logs, the layer file and the charts.
+cp "$layers_file" "$OUT/" 2>/dev/null
+tar czf "$OUT/results.tgz" results/$slug/best.yaml results/$slug/history.jsonl results/$slug/bench.yaml \
+  results/$slug/optuna.journal results/$slug/plots/report_*.png -C "$OUT" $(cd "$OUT" && ls *.log *.yaml 2>/dev/null)
+find "$OUT" -maxdepth 1 -type f ! -name results.tgz -delete
 echo "total $(( $(date +%s) - t0 )) s"
