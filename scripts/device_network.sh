@@ -29,6 +29,6 @@ done
 # best.yaml). results.tgz holds the results, the journal, the logs, the layer file and the charts.
 cp "$layers_file" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" results/$slug/best.yaml results/$slug/history.jsonl results/$slug/bench.yaml \
-  results/$slug/optuna.journal results/$slug/plots/report_*.png -C "$OUT" $(cd "$OUT" && ls *.log *.yaml 2>/dev/null)
+  results/$slug/optuna.journal results/$slug/plots/report_*.png -C "$OUT" $(cd "$OUT" && ls *.log *.yaml *.tgz 2>/dev/null)
 find "$OUT" -maxdepth 1 -type f ! -name results.tgz -delete
 echo "total $(( $(date +%s) - t0 )) s"
