@@ -93,3 +93,9 @@ def block_limits(registers_per_thread: int, smem_per_block: int, warps_per_block
         "warps": device.max_warps_per_sm // warps_per_block,
         "sm": device.max_blocks_per_sm,
     }
+
+
+def volume(dims) -> int:
+    """Blocks (or threads) of a launch dimension x, y, z."""
+    x, y, z = dims
+    return x * y * z

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tuner.device import DeviceFacts, block_limits
+from tuner.device import DeviceFacts, block_limits, volume
 from tuner import gpus
 from tuner.gpus import GpuSpec
 from tuner.ncu import (LaunchGroup, LaunchStats, NcuLaunch, NcuReportError, NcuRule, group_launches, metric_number,
@@ -222,7 +222,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
         max_warps_per_sm=device.max_warps_per_sm,
         work_tiles=shape.work_tiles,
         persistent=shape.persistent,
-        cluster_size=cluster[0] * cluster[1] * cluster[2],
+        cluster_size=volume(cluster),
         can_split_k=shape.can_split_k,
         warp_specialized=shape.warp_specialized,
     )

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from queue import Empty, Queue
 
+from tuner.device import volume
 from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
 from tuner.messages import EvaluateRequest
@@ -33,7 +34,7 @@ class Evaluation:
 
     @property
     def grid_blocks(self) -> int | None:
-        return None if self.grid is None else self.grid[0] * self.grid[1] * self.grid[2]
+        return None if self.grid is None else volume(self.grid)
 
 
 def evaluation_from_response(response: dict) -> Evaluation:

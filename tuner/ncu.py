@@ -10,6 +10,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner.device import volume
+
 
 class NcuReportError(Exception):
     """A report that holds no kernel launch ncu could have written."""
@@ -551,7 +553,7 @@ def _bytes(launch: NcuLaunch, name: str) -> int | None:
 
 
 def _volume(dims: tuple[int, int, int] | None) -> int | None:
-    return None if dims is None else dims[0] * dims[1] * dims[2]
+    return None if dims is None else volume(dims)
 
 
 @dataclass(frozen=True)

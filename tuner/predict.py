@@ -15,8 +15,7 @@ from rich.table import Table
 from tuner import gpus
 from tuner.choices import UsageError, chosen_spaces, positive
 from tuner.costmodel import Ceilings, predicted_us
-from tuner.device import DeviceFacts
-from tuner.device import block_limits
+from tuner.device import DeviceFacts, block_limits
 from tuner.diagnose import LaunchFacts, Occupancy, WasteFlag, diagnose, kernel_facts, occupancy
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner.device import volume
 from tuner.compile import CompileResult
 from tuner.evaluate import Evaluation
 from tuner.families import registry
@@ -87,11 +88,10 @@ def record_rows(study: optuna.Study, problem: ConvProblem, family: str) -> list[
         if record.status is Status.invalid or record.config.family != family:  # invalid: never compiled
             continue
         measurement = record.attrs.get("measurement") or {}
-        grid = record.attrs.get("grid") or [0, 0, 0]
         rows.append({**record.config.search_params, "status": record.status.value,
                      "median_us": record.median_us, "p10_us": measurement.get("p10_us"),
                      "p90_us": measurement.get("p90_us"), "error": record.attrs.get("error"),
-                     "grid_blocks": grid[0] * grid[1] * grid[2],
+                     "grid_blocks": volume(record.attrs.get("grid") or (0, 0, 0)),
                      "blocks_per_sm": (record.attrs.get("attributes") or {}).get("max_active_blocks_per_sm")})
     return sorted(rows, key=lambda r: [str(r[f]) for f in registry.get(family).knobs])
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.device import volume
 from tuner.epilogue import Epilogue
 from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem, DataType
@@ -47,7 +48,7 @@ class LaunchGrid:
 
     @property
     def blocks(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2]
+        return volume(self.grid)
 
 
 def problem_array(problem: ConvProblem, launch: LaunchArgs) -> ctypes.Array:

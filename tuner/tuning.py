@@ -13,7 +13,7 @@ from rich.console import Console
 from tuner import report
 from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks, measured_ceilings
 from tuner.compile import Compiler, CompileResult, cutlass_version, nvcc_version
-from tuner.device import DeviceFacts, device_from_dict
+from tuner.device import DeviceFacts, device_from_dict, volume
 from tuner.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
 from tuner.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 from tuner.families import registry
@@ -409,7 +409,6 @@ def why_fewer_blocks(winner: report.Confirmed, device: DeviceFacts, measured: li
 
 
 def blocks_of(record: TrialRecord) -> int:
-    grid = record.attrs.get("grid") or [0, 0, 0]
-    return grid[0] * grid[1] * grid[2]
+    return volume(record.attrs.get("grid") or (0, 0, 0))
 
 
