@@ -237,3 +237,13 @@ def test_an_entry_that_does_not_fit_the_schema_is_refused_with_its_layer(tmp_pat
     with pytest.raises(ResultsError, match=re.escape(says)) as refused:
         read_best(tmp_path)
     assert "layer 'conv_1'" in str(refused.value) and "restore it" in str(refused.value)
+
+
+def test_an_entry_the_schema_refuses_is_never_written(tmp_path):
+    from tuner.results import BEST_FILE, ResultsError, update_best
+
+    with pytest.raises(ResultsError, match="runtime_us"):
+        update_best(tmp_path, "conv_1", {"problem": {"n": 1, "h": 8, "w": 8, "c": 8, "k": 8, "r": 1, "s": 1},
+                                         "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
+                                         "runtime_us": -1.0}, {})
+    assert not (tmp_path / BEST_FILE).exists()

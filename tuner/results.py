@@ -321,7 +321,9 @@ def read_bench(folder: Path) -> dict:
 
 
 def update_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
-    """Put one layer's entry into best.yaml, keeping every other layer as it was."""
+    """Put one layer's entry into best.yaml, keeping every other layer as it was; the entry is checked
+    against BestEntry first, so nothing is written that the next read would refuse."""
+    BestEntry.parse(layer, entry)
     with locked(folder):
         document = read_best(folder)
         document.update(header)
