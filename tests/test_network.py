@@ -159,3 +159,16 @@ def test_silu_as_exported_and_an_unfusable_tail(tmp_path):
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
     assert by_node["c1"].epilogue.key == "silu" and by_node["c2"].stride == 2 and not by_node["c2"].epilogue.fused
     assert network.not_fused == ("c2 -> Clip",)
+
+
+def test_a_conv_no_family_runs_is_listed_with_each_familys_reason(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tuner.families import registry
+
+    refusing = SimpleNamespace(problem_reason=lambda problem: f"K={problem.k}: pad K to 8")
+    monkeypatch.setattr(registry, "families", lambda: {"only": refusing})
+    nodes = [conv("odd", "x", "w", "out")]
+    network = from_onnx(save(tmp_path / "odd.onnx", nodes, [weight("w", 7, 16, 3, 3)]), batch=1)
+    assert network.layers == ()
+    assert [(u.node, u.reason) for u in network.unsupported] == [("odd", "no family runs it: only: K=7: pad K to 8")]

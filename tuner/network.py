@@ -253,10 +253,16 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
     if len(set(pads)) != 1 or len(set(strides)) != 1 or len(set(dilations)) != 1:
         return f"asymmetric pads {pads}, strides {strides} or dilations {dilations}: the tuner's problems are symmetric"
     try:
-        return ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad=pads[0], stride=strides[0], dilation=dilations[0],
-                           epilogue=epilogue)
+        problem = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad=pads[0], stride=strides[0],
+                              dilation=dilations[0], epilogue=epilogue)
     except ProblemError as error:
         return str(error)
+    from tuner.families import registry  # here: the families' modules are not needed to read a graph
+
+    reasons = {name: family.problem_reason(problem) for name, family in registry.families().items()}
+    if all(reasons.values()):  # each names what it needs, e.g. "pad K to 8"
+        return "no family runs it: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+    return problem
 
 
 def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], graph_outputs: set[str],
