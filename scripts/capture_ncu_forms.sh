@@ -25,6 +25,9 @@ ncu $common $sections --csv --page details python3 /tmp/one_conv.py > "$out/h100
 ncu $common $sections --csv --page raw python3 /tmp/one_conv.py > "$out/h100_cudnn_conv_raw.csv" 2>&1
 ncu $common $sections -f -o "$out/h100_cudnn_conv" python3 /tmp/one_conv.py > "$out/ncu_rep.log" 2>&1
 extras=$(dirname "$(readlink -f "$(command -v ncu)")")/extras/python
+[ -f "$extras/ncu_report.py" ] || extras=$(dirname "$(find / -name ncu_report.py -not -path '/proc/*' 2>/dev/null | head -1)")
+echo "ncu_report.py in $extras" > "$out/ncu_report_where.txt"
+ls -la "$(dirname "$(readlink -f "$(command -v ncu)")")" >> "$out/ncu_report_where.txt" 2>&1
 python3 - "$extras" "$out/h100_cudnn_conv.ncu-rep" > "$out/ncu_report_check.txt" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])

@@ -461,13 +461,19 @@ def _ncu_report_module():
     except ImportError:
         pass
     ncu = shutil.which("ncu")
+    folders = []
     if ncu:
         base = Path(ncu).resolve().parent
-        for folder in (base / "extras" / "python", base.parent / "extras" / "python",
-                       *base.parent.glob("nsight-compute*/extras/python")):
-            if (folder / "ncu_report.py").is_file():
-                sys.path.insert(0, str(folder))
-                return importlib.import_module("ncu_report")
+        folders += [base / "extras" / "python", base.parent / "extras" / "python",
+                    *base.parent.glob("nsight-compute*/extras/python")]
+    # The CUDA toolkit's and the standalone installers' usual places.
+    for root in (Path("/usr/local"), Path("/opt/nvidia")):
+        folders += [*root.glob("cuda*/nsight-compute*/extras/python"), *root.glob("nsight-compute*/*/extras/python"),
+                    *root.glob("nsight-compute*/extras/python")]
+    for folder in folders:
+        if (folder / "ncu_report.py").is_file():
+            sys.path.insert(0, str(folder))
+            return importlib.import_module("ncu_report")
     return None
 
 
