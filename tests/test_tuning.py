@@ -132,3 +132,23 @@ def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h
     assert twin_seeds(tmp_path, storage, bare, joint, h100) == []  # a bare layer has no twin to learn from
     other = replace(fused, k=512)
     assert twin_seeds(tmp_path, storage, other, joint, h100) == []
+
+
+def test_an_imported_layer_whose_problem_is_tuned_under_another_name_is_skipped(tmp_path, conv_1):
+    import yaml
+    from rich.console import Console
+
+    from tuner.problem import Layer, problem_to_dict
+    from tuner.tuning import TuningOptions, TuningSession
+
+    entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": dict(REFERENCE_PARAMS),
+             "kernel": "k", "runtime_us": 3.9}
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"conv_1": entry}}))
+    options = TuningOptions(trials=4, top=1, confirm_rounds=1, ncu_top=0, no_ncu=True, seed=0, storage=None,
+                            results_dir=tmp_path, cache_dir=None, jobs=1, timeout_s=10, run_id="net",
+                            skip_tuned_problems=True)
+    session = object.__new__(TuningSession)  # no GPU worker: the skip happens before anything is tuned
+    session.folder, session.options, session.console = tmp_path, options, Console(record=True)
+    outcome = session.tune_layer(Layer("net_b1_conv", conv_1))
+    assert outcome.skipped and outcome.runtime_us == 3.9
+    assert "the same problem is tuned as conv_1" in session.console.export_text()

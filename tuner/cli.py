@@ -171,7 +171,7 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
                          cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id,
-                         prior=args.prior)
+                         prior=args.prior, skip_tuned_problems=args.onnx is not None or args.torchvision is not None)
 
 
 def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:

@@ -54,6 +54,9 @@ class TuningOptions:
     timeout_s: float
     run_id: str | None
     prior: int = PRIOR_PICKS
+    # An imported network's layer whose problem another best.yaml entry already holds (the r50 table's,
+    # another network's) is not tuned again: the report and the export find that entry by its problem.
+    skip_tuned_problems: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,8 +276,14 @@ class TuningSession:
         self.evaluator.close()
 
     def tune_layer(self, layer: Layer) -> LayerOutcome:
-        previous = best_entries(self.folder).get(layer.name)
+        entries = best_entries(self.folder)
+        previous = entries.get(layer.name)
         run_id = self.options.run_id
+        twin = next((name for name, entry in entries.items() if entry.problem == layer.problem), None)
+        if previous is None and twin is not None and self.options.skip_tuned_problems:
+            self.console.print(f"[bold]{layer.name}[/]: the same problem is tuned as {twin}; skipped "
+                               f"(tune it with --layer {twin})")
+            return LayerOutcome(layer.name, entries[twin].runtime_us, None, entries[twin].kernel, 0, skipped=True)
         if previous and run_id and previous.run == run_id:
             self.console.print(f"[bold]{layer.name}[/]: finished earlier in run {run_id}")
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
