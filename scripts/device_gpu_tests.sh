@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Device call: the GPU test suite (pytest -m gpu, fused epilogues included), then the fused ResNet-50
-# stage-4 3x3 layer tuned with 32 trials, results tarred under $OUT.
+# Device call: the GPU test suite (pytest -m gpu), then one cuDNN conv recorded in every ncu report form
+# (scripts/capture_ncu_forms.sh, .ncu-rep included) and that .ncu-rep diagnosed through ncu_report.
+# Everything comes back as one archive, $OUT/results.tgz (the device tool returns only a few files).
 set -u
 source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
-step pytest_gpu 420 python3 -m pytest -m gpu -q -p no:cacheprovider
-tail -25 "$OUT/pytest_gpu.log"
-left=$(( 570 - ($(date +%s) - t0) ))
-[ "$left" -gt 150 ] && step fused_3x3 "$left" python3 tune.py --layer r50f_s4_3x3_b32 --trials 32 --no-ncu --run-id fused-2026-11-23
-grep -E "^wrote|trials in all|error" "$OUT/fused_3x3.log" 2>/dev/null | tail -4
-gzip -c results/nvidia-h100-80gb-hbm3/optuna.journal > "$OUT/optuna.journal.gz"
-tar czf "$OUT/results.tgz" results/nvidia-h100-80gb-hbm3/best.yaml results/nvidia-h100-80gb-hbm3/history.jsonl
+step pytest_gpu 440 python3 -m pytest -m gpu -q -p no:cacheprovider
+tail -15 "$OUT/pytest_gpu.log"
+step forms 90 bash scripts/capture_ncu_forms.sh "$OUT/forms"
+cat "$OUT/forms/ncu_report_where.txt" "$OUT/forms/ncu_report_check.txt" 2>/dev/null | head -8
+step diagnose_rep 30 python3 tune.py diagnose "$OUT/forms/h100_cudnn_conv.ncu-rep"
+tail -8 "$OUT/diagnose_rep.log"
+rm -f "$OUT/forms/h100_cudnn_conv.ncu-rep"  # 6 MB, and the tests keep the text forms
+cd "$OUT" && tar czf results.tgz --remove-files *.log forms
 echo "total $(( $(date +%s) - t0 )) s"
