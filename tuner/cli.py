@@ -239,7 +239,7 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         table.add_column("nodes", overflow="fold")
     for name, layer in layers.items():
         p = layer.problem
-        families = [family for family, kind in registry.families().items() if kind.problem_reason(p) is None]
+        families = [family for family, reason in registry.problem_reasons(p).items() if reason is None]
         dilation = f" d{p.dilation}" if p.dilation != 1 else ""
         row = [name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
                p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none"]

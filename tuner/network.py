@@ -259,7 +259,7 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
         return str(error)
     from tuner.families import registry  # here: the families' modules are not needed to read a graph
 
-    reasons = {name: family.problem_reason(problem) for name, family in registry.families().items()}
+    reasons = registry.problem_reasons(problem)
     if all(reasons.values()):  # each names what it needs, e.g. "pad K to 8"
         return "no family runs it: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
     return problem

@@ -44,6 +44,11 @@ def eligible(device: DeviceFacts) -> dict[str, Family]:
     return {name: family for name, family in families().items() if family.device_problem(device) is None}
 
 
+def problem_reasons(problem: ConvProblem) -> dict[str, str | None]:
+    """Each family's reason it cannot run `problem` (whatever the GPU), or None where it can."""
+    return {name: family.problem_reason(problem) for name, family in families().items()}
+
+
 def why_not(family: Family, problem: ConvProblem, device: DeviceFacts) -> str | None:
     """Why `family` cannot run `problem` on `device`, or None."""
     return family.device_problem(device) or family.problem_reason(problem)
