@@ -19,14 +19,14 @@ from tuner import gpus
 from tuner.diagnose import explain_report, render_explanation
 from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.evaluate import GpuUnavailable
-from tuner.export import export_header, tuned_problems
+from tuner.export import export_header
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
 from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
-from tuner.results import ResultsError, gpu_slugs, recorded_gpu_dir
+from tuner.results import ResultsError, best_entries, gpu_slugs, names_by_problem, recorded_gpu_dir
 from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
 
@@ -312,7 +312,8 @@ def export_command(argv: list[str], console: Console) -> int:
     for slug in slugs:
         folder = recorded_gpu_dir(args.results_dir, slug)
         path = export_header(folder, nodes, label)
-        untuned = sum(problem not in tuned_problems(folder) for _, problem in nodes)
+        tuned = names_by_problem(best_entries(folder))  # read once, not once per node
+        untuned = sum(problem not in tuned for _, problem in nodes)
         console.print(f"wrote {path}" + (f" ({len(nodes)} network nodes, {untuned} without a tuned kernel)"
                                          if network else ""))
     return 0

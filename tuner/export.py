@@ -13,7 +13,7 @@ from tuner.codegen import TEMPLATES, include_lines, problem_struct
 from tuner.families import registry
 from tuner.families.base import KernelConfig, read_template
 from tuner.problem import ConvProblem
-from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, best_entries, read_best
+from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, read_best
 from tuner.space import entry_config
 
 HEADER_FILE = "best_configs.h"
@@ -143,10 +143,6 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         node_rows="\n".join(node_rows(list(nodes), problems)) or "    {nullptr, -1},  // no network: kNodeCount is 0",
         node_count=len(nodes),
     )
-
-
-def tuned_problems(folder: Path) -> set[ConvProblem]:
-    return {entry.problem for entry in best_entries(folder).values()}
 
 
 def export_header(folder: Path, nodes: list[tuple[str, ConvProblem]] = (), network: str = "") -> Path:

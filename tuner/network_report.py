@@ -20,8 +20,7 @@ from rich.table import Table
 from tuner.epilogue import Epilogue
 from tuner.network import ImportedLayer, Network
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.problem import ConvProblem
-from tuner.results import best_entries, gpu_slugs, read_bench, recorded_gpu_dir
+from tuner.results import best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,20 +60,13 @@ def _one_run(folder: Path) -> dict:
     return one_run if isinstance(one_run, dict) else {}
 
 
-def _by_problem(folder: Path) -> dict[ConvProblem, str]:
-    named: dict[ConvProblem, str] = {}
-    for name, entry in best_entries(folder).items():
-        named.setdefault(entry.problem, name)
-    return named
-
-
 def _figure(record: dict, key: str) -> float | None:
     value = record.get(key) if isinstance(record, dict) else None
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
-    entries, one_run = _by_problem(folder), _one_run(folder)
+    entries, one_run = names_by_problem(best_entries(folder)), _one_run(folder)
     reports = []
     for layer in network.layers:
         bare = replace(layer.problem, epilogue=Epilogue())

@@ -306,6 +306,14 @@ def best_entries(folder: Path) -> dict[str, BestEntry]:
     return {str(name): BestEntry.parse(str(name), entry) for name, entry in read_best(folder)["layers"].items()}
 
 
+def names_by_problem(entries: dict[str, BestEntry]) -> dict[ConvProblem, str]:
+    """The layer that holds each problem (the first in the file where several hold one)."""
+    named: dict[ConvProblem, str] = {}
+    for name, entry in entries.items():
+        named.setdefault(entry.problem, name)
+    return named
+
+
 def read_bench(folder: Path) -> dict:
     """bench.yaml as a document (empty where there is none); one line for a file that is not YAML."""
     path = folder / BENCH_FILE

@@ -24,8 +24,8 @@ from tuner.epilogue import Epilogue
 from tuner.problem import ConvProblem, Layer, problem_to_dict
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
-from tuner.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, study_storage,
-                           update_best)
+from tuner.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
+                           study_storage, update_best)
 from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems)
 from tuner.status import Status
@@ -279,7 +279,7 @@ class TuningSession:
         entries = best_entries(self.folder)
         previous = entries.get(layer.name)
         run_id = self.options.run_id
-        twin = next((name for name, entry in entries.items() if entry.problem == layer.problem), None)
+        twin = names_by_problem(entries).get(layer.problem)
         if previous is None and twin is not None and self.options.skip_tuned_problems:
             self.console.print(f"[bold]{layer.name}[/]: the same problem is tuned as {twin}; skipped "
                                f"(tune it with --layer {twin})")
