@@ -477,6 +477,12 @@ def _ncu_report_module():
     return None
 
 
+def _raw_dims(values: dict[str, tuple[str, str]], prefix: str) -> tuple[int, int, int] | None:
+    """x, y, z of `<prefix>_x/_y/_z` raw metrics (unit, value text), or None where one is missing."""
+    texts = [values.get(f"{prefix}_{axis}", ("", ""))[1].replace(",", "") for axis in "xyz"]
+    return tuple(int(text) for text in texts) if all(text.isdigit() for text in texts) else None
+
+
 def read_ncu_rep(path: Path) -> list[NcuLaunch]:
     """An .ncu-rep file through ncu_report: every metric of every launch, as the raw page gives them."""
     module = _ncu_report_module()
@@ -497,11 +503,8 @@ def read_ncu_rep(path: Path) -> list[NcuLaunch]:
             metric = action.metric_by_name(name)
             if metric is not None:
                 values[name] = (metric.unit() or "", metric.as_string())
-        grid = tuple(int(values[f"launch__grid_dim_{axis}"][1].replace(",", "")) for axis in "xyz") \
-            if all(f"launch__grid_dim_{axis}" in values for axis in "xyz") else None
-        block = tuple(int(values[f"launch__block_dim_{axis}"][1].replace(",", "")) for axis in "xyz") \
-            if all(f"launch__block_dim_{axis}" in values for axis in "xyz") else None
-        launches.append(NcuLaunch(action.name(), grid, block, None, None, raw_metrics(values)))
+        launches.append(NcuLaunch(action.name(), _raw_dims(values, "launch__grid_dim"),
+                                  _raw_dims(values, "launch__block_dim"), None, None, raw_metrics(values)))
     return _require_launches(launches)
 
 
