@@ -1,5 +1,5 @@
-"""Compile, in one parallel batch, the configurations `tune.py` queues first for layers with an
-epilogue (each layer's bare-twin seeds and reference configuration), into the tuner's compile cache.
+"""Compile, in one parallel batch, the configurations `tune.py --prior 0` queues first for layers with an
+epilogue (each layer's reference configuration, landscape and bare-twin seeds), into the tuner's compile cache.
 The tuner works through layers one at a time, and a handful of seeds compile in one round that leaves
 most cores idle; done for all the layers at once they take a few rounds in all. Needs the GPU (for the
 device facts) and the layers' bare twins in results/<gpu>/best.yaml. Timing nothing.
@@ -23,7 +23,8 @@ from tuner.evaluate import WorkerProcess, query_device_facts  # noqa: E402
 from tuner.problem import load_layers  # noqa: E402
 from tuner.results import gpu_dir, study_storage  # noqa: E402
 from tuner.space import layer_space  # noqa: E402
-from tuner.tuning import device_spaces, reference_config, twin_seeds  # noqa: E402
+from tuner.costmodel import Ceilings  # noqa: E402
+from tuner.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds  # noqa: E402
 
 
 def main() -> int:
@@ -43,9 +44,11 @@ def main() -> int:
     configs = []
     for layer in layers.values():
         joint = layer_space(spaces, layer.problem, device)
-        reference = reference_config(joint, layer.problem, device)
-        queued = ([reference] if reference else []) + twin_seeds(folder, storage, layer.problem, joint, device)
-        configs += queued[:args.first]
+        # What `tune.py --prior 0` queues first for the layer, in its order (tuning.seed_configs).
+        queued = seed_configs(layer.problem, joint, device, 0, Ceilings(),
+                              landscape_seeds(folder, layer.name, layer.problem, joint, device),
+                              twin_seeds(folder, storage, layer.problem, joint, device))
+        configs += [config for config, _ in queued[:args.first]]
     kernels = sorted({config.compiled for config in configs}, key=lambda c: c.name)
     started = time.monotonic()
     compiled = Compiler(device, default_cache_dir(), args.jobs).compile_many(kernels)

@@ -143,6 +143,16 @@ def twin_seeds(folder: Path | None, storage, problem: ConvProblem, joint: JointS
     return []
 
 
+def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,
+                 measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> list[tuple[KernelConfig, str]]:
+    """What seed_study queues, in its order, each with why: the reference, the landscape's fastest, the
+    bare twin's fastest, the cost model's picks."""
+    reference = reference_config(joint, problem, device)
+    seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
+    seeds += [(c, "twin") for c in twins]
+    return seeds + [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
+
+
 def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
                ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> None:
     """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
@@ -153,11 +163,7 @@ def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFac
     known = set(recorded_trials(study, problem))
     known |= {params_key(t.params or t.system_attrs.get("fixed_params", {}))
               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
-    reference = reference_config(joint, problem, device)
-    seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
-    seeds += [(c, "twin") for c in twins]
-    seeds += [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
-    for config, why in seeds:
+    for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins):
         params = joint_params(config)
         if params_key(params) not in known:
             study.enqueue_trial(params, user_attrs={why: True})
