@@ -562,6 +562,13 @@ def _sparse_100mb(tmp_path):
 
 
 def _binary(tmp_path):
+    path = tmp_path / "profile.bin"
+    path.write_bytes(b"NVPROF\0" + bytes(range(256)) * 64)
+    return path
+
+
+def _damaged_ncu_rep(tmp_path):
+    """Read through ncu_report, which is absent here (or, where present, cannot read it)."""
     path = tmp_path / "profile.ncu-rep"
     path.write_bytes(b"NVPROF\0" + bytes(range(256)) * 64)
     return path
@@ -576,6 +583,7 @@ def _empty(tmp_path):
 @pytest.mark.parametrize("make, says", [
     (_empty, "the report is empty"),
     (_binary, "the report is binary"),
+    (_damaged_ncu_rep, "ncu_report"),
     (_fixture_cut_short, "conv2d_forward_kernel"),
     (_sparse_100mb, "is 104.9 MB, more than the 64 MiB this reads"),
     (lambda tmp_path: tmp_path, "is not a file"),

@@ -536,7 +536,12 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
                    "launch__block_dim_x": ("", "384"), "launch__block_dim_y": ("", "1"),
                    "launch__block_dim_z": ("", "1"), "launch__grid_size": ("", "120"),
                    "launch__registers_per_thread": ("register/thread", "168"),
-                   "gpu__time_duration.sum": ("ns", "25,280")}
+                   "gpu__time_duration.sum": ("ns", "25,280"),
+                   "launch__shared_mem_per_block_dynamic": ("byte/block", "231,424"),
+                   "launch__shared_mem_per_block_static": ("byte/block", "0"),
+                   "launch__waves_per_multiprocessor": ("", "0.91"),
+                   "device__attribute_multiprocessor_count": ("", "132"),
+                   "device__attribute_display_name": ("", "NVIDIA H100 80GB HBM3")}
         class Metric:
             def __init__(self, unit, value): self._unit, self._value = unit, value
             def unit(self): return self._unit
@@ -561,6 +566,12 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
     stats = LaunchStats.from_launch(launch)
     assert (launch.grid, launch.block, stats.registers_per_thread) == ((15, 8, 1), (384, 1, 1), 168)
     assert stats.duration_us == pytest.approx(25.28)
+    from tuner.diagnose import explain_report  # `tune.py diagnose` reads it the same way
+
+    diagnosis = explain_report(report)
+    [(_, _, flags)] = diagnosis.results
+    assert diagnosis.gpu.gpu.slug == "h100-sxm"
+    assert any(flag.code == "small_grid" and "120 blocks on 132 SMs" in flag.message for flag in flags)
 
 
 def test_an_ncu_rep_without_ncu_report_is_one_line(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from tuner.device import DeviceFacts, block_limits, volume
 from tuner import gpus
 from tuner.gpus import GpuSpec
 from tuner.ncu import (LaunchGroup, LaunchStats, NcuLaunch, NcuReportError, NcuRule, group_launches, metric_number,
-                       parse_report, read_report, read_report_text)
+                       load_report, read_report)
 from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.problem import ConvProblem
@@ -775,11 +775,8 @@ def explain_report(path: Path, sms: int | None = None, gpu: GpuSpec | None = Non
                    thresholds: Thresholds = DEFAULT_THRESHOLDS) -> ReportDiagnosis:
     """The waste table's results, the GPU, and per kernel what limits it. `sms` wins over the GPU's SM
     count, which wins over the report's."""
-    text = read_report_text(path)
-    try:
-        groups = group_launches(parse_report(text))
-    except NcuReportError as error:
-        raise NcuReportError(f"ncu report {path}: {error}") from None
+    launches, text = load_report(path)
+    groups = group_launches(launches)
     identity = identify_gpu(text, groups, gpu)
     if sms is None and gpu is not None:
         sms = gpu.sm_count

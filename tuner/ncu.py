@@ -487,8 +487,8 @@ def read_ncu_rep(path: Path) -> list[NcuLaunch]:
     """An .ncu-rep file through ncu_report: every metric of every launch, as the raw page gives them."""
     module = _ncu_report_module()
     if module is None:
-        raise NcuReportError(f"{path} is an .ncu-rep: reading it needs Nsight Compute's Python report interface "
-                             "(pip install ncu-report, or ncu on PATH); or export it with `ncu --import FILE --csv "
+        raise NcuReportError(f"{path} is an .ncu-rep: reading it needs Nsight Compute's Python report interface, "
+                             "ncu_report (pip install ncu-report, or ncu on PATH); or export it with `ncu --import FILE --csv "
                              "--page raw`")
     try:
         context = module.load_report(str(path))
@@ -508,15 +508,23 @@ def read_ncu_rep(path: Path) -> list[NcuLaunch]:
     return _require_launches(launches)
 
 
-def read_report(path: Path) -> list[NcuLaunch]:
-    """Read a report file; NcuReportError names the file and says in one line what is wrong with it."""
+def load_report(path: Path) -> tuple[list[NcuLaunch], str]:
+    """A report file's launches and the text they were read from (of an .ncu-rep, the device names it
+    records), in whichever form it is; NcuReportError names the file and says in one line what is wrong."""
     if path.suffix == ".ncu-rep" and path.is_file():
-        return read_ncu_rep(path)
+        launches = read_ncu_rep(path)
+        names = {str(metric.value) for launch in launches
+                 if (metric := launch.metric("device__attribute_display_name", "raw")) is not None}
+        return launches, "\n".join(sorted(names))
     text = read_report_text(path)
     try:
-        return parse_report(text)
+        return parse_report(text), text
     except NcuReportError as error:
         raise NcuReportError(f"ncu report {path}: {error}") from None
+
+
+def read_report(path: Path) -> list[NcuLaunch]:
+    return load_report(path)[0]
 
 
 # --- typed figures -------------------------------------------------------------------------------
