@@ -33,7 +33,9 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import ncu_report
 context = ncu_report.load_report(sys.argv[2])
-action = context.range_by_idx(0).action_by_idx(0)
+first_range = context.range_by_idx(0)  # held: an action of a freed range is not safe to read
+action = first_range.action_by_idx(0)
+print(len(action.metric_names()), "metrics, e.g.", sorted(action.metric_names())[:8])
 print("ncu_report from", sys.argv[1], "kernel", action.name())
 for name in ("gpu__time_duration.sum", "launch__grid_size", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
              "device__attribute_multiprocessor_count", "device__attribute_display_name"):

@@ -324,3 +324,34 @@ def test_a_kernel_refuses_a_residual_it_was_not_built_to_read(compiled_fused, wo
     layer = with_epilogue(GEMM_1X1, "bias+residual+silu")
     answer = worker.request(evaluate_request(result.binary, None, layer, registry.family_of(config).launch_args(config, layer)))
     assert answer["status"] == Status.launch_failed.value and "cutlass::Status" in answer["reason"], answer
+
+
+def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
+    """An .ncu-rep recorded here, read through Nsight Compute's own ncu_report by `tune.py diagnose`."""
+    import shutil
+
+    from tuner.families import registry
+    from tuner.ncu import _ncu_report_module
+    from tuner.worker import worker_env
+
+    ncu = shutil.which("ncu")
+    if ncu is None or _ncu_report_module() is None:
+        pytest.skip("ncu or its Python report interface is not installed here")
+    problem, config = sm90_config("sm90_gemm")
+    binary = compiled_sm90["sm90_gemm"].binary
+    launch = registry.family_of(config).launch_args(config, problem)
+    request = EvaluateRequest(str(binary.path), binary.index, problem, launch, seed=1, validate_only=True).to_dict()
+    report = tmp_path / "gemm.ncu-rep"
+    recorded = subprocess.run([ncu, "--section", "SpeedOfLight", "--section", "LaunchStats", "--section", "Occupancy",
+                               "--clock-control", "none", "-k", "regex:device_kernel", "--launch-count", "1", "-f",
+                               "-o", str(report.with_suffix("")), sys.executable, "-m", "tuner.worker", "--once",
+                               __import__("json").dumps(request)],
+                              capture_output=True, text=True, env=worker_env(dict(__import__("os").environ)), timeout=300)
+    if "ERR_NVGPUCTRPERM" in recorded.stdout + recorded.stderr:
+        pytest.skip("ncu may not read the GPU counters here")
+    assert report.is_file(), recorded.stdout[-2000:] + recorded.stderr[-2000:]
+    diagnosed = subprocess.run([sys.executable, str(REPO / "tune.py"), "diagnose", str(report)],
+                               capture_output=True, text=True, timeout=120)
+    assert diagnosed.returncode == 0, diagnosed.stdout[-2000:] + diagnosed.stderr[-2000:]
+    assert "132 SMs" in diagnosed.stdout or "NVIDIA H" in diagnosed.stdout, diagnosed.stdout[-2000:]
+    assert "device_kernel" in diagnosed.stdout, diagnosed.stdout[-2000:]

@@ -547,12 +547,21 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
             def unit(self): return self._unit
             def as_string(self): return self._value
         class Action:
+            freed = False  # the real interface crashes reading an action whose range was freed
             def name(self): return "sm90_xmma_fprop"
-            def metric_names(self): return list(METRICS)
+            def metric_names(self):
+                assert not self.freed, "an action read after its range was freed"
+                return list(METRICS)
             def metric_by_name(self, name): return Metric(*METRICS[name])
         class Range:
+            def __init__(self): self.actions = []
             def num_actions(self): return 1
-            def action_by_idx(self, index): return Action()
+            def action_by_idx(self, index):
+                self.actions.append(Action())
+                return self.actions[-1]
+            def __del__(self):
+                for action in self.actions:
+                    action.freed = True
         class Context:
             def num_ranges(self): return 1
             def range_by_idx(self, index): return Range()

@@ -492,8 +492,10 @@ def read_ncu_rep(path: Path) -> list[NcuLaunch]:
                              "--page raw`")
     try:
         context = module.load_report(str(path))
-        actions = [context.range_by_idx(r).action_by_idx(a) for r in range(context.num_ranges())
-                   for a in range(context.range_by_idx(r).num_actions())]
+        # The context and every range stay referenced while their actions are read: ncu_report's
+        # objects do not keep their parents alive, and an action of a freed range crashes the process.
+        ranges = [context.range_by_idx(r) for r in range(context.num_ranges())]
+        actions = [span.action_by_idx(a) for span in ranges for a in range(span.num_actions())]
     except Exception as error:  # noqa: BLE001 - whatever ncu_report raises for a damaged file
         raise NcuReportError(f"{path}: ncu_report cannot read it ({type(error).__name__})") from None
     launches = []
