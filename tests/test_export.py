@@ -145,6 +145,14 @@ def test_for_each_layer_macro(header):
     assert 'constexpr char kNvccVersion[] = "13.0.88";' in header
 
 
+def test_the_sm90_families_share_one_preamble_at_global_scope(header):
+    # sm90_conv, sm90_gemm and sm90_s2d name the same fused-epilogue extension of CUTLASS: emitted once,
+    # before the tuner's namespace (it specializes a template in CUTLASS's own)
+    assert header.count("#define CUTLASS_CONV_TUNER_PREFETCH_FUSION") == 1
+    assert header.index("namespace cutlass::epilogue::fusion {") < header.index("namespace cutlass_conv_tuner {")
+    assert "CUTLASS_CONV_TUNER_PREFETCH_FUSION" not in render_header(document(only=entry("sm80")))
+
+
 def test_a_single_family_header_has_only_its_pieces():
     header = render_header(document(only=entry("sm90_gemm")))
     assert "class Sm90GemmRunner" in header

@@ -44,7 +44,8 @@ def group_source(configs: list[KernelConfig]) -> str:
         entry_points.append(read_template(TEMPLATES / "entry_points.cu.in").substitute(
             index=index, config_name=config.compiled.name, runner=f"cutlass_conv_tuner::candidate::Runner{index}"))
     return read_template(TEMPLATES / "candidate.cu.in").substitute(
-        family=family.name, includes=include_lines(pieces.includes), problem=problem_struct(),
+        family=family.name, includes=include_lines(pieces.includes), preamble="\n".join(pieces.preamble),
+        problem=problem_struct(),
         runner=pieces.runner, kernels="\n".join(kernels), abi_version=ABI_VERSION, kernel_count=len(configs),
         entry_points="\n".join(entry_points))
 

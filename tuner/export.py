@@ -136,6 +136,7 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         nvcc=cpp_string(toolchain.get("nvcc", "")), cutlass=cpp_string(toolchain.get("cutlass", "")),
         driver=cpp_string(toolchain.get("driver", "")),
         includes=include_lines(includes), problem=problem_struct(),
+        preamble="\n".join(dict.fromkeys(source for piece in pieces for source in piece.preamble)),
         runners="\n".join(dict.fromkeys(source for piece in pieces for source in piece.runners)),
         aliases="\n".join(aliases), rows="\n".join(rows), layer_count=len(rows),
         for_each=" \\\n".join(for_each),

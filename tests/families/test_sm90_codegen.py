@@ -216,7 +216,7 @@ def test_aliases_of_two_families_paste_into_one_text():
 
 
 # --- fused epilogues -----------------------------------------------------------------------------------
-FUSED = "cutlass::epilogue::fusion::PerColLinCombPerColBiasEltAct"
+FUSED = "cutlass::epilogue::fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct"
 
 
 def test_a_bare_conv_keeps_the_sourceless_linear_combination():
@@ -243,7 +243,10 @@ def test_a_fused_epilogue_is_the_per_column_fusion_op_with_the_residual_as_sourc
                                f"{FUSED}<cutlass::epilogue::thread::{activation}, cutlass::half_t, float, float, "
                                f"{source}, float>"])
         assert config.name.endswith(parse_epilogue(epilogue).short)
-        assert "tuner_fill_epilogue" in candidate_source(config)
+        source_text = candidate_source(config)
+        assert "tuner_fill_epilogue" in source_text
+        # the operation's callbacks (the vectors prefetched into L2) come before the kernel that uses them
+        assert_in_order(source_text, [f"struct FusionCallbacks<", f"{FUSED}<cutlass::epilogue::thread::{activation}"])
 
 
 def test_the_no_smem_epilogue_cannot_fuse(h100):

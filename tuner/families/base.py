@@ -235,11 +235,13 @@ class CppPieces:
     """A family's C++: the headers its kernels need, its runner (plain C++ that binds a kernel type
     to the tuner's problem array: can_implement, workspace, grid, attributes, initialize, run) and
     the class template's name. `runners` holds the runner's source after those it is built on (another
-    family's): a header emits each source once."""
+    family's): a header emits each source once. `preamble` is C++ at global scope, after the includes
+    (an extension of CUTLASS in its own namespaces), emitted once as well."""
 
     includes: tuple[str, ...]
     runners: tuple[str, ...]
     runner_class: str
+    preamble: tuple[str, ...] = ()
 
     @property
     def runner(self) -> str:

@@ -46,13 +46,15 @@ def source_tag(fusion: Epilogue, output_type: DataType) -> str:
 def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataType) -> str:
     """The 3.x fusion operation: the builder's default LinearCombination (alpha 1, beta 0) for a bare
     conv; else act(alpha[k] * acc + bias[k] + beta * C) with per-channel alpha (the scale) and bias,
-    whose absent parts are null pointers at run time (tuner_fill_epilogue)."""
+    whose absent parts are null pointers at run time (tuner_fill_epilogue): CUTLASS's
+    PerColLinCombPerColBiasEltAct with its vectors prefetched into L2 at kernel start
+    (templates/prefetch_fusion.h)."""
     out, acc = ELEMENT_TAGS[output_type], ELEMENT_TAGS[accumulator_type]
     source = source_tag(fusion, output_type)
     if not fusion.fused:
         return f"cutlass::epilogue::fusion::LinearCombination<{out}, {acc}, void, {acc}>"
     vector = ELEMENT_TAGS[VECTOR_TYPE]
-    return (f"cutlass::epilogue::fusion::PerColLinCombPerColBiasEltAct<{ACTIVATION_TAGS[fusion.activation]}, "
+    return (f"cutlass::epilogue::fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct<{ACTIVATION_TAGS[fusion.activation]}, "
             f"{out}, {acc}, {vector}, {source}, {vector}>")
 
 
@@ -73,4 +75,4 @@ def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
 
 def cpp_pieces() -> CppPieces:
     return CppPieces(INCLUDES, ((TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
-                     "Sm90ConvRunner")
+                     "Sm90ConvRunner", ((TEMPLATES / "prefetch_fusion.h").read_text(),))

@@ -71,4 +71,4 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
 def cpp_pieces() -> CppPieces:
     # The epilogue binding is sm90_conv's (the same 3.x fusion operations).
     return CppPieces(INCLUDES, ((CONV_TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
-                     "Sm90GemmRunner")
+                     "Sm90GemmRunner", ((CONV_TEMPLATES / "prefetch_fusion.h").read_text(),))

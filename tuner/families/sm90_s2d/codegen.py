@@ -13,4 +13,5 @@ kernel_alias = conv_codegen.kernel_alias
 
 def cpp_pieces() -> CppPieces:
     conv = conv_codegen.cpp_pieces()
-    return CppPieces(conv.includes, (*conv.runners, (TEMPLATES / "runner.h").read_text()), "Sm90S2dRunner")
+    return CppPieces(conv.includes, (*conv.runners, (TEMPLATES / "runner.h").read_text()), "Sm90S2dRunner",
+                     conv.preamble)
