@@ -40,6 +40,6 @@ print("ncu_report from", sys.argv[1], "kernel", action.name())
 for name in ("gpu__time_duration.sum", "launch__grid_size", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
              "device__attribute_multiprocessor_count", "device__attribute_display_name"):
     metric = action.metric_by_name(name)
-    print(name, metric.as_string() if metric is not None else None)
+    print(name, metric.value() if metric is not None else None)  # as_string() is None for a number
 PY
 ls -la "$out"

@@ -592,3 +592,33 @@ def test_an_ncu_rep_without_ncu_report_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(NcuReportError, match="needs Nsight Compute's Python report interface") as caught:
         ncu.read_report(report)
     assert "\n" not in str(caught.value)
+
+
+def test_an_ncu_rep_that_crashes_ncu_report_is_one_line(tmp_path, monkeypatch):
+    """ncu_report is native code: Nsight Compute 2025.3's ended the process with SIGSEGV on a real H100
+    report. It runs in a child, so a crash is a one-line error naming the export that reads anyway."""
+    import sys
+    from tuner.ncu import read_report
+
+    (tmp_path / "ncu_report.py").write_text("import os, signal\n"
+                                            "def load_report(path): os.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ncu_report", raising=False)
+    report = tmp_path / "one.ncu-rep"
+    report.write_bytes(b"\0binary")
+    with pytest.raises(NcuReportError, match=r"ncu_report crashed \(signal 11\).*--csv --page raw") as caught:
+        read_report(report)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_ncu_rep_metric_is_read_by_its_kind():
+    """Nsight Compute's as_string() is None for a number; value() picks the accessor by kind."""
+    from tuner.ncu_rep import metric_text
+
+    class Metric:
+        def __init__(self, value): self._value = value
+        def as_string(self): return self._value if isinstance(self._value, str) else None
+        def value(self): return self._value
+
+    assert [metric_text(Metric(v)) for v in (25600.0, 120, 0.91, "NVIDIA H100 80GB HBM3", None)] == \
+        ["25600", "120", "0.91", "NVIDIA H100 80GB HBM3", None]

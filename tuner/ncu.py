@@ -483,29 +483,48 @@ def _raw_dims(values: dict[str, tuple[str, str]], prefix: str) -> tuple[int, int
     return tuple(int(text) for text in texts) if all(text.isdigit() for text in texts) else None
 
 
+NCU_REP_TIMEOUT_S = 120
+
+
+def _module_folder(module) -> Path:
+    """The folder to put on a child's path for `import ncu_report` (a module file or a package)."""
+    file = Path(module.__file__)
+    return file.parent.parent if file.name == "__init__.py" else file.parent
+
+
 def read_ncu_rep(path: Path) -> list[NcuLaunch]:
-    """An .ncu-rep file through ncu_report: every metric of every launch, as the raw page gives them."""
+    """An .ncu-rep file through ncu_report, in a child process (tuner/ncu_rep.py: the native library
+    can crash the process that loads it): every metric of every launch, as the raw page gives them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
     module = _ncu_report_module()
+    export = f"or export it with `ncu --import {path.name} --csv --page raw > {path.stem}.csv` and read that"
     if module is None:
         raise NcuReportError(f"{path} is an .ncu-rep: reading it needs Nsight Compute's Python report interface, "
-                             "ncu_report (pip install ncu-report, or ncu on PATH); or export it with `ncu --import FILE --csv "
-                             "--page raw`")
+                             f"ncu_report (pip install ncu-report, or ncu on PATH); {export}")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(_module_folder(module)), str(Path(__file__).resolve().parents[1]),
+                                         *filter(None, [env.get("PYTHONPATH")])])
     try:
-        context = module.load_report(str(path))
-        # The context and every range stay referenced while their actions are read: ncu_report's
-        # objects do not keep their parents alive, and an action of a freed range crashes the process.
-        ranges = [context.range_by_idx(r) for r in range(context.num_ranges())]
-        actions = [span.action_by_idx(a) for span in ranges for a in range(span.num_actions())]
-    except Exception as error:  # noqa: BLE001 - whatever ncu_report raises for a damaged file
-        raise NcuReportError(f"{path}: ncu_report cannot read it ({type(error).__name__})") from None
+        child = subprocess.run([sys.executable, "-m", "tuner.ncu_rep", str(path)], capture_output=True, text=True,
+                               env=env, timeout=NCU_REP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise NcuReportError(f"{path}: ncu_report took more than {NCU_REP_TIMEOUT_S} s; {export}") from None
+    if child.returncode != 0:
+        how = f"crashed (signal {-child.returncode})" if child.returncode < 0 else "cannot read it"
+        last = (child.stderr.strip().splitlines() or [""])[-1][:200]
+        raise NcuReportError(f"{path}: ncu_report {how}{f' ({last})' if last else ''}; {export}")
+    try:
+        found = json.loads(child.stdout)
+    except ValueError:
+        raise NcuReportError(f"{path}: ncu_report gave no readable answer; {export}") from None
     launches = []
-    for action in actions:
-        values = {}
-        for name in action.metric_names():
-            metric = action.metric_by_name(name)
-            if metric is not None:
-                values[name] = (metric.unit() or "", metric.as_string())
-        launches.append(NcuLaunch(action.name(), _raw_dims(values, "launch__grid_dim"),
+    for action in found:
+        values = {name: (unit, text) for name, (unit, text) in action["metrics"].items()}
+        launches.append(NcuLaunch(action["name"], _raw_dims(values, "launch__grid_dim"),
                                   _raw_dims(values, "launch__block_dim"), None, None, raw_metrics(values)))
     return _require_launches(launches)
 
