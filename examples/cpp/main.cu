@@ -323,18 +323,26 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
     CHECK_CUDA(cudaMemcpy(residual_h.data(), residual0.get(), residual_bytes, cudaMemcpyDeviceToHost));
   }
 
-  // Copies of (input, filter, output, residual, workspace): > 3x L2 in all, within half of the free memory.
+  // Copies of (input, filter, output, scale, bias, residual, workspace): > 3x L2 in all, within half of
+  // the free memory. The vectors rotate too, as in the tuner (tuner/run.py TensorSet.copy): shared, they
+  // would stay in L2 and flatter the fused kernels.
   size_t free_bytes = 0, total_bytes = 0;
   CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int copies = rotation_copies(x_bytes + w_bytes + y_bytes + residual_bytes, device.l2_bytes, free_bytes);
+  const int copies = rotation_copies(x_bytes + w_bytes + y_bytes + scale.bytes() + bias.bytes() + residual_bytes,
+                                     device.l2_bytes, free_bytes);
   struct TensorSet {
-    DeviceBuffer x, w, y, residual, workspace;
+    DeviceBuffer x, w, y, scale, bias, residual, workspace;
   };
   std::vector<TensorSet> sets;
   sets.reserve(copies);
   for (int i = 0; i < copies; ++i) {
-    TensorSet set{DeviceBuffer(x_bytes), DeviceBuffer(w_bytes), DeviceBuffer(y_bytes), DeviceBuffer(residual_bytes),
-                  DeviceBuffer(workspace_bytes)};
+    TensorSet set{DeviceBuffer(x_bytes), DeviceBuffer(w_bytes), DeviceBuffer(y_bytes), DeviceBuffer(scale.bytes()),
+                  DeviceBuffer(bias.bytes()), DeviceBuffer(residual_bytes), DeviceBuffer(workspace_bytes)};
+    for (auto [to, from] : {std::pair{&set.scale, &scale}, std::pair{&set.bias, &bias}}) {
+      if (from->bytes()) {
+        CHECK_CUDA(cudaMemcpyAsync(to->get(), from->get(), from->bytes(), cudaMemcpyDeviceToDevice, stream.handle));
+      }
+    }
     if (residual_bytes) {
       CHECK_CUDA(cudaMemcpyAsync(set.residual.get(), residual0.get(), residual_bytes, cudaMemcpyDeviceToDevice,
                                  stream.handle));
@@ -357,8 +365,8 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   ops.reserve(copies);
   for (TensorSet &set : sets) {
     if (set.workspace.bytes()) CHECK_CUDA(cudaMemsetAsync(set.workspace.get(), 0, set.workspace.bytes(), stream.handle));
-    const tuned::TunerEpilogue epilogue{layer.has_scale ? scale.as<float>() : nullptr,
-                                        layer.has_bias ? bias.as<float>() : nullptr,
+    const tuned::TunerEpilogue epilogue{layer.has_scale ? set.scale.as<float>() : nullptr,
+                                        layer.has_bias ? set.bias.as<float>() : nullptr,
                                         layer.has_residual ? set.residual.get() : nullptr,
                                         float(layer.residual_scale)};
     ops.push_back(std::make_unique<Runner>());
