@@ -5,7 +5,7 @@
 set -u
 source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
-[ -n "${BEFORE:-}" ] && step before 150 bash -c "$BEFORE" && tail -3 "$OUT/before.log"
+[ -n "${BEFORE:-}" ] && step before "${BEFORE_S:-150}" bash -c "$BEFORE" && tail -3 "$OUT/before.log"
 left=$(( 575 - ($(date +%s) - t0) ))
 step bench_fused "$left" python3 tune.py bench --measure-only --steps tuned --layers "${LAYERS:-r50f_*_b32}" --jobs 16
 grep -E "^  r50f_|^one run" -A1 "$OUT/bench_fused.log" | tail -40
