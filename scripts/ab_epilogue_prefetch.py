@@ -1,7 +1,7 @@
-"""What the fused epilogue's prefetches are worth, in one run: each layer's best.yaml kernel built three
-ways (CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 0: none, 1: the scale and bias vectors, 2: those and a
-residual of at most a quarter of L2; prefetch_fusion.h) and its bare twin, timed interleaved, round
-after round, the tuner's way (graph replay, inputs rotated past L2). Prints each layer's medians and
+"""What the fused epilogue's prefetch is worth, in one run: each layer's best.yaml kernel built both
+ways (CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 0: none, 1: the scale and bias vectors; prefetch_fusion.h)
+and its bare twin, timed interleaved, round after round, the tuner's way (graph replay, inputs rotated
+past L2). Prints each layer's medians and
 ratios to the bare kernel, and their geometric means.
 usage: python scripts/ab_epilogue_prefetch.py [--rounds N] LAYER ..."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tuner.results import best_entries, gpu_dir  # noqa: E402
 from tuner.space import entry_config  # noqa: E402
 from tuner.status import Status  # noqa: E402
 
-VARIANTS = (0, 1, 2)
+VARIANTS = (0, 1)
 
 
 class VariantCompiler(Compiler):

@@ -72,8 +72,7 @@ class Sm90ConvRunner {
     }
     if (!tuner_residual_matches<ElementSource>(epilogue)) return cutlass::Status::kErrorNotSupported;
     typename Conv::Arguments args = arguments(p, x, w, y, epilogue);
-    cutlass::Status filled =
-        tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue, tuner_residual_bytes<ElementSource>(p));
+    cutlass::Status filled = tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
     if (filled != cutlass::Status::kSuccess) return filled;
     return op_.initialize(args, workspace, stream);
   }
@@ -109,7 +108,7 @@ class Sm90ConvRunner {
         shape,
         {static_cast<ElementA const *>(x), static_cast<ElementB const *>(w)},
         {{}, static_cast<ElementSource const *>(epilogue.residual), stride_c, static_cast<ElementC *>(y), stride_d}};
-    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue, tuner_residual_bytes<ElementSource>(p));
+    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
     return args;
   }
 

@@ -68,8 +68,7 @@ class Sm90GemmRunner {
     if (!tuner_residual_matches<ElementSource>(epilogue)) return cutlass::Status::kErrorNotSupported;
     if ((reinterpret_cast<uintptr_t>(epilogue.residual) & 15u) != 0) return cutlass::Status::kErrorMisalignedOperand;
     args_ = arguments(p, x, w, y, epilogue);
-    cutlass::Status filled =
-        tuner_fill_epilogue<ElementSource>(args_.epilogue.thread, epilogue, tuner_residual_bytes<ElementSource>(p));
+    cutlass::Status filled = tuner_fill_epilogue<ElementSource>(args_.epilogue.thread, epilogue);
     if (filled != cutlass::Status::kSuccess) return filled;
     workspace_ = workspace;
     return gemm_.initialize(args_, workspace, stream);
@@ -138,7 +137,7 @@ class Sm90GemmRunner {
     args.mainloop.dA = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
     args.mainloop.ptr_B = static_cast<ElementB const *>(w);
     args.mainloop.dB = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
-    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue, tuner_residual_bytes<ElementSource>(p));
+    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
     args.epilogue.ptr_C = static_cast<ElementSource const *>(epilogue.residual);
     args.epilogue.dC = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, cute::make_shape(m, n, 1));
     args.epilogue.ptr_D = static_cast<ElementD *>(y);
