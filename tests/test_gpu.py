@@ -331,11 +331,11 @@ def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
     import shutil
 
     from tuner.families import registry
-    from tuner.ncu import _ncu_report_module
+    from tuner.ncu import ncu_report_folder
     from tuner.worker import worker_env
 
     ncu = shutil.which("ncu")
-    if ncu is None or _ncu_report_module() is None:
+    if ncu is None or ncu_report_folder() is None:
         pytest.skip("ncu or its Python report interface is not installed here")
     problem, config = sm90_config("sm90_gemm")
     binary = compiled_sm90["sm90_gemm"].binary

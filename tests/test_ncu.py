@@ -586,7 +586,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
 def test_an_ncu_rep_without_ncu_report_is_one_line(tmp_path, monkeypatch):
     import tuner.ncu as ncu
 
-    monkeypatch.setattr(ncu, "_ncu_report_module", lambda: None)
+    monkeypatch.setattr(ncu, "ncu_report_folder", lambda: None)
     report = tmp_path / "one.ncu-rep"
     report.write_bytes(b"\0binary")
     with pytest.raises(NcuReportError, match="needs Nsight Compute's Python report interface") as caught:

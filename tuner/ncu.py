@@ -449,17 +449,18 @@ def read_report_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _ncu_report_module():
-    """Nsight Compute's Python report interface: importable as it is (the ncu-report package, or
-    PYTHONPATH), else from the extras/python folder of the Nsight Compute that `ncu` on PATH belongs to."""
-    import importlib
+def ncu_report_folder() -> Path | None:
+    """Where Nsight Compute's Python report interface (ncu_report) lives: on the path as it is (the
+    ncu-report package, or PYTHONPATH), else the extras/python folder of the Nsight Compute that `ncu` on
+    PATH belongs to. Found without importing it: the native library is loaded only in the child that
+    reads a report (read_ncu_rep)."""
+    import importlib.util
     import shutil
-    import sys
 
-    try:
-        return importlib.import_module("ncu_report")
-    except ImportError:
-        pass
+    spec = importlib.util.find_spec("ncu_report")
+    if spec is not None and spec.origin:
+        origin = Path(spec.origin)
+        return origin.parent.parent if origin.name == "__init__.py" else origin.parent
     ncu = shutil.which("ncu")
     folders = []
     if ncu:
@@ -470,11 +471,7 @@ def _ncu_report_module():
     for root in (Path("/usr/local"), Path("/opt/nvidia")):
         folders += [*root.glob("cuda*/nsight-compute*/extras/python"), *root.glob("nsight-compute*/*/extras/python"),
                     *root.glob("nsight-compute*/extras/python")]
-    for folder in folders:
-        if (folder / "ncu_report.py").is_file():
-            sys.path.insert(0, str(folder))
-            return importlib.import_module("ncu_report")
-    return None
+    return next((folder for folder in folders if (folder / "ncu_report.py").is_file()), None)
 
 
 def _raw_dims(values: dict[str, tuple[str, str]], prefix: str) -> tuple[int, int, int] | None:
@@ -486,12 +483,6 @@ def _raw_dims(values: dict[str, tuple[str, str]], prefix: str) -> tuple[int, int
 NCU_REP_TIMEOUT_S = 120
 
 
-def _module_folder(module) -> Path:
-    """The folder to put on a child's path for `import ncu_report` (a module file or a package)."""
-    file = Path(module.__file__)
-    return file.parent.parent if file.name == "__init__.py" else file.parent
-
-
 def read_ncu_rep(path: Path) -> list[NcuLaunch]:
     """An .ncu-rep file through ncu_report, in a child process (tuner/ncu_rep.py: the native library
     can crash the process that loads it): every metric of every launch, as the raw page gives them."""
@@ -500,13 +491,13 @@ def read_ncu_rep(path: Path) -> list[NcuLaunch]:
     import subprocess
     import sys
 
-    module = _ncu_report_module()
+    folder = ncu_report_folder()
     export = f"or export it with `ncu --import {path.name} --csv --page raw > {path.stem}.csv` and read that"
-    if module is None:
+    if folder is None:
         raise NcuReportError(f"{path} is an .ncu-rep: reading it needs Nsight Compute's Python report interface, "
                              f"ncu_report (pip install ncu-report, or ncu on PATH); {export}")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(_module_folder(module)), str(Path(__file__).resolve().parents[1]),
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), str(Path(__file__).resolve().parents[1]),
                                          *filter(None, [env.get("PYTHONPATH")])])
     try:
         child = subprocess.run([sys.executable, "-m", "tuner.ncu_rep", str(path)], capture_output=True, text=True,
