@@ -347,3 +347,11 @@ def test_epilogue_in_the_layer_table_and_the_dict_form(tmp_path):
     table.write_text("layers:\n  a: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1, epilogue: bias+tanh}\n")
     with pytest.raises(ProblemError, match="layer 'a'.*unknown part 'tanh'"):
         load_layers(table)
+
+
+def test_shape_arg_is_what_parse_shape_reads_back():
+    from tuner.problem import ConvProblem, parse_shape
+
+    problem = ConvProblem(n=32, h=56, w=56, c=64, k=128, r=3, s=3, pad=2, stride=2, dilation=2)
+    assert problem.shape_arg == "32,56,56,64,128,3,3,2,2,2"
+    assert parse_shape(problem.shape_arg) == problem

@@ -621,7 +621,6 @@ def _bound(launch: NcuLaunch, stats: LaunchStats) -> Bound | None:
     return Bound("compute-bound" if sm >= memory else "memory-bound", detail)
 
 
-
 def _busiest_pipe(launch: NcuLaunch) -> tuple[str, float] | None:
     pipes = {}
     for metric in launch.metrics:
@@ -730,15 +729,13 @@ def tuned_estimate(problem: ConvProblem, gpu: GpuSpec) -> TunedEstimate:
     from tuner.costmodel import LAUNCH_US  # the cost model sits above the diagnosis (it imports the space)
 
     tflops, gbps = gpus.achievable_tflops(gpu), gpus.achievable_gbps(gpu)
-    shape = ",".join(str(value) for value in (problem.n, problem.h, problem.w, problem.c, problem.k, problem.r,
-                                              problem.s, problem.pad, problem.stride, problem.dilation))
     return TunedEstimate(
         compute_us=problem.flops / (tflops * 1e12) * 1e6,
         memory_us=problem.bytes_moved / (gbps * 1e9) * 1e6,
         launch_us=LAUNCH_US,
         tflops=tflops,
         gbps=gbps,
-        shape_arg=shape,
+        shape_arg=problem.shape_arg,
     )
 
 

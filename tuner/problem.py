@@ -131,6 +131,11 @@ class ConvProblem:
         )
 
     @property
+    def shape_arg(self) -> str:
+        """The problem as --shape takes it (parse_shape's inverse), every field spelled out."""
+        return ",".join(str(getattr(self, name)) for name in _SHAPE_FIELDS + _OPTIONAL_FIELDS)
+
+    @property
     def dtype_key(self) -> str:
         return dtype_key(self)
 
