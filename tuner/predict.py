@@ -127,9 +127,9 @@ def ceilings(gpu: GpuSpec) -> Ceilings:
 def predict(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, rates: Ceilings) -> Prediction:
     family = registry.family_of(config)
     terms = family.cost_terms(config, problem, device)
-    m, n, _ = family.kernel_problem(problem).gemm_mnk
-    blocks = math.ceil(m / terms.tile_m) * math.ceil(n / terms.tile_n) * terms.split_k
-    if terms.persistent:  # one wave of CTAs that loop over the tiles
+    shape = family.launch_shape(config, problem, device)
+    blocks = shape.work_tiles
+    if shape.persistent:  # one wave of CTAs that loop over the tiles
         blocks = min(blocks, device.sm_count * terms.blocks_per_sm)
     return Prediction(config, predicted_us(config, problem, device, rates), blocks, terms.blocks_per_sm,
                       device.sm_count)
