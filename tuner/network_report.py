@@ -76,10 +76,10 @@ def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
         record = one_run.get(bare_entry, {}) if bare_entry else {}
         tuned, cudnn = _figure(record, "tuned_us"), _figure(record, "cudnn_us")
         fused_record = one_run.get(entry, {}) if entry else {}
-        if bare_entry is None and _figure(fused_record, "bare_kernel_us") and _figure(fused_record, "cudnn_us"):
+        own_bare, own_cudnn = _figure(fused_record, "bare_kernel_us"), _figure(fused_record, "cudnn_us")
+        if bare_entry is None and own_bare and own_cudnn:
             # No bare twin tuned: the fused layer's own kernel built without its epilogue, timed in the run
-            conv_alone = Pair(f"{entry} (its kernel bare)", _figure(fused_record, "bare_kernel_us"),
-                              _figure(fused_record, "cudnn_us"))
+            conv_alone = Pair(f"{entry} (its kernel bare)", own_bare, own_cudnn)
         elif bare_entry is None:
             missing.append("conv not tuned")
         elif tuned is None or cudnn is None:
@@ -91,9 +91,8 @@ def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
         elif entry is None:
             missing.append(f"epilogue {layer.problem.epilogue.key} not tuned")
         else:
-            record = one_run.get(entry, {})
-            tuned, eager = _figure(record, "tuned_us"), _figure(record, "eager_us")
-            compiled = _figure(record, "compiled_us")
+            tuned, eager = _figure(fused_record, "tuned_us"), _figure(fused_record, "eager_us")
+            compiled = _figure(fused_record, "compiled_us")
             if tuned is None or eager is None:
                 missing.append(f"{entry} not in bench's one run")
             else:
