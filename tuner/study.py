@@ -67,6 +67,13 @@ def study_name(device: DeviceFacts, layer: str, problem: ConvProblem, joint: Joi
     return f"{device.slug}/{layer}/{shape}/{joint.key}@{joint.digest}/{problem.variant_key}"
 
 
+def problem_of_study(name: str) -> tuple[str, str, str] | None:
+    """(device, shape, dtypes[+epilogue]) of a name study_name() made: the problem, whatever the layer
+    name and the space; None for any other name."""
+    parts = name.split("/")
+    return (parts[0], parts[2], parts[4]) if len(parts) == 5 else None
+
+
 def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
                joint: JointSpace | None = None) -> optuna.Study:
     """Load the study, or create it and, given its joint space, carry over what the layer's other
@@ -97,17 +104,14 @@ def carry_over(study: optuna.Study, joint: JointSpace) -> int:
     space, another set of families, an older space file, another layer name) whose configuration this
     space holds: the sampler and the already-measured check start from them instead of from nothing.
     The newest measurement of a configuration wins. Returns how many were copied."""
-    parts = study.study_name.split("/")
-    if len(parts) != 5:  # not a name study_name() made: no problem to match
+    problem = problem_of_study(study.study_name)
+    if problem is None:
         return 0
-    device, shape, variant = parts[0], parts[2], parts[4]
     storage = study._storage
     fitting: dict[tuple, FrozenTrial] = {}
     for other in storage.get_all_studies():
-        parts = other.study_name.split("/")
         # The same problem under any layer name (the r50 table's and an imported network's, say)
-        if other.study_name == study.study_name or len(parts) != 5 or (parts[0], parts[2], parts[4]) != (
-                device, shape, variant):
+        if other.study_name == study.study_name or problem_of_study(other.study_name) != problem:
             continue
         for trial in storage.get_all_trials(other._study_id, deepcopy=False,
                                             states=(TrialState.COMPLETE, TrialState.PRUNED)):
