@@ -312,10 +312,12 @@ def export_command(argv: list[str], console: Console) -> int:
     for slug in slugs:
         folder = recorded_gpu_dir(args.results_dir, slug)
         path = export_header(folder, nodes, label)
+        if network is None:
+            console.print(f"wrote {path}")
+            continue
         tuned = names_by_problem(best_entries(folder))  # read once, not once per node
         untuned = sum(problem not in tuned for _, problem in nodes)
-        console.print(f"wrote {path}" + (f" ({len(nodes)} network nodes, {untuned} without a tuned kernel)"
-                                         if network else ""))
+        console.print(f"wrote {path} ({len(nodes)} network nodes, {untuned} without a tuned kernel)")
     return 0
 
 
