@@ -158,6 +158,7 @@ def test_short_conv_1_study_writes_best_yaml(tmp_path):
 
 CONV_3X3 = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
 GEMM_1X1 = ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1)
+GEMM_1X1_WIDE = ConvProblem(n=2, h=12, w=12, c=64, k=256, r=1, s=1)  # 288 pixels, 256 channels: no square
 STEM = ConvProblem(n=2, h=32, w=32, c=3, k=64, r=7, s=7, pad=3, stride=2)
 ODD_STRIDED = ConvProblem(n=3, h=17, w=15, c=4, k=32, r=3, s=3, pad=1, stride=2)
 SM90_CASES = {
@@ -172,6 +173,11 @@ SM90_CASES = {
     "sm90_gemm_pingpong": ("sm90_gemm", GEMM_1X1, {"tile": "64x128x64", "cluster": "1x2x1", "schedule": "pingpong",
                                       "scheduler": "persistent", "epilogue": "nosmem", "stages": 0, "raster": 2,
                                       "swizzle": 2, "split_k": 1}),
+    # the transposed product: A the filter, B the activations, D column-major (the same NHWC buffers)
+    "sm90_gemm_swapped": ("sm90_gemm", GEMM_1X1_WIDE, {"tile": "128x64x64", "cluster": "2x1x1",
+                                                       "schedule": "cooperative", "scheduler": "persistent",
+                                                       "epilogue": "tma", "stages": 0, "raster": 0, "swizzle": 1,
+                                                       "split_k": 1, "swap_ab": True}),
     "sm90_s2d": ("sm90_s2d", STEM, {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}),
     "sm90_s2d_odd": ("sm90_s2d", ODD_STRIDED, {"tile": "64x32x16", "cluster": "2x1x1", "stages": 6,
                                                "epilogue": "nosmem"}),
@@ -213,7 +219,7 @@ def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
     assert evaluation.attributes.dynamic_smem_bytes > 0 and evaluation.measurement.median_us > 0
 
 
-@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k", "sm90_s2d"])
+@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k", "sm90_gemm_swapped", "sm90_s2d"])
 def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker):
     """sm90_conv is handed dilation 2 (every output written, wrong pixels); sm90_gemm and sm90_s2d half
     the batch (half the outputs never written). All must be rejected; on the true problem they pass."""
@@ -264,6 +270,8 @@ FUSED_CASES = {
     "gemm_bias_silu": ("sm90_gemm", with_epilogue(GEMM_1X1, "bias+silu"), SM90_CASES["sm90_gemm"][2]),
     "gemm_stream_k_half_residual_gelu": ("sm90_gemm", with_epilogue(GEMM_1X1, "scale+bias+residual*0.5+gelu"),
                                          SM90_CASES["sm90_gemm_stream_k"][2]),
+    "gemm_swapped_bn_residual_relu": ("sm90_gemm", with_epilogue(GEMM_1X1_WIDE, "scale+bias+residual+relu"),
+                                      SM90_CASES["sm90_gemm_swapped"][2]),
     "s2d_bn_relu": ("sm90_s2d", with_epilogue(STEM, "scale+bias+relu"), SM90_CASES["sm90_s2d"][2]),
     "sm80_bn_residual_relu": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual+relu"), SMALL_PARAMS),
     "sm80_bn_residual": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual"), SMALL_PARAMS),
@@ -299,6 +307,8 @@ def test_fused_epilogue_is_right_and_timed(case, compiled_fused, device, worker)
     ("conv_bn_residual", "scale+bias+residual+relu", False),          # ReLU dropped
     ("gemm_bias_silu", "bias+gelu", False),                           # SiLU where the layer has GELU
     ("conv_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # control: beta is a run-time operand
+    ("gemm_swapped_bn_residual_relu", "scale+bias+residual", False),  # a ReLU the layer does not have
+    ("gemm_swapped_bn_residual_relu", "scale+bias+residual*2+relu", True),  # control, swapped: beta at run time
     ("sm80_bn_residual", "scale+bias+residual+relu", False),          # sm80: ReLU dropped
     ("sm80_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # sm80 control
 ])

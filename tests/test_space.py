@@ -38,7 +38,8 @@ PARAMS = {
     "sm80": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "analytic", "split_k": 2},
     "sm90_conv": {"tile": "128x64x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"},
     "sm90_gemm": {"tile": "256x128x64", "cluster": "1x2x1", "schedule": "cooperative", "scheduler": "stream_k",
-                  "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2},
+                  "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2,
+                  "swap_ab": True},
 }
 
 

@@ -60,7 +60,8 @@ def _parsed_rows(path: Path, problem: ConvProblem, family: str) -> list[tuple[Ke
         try:
             if None in row.values() or None in row:
                 raise ValueError("fields missing or extra")
-            parsed.append((make_config(problem, family, {k: row[k] for k in knobs}),
+            # a knob added after the record was written is absent: the family reads its default
+            parsed.append((make_config(problem, family, {k: row[k] for k in knobs if k in row}),
                            Recorded(Status(row["status"]), _number(row["median_us"]), _number(row["p10_us"]),
                                     _number(row["p90_us"]), _number(row["error"]))))
         except (KeyError, TypeError, ValueError) as error:

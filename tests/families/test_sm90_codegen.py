@@ -34,10 +34,10 @@ def conv(tile="128x128x64", cluster="1x1x1", stages=0, epilogue="tma", problem=C
 
 
 def gemm(tile="128x128x64", cluster="1x1x1", schedule="cooperative", scheduler="persistent", epilogue="tma",
-         stages=0, raster=0, swizzle=1, split_k=1, problem=GEMM_PROBLEM):
+         stages=0, raster=0, swizzle=1, split_k=1, problem=GEMM_PROBLEM, swap_ab=False):
     return gemm_config(problem, {"tile": tile, "cluster": cluster, "schedule": schedule, "scheduler": scheduler,
                                  "epilogue": epilogue, "stages": stages, "raster": raster, "swizzle": swizzle,
-                                 "split_k": split_k})
+                                 "split_k": split_k, "swap_ab": swap_ab})
 
 
 def assert_candidate_frame(source: str, runner_class: str, family: str) -> None:
@@ -156,6 +156,20 @@ def test_sm90_gemm_source_in_template_order(schedule, scheduler, epilogue, kerne
         "using Runner0 = Sm90GemmRunner<TunedConv0>;",
     ])
     assert "cutlass::conv::collective::" not in source
+
+
+def test_sm90_gemm_swapped_runs_the_transposed_product():
+    source = candidate_source(gemm(swap_ab=True))
+    assert_in_order(source, [
+        "void, cutlass::layout::ColumnMajor, 8, cutlass::half_t, cutlass::layout::ColumnMajor, 8,",
+        "cutlass::half_t, cutlass::layout::RowMajor, 8, cutlass::half_t, cutlass::layout::ColumnMajor, 8, float,",
+    ])
+    assert "kSwapAB ? w : x" in source  # the runner reads the orientation off the kernel's D stride
+    fused = ConvProblem(n=32, h=28, w=28, c=256, k=128, r=1, s=1, epilogue=parse_epilogue("scale+bias+residual+relu"))
+    swapped = candidate_source(gemm(swap_ab=True, problem=fused))
+    assert "fusion::TunerPrefetchedPerRowLinCombPerRowBiasEltAct<cutlass::epilogue::thread::ReLu," in swapped
+    assert "TunerPrefetchedPerCol" not in swapped.split("// Config:")[1]
+    assert "fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct<" in candidate_source(gemm(problem=fused))
 
 
 def test_sm90_gemm_explicit_stages():

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import H100, REPO
 from tuner.families.base import SearchSpace, Shape3, SpaceError
 from tuner.families.sm90_gemm.space import (
     AUTO_STAGES,
@@ -38,9 +38,9 @@ def problem(**fields) -> ConvProblem:
 
 
 def params(tile="128x128x64", cluster="1x1x1", schedule="cooperative", scheduler="persistent", epilogue="tma",
-           stages=0, raster=0, swizzle=1, split_k=1) -> dict:
+           stages=0, raster=0, swizzle=1, split_k=1, swap_ab=False) -> dict:
     return {"tile": tile, "cluster": cluster, "schedule": schedule, "scheduler": scheduler, "epilogue": epilogue,
-            "stages": stages, "raster": raster, "swizzle": swizzle, "split_k": split_k}
+            "stages": stages, "raster": raster, "swizzle": swizzle, "split_k": split_k, "swap_ab": swap_ab}
 
 
 def config(prob: ConvProblem | None = None, **overrides) -> Sm90GemmConfig:
@@ -75,7 +75,8 @@ def test_repository_space():
     assert space == parse_space(yaml.safe_load(SPACE_FILE.read_text()))
     choices = space.choices
     assert list(choices) == ["tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle",
-                             "split_k"]
+                             "split_k", "swap_ab"]
+    assert choices["swap_ab"] == (False, True)
     assert "128x128x64" in choices["tile"] and "64x64x128" in choices["tile"]
     assert all(Shape3.parse(t).text == t for t in choices["tile"] + choices["cluster"])
     assert choices["schedule"] == ("ws", "cooperative", "pingpong")
@@ -386,3 +387,55 @@ def test_a_tiny_space(h100):
     assert space.size == 4
     assert [c.name for c in valid_configs(space, problem(), h100)] == [
         "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32"]
+
+
+# --- swap_ab: the product transposed, M along the output channels -----------------------------------
+
+def test_a_space_without_swap_ab_runs_unswapped():
+    document = space_document(swap_ab=None)
+    assert parse_space(document).choices["swap_ab"] == (False,)
+    with pytest.raises(SpaceError, match="swap_ab value 'yes' is not true or false"):
+        parse_space(space_document(swap_ab=["yes"]))
+
+
+def test_stored_parameters_without_swap_ab_are_the_unswapped_kernel():
+    stored = params()
+    del stored["swap_ab"]
+    assert make_config(problem(), stored) == config()
+    # a landscape record (CSV) holds the text of a truth value
+    assert make_config(problem(), params(swap_ab="True")).swap_ab is True
+    assert make_config(problem(), params(swap_ab="False")).swap_ab is False
+    with pytest.raises(SpaceError, match="swap_ab"):
+        make_config(problem(), params(swap_ab="maybe"))
+
+
+def test_swapped_names_are_new_and_unswapped_names_unchanged():
+    assert config().name == "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32"
+    swapped = config(swap_ab=True)
+    assert swapped.name == "sm90g_128x128x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32"
+    assert swapped.compiled.swap_ab and swapped.compiled != config().compiled
+    assert swapped.search_params["swap_ab"] is True and config().search_params["swap_ab"] is False
+
+
+def test_swapped_tiles_run_along_the_output_channels():
+    # r50_s5_1x1_512to2048_b32: M = 32*7*7 = 1568 pixels, 2048 output channels
+    prob = problem(n=32, h=7, w=7, c=512, k=2048)
+    unswapped = config(prob, tile="128x224x64", cluster="1x1x1")
+    swapped = config(prob, tile="128x224x64", cluster="4x1x1", swap_ab=True)
+    assert unswapped.gemm_mn(prob) == (1568, 2048) and swapped.gemm_mn(prob) == (2048, 1568)
+    assert swapped.layer_tile == Shape3(224, 128, 64) and swapped.layer_cluster == (1, 4)
+    assert reasons_of(swapped, H100, prob) == []
+
+
+def test_a_swapped_kernel_is_diagnosed_and_costed_along_the_layer():
+    from tuner.families import registry
+    prob = problem(n=32, h=7, w=7, c=512, k=2048)
+    family = registry.get("sm90_gemm")
+    swapped = config(prob, tile="128x224x64", cluster="4x1x1", swap_ab=True)
+    shape = family.launch_shape(swapped, prob, H100)
+    assert shape.tile_mnk == (224, 128, 64) and shape.cluster == (1, 4, 1)
+    assert shape.work_tiles == 7 * 16  # 1568 pixels / 224, 2048 channels / 128: one wave on 132 SMs
+    assert family.launch_shape(config(prob, tile="128x224x64"), prob, H100).work_tiles == 13 * 10
+    terms = family.cost_terms(swapped, prob, H100)
+    assert (terms.tile_m, terms.tile_n) == (224, 128)
+    assert "swab" in family.describe(swapped)

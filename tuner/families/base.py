@@ -185,6 +185,15 @@ def enum_list(family: str, name: str, values: object, kind: type[enum.Enum]) -> 
     return tuple(dict.fromkeys(parsed))
 
 
+def flag_list(family: str, name: str, values: object) -> tuple[bool, ...]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{family} search space: '{name}' must be a non-empty list")
+    for value in values:
+        if not isinstance(value, bool):
+            raise SpaceError(f"{family} search space: {name} value {value!r} is not true or false")
+    return tuple(sorted(set(values)))
+
+
 def shape_list(family: str, name: str, values: object) -> tuple[Shape3, ...]:
     if not isinstance(values, list) or not values:
         raise SpaceError(f"{family} search space: '{name}' must be a non-empty list")
@@ -223,6 +232,15 @@ def whole(value: object) -> int:
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
         return int(value)
     raise ValueError("a whole number")
+
+
+def flag(value: object) -> bool:
+    """A truth value from a stored parameter: a bool, or the text a record (CSV) wrote for one."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip() in ("True", "False", "true", "false"):
+        return value.strip() in ("True", "true")
+    raise ValueError("true or false")
 
 
 @lru_cache(maxsize=None)

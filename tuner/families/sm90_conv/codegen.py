@@ -43,18 +43,20 @@ def source_tag(fusion: Epilogue, output_type: DataType) -> str:
     return ELEMENT_TAGS[output_type] if fusion.residual else "void"
 
 
-def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataType) -> str:
+def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataType, per_row: bool = False) -> str:
     """The 3.x fusion operation: the builder's default LinearCombination (alpha 1, beta 0) for a bare
     conv; else act(alpha[k] * acc + bias[k] + beta * C) with per-channel alpha (the scale) and bias,
     whose absent parts are null pointers at run time (tuner_fill_epilogue): CUTLASS's
     PerColLinCombPerColBiasEltAct with its vectors prefetched into L2 at kernel start
-    (templates/prefetch_fusion.h)."""
+    (templates/prefetch_fusion.h). `per_row`: the output channels are the GEMM's rows (sm90_gemm
+    swapped), PerRowLinCombPerRowBiasEltAct, prefetched alike."""
     out, acc = ELEMENT_TAGS[output_type], ELEMENT_TAGS[accumulator_type]
     source = source_tag(fusion, output_type)
     if not fusion.fused:
         return f"cutlass::epilogue::fusion::LinearCombination<{out}, {acc}, void, {acc}>"
     vector = ELEMENT_TAGS[VECTOR_TYPE]
-    return (f"cutlass::epilogue::fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct<{ACTIVATION_TAGS[fusion.activation]}, "
+    operation = "TunerPrefetchedPerRowLinCombPerRowBiasEltAct" if per_row else "TunerPrefetchedPerColLinCombPerColBiasEltAct"
+    return (f"cutlass::epilogue::fusion::{operation}<{ACTIVATION_TAGS[fusion.activation]}, "
             f"{out}, {acc}, {vector}, {source}, {vector}>")
 
 

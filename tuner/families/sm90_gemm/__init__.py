@@ -20,7 +20,7 @@ class Sm90GemmFamily(Family):
     plot_colour = "tab:purple"
     folder = Path(__file__).parent
     groupable = True
-    knobs = ("tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle", "split_k")
+    knobs = ("tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle", "split_k", "swap_ab")
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         if device.cc != 90:
@@ -62,16 +62,19 @@ class Sm90GemmFamily(Family):
         return costmodel.prior_order(config, problem)
 
     def launch_shape(self, config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+        # In the layer's orientation (M along N*P*Q), whichever way a swapped kernel runs it.
         m, n, _ = space.kernel_problem(problem).gemm_mnk
-        tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
+        tile = config.layer_tile
+        tiles = -(-m // tile.m) * -(-n // tile.n)
         splits = config.split_k if config.scheduler is Scheduler.stream_k else 1
-        return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k), filter_taps=1,
+        return LaunchShape(tile_mnk=(tile.m, tile.n, tile.k), filter_taps=1,
                            split_k_slices=splits, work_tiles=tiles * splits, persistent=config.persistent,
-                           cluster=(config.cluster.m, config.cluster.n, 1), warp_specialized=True)
+                           cluster=(*config.layer_cluster, 1), warp_specialized=True)
 
     def describe(self, config: Sm90GemmConfig) -> str:
         stages = "auto" if config.stages == space.AUTO_STAGES else config.stages
-        return (f"{config.tile.text} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} "
+        swapped = " swab" if config.swap_ab else ""
+        return (f"{config.tile.text}{swapped} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} "
                 f"{config.scheduler.value} {config.epilogue.value} s{stages} r{config.raster} sw{config.swizzle} "
                 f"sk{config.split_k}")
 

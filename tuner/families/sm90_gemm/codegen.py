@@ -60,11 +60,15 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
         cluster_m=compiled.cluster.m, cluster_n=compiled.cluster.n,
         epilogue_schedule=epilogue_tag(compiled), kernel_schedule=KERNEL_SCHEDULE_TAGS[compiled.schedule],
         tile_scheduler=SCHEDULER_TAGS[compiled.scheduler], stages=stage_tag(compiled.stages),
-        element_a=ELEMENT_TAGS[compiled.input_type], element_b=ELEMENT_TAGS[compiled.filter_type],
+        element_a=ELEMENT_TAGS[compiled.filter_type if compiled.swap_ab else compiled.input_type],
+        element_b=ELEMENT_TAGS[compiled.input_type if compiled.swap_ab else compiled.filter_type],
         element_c=ELEMENT_TAGS[compiled.output_type], element_accumulator=ELEMENT_TAGS[compiled.accumulator_type],
         alignment_c=compiled.alignment_c,
+        layout_c="cutlass::layout::ColumnMajor" if compiled.swap_ab else "cutlass::layout::RowMajor",
         element_source=source_tag(compiled.fusion, compiled.output_type),
-        fusion=fusion_tag(compiled.fusion, compiled.output_type, compiled.accumulator_type),
+        # swapped, the output channels are the GEMM's rows: the per-channel vectors broadcast per row
+        fusion=fusion_tag(compiled.fusion, compiled.output_type, compiled.accumulator_type,
+                          per_row=compiled.swap_ab),
     )
 
 

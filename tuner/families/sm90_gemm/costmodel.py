@@ -28,7 +28,7 @@ def cost_terms(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts
              * min(1.0, (config.tile.m * config.tile.n / (128 * 256)) ** TILE_EXPONENT)
              * min(1.0, config.tile.k / 64) ** TILE_K_EXPONENT)
     return CostTerms(
-        tile_m=config.tile.m, tile_n=config.tile.n,
+        tile_m=config.layer_tile.m, tile_n=config.layer_tile.n,  # the terms count tiles over the layer's GEMM
         block_k_steps=k_steps(config, problem),
         flops_per_k_step=2 * config.tile.m * config.tile.n * config.tile.k,
         blocks_per_sm=blocks_per_sm(config, device),

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, replace
 
 from tuner.device import DeviceFacts
-from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
-                                 param, shape_list, whole)
+from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, flag, flag_list, int_list,
+                                 output_alignment, param, shape_list, whole)
 from tuner.epilogue import Epilogue
 # sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
 from tuner.families.sm90_conv.space import EpilogueSchedule, fusion_problem
@@ -58,6 +58,10 @@ class Sm90GemmConfig:
     output_type: DataType
     accumulator_type: DataType
     fusion: Epilogue = Epilogue()  # the layer's epilogue, compiled in
+    # The GEMM transposed, as cuBLAS runs a row-major product: M along the output channels (A the
+    # filter), N along N*P*Q (B the activations), D column-major: the same buffers. It changes which
+    # dimension the tile's M, the cluster's M and the wave count fall on.
+    swap_ab: bool = False
 
     @property
     def family(self) -> str:
@@ -74,7 +78,8 @@ class Sm90GemmConfig:
     @property
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
-        return (f"sm90g_{self.tile.text}_c{self.cluster.text}_{self.schedule.value}_{self.scheduler.value}"
+        swapped = "_swab" if self.swap_ab else ""  # the names of unswapped kernels stay as they were
+        return (f"sm90g_{self.tile.text}{swapped}_c{self.cluster.text}_{self.schedule.value}_{self.scheduler.value}"
                 f"_{self.epilogue.value}_s{stages}_r{self.raster}_sw{self.swizzle}_sk{self.split_k}"
                 f"_a{self.alignment_c}_{self.dtype_key}{self.fusion.short}")
 
@@ -82,7 +87,21 @@ class Sm90GemmConfig:
     def search_params(self) -> dict:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
                 "scheduler": self.scheduler.value, "epilogue": self.epilogue.value, "stages": self.stages,
-                "raster": self.raster, "swizzle": self.swizzle, "split_k": self.split_k}
+                "raster": self.raster, "swizzle": self.swizzle, "split_k": self.split_k, "swap_ab": self.swap_ab}
+
+    def gemm_mn(self, problem: ConvProblem) -> tuple[int, int]:
+        """The M and N the kernel tiles: (N*P*Q, K), or (K, N*P*Q) swapped."""
+        m, n, _ = kernel_problem(problem).gemm_mnk
+        return (n, m) if self.swap_ab else (m, n)
+
+    @property
+    def layer_tile(self) -> Shape3:
+        """The tile along the layer's implicit GEMM (N*P*Q, K, C), whichever way the kernel runs it."""
+        return Shape3(self.tile.n, self.tile.m, self.tile.k) if self.swap_ab else self.tile
+
+    @property
+    def layer_cluster(self) -> tuple[int, int]:
+        return (self.cluster.n, self.cluster.m) if self.swap_ab else (self.cluster.m, self.cluster.n)
 
     @property
     def persistent(self) -> bool:
@@ -128,8 +147,10 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def parse_space(document: object) -> SearchSpace:
+    if isinstance(document, dict) and "swap_ab" not in document:
+        document = {**document, "swap_ab": [False]}  # a space written before the knob existed
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "scheduler", "epilogue",
-                                             "stages", "raster", "swizzle", "split_k"})
+                                             "stages", "raster", "swizzle", "split_k", "swap_ab"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -142,6 +163,7 @@ def parse_space(document: object) -> SearchSpace:
                             "0 heuristic, 1 along M, 2 along N")),
         ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8")),
         ("split_k", int_list(FAMILY, "split_k", document["split_k"], lambda v: 1 <= v <= 64, "1 to 64")),
+        ("swap_ab", flag_list(FAMILY, "swap_ab", document["swap_ab"])),
     ))
 
 
@@ -166,6 +188,8 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90GemmConfig:
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,
         fusion=problem.epilogue,
+        # absent from what was stored before the knob existed: those kernels ran unswapped
+        swap_ab=param(params, "swap_ab", flag) if "swap_ab" in params else False,
     )
 
 

@@ -1,5 +1,6 @@
 // The sm90 families' fused epilogue: CUTLASS's PerColLinCombPerColBiasEltAct, act(alpha[n] * acc +
-// bias[n] + beta * C), with its per-channel vectors prefetched into L2 when the kernel starts.
+// bias[n] + beta * C), with its per-channel vectors prefetched into L2 when the kernel starts (and its
+// per-row twin for a GEMM whose rows are the output channels).
 // CUTLASS's Sm90RowBroadcast reads its slice of a vector from global memory after the mainloop, and the
 // epilogue waits for it: on a one-wave kernel (batch 1) that wait is a DRAM round trip nothing hides.
 // The epilogue collective, and the fusion callbacks with it, are constructed by every thread before
@@ -14,6 +15,17 @@
 #define CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 1
 #endif
 namespace cutlass::epilogue::fusion {
+
+// One 128-byte line a thread: a CTA of 128 threads or more covers a vector of 4096 floats.
+CUTLASS_HOST_DEVICE void tuner_prefetch_vector(void const* vector, int bytes) {
+#if defined(__CUDA_ARCH__) && CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH
+  char const* start = reinterpret_cast<char const*>(vector);
+  int offset = int(threadIdx.x) * 128;
+  if (start != nullptr && offset < bytes) {
+    asm volatile("prefetch.global.L2 [%0];" : : "l"(start + offset));
+  }
+#endif
+}
 
 template <class CtaTileShapeMNK, class ElementInput, class ElementCompute, class StrideMNL, int Alignment>
 struct TunerPrefetchedRowBroadcast
@@ -44,14 +56,41 @@ struct TunerPrefetchedRowBroadcast
 
   CUTLASS_HOST_DEVICE TunerPrefetchedRowBroadcast(Params const& params, SharedStorage const& shared_storage)
       : Base(params.base, shared_storage) {
-#if defined(__CUDA_ARCH__) && CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH
-    // One 128-byte line a thread: a CTA of 128 threads or more covers a vector of 4096 floats.
-    char const* row = reinterpret_cast<char const*>(params.base.ptr_row);
-    int offset = int(threadIdx.x) * 128;
-    if (row != nullptr && offset < params.bytes) {
-      asm volatile("prefetch.global.L2 [%0];" : : "l"(row + offset));
+    tuner_prefetch_vector(params.base.ptr_row, params.bytes);
+  }
+};
+
+// The same for a per-row vector (sm90_gemm swapped: the output channels are the GEMM's M).
+template <class CtaTileShapeMNK, class ElementInput, class ElementCompute, class StrideMNL, int Alignment>
+struct TunerPrefetchedColBroadcast
+    : Sm90ColBroadcast<0, CtaTileShapeMNK, ElementInput, ElementCompute, StrideMNL, Alignment> {
+  using Base = Sm90ColBroadcast<0, CtaTileShapeMNK, ElementInput, ElementCompute, StrideMNL, Alignment>;
+  using typename Base::Arguments;
+  using typename Base::SharedStorage;
+
+  struct Params {
+    typename Base::Params base;
+    int bytes = 0;  // of the vector: M elements, or one where the broadcast is of a scalar
+  };
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args,
+                                                  void* workspace) {
+    auto problem_shape_mnkl = cute::append<4>(problem_shape, cute::Int<1>{});
+    int elements = int(cute::size(cute::get<0>(problem_shape_mnkl)));
+    if constexpr (Base::IsDynamicBroadcast) {
+      if (!bool(cute::get<0>(args.dCol))) {
+        elements = 1;
+      }
     }
-#endif
+    return {Base::to_underlying_arguments(problem_shape, args, workspace), elements * int(sizeof(ElementInput))};
+  }
+
+  CUTLASS_HOST_DEVICE TunerPrefetchedColBroadcast() {}
+
+  CUTLASS_HOST_DEVICE TunerPrefetchedColBroadcast(Params const& params, SharedStorage const& shared_storage)
+      : Base(params.base, shared_storage) {
+    tuner_prefetch_vector(params.base.ptr_col, params.bytes);
   }
 };
 
@@ -111,6 +150,88 @@ struct FusionCallbacks<
     StrideAlpha dAlpha = {_0{}, bool(1), 0};
     StrideBeta dBeta = {_0{}, bool(1), 0};
     using StrideBias = Stride<_0, _1, int64_t>;
+    ElementBias const* bias_ptr = nullptr;
+    StrideBias dBias = {};
+    using ActivationArguments = typename Sm90Compute<ActivationFn, ElementOutput, ElementCompute,
+                                                     FloatRoundStyle::round_to_nearest>::Arguments;
+    ActivationArguments activation = ActivationArguments();
+
+    operator typename Impl::Arguments() const {
+      return {
+        {
+          {beta_ptr, beta, dBeta},
+          {},
+          {
+            {alpha_ptr, alpha, dAlpha},
+            {},
+            {bias_ptr, ElementBias(0), dBias},
+            {}
+          },
+          {}
+        },
+        activation
+      };
+    }
+  };
+
+  using Impl::Impl;
+};
+
+// Per row: PerRowLinCombPerRowBiasEltAct's tree (sm90_callbacks_tma_warpspecialized.hpp:1060-1095) with
+// the alpha and bias vectors prefetched.
+template <template <class> class ActivationFn, class ElementOutput, class ElementCompute, class ElementBias,
+          class ElementSource, class ElementScalar>
+struct TunerPrefetchedPerRowLinCombPerRowBiasEltAct
+    : PerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
+                                    ElementScalar> {};
+
+template <class CtaTileShapeMNK, template <class> class ActivationFn, class ElementOutput, class ElementCompute,
+          class ElementBias, class ElementSource, class ElementScalar, int AlignmentBias, int AlignmentScalar,
+          FloatRoundStyle RoundStyle>
+using TunerPrefetchedPerRowLinCombPerRowBiasEltActImpl =
+  Sm90EVT<Sm90Compute<ActivationFn, ElementOutput, ElementCompute, RoundStyle>,  // activation(...)
+    Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute, RoundStyle>,  // beta * C + (...)
+      Sm90ColBroadcast<0, CtaTileShapeMNK, ElementScalar, ElementCompute, Stride<bool, _0, int64_t>,
+                       AlignmentScalar>,  // beta: a scalar here
+      Sm90SrcFetch<ElementSource>,  // C
+      Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute, RoundStyle>,  // alpha * acc + bias
+        TunerPrefetchedColBroadcast<CtaTileShapeMNK, ElementScalar, ElementCompute, Stride<bool, _0, int64_t>,
+                                    AlignmentScalar>,  // alpha
+        Sm90AccFetch,
+        TunerPrefetchedColBroadcast<CtaTileShapeMNK, ElementBias, ElementCompute, Stride<_1, _0, int64_t>,
+                                    AlignmentBias>  // bias
+      >
+    >
+  >;
+
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore,
+          template <class> class ActivationFn, class ElementOutput, class ElementCompute, class ElementBias,
+          class ElementSource, class ElementScalar, class CtaTileShapeMNK, class EpilogueTile>
+struct FusionCallbacks<
+    epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
+    TunerPrefetchedPerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias,
+                                                 ElementSource, ElementScalar>,
+    CtaTileShapeMNK, EpilogueTile>
+    : TunerPrefetchedPerRowLinCombPerRowBiasEltActImpl<
+          CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource, ElementScalar,
+          128 / sizeof_bits_v<ElementBias>, 128 / sizeof_bits_v<ElementScalar>, FloatRoundStyle::round_to_nearest> {
+  using Impl = TunerPrefetchedPerRowLinCombPerRowBiasEltActImpl<
+      CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource, ElementScalar,
+      128 / sizeof_bits_v<ElementBias>, 128 / sizeof_bits_v<ElementScalar>, FloatRoundStyle::round_to_nearest>;
+  using Operation = TunerPrefetchedPerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute,
+                                                                 ElementBias, ElementSource, ElementScalar>;
+
+  // The fields of CUTLASS's PerRowLinCombPerRowBiasEltAct arguments, so the runners fill either alike.
+  struct Arguments {
+    ElementScalar alpha = ElementScalar(1);
+    ElementScalar beta = ElementScalar(0);
+    ElementScalar const* alpha_ptr = nullptr;
+    ElementScalar const* beta_ptr = nullptr;
+    using StrideAlpha = Stride<bool, _0, int64_t>;
+    using StrideBeta = Stride<bool, _0, int64_t>;
+    StrideAlpha dAlpha = {bool(1), _0{}, 0};
+    StrideBeta dBeta = {bool(1), _0{}, 0};
+    using StrideBias = Stride<_1, _0, int64_t>;
     ElementBias const* bias_ptr = nullptr;
     StrideBias dBias = {};
     using ActivationArguments = typename Sm90Compute<ActivationFn, ElementOutput, ElementCompute,

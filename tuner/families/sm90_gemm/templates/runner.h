@@ -11,6 +11,9 @@ class Sm90GemmRunner {
   using ClusterShape = typename GemmKernel::ClusterShape;
   static constexpr bool kStreamK =
       std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::StreamKScheduler>;
+  // A column-major D (unit stride along M) is the swapped product: M along the output channels, A = w.
+  static constexpr bool kSwapAB =
+      std::is_same_v<cute::remove_cvref_t<decltype(cute::get<0>(typename GemmKernel::StrideD{}))>, cute::Int<1>>;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
     cutlass::Status status = check_problem(p);
@@ -129,13 +132,14 @@ class Sm90GemmRunner {
   static typename Gemm::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
                                             const TunerEpilogue &epilogue) {
     using ElementD = typename GemmKernel::ElementD;
-    const int m = p.n * p.p * p.q, n = p.k, k = p.c;
+    const int pixels = p.n * p.p * p.q;
+    const int m = kSwapAB ? p.k : pixels, n = kSwapAB ? pixels : p.k, k = p.c;
     typename Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.problem_shape = {m, n, k, 1};
-    args.mainloop.ptr_A = static_cast<ElementA const *>(x);
+    args.mainloop.ptr_A = static_cast<ElementA const *>(kSwapAB ? w : x);
     args.mainloop.dA = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
-    args.mainloop.ptr_B = static_cast<ElementB const *>(w);
+    args.mainloop.ptr_B = static_cast<ElementB const *>(kSwapAB ? x : w);
     args.mainloop.dB = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
     tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
     args.epilogue.ptr_C = static_cast<ElementSource const *>(epilogue.residual);
