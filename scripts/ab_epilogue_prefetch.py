@@ -1,9 +1,10 @@
-"""What the fused epilogue's prefetch is worth, in one run: each layer's best.yaml kernel built both
-ways (CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 0: none, 1: the scale and bias vectors; prefetch_fusion.h)
-and its bare twin, timed interleaved, round after round, the tuner's way (graph replay, inputs rotated
-past L2). Prints each layer's medians and
-ratios to the bare kernel, and their geometric means.
-usage: python scripts/ab_epilogue_prefetch.py [--rounds N] LAYER ..."""
+"""What a compile-time switch of the fused epilogue is worth, in one run: each layer's best.yaml kernel
+built with the switch at 0 and at 1, and its bare twin, timed interleaved, round after round, the tuner's
+way (graph replay, inputs rotated past L2). Prints each layer's medians and ratios to the bare kernel, and
+their geometric means. Switches: CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH (prefetch_fusion.h: the scale and
+bias vectors prefetched into L2), CUTLASS_CONV_TUNER_EARLY_RESIDUAL (early_residual.h: the residual
+loaded under the MMAs).
+usage: python scripts/ab_epilogue_prefetch.py [--macro NAME] [--rounds N] LAYER ..."""
 from __future__ import annotations
 
 import argparse
@@ -31,25 +32,27 @@ VARIANTS = (0, 1)
 
 
 class VariantCompiler(Compiler):
-    def __init__(self, device, variant: int):
+    def __init__(self, device, macro: str, variant: int):
         super().__init__(device)
-        self.variant = variant
+        self.macro, self.variant = macro, variant
 
     def flags(self, config):
-        return [*super().flags(config), f"-DCUTLASS_CONV_TUNER_EPILOGUE_PREFETCH={self.variant}"]
+        return [*super().flags(config), f"-D{self.macro}={self.variant}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("layers", nargs="+")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--macro", default="CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH",
+                        choices=("CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH", "CUTLASS_CONV_TUNER_EARLY_RESIDUAL"))
     args = parser.parse_args()
     device = query_device()
     entries = best_entries(gpu_dir(REPO / "results", device.slug))
     table = load_layers(REPO / "search_spaces" / "layers.yaml")
     configs = {name: entry_config(entries[name], name, table[name].problem) for name in args.layers}
     bare = {name: dataclasses.replace(config, fusion=Epilogue()) for name, config in configs.items()}
-    compilers = {variant: VariantCompiler(device, variant) for variant in VARIANTS}
+    compilers = {variant: VariantCompiler(device, args.macro, variant) for variant in VARIANTS}
     with ThreadPoolExecutor(len(VARIANTS) + 1) as pool:
         fused = {variant: pool.submit(compilers[variant].compile_many, list(configs.values())) for variant in VARIANTS}
         plain = pool.submit(Compiler(device).compile_many, list(bare.values()))
@@ -83,7 +86,7 @@ def main() -> None:
     for variant, values in ratios.items():
         if values:
             mean = math.exp(sum(map(math.log, values)) / len(values))
-            print(f"prefetch {variant}: fused / bare geometric mean {mean:.3f} over {len(values)} layers")
+            print(f"{args.macro}={variant}: fused / bare geometric mean {mean:.3f} over {len(values)} layers")
     worker.close()
 
 

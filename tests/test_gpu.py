@@ -270,6 +270,11 @@ FUSED_CASES = {
     "gemm_bias_silu": ("sm90_gemm", with_epilogue(GEMM_1X1, "bias+silu"), SM90_CASES["sm90_gemm"][2]),
     "gemm_stream_k_half_residual_gelu": ("sm90_gemm", with_epilogue(GEMM_1X1, "scale+bias+residual*0.5+gelu"),
                                          SM90_CASES["sm90_gemm_stream_k"][2]),
+    # ws (non-persistent) with a residual: the kernel that loads it under the MMAs (early_residual.h), in a
+    # cluster, so that multicast peers and the producer's tail are exercised too
+    "gemm_ws_bn_residual_relu": ("sm90_gemm", with_epilogue(GEMM_1X1, "scale+bias+residual+relu"),
+                                 {**SM90_CASES["sm90_gemm"][2], "tile": "64x128x64", "cluster": "1x2x1",
+                                  "schedule": "ws"}),
     "gemm_swapped_bn_residual_relu": ("sm90_gemm", with_epilogue(GEMM_1X1_WIDE, "scale+bias+residual+relu"),
                                       SM90_CASES["sm90_gemm_swapped"][2]),
     "s2d_bn_relu": ("sm90_s2d", with_epilogue(STEM, "scale+bias+relu"), SM90_CASES["sm90_s2d"][2]),
@@ -308,6 +313,8 @@ def test_fused_epilogue_is_right_and_timed(case, compiled_fused, device, worker)
     ("gemm_bias_silu", "bias+gelu", False),                           # SiLU where the layer has GELU
     ("conv_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # control: beta is a run-time operand
     ("gemm_swapped_bn_residual_relu", "scale+bias+residual", False),  # a ReLU the layer does not have
+    ("gemm_ws_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # control: early residual, beta
+    ("gemm_ws_bn_residual_relu", "scale+bias+residual+silu", False),  # ReLU where the layer has SiLU
     ("gemm_swapped_bn_residual_relu", "scale+bias+residual*2+relu", True),  # control, swapped: beta at run time
     ("sm80_bn_residual", "scale+bias+residual+relu", False),          # sm80: ReLU dropped
     ("sm80_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # sm80 control

@@ -172,6 +172,22 @@ def test_sm90_gemm_swapped_runs_the_transposed_product():
     assert "fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct<" in candidate_source(gemm(problem=fused))
 
 
+def test_a_kernel_reading_a_residual_loads_it_early():
+    residual = ConvProblem(n=1, h=28, w=28, c=128, k=128, r=3, s=3, pad=1,
+                           epilogue=parse_epilogue("scale+bias+residual+relu"))
+    wrapped = "cutlass::gemm::kernel::TunerEarlyResidual<cutlass::conv::kernel::ConvUniversal<"
+    assert wrapped in candidate_source(conv(problem=residual)).replace("\n    ", "")
+    assert "TunerEarlyResidual<" not in candidate_source(conv()).split("// Config:")[1]
+    gemm_residual = dataclasses.replace(GEMM_PROBLEM, epilogue=parse_epilogue("bias+residual+relu"))
+    gemm_wrapped = "cutlass::gemm::kernel::TunerEarlyResidual<cutlass::gemm::kernel::GemmUniversal<"
+    assert gemm_wrapped in candidate_source(gemm(schedule="ws", problem=gemm_residual)).replace("\n    ", "")
+    # the persistent schedules load the residual from a warp of their own
+    assert "TunerEarlyResidual<" not in candidate_source(gemm(problem=gemm_residual)).split("// Config:")[1]
+    # the kernel is defined once, in the preamble, for every sm90 family
+    source = candidate_source(conv(problem=residual))
+    assert source.count("class TunerEarlyResidualKernel : public Base") == 1
+
+
 def test_sm90_gemm_explicit_stages():
     source = candidate_source(gemm(stages=4))
     assert "cutlass::gemm::collective::StageCount<4>," in source

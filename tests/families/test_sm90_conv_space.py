@@ -214,6 +214,21 @@ def test_explicit_stages_that_do_not_fit(h100):
     assert "8 stages need 262656 bytes" in reason and str(SMEM_CAPACITY) in reason
 
 
+def test_a_residual_kernel_keeps_the_epilogue_beside_the_stages(h100):
+    """The early-residual kernel (templates/early_residual.h) stores the epilogue's tensors beside the
+    mainloop's, not in a union with them: the explicit stage counts that fit only in the union do not."""
+    from tuner.epilogue import parse_epilogue
+
+    residual = problem(epilogue=parse_epilogue("scale+bias+residual+relu"))
+    seven = config(residual, stages=7)
+    assert seven.smem_bytes > config(stages=7).smem_bytes and seven.smem_bytes > SMEM_CAPACITY
+    assert "7 stages need" in only_problem(seven, h100, residual)
+    auto = config(residual, stages=AUTO_STAGES)  # the carveout leaves the epilogue its room already
+    assert auto.smem_bytes <= SMEM_CAPACITY and reasons_of(auto, h100, residual) == []
+    no_residual = problem(epilogue=parse_epilogue("scale+bias+relu"))
+    assert config(no_residual, stages=7).smem_bytes <= SMEM_CAPACITY  # a union still
+
+
 def test_a_smaller_opt_in_limit_refuses_what_fits_the_capacity(h100):
     device = dataclasses.replace(h100, smem_optin_per_block=200000)
     assert reasons_of(config(stages=6), device) == []          # 197120 bytes

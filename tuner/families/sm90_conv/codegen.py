@@ -60,8 +60,17 @@ def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataTy
             f"{out}, {acc}, {vector}, {source}, {vector}>")
 
 
+def early_residual_wrap(reads_residual: bool) -> dict[str, str]:
+    """The kernel type's wrapper (templates/early_residual.h) for a non-persistent kernel that reads a
+    residual: its loads go out under the MMAs instead of after them."""
+    if not reads_residual:
+        return {"kernel_open": "", "kernel_close": ""}
+    return {"kernel_open": "cutlass::gemm::kernel::TunerEarlyResidual<", "kernel_close": ">"}
+
+
 def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
     return read_template(TEMPLATES / "kernel.h.in").substitute(
+        **early_residual_wrap(config.fusion.residual),
         alias=alias, config_name=config.name,
         tile_m=config.tile.m, tile_n=config.tile.n, tile_k=config.tile.k,
         cluster_m=config.cluster.m, cluster_n=config.cluster.n,
@@ -75,6 +84,11 @@ def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
     )
 
 
+# CUTLASS extensions the sm90 families share: the fused epilogue's prefetching callbacks and the kernel
+# that loads a residual early.
+PREAMBLE = ((TEMPLATES / "prefetch_fusion.h").read_text(), (TEMPLATES / "early_residual.h").read_text())
+
+
 def cpp_pieces() -> CppPieces:
     return CppPieces(INCLUDES, ((TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
-                     "Sm90ConvRunner", ((TEMPLATES / "prefetch_fusion.h").read_text(),))
+                     "Sm90ConvRunner", PREAMBLE)

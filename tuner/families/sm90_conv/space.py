@@ -108,13 +108,15 @@ class Sm90ConvConfig:
     @property
     def smem_bytes(self) -> int:
         """Kernel::SharedStorageSize: the mainloop's and the epilogue's tensors share memory (a union),
-        then both pipelines' barriers (sm90_gemm_tma_warpspecialized.hpp:120-139)."""
+        then both pipelines' barriers (sm90_gemm_tma_warpspecialized.hpp:120-139); side by side where the
+        kernel reads a residual early (templates/early_residual.h)."""
         stages = self.stage_count
         mainloop = stages * (self.tile.m + self.tile.n) * self.tile.k * self.input_type.bytes
         _, tensors, pipeline = self.epilogue_smem()
         align = max(128, 8 * min(128, self.epilogue_tile[1] * self.output_type.bytes)
                     if self.epilogue is EpilogueSchedule.tma else 1)
-        return _round_up(max(mainloop, tensors) + _round_up(16 * stages, 16) + _round_up(pipeline, 16), align)
+        together = mainloop + tensors if self.fusion.residual else max(mainloop, tensors)
+        return _round_up(together + _round_up(16 * stages, 16) + _round_up(pipeline, 16), align)
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from tuner.families.base import ELEMENT_TAGS, CppPieces, read_template
 from tuner.families.sm90_conv.codegen import TEMPLATES as CONV_TEMPLATES
-from tuner.families.sm90_conv.codegen import fusion_tag, source_tag
+from tuner.families.sm90_conv.codegen import PREAMBLE, early_residual_wrap, fusion_tag, source_tag
 from tuner.families.sm90_gemm.space import AUTO_STAGES, EpilogueSchedule, Schedule, Scheduler, Sm90GemmConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -55,6 +55,8 @@ def stage_tag(stages: int) -> str:
 def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
     compiled = config.compiled
     return read_template(TEMPLATES / "kernel.h.in").substitute(
+        # the persistent schedules have an epilogue load warp of their own
+        **early_residual_wrap(compiled.fusion.residual and compiled.schedule is Schedule.ws),
         alias=alias, config_name=compiled.name,
         tile_m=compiled.tile.m, tile_n=compiled.tile.n, tile_k=compiled.tile.k,
         cluster_m=compiled.cluster.m, cluster_n=compiled.cluster.n,
@@ -75,4 +77,4 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
 def cpp_pieces() -> CppPieces:
     # The epilogue binding is sm90_conv's (the same 3.x fusion operations).
     return CppPieces(INCLUDES, ((CONV_TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
-                     "Sm90GemmRunner", ((CONV_TEMPLATES / "prefetch_fusion.h").read_text(),))
+                     "Sm90GemmRunner", PREAMBLE)
