@@ -3,7 +3,8 @@ built with the switch at 0 and at 1, and its bare twin, timed interleaved, round
 way (graph replay, inputs rotated past L2). Prints each layer's medians and ratios to the bare kernel, and
 their geometric means. Switches: CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH (prefetch_fusion.h: the scale and
 bias vectors prefetched into L2), CUTLASS_CONV_TUNER_EARLY_RESIDUAL (early_residual.h: the residual
-loaded under the MMAs).
+loaded under the MMAs), CUTLASS_CONV_TUNER_EARLY_VECTORS (prefetch_fusion.h: a ws kernel's threads load
+their elements of the vectors into registers at kernel start).
 usage: python scripts/ab_epilogue_prefetch.py [--macro NAME] [--rounds N] LAYER ..."""
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def main() -> None:
     parser.add_argument("layers", nargs="+")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--macro", default="CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH",
-                        choices=("CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH", "CUTLASS_CONV_TUNER_EARLY_RESIDUAL"))
+                        choices=("CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH", "CUTLASS_CONV_TUNER_EARLY_RESIDUAL",
+                                 "CUTLASS_CONV_TUNER_EARLY_VECTORS"))
     args = parser.parse_args()
     device = query_device()
     entries = best_entries(gpu_dir(REPO / "results", device.slug))

@@ -277,6 +277,13 @@ FUSED_CASES = {
                                   "schedule": "ws"}),
     "gemm_swapped_bn_residual_relu": ("sm90_gemm", with_epilogue(GEMM_1X1_WIDE, "scale+bias+residual+relu"),
                                       SM90_CASES["sm90_gemm_swapped"][2]),
+    # vectors loaded into registers at kernel start (prefetch_fusion.h): a tile N (128) past the last channel
+    # (40), and two elements a thread (tile N 256) with the second tile ragged (384 channels)
+    "conv_ragged_n_bn_relu": ("sm90_conv", with_epilogue(ConvProblem(n=1, h=16, w=16, c=32, k=40, r=3, s=3, pad=1),
+                                                         "scale+bias+relu"), SM90_CASES["sm90_conv"][2]),
+    "gemm_ws_wide_bn_relu": ("sm90_gemm", with_epilogue(ConvProblem(n=2, h=8, w=8, c=64, k=384, r=1, s=1),
+                                                        "scale+bias+relu"),
+                             {**SM90_CASES["sm90_gemm"][2], "tile": "64x256x64", "schedule": "ws"}),
     "s2d_bn_relu": ("sm90_s2d", with_epilogue(STEM, "scale+bias+relu"), SM90_CASES["sm90_s2d"][2]),
     "sm80_bn_residual_relu": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual+relu"), SMALL_PARAMS),
     "sm80_bn_residual": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual"), SMALL_PARAMS),

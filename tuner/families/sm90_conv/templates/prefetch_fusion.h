@@ -14,6 +14,13 @@
 #ifndef CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH
 #define CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 1
 #endif
+// 1: a thread of a one-tile-per-CTA kernel (the ws schedules) also loads its own elements of the tile's
+// slice into registers when the kernel starts, and the epilogue's begin() writes them to shared memory
+// instead of reading global memory after the mainloop; where the tile or the thread turn out not to be
+// the ones loaded (a persistent kernel), begin() reads global memory as CUTLASS does.
+#ifndef CUTLASS_CONV_TUNER_EARLY_VECTORS
+#define CUTLASS_CONV_TUNER_EARLY_VECTORS 1
+#endif
 namespace cutlass::epilogue::fusion {
 
 // One 128-byte line a thread: a CTA of 128 threads or more covers a vector of 4096 floats.
@@ -34,6 +41,11 @@ struct TunerPrefetchedRowBroadcast
   using typename Base::Arguments;
   using typename Base::SharedStorage;
 
+  static constexpr int kTileN = int(cute::size<1>(CtaTileShapeMNK{}));
+  static constexpr int kThreads = 128;  // the epilogue's threads in a ws kernel: one consumer warpgroup
+  static constexpr int kPerThread = (kTileN + kThreads - 1) / kThreads;
+  using Early = cutlass::Array<ElementInput, kPerThread>;
+
   struct Params {
     typename Base::Params base;
     int bytes = 0;  // of the vector: N elements, or one where the broadcast is of a scalar
@@ -52,12 +64,73 @@ struct TunerPrefetchedRowBroadcast
     return {Base::to_underlying_arguments(problem_shape, args, workspace), elements * int(sizeof(ElementInput))};
   }
 
+  // Base::begin() with the elements loaded at kernel start; Base's tensors give the same coordinates.
+  template <class Callbacks>
+  struct EarlyCallbacks : Callbacks {
+    Early early;
+    bool use_early;
+
+    CUTLASS_DEVICE EarlyCallbacks(Callbacks const& callbacks, Early const& early_, bool use_early_)
+        : Callbacks(callbacks), early(early_), use_early(use_early_) {}
+
+    CUTLASS_DEVICE void begin() {
+      if (!use_early) {
+        Callbacks::begin();
+        return;
+      }
+      cute::Tensor tGS_sRow_flt = cute::filter_zeros(this->tGS_sRow);
+      cute::Tensor tGS_cRow_flt = cute::filter_zeros(this->tGS_cRow, this->tGS_gRow.stride());
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kPerThread && i < int(cute::size(tGS_sRow_flt)); ++i) {
+        if (cute::get<1>(tGS_cRow_flt(i)) >= kTileN) {
+          continue;
+        }
+        tGS_sRow_flt(i) = cute::elem_less(tGS_cRow_flt(i), this->residue_cRow) ? early[i]
+                                                                               : this->params.null_default;
+      }
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(ConsumerStoreArgs<Args...> const& args) {
+    auto callbacks = Base::template get_consumer_store_callbacks<ReferenceSrc>(args);
+    bool use_early = false;
+    if constexpr (decltype(cute::size(args.tiled_copy))::value == kThreads) {
+      auto [m, n, k, l] = args.tile_coord_mnkl;
+      if constexpr (std::is_integral_v<decltype(n)> && std::is_integral_v<decltype(l)>) {
+        // only where the registers hold this tile's slice in this thread's order
+        use_early = early_n_ == int(n) && int(l) == 0 && early_thread_ == args.thread_idx;
+      }
+    }
+    return EarlyCallbacks<decltype(callbacks)>(callbacks, early_, use_early);
+  }
+
   CUTLASS_HOST_DEVICE TunerPrefetchedRowBroadcast() {}
 
   CUTLASS_HOST_DEVICE TunerPrefetchedRowBroadcast(Params const& params, SharedStorage const& shared_storage)
       : Base(params.base, shared_storage) {
     tuner_prefetch_vector(params.base.ptr_row, params.bytes);
+#if defined(__CUDA_ARCH__) && CUTLASS_CONV_TUNER_EARLY_VECTORS
+    // A one-tile-per-CTA kernel runs the tile whose column is blockIdx.y (gemm/kernel/
+    // sm90_gemm_tma_warpspecialized.hpp:411); Base::begin() gives thread t columns t, t + 128, ...
+    ElementInput const* row = params.base.ptr_row;
+    if (row != nullptr) {
+      int elements = params.bytes / int(sizeof(ElementInput));
+      early_n_ = int(blockIdx.y);
+      early_thread_ = int(threadIdx.x) % kThreads;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kPerThread; ++i) {
+        int column = early_thread_ + i * kThreads;
+        int index = elements == 1 ? 0 : early_n_ * kTileN + column;
+        early_[i] = (column < kTileN && index < elements) ? row[index] : ElementInput(0);
+      }
+    }
+#endif
   }
+
+  Early early_{};
+  int early_n_ = -1;  // the tile column whose slice early_ holds; -1: none
+  int early_thread_ = -1;
 };
 
 // The same for a per-row vector (sm90_gemm swapped: the output channels are the GEMM's M).
