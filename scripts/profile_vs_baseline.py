@@ -5,7 +5,7 @@ For a layer with an epilogue, also the same kernel without it (what the fused ke
 For the closing notes of layers that miss a goal ("what limits it, from a profile"). Needs the GPU, ncu
 and a compiled kernel (it compiles into the tuner's cache when missing). Never time anything with this.
 
-usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR]"""
+usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR] [--warp-states]"""
 from __future__ import annotations
 
 import argparse
@@ -34,6 +34,8 @@ from tuner.space import make_config  # noqa: E402
 from tuner.worker import worker_env  # noqa: E402
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
+# --warp-states: where the warps wait and how many instructions they issue (fused against bare, e.g.)
+WARP_SECTIONS = ("WarpStateStats", "InstructionStats", "SchedulerStats")
 SHOWN = ("Duration", "Grid Size", "Cluster Size", "Block Size", "Registers Per Thread", "Compute (SM) Throughput",
          "Memory Throughput", "DRAM Throughput", "Achieved Occupancy", "Waves Per SM", "Issue Slots Busy",
          "SM Busy", "L2 Hit Rate", "Mem Busy", "Max Bandwidth")
@@ -59,27 +61,31 @@ torch.cuda.profiler.stop()
 """
 
 
-def ncu(command: list[str], report: Path, *options: str) -> list[dict]:
-    full = [shutil.which("ncu") or "ncu", "--csv", "--page", "details", *(f"--section={s}" for s in SECTIONS),
+def ncu(command: list[str], report: Path, *options: str, sections: tuple[str, ...] = SECTIONS,
+        every_metric: bool = False) -> list[dict]:
+    full = [shutil.which("ncu") or "ncu", "--csv", "--page", "details", *(f"--section={s}" for s in sections),
             "--clock-control", "none", "--kernel-name-base", "demangled", *options, "--log-file", str(report),
             *command]
     subprocess.run(full, capture_output=True, text=True, env=worker_env(dict(os.environ)), timeout=600)
-    return launches(report.read_text() if report.exists() else "")
+    return launches(report.read_text() if report.exists() else "", every_metric)
 
 
-def launches(text: str) -> list[dict]:
-    """Each kernel launch of an ncu --csv details report, with the metrics SHOWN (value and unit)."""
+def launches(text: str, every_metric: bool = False) -> list[dict]:
+    """Each kernel launch of an ncu --csv details report, with the metrics SHOWN (value and unit), or
+    every metric the report holds."""
     try:
         found = parse_csv_report(text)
     except NcuReportError:  # ncu wrote nothing it measured (no report, or no launch matched)
         return []
     shown = []
     for index, launch in enumerate(found):
+        names = [metric.name for metric in launch.metrics] if every_metric else SHOWN
         metrics = {name: f"{metric.value:g} {metric.unit}".strip() if isinstance(metric.value, float)
                    else f"{metric.value} {metric.unit}".strip()
-                   for name in SHOWN if (metric := launch.metric(name)) is not None}
+                   for name in names if (metric := launch.metric(name)) is not None}
+        advice = {"rules": [rule.text for rule in launch.rules]} if every_metric else {}
         shown.append({"kernel": f"{index} {launch.kernel_name[:150]}", "grid": launch.grid, "block": launch.block,
-                      **metrics})
+                      **metrics, **advice})
     return shown
 
 
@@ -87,7 +93,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("layers", nargs="+")
     parser.add_argument("--out", type=Path, default=Path("profiles"))
+    parser.add_argument("--warp-states", action="store_true",
+                        help="add the warp-state, instruction and scheduler sections and keep every metric")
     args = parser.parse_args()
+    sections = SECTIONS + WARP_SECTIONS if args.warp_states else SECTIONS
     args.out.mkdir(parents=True, exist_ok=True)
     worker = WorkerProcess(timeout_s=120)
     device = device_from_dict(query_device_facts(worker))
@@ -111,7 +120,8 @@ def main() -> int:
                                   validate_only=True).to_dict()
         return {"kernel": config.name, "launches": ncu([sys.executable, "-m", "tuner.worker", "--once",
                                                         json.dumps(request)], report,
-                                                       "-k", "regex:device_kernel|Implicit|fold", "--launch-count", "2")}
+                                                       "-k", "regex:device_kernel|Implicit|fold", "--launch-count", "2",
+                                                       sections=sections, every_metric=args.warp_states)}
 
     for name in args.layers:
         layer, entry = table[name], best[name]
@@ -122,7 +132,7 @@ def main() -> int:
             "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"), "runtime_us": entry["runtime_us"]},
             "cuBLAS" if gemm else "cuDNN": {
                 "launches": ncu([sys.executable, "-c", snippet], args.out / f"{name}.baseline.csv",
-                                "--profile-from-start", "off")},
+                                "--profile-from-start", "off", sections=sections, every_metric=args.warp_states)},
         }
         if p.epilogue.fused:
             found[name]["bare kernel"] = profiled(replace(p, epilogue=Epilogue()), entry, args.out / f"{name}.bare.csv")
