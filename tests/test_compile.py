@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,118 @@ def test_real_unit_of_two_kernels_answers_each(tmp_path, conv_1):
     assert grids == [LaunchGrid((16, 1, 1)), LaunchGrid((8, 1, 1))]
     with pytest.raises(LaunchError, match="holds 2 kernel"):
         KernelLibrary(KernelBinary(library, 2))
+
+
+# --- the queue the study's pipeline compiles through ---------------------------------------------
+
+class HeldBuilds:
+    """Stands in for Compiler._build_unit: records each unit and holds its build until the test
+    releases it; a kernel once built is then answered by the stand-in for Compiler.cached. (Bound
+    methods set on the class are called without the compiler.)"""
+
+    def __init__(self, fail: Exception | None = None):
+        self.units: list[list] = []
+        self.gates: dict = {}
+        self.cache: dict = {}
+        self.fail = fail
+        self.lock = threading.Lock()
+
+    def gate(self, kernel) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(kernel, threading.Event())
+
+    def release(self, *kernels) -> None:
+        for kernel in kernels:
+            self.gate(kernel.compiled).set()
+
+    def build_unit(self, unit):
+        with self.lock:
+            self.units.append(list(unit))
+        assert all(self.gate(kernel).wait(10) for kernel in unit)
+        if self.fail is not None:
+            raise self.fail
+        results = [CompileResult(kernel, kernel.name, Path(f"/cache/{kernel.name}.so"), 1.0, False, None, None,
+                                 index=index, unit_size=len(unit)) for index, kernel in enumerate(unit)]
+        self.cache.update((r.config, dataclasses.replace(r, cached=True, seconds=0.0)) for r in results)
+        return results
+
+    def cached(self, config):
+        return self.cache.get(config.compiled)
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def held(monkeypatch):
+    builds = HeldBuilds()
+    monkeypatch.setattr(Compiler, "_build_unit", builds.build_unit)
+    monkeypatch.setattr(Compiler, "cached", builds.cached)
+    return builds
+
+
+def test_a_queue_cuts_a_submission_into_units_and_answers_each_unit_as_it_finishes(tmp_path, held):
+    configs = gemm_configs(5)
+    with closing(Compiler(H100, tmp_path, jobs=2).open_queue()) as queue:
+        futures = queue.submit(configs[:4])
+        wait_until(lambda: len(held.units) == 2)
+        assert held.units == [configs[:2], configs[2:4]]  # 4 kernels on 2 cores: units of 2, as compile_many cuts them
+        held.release(*configs[2:4])
+        assert [f.result(10).index for f in futures[2:]] == [0, 1]
+        assert not any(f.done() for f in futures[:2])  # the other unit still compiles
+        single = queue.submit(configs[4:])        # a later place filled: a unit of its own
+        held.release(configs[4])
+        assert single[0].result(10).config == configs[4] and single[0].result().unit_size == 1
+        held.release(*configs[:2])
+        assert [f.result(10).config for f in futures] == configs[:4]
+    assert held.units == [configs[:2], configs[2:4], configs[4:]]
+
+
+def test_a_queue_builds_a_shared_kernel_once_while_in_flight(tmp_path, held, conv_1):
+    kernel = config_for(conv_1, tile="64x64x32", stages=3)
+    variants = [dataclasses.replace(kernel, split_k=k) for k in (1, 2, 4)]
+    with closing(Compiler(H100, tmp_path, jobs=2).open_queue()) as queue:
+        first = queue.submit(variants[:2])
+        wait_until(lambda: len(held.units) == 1)
+        second = queue.submit(variants[2:])       # joins the build in flight
+        held.release(kernel)
+        results = [f.result(10) for f in first + second]
+        assert [r.config for r in results] == variants and len({r.library for r in results}) == 1
+        assert not any(r.cached for r in results)
+        again = queue.submit(variants[1:2])[0].result(10)  # built: from the cache, not built again
+        assert again.cached and again.config == variants[1]
+    assert held.units == [[kernel]]
+
+
+def test_closing_a_queue_drops_the_units_not_started(tmp_path, held):
+    configs = gemm_configs(2)
+    queue = Compiler(H100, tmp_path, jobs=1).open_queue()
+    running, waiting = queue.submit(configs[:1]), queue.submit(configs[1:])
+    wait_until(lambda: len(held.units) == 1)
+    closer = threading.Thread(target=queue.close)
+    closer.start()
+    wait_until(waiting[0].cancelled)             # at once, while the running one still compiles...
+    assert closer.is_alive() and not running[0].done()
+    held.release(configs[0])
+    closer.join(10)                             # ...which close waits for
+    assert not closer.is_alive() and running[0].result().ok
+    assert held.units == [configs[:1]]
+
+
+def test_a_build_that_raises_reaches_its_configurations(tmp_path, monkeypatch, conv_1):
+    builds = HeldBuilds(fail=ToolchainError("nvcc not found on PATH"))
+    monkeypatch.setattr(Compiler, "_build_unit", builds.build_unit)
+    monkeypatch.setattr(Compiler, "cached", builds.cached)
+    kernel = config_for(conv_1, tile="64x64x32", stages=3)
+    builds.release(kernel)
+    with closing(Compiler(H100, tmp_path, jobs=1).open_queue()) as queue:
+        futures = queue.submit([kernel, dataclasses.replace(kernel, split_k=2)])
+        for future in futures:
+            with pytest.raises(ToolchainError):
+                future.result(10)
+        with pytest.raises(ToolchainError):
+            Compiler(H100, tmp_path, jobs=1).compile_many([kernel])

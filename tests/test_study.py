@@ -7,7 +7,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 import types
+from concurrent.futures import Future
 from pathlib import Path
 
 import optuna
@@ -16,7 +19,8 @@ from optuna.trial import TrialState
 
 from conftest import config_for
 from conftest import params as sm80_params
-from tuner.compile import CompileResult, PtxasReport
+import tuner.study as study_module
+from tuner.compile import CompileResult, CompletedQueue, PtxasReport
 from tuner.evaluate import Evaluation
 from tuner.measure import Measurement
 from tuner.run import KernelAttributes
@@ -30,6 +34,8 @@ from tuner.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,
     StudyProgress,
     counted_in_run,
     fail_orphans,
+    in_flight_in_run,
+    request_stop,
     StudyRunner,
     ask_config,
     open_study,
@@ -84,6 +90,68 @@ class FakeCompiler:
                 on_done(result)
             results.append(result)
         return results
+
+    def open_queue(self):
+        return CompletedQueue(self.compile_many)
+
+
+class StepQueue:
+    """Compiles that finish when the test says so, in the order it picks, while the runner waits on
+    them in a thread of its own (run_in_thread)."""
+
+    def __init__(self, compiler: FakeCompiler):
+        self.compiler = compiler
+        self.submitted: list[tuple[object, Future]] = []  # (configuration, its future), in submission order
+        self.submissions: list[int] = []  # the size of each submit
+        self.changed = threading.Condition()
+        self.closed = False
+
+    def submit(self, configs):
+        configs = list(configs)
+        futures = [Future() for _ in configs]
+        with self.changed:
+            self.submitted += zip(configs, futures)
+            self.submissions.append(len(configs))
+            self.changed.notify_all()
+        return futures
+
+    def finish(self, index: int) -> None:
+        config, future = self.submitted[index]
+        future.set_result(self.compiler.compile_many([config])[0])
+
+    def config(self, index: int):
+        return self.submitted[index][0]
+
+    def wait_for(self, count: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.submitted) >= count, timeout=10), \
+                f"{len(self.submitted)} submitted, {count} expected"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def eventually(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def run_in_thread(tuner, candidates: int) -> tuple[threading.Thread, dict]:
+    """The runner in a thread, so that the test can finish compiles while it waits; the outcome holds
+    what run returned ("done") or raised ("error")."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["done"] = tuner.run(candidates)
+        except BaseException as error:  # noqa: BLE001 -- KeyboardInterrupt included: the test looks at it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, outcome
 
 
 class FakeEvaluator:
@@ -182,7 +250,8 @@ def test_run_compiles_exactly_n_new_configs(setup):
     assert len(compiled) == 7
     assert len({c.name for c in compiled}) == 7
     assert all(static_problems(c, setup.problem, setup.device) == [] for c in compiled)
-    assert setup.events["batch"] == [2, 2, 2, 1]  # batches sized to the compile jobs
+    # the batch's places (the compile jobs) filled at the start, then one at a time as candidates are told
+    assert setup.events["batch"] == [2, 1, 1, 1, 1, 1]
     assert len(setup.events["compiled"]) == 7
     assert setup.evaluator.calls == compiled
     measured = [t for t in setup.trials(TrialState.COMPLETE, TrialState.PRUNED)
@@ -502,3 +571,125 @@ def test_a_killed_compile_fails_the_trial_for_a_retry_instead_of_recording_it(co
     assert all(r.status is Status.invalid for r in recorded_trials(setup.study, conv_1).values())
     failed = setup.trials(TrialState.FAIL)
     assert len(failed) == 2 and all(t.user_attrs["transient"] and "signal 2" in t.user_attrs["reason"] for t in failed)
+
+
+# --- the pipeline: the next candidate is asked as soon as one compile finishes ------------------------
+
+@pytest.fixture
+def stepped(conv_1, sm80_space, h100, monkeypatch):
+    """A run of 3 compile jobs whose compiles the test finishes one by one."""
+    monkeypatch.setattr(study_module, "STOP_POLL_S", 0.01)
+    run = Setup(conv_1, sm80_space, h100, jobs=3)
+    run.queue = StepQueue(run.compiler)
+    run.compiler.open_queue = lambda: run.queue
+    yield run
+    study_module._stop_requested.clear()
+
+
+def test_the_next_candidate_is_asked_when_the_first_compile_finishes(stepped):
+    thread, outcome = run_in_thread(stepped.tuner, 5)
+    stepped.queue.wait_for(3)
+    assert stepped.queue.submissions == [3] and stepped.evaluator.calls == []
+    stepped.queue.finish(1)          # the batch's second compile finishes first
+    stepped.queue.wait_for(4)        # its candidate is told and a fourth is asked in its place...
+    assert stepped.evaluator.calls == [stepped.queue.config(1)]
+    running = {t.user_attrs["config"] if "config" in t.user_attrs else config_of(t, stepped.problem).name
+               for t in stepped.trials(TrialState.RUNNING)}
+    # ...while the first and the third still compile
+    assert running == {stepped.queue.config(i).name for i in (0, 2, 3)}
+    for told, index in enumerate((2, 0, 3), start=2):
+        stepped.queue.finish(index)
+        eventually(lambda told=told: len(stepped.evaluator.calls) == told)
+    stepped.queue.wait_for(5)
+    stepped.queue.finish(4)
+    thread.join(10)
+    assert outcome == {"done": 5}
+    assert stepped.queue.submissions == [3, 1, 1] and stepped.queue.closed
+    assert stepped.evaluator.calls == [stepped.queue.config(i) for i in (1, 2, 0, 3, 4)]  # as they finished
+    assert stepped.trials(TrialState.RUNNING, TrialState.WAITING) == []
+    assert counted_in_run(stepped.study, stepped.run_id) == 5
+
+
+def test_a_stop_while_compiles_run_fails_every_untold_candidate(stepped):
+    thread, outcome = run_in_thread(stepped.tuner, 8)
+    stepped.queue.wait_for(3)
+    stepped.queue.finish(0)
+    stepped.queue.wait_for(4)
+    stepped.queue.finish(2)          # finished, not evaluated yet when the stop comes: not measured
+    request_stop()
+    thread.join(10)
+    assert isinstance(outcome.get("error"), KeyboardInterrupt) and stepped.queue.closed
+    assert stepped.trials(TrialState.RUNNING, TrialState.WAITING) == []
+    assert stepped.evaluator.calls in ([stepped.queue.config(0)],
+                                       [stepped.queue.config(0), stepped.queue.config(2)])
+    told = {t.user_attrs["config"] for t in stepped.trials(TrialState.COMPLETE, TrialState.PRUNED)
+            if t.user_attrs.get("status") != "invalid"}
+    failed = {config_of(t, stepped.problem).name for t in stepped.trials(TrialState.FAIL)
+              if "status" not in t.user_attrs and "duplicate_of" not in t.user_attrs}
+    assert told | failed == {stepped.queue.config(i).name for i in range(4)} and not told & failed
+
+
+def test_an_evaluator_failure_mid_pipeline_fails_the_candidates_still_compiling(stepped):
+    stepped.evaluator.raise_on_call = 2
+    thread, outcome = run_in_thread(stepped.tuner, 8)
+    stepped.queue.wait_for(3)
+    stepped.queue.finish(2)
+    stepped.queue.wait_for(4)
+    stepped.queue.finish(0)          # the GPU falls off the bus on this one
+    thread.join(10)
+    assert "fell off the bus" in str(outcome.get("error"))
+    assert stepped.trials(TrialState.RUNNING, TrialState.WAITING) == [] and stepped.queue.closed
+    assert counted_in_run(stepped.study, stepped.run_id) == 1
+    failed = [t for t in stepped.trials(TrialState.FAIL) if "status" not in t.user_attrs
+              and "duplicate_of" not in t.user_attrs]
+    assert len(failed) == 3
+
+
+def test_the_budget_is_never_overshot_with_candidates_in_flight(conv_1, sm80_space, h100):
+    run = Setup(conv_1, sm80_space, h100, jobs=4)
+    held_at_ask = []
+    ask = run.tuner._ask
+
+    def counting_ask():
+        held_at_ask.append(counted_in_run(run.study, run.run_id) + in_flight_in_run(run.study, run.run_id))
+        return ask()
+
+    run.tuner._ask = counting_ask
+    assert run.tuner.run(6) == 6
+    assert max(held_at_ask) <= 5  # every ask has room for its candidate
+    assert counted_in_run(run.study, run.run_id) == 6 and len(run.compiler.compiled) == 6
+    assert run.events["batch"] == [4, 1, 1]
+
+
+def test_other_workers_candidates_in_flight_count_against_the_budget(conv_1, sm80_space, h100):
+    run = Setup(conv_1, sm80_space, h100, jobs=4)
+    for _ in range(2):  # another worker of the run holds two candidates
+        trial = run.study.ask()
+        trial.set_user_attr("run", run.run_id)
+        trial.set_user_attr("worker", f"elsewhere:{os.getpid()}")
+    assert run.tuner.run(5) == 3
+    assert run.events["batch"] == [3]
+    assert in_flight_in_run(run.study, run.run_id) == 2
+
+
+def test_queued_seeds_are_submitted_together_then_one_at_a_time(conv_1, sm80_space, h100, monkeypatch):
+    monkeypatch.setattr(study_module, "STOP_POLL_S", 0.01)
+    run = Setup(conv_1, sm80_space, h100, jobs=2)
+    queue = StepQueue(run.compiler)
+    run.compiler.open_queue = lambda: queue
+    seeds = [params(tile="64x64x32", stages=s) for s in (2, 3, 4, 5)] + [params(tile="128x128x32")]
+    for seed in seeds:
+        run.study.enqueue_trial(seed)
+    thread, outcome = run_in_thread(run.tuner, 6)
+    queue.wait_for(4)
+    # up to twice the batch at once: the compiler cuts them into units of several kernels where that pays
+    assert queue.submissions == [4]
+    assert [c.name for c, _ in queue.submitted] == [config_from_params(conv_1, p).name for p in seeds[:4]]
+    for index in range(6):
+        queue.wait_for(index + 1)
+        queue.finish(index)
+        eventually(lambda index=index: len(run.evaluator.calls) == index + 1)
+    thread.join(10)
+    assert outcome == {"done": 6}
+    assert queue.submissions == [4, 1, 1]  # no place frees until fewer than the batch are in hand
+    assert queue.config(4).name == config_from_params(conv_1, seeds[4]).name

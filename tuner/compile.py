@@ -9,10 +9,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from contextlib import closing
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -23,6 +25,7 @@ from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.run import KernelBinary
 
+NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
 # One CUTLASS candidate takes about this much host memory in nvcc at its peak.
 NVCC_PEAK_BYTES = 2 << 30
 COMPILE_TIMEOUT_S = 900
@@ -198,7 +201,8 @@ class Compiler:
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         (scratch / "candidate.cu").write_text(source)
         started = time.monotonic()
-        command = ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
+        # Below the GPU worker's priority: the study times candidates while others compile on every core.
+        command = [*NICE, "nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
         try:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)
@@ -283,34 +287,118 @@ class Compiler:
             units += [members[i:i + size] for i in range(0, len(members), max(1, size))]
         return units
 
+    def open_queue(self) -> CompileQueue:
+        """A queue that compiles in the background on `jobs` threads until it is closed."""
+        return CompileQueue(self)
+
     def compile_many(self, configs: Iterable[KernelConfig],
                      on_done: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:
         """Every configuration's library; a kernel shared by several (run-time knobs) is built once."""
+        with closing(self.open_queue()) as queue:
+            futures = queue.submit(configs)
+            if on_done:
+                for future in as_completed(futures):
+                    on_done(future.result())
+            return [future.result() for future in futures]
+
+
+class CompileQueue:
+    """Compiles submitted configurations on `compiler.jobs` threads that live until close(), each
+    submission returning at once with one future per configuration. A kernel is built once however
+    many configurations share it (run-time knobs), in one submission or across submissions while its
+    build is in flight; a submission's uncached kernels are cut into units as `Compiler.units` cuts them."""
+
+    def __init__(self, compiler: Compiler):
+        self.compiler = compiler
+        self.pool = ThreadPoolExecutor(max_workers=compiler.jobs, thread_name_prefix="nvcc")
+        self.lock = threading.Lock()
+        self.building: dict[KernelConfig, Future[CompileResult]] = {}  # kernel -> its build, in flight
+
+    def submit(self, configs: Iterable[KernelConfig]) -> list[Future[CompileResult]]:
         configs = list(configs)
-        variants: dict[KernelConfig, list[int]] = {}
-        for position, config in enumerate(configs):
-            variants.setdefault(config.compiled, []).append(position)
-        results: list[CompileResult | None] = [None] * len(configs)
-
-        def finish(kernel_result: CompileResult) -> None:
-            for position in variants[kernel_result.config.compiled]:
-                results[position] = replace(kernel_result, config=configs[position])
-                if on_done:
-                    on_done(results[position])
-
+        builds: dict[KernelConfig, Future[CompileResult]] = {}
         missing = []
-        for kernel in variants:
-            found = self.cached(kernel)
+        for kernel in dict.fromkeys(config.compiled for config in configs):
+            with self.lock:
+                in_flight = self.building.get(kernel)
+            if in_flight is not None:
+                builds[kernel] = in_flight
+                continue
+            builds[kernel] = Future()
+            found = self.compiler.cached(kernel)
             if found is None:
                 missing.append(kernel)
             else:
-                finish(found)
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = [pool.submit(self._build_unit, unit) for unit in self.units(missing)]
-            for future in as_completed(futures):
-                for kernel_result in future.result():
-                    finish(kernel_result)
-        return results
+                builds[kernel].set_result(found)
+        with self.lock:
+            self.building.update((kernel, builds[kernel]) for kernel in missing)
+        for unit in self.compiler.units(missing):
+            self.pool.submit(self._build, unit).add_done_callback(partial(self._settle_unbuilt, unit))
+        return [_for_config(builds[config.compiled], config) for config in configs]
+
+    def _build(self, unit: list[KernelConfig]) -> None:
+        results = self.compiler._build_unit(unit)
+        builds = dict(zip(unit, self._finished(unit)))
+        for result in results:
+            builds[result.config.compiled].set_result(result)
+
+    def _settle_unbuilt(self, unit: list[KernelConfig], job: Future[None]) -> None:
+        """A unit dropped before it started (the queue closed) or whose build raised: its kernels'
+        futures say so, and nobody waits on them for ever."""
+        if job.cancelled():
+            for build in self._finished(unit):
+                build.cancel()
+        elif (error := job.exception()) is not None:
+            for build in self._finished(unit):
+                build.set_exception(error)
+
+    def _finished(self, unit: list[KernelConfig]) -> list[Future[CompileResult]]:
+        """The unit's builds, no longer in flight: a later submission of one of its kernels asks the
+        cache again (a transient failure is built again, as compile_many would)."""
+        with self.lock:
+            return [self.building.pop(kernel) for kernel in unit]
+
+    def close(self) -> None:
+        """Drops the units not started (their futures cancelled at once) and waits for those nvcc is
+        running (an interrupt reaches nvcc too, which then ends at once): no compile outlives the run
+        to compete for the cores with the next one."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class CompletedQueue:
+    """A CompileQueue for a compiler that answers at once (the replay's, tests'): every future is done
+    when submit returns."""
+
+    def __init__(self, compile_many: Callable[[list[KernelConfig]], list[CompileResult]]):
+        self.compile_many = compile_many
+
+    def submit(self, configs: Iterable[KernelConfig]) -> list[Future[CompileResult]]:
+        return [_done(result) for result in self.compile_many(list(configs))]
+
+    def close(self) -> None:
+        pass
+
+
+def _done(result: CompileResult) -> Future[CompileResult]:
+    future: Future[CompileResult] = Future()
+    future.set_result(result)
+    return future
+
+
+def _for_config(build: Future[CompileResult], config: KernelConfig) -> Future[CompileResult]:
+    """The kernel's build as the result of one configuration compiled into it."""
+    answer: Future[CompileResult] = Future()
+
+    def copy(done: Future[CompileResult]) -> None:
+        if done.cancelled():
+            answer.cancel()
+        elif (error := done.exception()) is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(replace(done.result(), config=config))
+
+    build.add_done_callback(copy)
+    return answer
 
 
 def default_jobs() -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from tuner.device import volume
-from tuner.compile import CompileResult
+from tuner.compile import CompileResult, CompletedQueue
 from tuner.evaluate import Evaluation
 from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs
@@ -108,11 +108,16 @@ def write_record(path: Path, rows: list[dict], comment: str, family: str) -> Non
 
 
 class ReplayCompiler:
-    """'Compiles' instantly; the library path names the configuration for ReplayEvaluator."""
+    """'Compiles' instantly; the library path names the configuration for ReplayEvaluator. Under the
+    study's pipeline every compile is finished when submitted, so each candidate is asked with the
+    batch's others (jobs - 1) still untold, as on a GPU host where compiles finish one by one."""
 
     def __init__(self, jobs: int = 8):
         self.jobs = jobs
         self.kernels: set[str] = set()
+
+    def open_queue(self) -> CompletedQueue:
+        return CompletedQueue(self.compile_many)
 
     def compile_many(self, configs: list[KernelConfig], on_done=None) -> list[CompileResult]:
         results = []

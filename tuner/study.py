@@ -1,6 +1,6 @@
-"""The Optuna study: ask for candidates, prune the impossible ones, compile in parallel,
-evaluate on the GPU, tell Optuna what happened. One study per (GPU, layer, problem, families, dtypes):
-the kernel family is a sampled parameter, each family's knobs conditional on it."""
+"""The Optuna study: ask for candidates, prune the impossible ones, compile in the background,
+evaluate each on the GPU once built, tell Optuna what happened. One study per (GPU, layer, problem,
+families, dtypes): the kernel family is a sampled parameter, each family's knobs conditional on it."""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,8 +10,10 @@ import threading
 import time
 import uuid
 import warnings
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import closing
 from dataclasses import asdict, dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -32,17 +34,26 @@ EXHAUSTED_AFTER_ASKS = 400
 # How long a RUNNING trial without its worker tag may wait before fail_orphans takes it for a kill
 # between ask and tag (sampling a knob is a storage round trip: seconds at worst on a remote database).
 UNTAGGED_GRACE = dt.timedelta(minutes=10)
+# How often the runner, waiting for a compile to finish, looks whether a stop was requested.
+STOP_POLL_S = 0.5
 
 
 class Evaluator(Protocol):
     def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs) -> Evaluation: ...
 
 
+class CompileQueueLike(Protocol):
+    """Compiles in the background (tuner.compile.CompileQueue): a future per configuration submitted."""
+
+    def submit(self, configs: Iterable[KernelConfig]) -> list[Future[CompileResult]]: ...
+
+    def close(self) -> None: ...
+
+
 class CompilerLike(Protocol):
     jobs: int
 
-    def compile_many(self, configs: list[KernelConfig],
-                     on_done: Callable[[CompileResult], None] | None = None) -> list[CompileResult]: ...
+    def open_queue(self) -> CompileQueueLike: ...
 
 
 @dataclass(frozen=True)
@@ -373,8 +384,9 @@ class _Heartbeat:
 
 
 class StudyRunner:
-    """Runs one layer's study for a number of trials: asks for candidates, compiles them in batches,
-    evaluates them on the GPU worker and tells Optuna each outcome. (tuning.TuningSession drives one
+    """Runs one layer's study for a number of trials: keeps up to a batch of candidates compiling in
+    the background, evaluates each on the GPU worker as soon as its compile finishes, tells Optuna the
+    outcome and asks for the next candidate in its place. (tuning.TuningSession drives one
     StudyRunner per layer and does everything after the study.)"""
 
     def __init__(self, study: optuna.Study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
@@ -402,33 +414,71 @@ class StudyRunner:
             self.heartbeat.close()
 
     def _run(self, candidates: int, batch_size: int) -> int:
+        """A pipeline, not rounds: the next candidate is asked as soon as one compile of the batch
+        finishes and its candidate is told, not once the slowest of the batch is built (the sampler's
+        constant liar accounts for the candidates still compiling)."""
         done, idle_asks, waited = 0, 0, False
         storage = self.heartbeat.storage
-        while idle_asks < EXHAUSTED_AFTER_ASKS:
-            stop_if_requested()
-            if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
-                optuna.storages.fail_stale_trials(self.study)
-            if self._remaining(candidates) <= 0:
-                # Other workers' trials count as in flight. Those of a dead host go stale after the grace
-                # period: wait that long once, so that the run ends with them measured again.
-                if storage is not None and not waited and in_flight_in_run(self.study, self.run_id):
-                    waited = True
-                    interval = storage.get_heartbeat_interval()
-                    deadline = time.monotonic() + self.heartbeat.stale_after_s + interval
-                    while time.monotonic() < deadline:
-                        stop_if_requested()
-                        time.sleep(min(1.0, interval))
-                    continue
-                break
-            # Queued seeds are known in advance: ask them all in one round (up to twice the batch), so
-            # that their kernels compile together instead of round after round.
-            waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-            batch, idle = self._fill_batch(max(batch_size, min(waiting, 2 * batch_size)), candidates)
-            idle_asks = idle_asks + idle if not batch else 0
-            if batch:
-                self._run_batch(batch)
-                done += len(batch)
+        untold: dict[int, optuna.Trial] = {}  # asked, not told yet: FAILed if the run stops
+        compiling: dict[Future[CompileResult], tuple[optuna.Trial, KernelConfig]] = {}
+        with closing(self.compiler.open_queue()) as queue:
+            try:
+                while True:
+                    stop_if_requested()
+                    if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
+                        optuna.storages.fail_stale_trials(self.study)
+                    if len(untold) < batch_size and idle_asks < EXHAUSTED_AFTER_ASKS:
+                        batch, idle = self._fill_batch(self._fill_size(batch_size, len(untold)), candidates)
+                        idle_asks = idle_asks + idle if not batch else 0
+                        untold.update((trial.number, trial) for trial, _ in batch)
+                        if batch:
+                            self.progress.on_batch(len(batch))
+                            compiling.update(zip(queue.submit([config for _, config in batch]), batch))
+                    if compiling:
+                        told = self._evaluate_next(compiling)
+                        del untold[told]
+                        done += 1
+                    elif idle_asks >= EXHAUSTED_AFTER_ASKS:
+                        break
+                    elif self._remaining(candidates) <= 0:  # (above 0: another worker's candidate failed)
+                        # Other workers' trials count as in flight. Those of a dead host go stale after the
+                        # grace period: wait that long once, so that the run ends with them measured again.
+                        if waited or storage is None or not in_flight_in_run(self.study, self.run_id):
+                            break
+                        waited = True
+                        self._wait_out_grace_period()
+            finally:
+                for trial in untold.values():  # interrupted: FAIL, so that a resumed study tries them again
+                    self._finish(trial, state=TrialState.FAIL, skip_if_finished=True)
         return done
+
+    def _fill_size(self, batch_size: int, in_hand: int) -> int:
+        """How many candidates to ask for: the free places of the batch, and queued seeds up to twice the
+        batch in hand at once, so that their kernels compile together (in units of several kernels, when
+        there are more than the cores) instead of one after the other."""
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        return max(batch_size - in_hand, min(waiting, 2 * batch_size - in_hand))
+
+    def _evaluate_next(self, compiling: dict[Future[CompileResult], tuple[optuna.Trial, KernelConfig]]) -> int:
+        """Waits for the first compile to finish (of several finished, the oldest trial's), evaluates
+        its candidate and tells the outcome; returns the trial's number. Looks for a stop request while
+        waiting."""
+        while not (finished := wait(compiling, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED).done):
+            stop_if_requested()
+        future = min(finished, key=lambda done: compiling[done][0].number)
+        trial, config = compiling.pop(future)
+        result = future.result()
+        self.progress.on_compiled(result)
+        stop_if_requested()  # between candidates: nothing measured is ever left untold
+        self._evaluate(trial, config, result)
+        return trial.number
+
+    def _wait_out_grace_period(self) -> None:
+        interval = self.heartbeat.storage.get_heartbeat_interval()
+        deadline = time.monotonic() + self.heartbeat.stale_after_s + interval
+        while time.monotonic() < deadline:
+            stop_if_requested()
+            time.sleep(min(1.0, interval))
 
     def _ask(self) -> optuna.Trial:
         return ask_config(self.study, self.joint, {"worker": self.worker, "run": self.run_id}, self.heartbeat.hold)
@@ -483,19 +533,6 @@ class StudyRunner:
         attrs = {k: v for k, v in recorded.attrs.items() if k not in ("from_record", "run", "worker")}
         attrs["from_record"] = recorded.number
         self._tell(trial, recorded.config, recorded.status, recorded.median_us, attrs)
-
-    def _run_batch(self, batch: list[tuple[optuna.Trial, KernelConfig]]) -> None:
-        self.progress.on_batch(len(batch))
-        pending = {id(config): trial for trial, config in batch}
-        try:
-            results = self.compiler.compile_many([config for _, config in batch], self.progress.on_compiled)
-            for (trial, config), result in zip(batch, results):
-                stop_if_requested()  # between candidates: nothing measured is ever left untold
-                self._evaluate(trial, config, result)
-                del pending[id(config)]
-        finally:
-            for trial in pending.values():  # interrupted: FAIL, so that a resumed study tries them again
-                self._finish(trial, state=TrialState.FAIL, skip_if_finished=True)
 
     def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
         attrs = compile_attrs(result)
