@@ -25,7 +25,6 @@ from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.run import KernelBinary
 
-NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
 # One CUTLASS candidate takes about this much host memory in nvcc at its peak.
 NVCC_PEAK_BYTES = 2 << 30
 COMPILE_TIMEOUT_S = 900
@@ -201,8 +200,7 @@ class Compiler:
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         (scratch / "candidate.cu").write_text(source)
         started = time.monotonic()
-        # Below the GPU worker's priority: the study times candidates while others compile on every core.
-        command = [*NICE, "nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
+        command = ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
         try:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)
