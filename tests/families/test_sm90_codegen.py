@@ -167,9 +167,9 @@ def test_sm90_gemm_swapped_runs_the_transposed_product():
     assert "kSwapAB ? w : x" in source  # the runner reads the orientation off the kernel's D stride
     fused = ConvProblem(n=32, h=28, w=28, c=256, k=128, r=1, s=1, epilogue=parse_epilogue("scale+bias+residual+relu"))
     swapped = candidate_source(gemm(swap_ab=True, problem=fused))
-    assert "fusion::TunerPrefetchedPerRowLinCombPerRowBiasEltAct<cutlass::epilogue::thread::ReLu," in swapped
-    assert "TunerPrefetchedPerCol" not in swapped.split("// Config:")[1]
-    assert "fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct<" in candidate_source(gemm(problem=fused))
+    assert "fusion::TunerPrefetchedLinCombBiasEltAct<true, cutlass::epilogue::thread::ReLu," in swapped
+    assert "TunerPrefetchedLinCombBiasEltAct<false" not in swapped.split("// Config:")[1]
+    assert "fusion::TunerPrefetchedLinCombBiasEltAct<false, " in candidate_source(gemm(problem=fused))
 
 
 def test_a_kernel_reading_a_residual_loads_it_early():
@@ -246,7 +246,7 @@ def test_aliases_of_two_families_paste_into_one_text():
 
 
 # --- fused epilogues -----------------------------------------------------------------------------------
-FUSED = "cutlass::epilogue::fusion::TunerPrefetchedPerColLinCombPerColBiasEltAct"
+FUSED = "cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false,"
 
 
 def test_a_bare_conv_keeps_the_sourceless_linear_combination():
@@ -270,13 +270,13 @@ def test_a_fused_epilogue_is_the_per_column_fusion_op_with_the_residual_as_sourc
         text = kernel_alias(config, ALIAS)
         # C (the residual) and D in the builder's order, then the fusion op with its activation and source
         assert_in_order(text, ["float, float,", f"{source},", "cutlass::half_t,",
-                               f"{FUSED}<cutlass::epilogue::thread::{activation}, cutlass::half_t, float, float, "
+                               f"{FUSED} cutlass::epilogue::thread::{activation}, cutlass::half_t, float, float, "
                                f"{source}, float>"])
         assert config.name.endswith(parse_epilogue(epilogue).short)
         source_text = candidate_source(config)
         assert "tuner_fill_epilogue" in source_text
         # the operation's callbacks (the vectors prefetched into L2) come before the kernel that uses them
-        assert_in_order(source_text, [f"struct FusionCallbacks<", f"{FUSED}<cutlass::epilogue::thread::{activation}"])
+        assert_in_order(source_text, [f"struct FusionCallbacks<", f"{FUSED} cutlass::epilogue::thread::{activation}"])
 
 
 def test_the_no_smem_epilogue_cannot_fuse(h100):

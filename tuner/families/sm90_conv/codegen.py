@@ -47,7 +47,7 @@ def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataTy
     """The 3.x fusion operation: the builder's default LinearCombination (alpha 1, beta 0) for a bare
     conv; else act(alpha[k] * acc + bias[k] + beta * C) with per-channel alpha (the scale) and bias,
     whose absent parts are null pointers at run time (tuner_fill_epilogue): CUTLASS's
-    PerColLinCombPerColBiasEltAct with its vectors prefetched into L2 at kernel start
+    PerColLinCombPerColBiasEltAct with its vectors prefetched at kernel start
     (templates/prefetch_fusion.h). `per_row`: the output channels are the GEMM's rows (sm90_gemm
     swapped), PerRowLinCombPerRowBiasEltAct, prefetched alike."""
     out, acc = ELEMENT_TAGS[output_type], ELEMENT_TAGS[accumulator_type]
@@ -55,9 +55,8 @@ def fusion_tag(fusion: Epilogue, output_type: DataType, accumulator_type: DataTy
     if not fusion.fused:
         return f"cutlass::epilogue::fusion::LinearCombination<{out}, {acc}, void, {acc}>"
     vector = ELEMENT_TAGS[VECTOR_TYPE]
-    operation = "TunerPrefetchedPerRowLinCombPerRowBiasEltAct" if per_row else "TunerPrefetchedPerColLinCombPerColBiasEltAct"
-    return (f"cutlass::epilogue::fusion::{operation}<{ACTIVATION_TAGS[fusion.activation]}, "
-            f"{out}, {acc}, {vector}, {source}, {vector}>")
+    return (f"cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<{'true' if per_row else 'false'}, "
+            f"{ACTIVATION_TAGS[fusion.activation]}, {out}, {acc}, {vector}, {source}, {vector}>")
 
 
 def early_residual_wrap(reads_residual: bool) -> dict[str, str]:

@@ -34,6 +34,27 @@ CUTLASS_HOST_DEVICE void tuner_prefetch_vector(void const* vector, int bytes) {
 #endif
 }
 
+// A broadcast's parameters and the bytes of its vector, which the constructor prefetches.
+template <class BaseParams>
+struct TunerVectorParams {
+  BaseParams base;
+  int bytes = 0;
+};
+
+// The problem's extent along the vector's mode (1: per column, 0: per row) in bytes, or one element
+// where the broadcast is of a scalar (a dynamic stride of 0).
+template <int Mode, class ElementInput, bool IsDynamicBroadcast, class ProblemShape, class StrideMNL>
+CUTLASS_HOST_DEVICE constexpr int tuner_vector_bytes(ProblemShape const& problem_shape, StrideMNL const& stride) {
+  auto problem_shape_mnkl = cute::append<4>(problem_shape, cute::Int<1>{});
+  int elements = int(cute::size(cute::get<Mode>(problem_shape_mnkl)));
+  if constexpr (IsDynamicBroadcast) {
+    if (!bool(cute::get<Mode>(stride))) {
+      elements = 1;
+    }
+  }
+  return elements * int(sizeof(ElementInput));
+}
+
 template <class CtaTileShapeMNK, class ElementInput, class ElementCompute, class StrideMNL, int Alignment>
 struct TunerPrefetchedRowBroadcast
     : Sm90RowBroadcast<0, CtaTileShapeMNK, ElementInput, ElementCompute, StrideMNL, Alignment> {
@@ -46,22 +67,13 @@ struct TunerPrefetchedRowBroadcast
   static constexpr int kPerThread = (kTileN + kThreads - 1) / kThreads;
   using Early = cutlass::Array<ElementInput, kPerThread>;
 
-  struct Params {
-    typename Base::Params base;
-    int bytes = 0;  // of the vector: N elements, or one where the broadcast is of a scalar
-  };
+  using Params = TunerVectorParams<typename Base::Params>;
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args,
                                                   void* workspace) {
-    auto problem_shape_mnkl = cute::append<4>(problem_shape, cute::Int<1>{});
-    int elements = int(cute::size(cute::get<1>(problem_shape_mnkl)));
-    if constexpr (Base::IsDynamicBroadcast) {
-      if (!bool(cute::get<1>(args.dRow))) {
-        elements = 1;
-      }
-    }
-    return {Base::to_underlying_arguments(problem_shape, args, workspace), elements * int(sizeof(ElementInput))};
+    return {Base::to_underlying_arguments(problem_shape, args, workspace),
+            tuner_vector_bytes<1, ElementInput, Base::IsDynamicBroadcast>(problem_shape, args.dRow)};
   }
 
   // Base::begin() with the elements loaded at kernel start; Base's tensors give the same coordinates.
@@ -141,22 +153,13 @@ struct TunerPrefetchedColBroadcast
   using typename Base::Arguments;
   using typename Base::SharedStorage;
 
-  struct Params {
-    typename Base::Params base;
-    int bytes = 0;  // of the vector: M elements, or one where the broadcast is of a scalar
-  };
+  using Params = TunerVectorParams<typename Base::Params>;
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args,
                                                   void* workspace) {
-    auto problem_shape_mnkl = cute::append<4>(problem_shape, cute::Int<1>{});
-    int elements = int(cute::size(cute::get<0>(problem_shape_mnkl)));
-    if constexpr (Base::IsDynamicBroadcast) {
-      if (!bool(cute::get<0>(args.dCol))) {
-        elements = 1;
-      }
-    }
-    return {Base::to_underlying_arguments(problem_shape, args, workspace), elements * int(sizeof(ElementInput))};
+    return {Base::to_underlying_arguments(problem_shape, args, workspace),
+            tuner_vector_bytes<0, ElementInput, Base::IsDynamicBroadcast>(problem_shape, args.dCol)};
   }
 
   CUTLASS_HOST_DEVICE TunerPrefetchedColBroadcast() {}
@@ -167,69 +170,60 @@ struct TunerPrefetchedColBroadcast
   }
 };
 
-// The fusion operation the tuner names: PerColLinCombPerColBiasEltAct's parameters and traits.
-template <template <class> class ActivationFn, class ElementOutput, class ElementCompute, class ElementBias,
-          class ElementSource, class ElementScalar>
-struct TunerPrefetchedPerColLinCombPerColBiasEltAct
-    : PerColLinCombPerColBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
-                                    ElementScalar> {};
+// A vector stride as CUTLASS's arguments default it: a vector (not a scalar) along the broadcast mode.
+inline Stride<_0, bool, int64_t> tuner_vector_stride(Stride<_0, bool, int64_t> const*) { return {_0{}, bool(1), 0}; }
+inline Stride<bool, _0, int64_t> tuner_vector_stride(Stride<bool, _0, int64_t> const*) { return {bool(1), _0{}, 0}; }
 
-template <int StagesC, class CtaTileShapeMNK, template <class> class ActivationFn, class ElementOutput,
-          class ElementCompute, class ElementBias, class ElementSource, class ElementScalar, int AlignmentBias,
-          int AlignmentScalar, FloatRoundStyle RoundStyle>
-using TunerPrefetchedPerColLinCombPerColBiasEltActImpl =
-  Sm90EVT<Sm90Compute<ActivationFn, ElementOutput, ElementCompute, RoundStyle>,  // activation(...)
-    Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute, RoundStyle>,  // beta * C + (...)
-      Sm90RowBroadcast<0, CtaTileShapeMNK, ElementScalar, ElementCompute, Stride<_0, bool, int64_t>,
-                       AlignmentScalar>,  // beta: a scalar here
+// act(beta * C + (alpha * acc + bias)) with per-channel alpha and bias: CUTLASS's
+// Per{Col,Row}LinCombPer{Col,Row}BiasEltAct tree (sm90_callbacks_tma_warpspecialized.hpp), its vectors
+// read by the prefetching broadcasts above. Per column: Sm90RowBroadcast and TunerPrefetchedRowBroadcast
+// with the strides <_0, bool> (alpha, beta) and <_0, _1> (bias); per row: the Col ones, strides transposed.
+template <template <int, class, class, class, class, int, bool> class ScalarBroadcast,
+          template <class, class, class, class, int> class VectorBroadcast, class StrideScalar,
+          class StrideVector, class CtaTileShapeMNK, template <class> class ActivationFn, class ElementOutput,
+          class ElementCompute, class ElementBias, class ElementSource, class ElementScalar>
+using TunerVectorEpilogueTree =
+  Sm90EVT<Sm90Compute<ActivationFn, ElementOutput, ElementCompute, FloatRoundStyle::round_to_nearest>,
+    Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute,
+                        FloatRoundStyle::round_to_nearest>,  // beta * C + (...)
+      ScalarBroadcast<0, CtaTileShapeMNK, ElementScalar, ElementCompute, StrideScalar,
+                      128 / sizeof_bits_v<ElementScalar>, true>,  // beta: a scalar here
       Sm90SrcFetch<ElementSource>,  // C
-      Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute, RoundStyle>,  // alpha * acc + bias
-        TunerPrefetchedRowBroadcast<CtaTileShapeMNK, ElementScalar, ElementCompute, Stride<_0, bool, int64_t>,
-                                    AlignmentScalar>,  // alpha
+      Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute,
+                          FloatRoundStyle::round_to_nearest>,  // alpha * acc + bias
+        VectorBroadcast<CtaTileShapeMNK, ElementScalar, ElementCompute, StrideScalar,
+                        128 / sizeof_bits_v<ElementScalar>>,  // alpha
         Sm90AccFetch,
-        TunerPrefetchedRowBroadcast<CtaTileShapeMNK, ElementBias, ElementCompute, Stride<_0, _1, int64_t>,
-                                    AlignmentBias>  // bias
+        VectorBroadcast<CtaTileShapeMNK, ElementBias, ElementCompute, StrideVector,
+                        128 / sizeof_bits_v<ElementBias>>  // bias
       >
     >
   >;
 
-template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore,
-          template <class> class ActivationFn, class ElementOutput, class ElementCompute, class ElementBias,
-          class ElementSource, class ElementScalar, class CtaTileShapeMNK, class EpilogueTile>
-struct FusionCallbacks<
-    epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
-    TunerPrefetchedPerColLinCombPerColBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias,
-                                                 ElementSource, ElementScalar>,
-    CtaTileShapeMNK, EpilogueTile>
-    : TunerPrefetchedPerColLinCombPerColBiasEltActImpl<
-          StagesC, CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
-          ElementScalar, 128 / sizeof_bits_v<ElementBias>, 128 / sizeof_bits_v<ElementScalar>,
-          FloatRoundStyle::round_to_nearest> {
-  using Impl = TunerPrefetchedPerColLinCombPerColBiasEltActImpl<
-      StagesC, CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
-      ElementScalar, 128 / sizeof_bits_v<ElementBias>, 128 / sizeof_bits_v<ElementScalar>,
-      FloatRoundStyle::round_to_nearest>;
-  using Operation = TunerPrefetchedPerColLinCombPerColBiasEltAct<ActivationFn, ElementOutput, ElementCompute,
-                                                                 ElementBias, ElementSource, ElementScalar>;
+// The callbacks of such a tree, with the fields of CUTLASS's arguments (and their defaults), so that
+// the runners fill either operation alike (fusion.h, tuner_fill_epilogue).
+template <class Tree, class Operation_, class ElementScalar, class ElementBias, class StrideScalar,
+          class StrideVector, class ActivationArgs>
+struct TunerVectorEpilogueCallbacks : Tree {
+  using Impl = Tree;
+  using Operation = Operation_;
 
-  // The fields of CUTLASS's PerColLinCombPerColBiasEltAct arguments, so the runners fill either alike.
   struct Arguments {
     ElementScalar alpha = ElementScalar(1);
     ElementScalar beta = ElementScalar(0);
     ElementScalar const* alpha_ptr = nullptr;
     ElementScalar const* beta_ptr = nullptr;
-    using StrideAlpha = Stride<_0, bool, int64_t>;
-    using StrideBeta = Stride<_0, bool, int64_t>;
-    StrideAlpha dAlpha = {_0{}, bool(1), 0};
-    StrideBeta dBeta = {_0{}, bool(1), 0};
-    using StrideBias = Stride<_0, _1, int64_t>;
+    using StrideAlpha = StrideScalar;
+    using StrideBeta = StrideScalar;
+    StrideAlpha dAlpha = tuner_vector_stride(static_cast<StrideScalar const*>(nullptr));
+    StrideBeta dBeta = tuner_vector_stride(static_cast<StrideScalar const*>(nullptr));
+    using StrideBias = StrideVector;
     ElementBias const* bias_ptr = nullptr;
     StrideBias dBias = {};
-    using ActivationArguments = typename Sm90Compute<ActivationFn, ElementOutput, ElementCompute,
-                                                     FloatRoundStyle::round_to_nearest>::Arguments;
+    using ActivationArguments = ActivationArgs;
     ActivationArguments activation = ActivationArguments();
 
-    operator typename Impl::Arguments() const {
+    operator typename Tree::Arguments() const {
       return {
         {
           {beta_ptr, beta, dBeta},
@@ -247,89 +241,49 @@ struct FusionCallbacks<
     }
   };
 
-  using Impl::Impl;
+  using Tree::Tree;
 };
 
-// Per row: PerRowLinCombPerRowBiasEltAct's tree (sm90_callbacks_tma_warpspecialized.hpp:1060-1095) with
-// the alpha and bias vectors prefetched.
-template <template <class> class ActivationFn, class ElementOutput, class ElementCompute, class ElementBias,
-          class ElementSource, class ElementScalar>
-struct TunerPrefetchedPerRowLinCombPerRowBiasEltAct
-    : PerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
-                                    ElementScalar> {};
+// The fusion operation the tuner names: CUTLASS's PerColLinCombPerColBiasEltAct (or, PerRow, its per-row
+// twin) parameters and traits, under a name of its own for the callbacks below.
+template <bool PerRow, template <class> class ActivationFn, class ElementOutput, class ElementCompute,
+          class ElementBias, class ElementSource, class ElementScalar>
+struct TunerPrefetchedLinCombBiasEltAct
+    : cute::conditional_t<PerRow,
+          PerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
+                                        ElementScalar>,
+          PerColLinCombPerColBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource,
+                                        ElementScalar>> {};
 
-template <class CtaTileShapeMNK, template <class> class ActivationFn, class ElementOutput, class ElementCompute,
-          class ElementBias, class ElementSource, class ElementScalar, int AlignmentBias, int AlignmentScalar,
-          FloatRoundStyle RoundStyle>
-using TunerPrefetchedPerRowLinCombPerRowBiasEltActImpl =
-  Sm90EVT<Sm90Compute<ActivationFn, ElementOutput, ElementCompute, RoundStyle>,  // activation(...)
-    Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute, RoundStyle>,  // beta * C + (...)
-      Sm90ColBroadcast<0, CtaTileShapeMNK, ElementScalar, ElementCompute, Stride<bool, _0, int64_t>,
-                       AlignmentScalar>,  // beta: a scalar here
-      Sm90SrcFetch<ElementSource>,  // C
-      Sm90EVT<Sm90Compute<homogeneous_multiply_add, ElementCompute, ElementCompute, RoundStyle>,  // alpha * acc + bias
-        TunerPrefetchedColBroadcast<CtaTileShapeMNK, ElementScalar, ElementCompute, Stride<bool, _0, int64_t>,
-                                    AlignmentScalar>,  // alpha
-        Sm90AccFetch,
-        TunerPrefetchedColBroadcast<CtaTileShapeMNK, ElementBias, ElementCompute, Stride<_1, _0, int64_t>,
-                                    AlignmentBias>  // bias
-      >
-    >
-  >;
+template <bool PerRow, class CtaTileShapeMNK, template <class> class ActivationFn, class ElementOutput,
+          class ElementCompute, class ElementBias, class ElementSource, class ElementScalar>
+using TunerVectorEpilogue = TunerVectorEpilogueCallbacks<
+    cute::conditional_t<PerRow,
+        TunerVectorEpilogueTree<Sm90ColBroadcast, TunerPrefetchedColBroadcast, Stride<bool, _0, int64_t>,
+                                Stride<_1, _0, int64_t>, CtaTileShapeMNK, ActivationFn, ElementOutput,
+                                ElementCompute, ElementBias, ElementSource, ElementScalar>,
+        TunerVectorEpilogueTree<Sm90RowBroadcast, TunerPrefetchedRowBroadcast, Stride<_0, bool, int64_t>,
+                                Stride<_0, _1, int64_t>, CtaTileShapeMNK, ActivationFn, ElementOutput,
+                                ElementCompute, ElementBias, ElementSource, ElementScalar>>,
+    TunerPrefetchedLinCombBiasEltAct<PerRow, ActivationFn, ElementOutput, ElementCompute, ElementBias,
+                                     ElementSource, ElementScalar>,
+    ElementScalar, ElementBias,
+    cute::conditional_t<PerRow, Stride<bool, _0, int64_t>, Stride<_0, bool, int64_t>>,
+    cute::conditional_t<PerRow, Stride<_1, _0, int64_t>, Stride<_0, _1, int64_t>>,
+    typename Sm90Compute<ActivationFn, ElementOutput, ElementCompute, FloatRoundStyle::round_to_nearest>::Arguments>;
 
-template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore,
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, bool PerRow,
           template <class> class ActivationFn, class ElementOutput, class ElementCompute, class ElementBias,
           class ElementSource, class ElementScalar, class CtaTileShapeMNK, class EpilogueTile>
 struct FusionCallbacks<
     epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
-    TunerPrefetchedPerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute, ElementBias,
-                                                 ElementSource, ElementScalar>,
+    TunerPrefetchedLinCombBiasEltAct<PerRow, ActivationFn, ElementOutput, ElementCompute, ElementBias,
+                                     ElementSource, ElementScalar>,
     CtaTileShapeMNK, EpilogueTile>
-    : TunerPrefetchedPerRowLinCombPerRowBiasEltActImpl<
-          CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource, ElementScalar,
-          128 / sizeof_bits_v<ElementBias>, 128 / sizeof_bits_v<ElementScalar>, FloatRoundStyle::round_to_nearest> {
-  using Impl = TunerPrefetchedPerRowLinCombPerRowBiasEltActImpl<
-      CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias, ElementSource, ElementScalar,
-      128 / sizeof_bits_v<ElementBias>, 128 / sizeof_bits_v<ElementScalar>, FloatRoundStyle::round_to_nearest>;
-  using Operation = TunerPrefetchedPerRowLinCombPerRowBiasEltAct<ActivationFn, ElementOutput, ElementCompute,
-                                                                 ElementBias, ElementSource, ElementScalar>;
-
-  // The fields of CUTLASS's PerRowLinCombPerRowBiasEltAct arguments, so the runners fill either alike.
-  struct Arguments {
-    ElementScalar alpha = ElementScalar(1);
-    ElementScalar beta = ElementScalar(0);
-    ElementScalar const* alpha_ptr = nullptr;
-    ElementScalar const* beta_ptr = nullptr;
-    using StrideAlpha = Stride<bool, _0, int64_t>;
-    using StrideBeta = Stride<bool, _0, int64_t>;
-    StrideAlpha dAlpha = {bool(1), _0{}, 0};
-    StrideBeta dBeta = {bool(1), _0{}, 0};
-    using StrideBias = Stride<_1, _0, int64_t>;
-    ElementBias const* bias_ptr = nullptr;
-    StrideBias dBias = {};
-    using ActivationArguments = typename Sm90Compute<ActivationFn, ElementOutput, ElementCompute,
-                                                     FloatRoundStyle::round_to_nearest>::Arguments;
-    ActivationArguments activation = ActivationArguments();
-
-    operator typename Impl::Arguments() const {
-      return {
-        {
-          {beta_ptr, beta, dBeta},
-          {},
-          {
-            {alpha_ptr, alpha, dAlpha},
-            {},
-            {bias_ptr, ElementBias(0), dBias},
-            {}
-          },
-          {}
-        },
-        activation
-      };
-    }
-  };
-
-  using Impl::Impl;
+    : TunerVectorEpilogue<PerRow, CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias,
+                          ElementSource, ElementScalar> {
+  using TunerVectorEpilogue<PerRow, CtaTileShapeMNK, ActivationFn, ElementOutput, ElementCompute, ElementBias,
+                            ElementSource, ElementScalar>::TunerVectorEpilogueCallbacks;
 };
 
 }  // namespace cutlass::epilogue::fusion
