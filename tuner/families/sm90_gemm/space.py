@@ -89,11 +89,6 @@ class Sm90GemmConfig:
                 "scheduler": self.scheduler.value, "epilogue": self.epilogue.value, "stages": self.stages,
                 "raster": self.raster, "swizzle": self.swizzle, "split_k": self.split_k, "swap_ab": self.swap_ab}
 
-    def gemm_mn(self, problem: ConvProblem) -> tuple[int, int]:
-        """The M and N the kernel tiles: (N*P*Q, K), or (K, N*P*Q) swapped."""
-        m, n, _ = kernel_problem(problem).gemm_mnk
-        return (n, m) if self.swap_ab else (m, n)
-
     @property
     def layer_tile(self) -> Shape3:
         """The tile along the layer's implicit GEMM (N*P*Q, K, C), whichever way the kernel runs it."""
