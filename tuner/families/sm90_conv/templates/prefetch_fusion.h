@@ -109,7 +109,9 @@ struct TunerPrefetchedRowBroadcast
     bool use_early = false;
     if constexpr (decltype(cute::size(args.tiled_copy))::value == kThreads) {
       auto [m, n, k, l] = args.tile_coord_mnkl;
-      if constexpr (std::is_integral_v<decltype(n)> && std::is_integral_v<decltype(l)>) {
+      // cute's trait: a conv kernel's batch coordinate is the static Int<0> (sm90_gemm_tma_warpspecialized.hpp:417),
+      // which std::is_integral_v refuses, and the early loads would never be used there
+      if constexpr (cute::is_integral<decltype(n)>::value && cute::is_integral<decltype(l)>::value) {
         // only where the registers hold this tile's slice in this thread's order
         use_early = early_n_ == int(n) && int(l) == 0 && early_thread_ == args.thread_idx;
       }
