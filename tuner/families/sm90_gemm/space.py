@@ -219,9 +219,9 @@ def _check_tile(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFact
                 "of 128 (sm90_gemm_tma_warpspecialized_cooperative.hpp:357)")
     # CUTLASS's auto epilogue tile is gcd(min(32, tile N), tile N) columns (sm90_builder.inl:120): 128x56 made
     # it 8 and failed to compile ("Stride Divisibility Condition", logs/swap_pixels_narrow.log.gz); 16 compiled
-    epilogue_n = math.gcd(min(32, config.tile.n), config.tile.n)
+    epilogue_n = math.gcd(min(32, n), n)
     if config.epilogue is EpilogueSchedule.tma and epilogue_n % 16:
-        return (f"tile N={config.tile.n} gives the TMA epilogue subtiles {epilogue_n} columns wide: it needs a "
+        return (f"tile N={n} gives the TMA epilogue subtiles {epilogue_n} columns wide: it needs a "
                 "multiple of 16 (pick a tile N that is a multiple of 16, or the no-smem epilogue)")
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
         return (f"tile {m}x{n} with the {config.schedule.value} schedule holds {config.accumulators_per_thread} "
