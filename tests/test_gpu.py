@@ -178,6 +178,11 @@ SM90_CASES = {
                                                        "schedule": "cooperative", "scheduler": "persistent",
                                                        "epilogue": "tma", "stages": 0, "raster": 0, "swizzle": 1,
                                                        "split_k": 1, "swap_ab": True}),
+    # an explicit epilogue subtile (128x128, two per tile) in place of CUTLASS's 128x32
+    "sm90_gemm_wide_subtile": ("sm90_gemm", GEMM_1X1_WIDE, {"tile": "128x256x64", "cluster": "1x1x1",
+                                                            "schedule": "cooperative", "scheduler": "persistent",
+                                                            "epilogue": "tma", "stages": 0, "raster": 0,
+                                                            "swizzle": 1, "split_k": 1, "epilogue_n": 128}),
     "sm90_s2d": ("sm90_s2d", STEM, {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}),
     "sm90_s2d_odd": ("sm90_s2d", ODD_STRIDED, {"tile": "64x32x16", "cluster": "2x1x1", "stages": 6,
                                                "epilogue": "nosmem"}),
@@ -195,13 +200,13 @@ def sm90_config(case: str):
 def compiled_sm90(device, tmp_path_factory):
     if device.cc != 90:
         pytest.skip("the sm90 families need compute capability 9.0")
-    # Two jobs: the three sm90_gemm kernels compile as a unit of two and a unit of one (ABI 3's
+    # Two jobs: the five sm90_gemm kernels compile as a unit of three and a unit of two (ABI 3's
     # several kernels per library are exercised on the GPU too).
     compiler = Compiler(device, tmp_path_factory.mktemp("cache90"), jobs=2)
     configs = {case: sm90_config(case)[1] for case in SM90_CASES}
     results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
     assert all(r.ok for r in results.values()), [r.error for r in results.values()]
-    assert max(r.unit_size for r in results.values()) == 2 and {r.index for r in results.values()} == {0, 1}
+    assert max(r.unit_size for r in results.values()) == 3 and {r.index for r in results.values()} == {0, 1, 2}
     return {case: results[config] for case, config in configs.items()}
 
 
@@ -219,7 +224,8 @@ def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
     assert evaluation.attributes.dynamic_smem_bytes > 0 and evaluation.measurement.median_us > 0
 
 
-@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k", "sm90_gemm_swapped", "sm90_s2d"])
+@pytest.mark.parametrize("case", ["sm90_conv", "sm90_gemm", "sm90_gemm_stream_k", "sm90_gemm_swapped",
+                                  "sm90_gemm_wide_subtile", "sm90_s2d"])
 def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker):
     """sm90_conv is handed dilation 2 (every output written, wrong pixels); sm90_gemm and sm90_s2d half
     the batch (half the outputs never written). All must be rejected; on the true problem they pass."""
@@ -285,6 +291,10 @@ FUSED_CASES = {
                                                         "scale+bias+relu"),
                              {**SM90_CASES["sm90_gemm"][2], "tile": "64x256x64", "schedule": "ws"}),
     "s2d_bn_relu": ("sm90_s2d", with_epilogue(STEM, "scale+bias+relu"), SM90_CASES["sm90_s2d"][2]),
+    # pingpong with 64x64 epilogue subtiles (four per tile) reading the residual and the vectors
+    "gemm_pingpong_subtile_bn_residual_relu": ("sm90_gemm", with_epilogue(GEMM_1X1_WIDE, "scale+bias+residual+relu"),
+                                               {**SM90_CASES["sm90_gemm"][2], "tile": "64x256x64",
+                                                "schedule": "pingpong", "epilogue_n": 64}),
     "sm80_bn_residual_relu": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual+relu"), SMALL_PARAMS),
     "sm80_bn_residual": ("sm80", with_epilogue(CONV_3X3, "scale+bias+residual"), SMALL_PARAMS),
     "sm80_stem_bias_silu": ("sm80", with_epilogue(STEM, "bias+silu"),
@@ -323,6 +333,8 @@ def test_fused_epilogue_is_right_and_timed(case, compiled_fused, device, worker)
     ("gemm_ws_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # control: early residual, beta
     ("gemm_ws_bn_residual_relu", "scale+bias+residual+silu", False),  # ReLU where the layer has SiLU
     ("gemm_swapped_bn_residual_relu", "scale+bias+residual*2+relu", True),  # control, swapped: beta at run time
+    ("gemm_pingpong_subtile_bn_residual_relu", "scale+bias+residual", False),  # explicit subtile: ReLU extra
+    ("gemm_pingpong_subtile_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # its control
     ("sm80_bn_residual", "scale+bias+residual+relu", False),          # sm80: ReLU dropped
     ("sm80_bn_residual_relu", "scale+bias+residual*0.5+relu", True),  # sm80 control
 ])

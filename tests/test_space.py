@@ -39,7 +39,7 @@ PARAMS = {
     "sm90_conv": {"tile": "128x64x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"},
     "sm90_gemm": {"tile": "256x128x64", "cluster": "1x2x1", "schedule": "cooperative", "scheduler": "stream_k",
                   "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2,
-                  "swap_ab": True},
+                  "swap_ab": True, "epilogue_n": 0},
 }
 
 

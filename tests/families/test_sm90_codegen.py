@@ -34,10 +34,10 @@ def conv(tile="128x128x64", cluster="1x1x1", stages=0, epilogue="tma", problem=C
 
 
 def gemm(tile="128x128x64", cluster="1x1x1", schedule="cooperative", scheduler="persistent", epilogue="tma",
-         stages=0, raster=0, swizzle=1, split_k=1, problem=GEMM_PROBLEM, swap_ab=False):
+         stages=0, raster=0, swizzle=1, split_k=1, problem=GEMM_PROBLEM, swap_ab=False, epilogue_n=0):
     return gemm_config(problem, {"tile": tile, "cluster": cluster, "schedule": schedule, "scheduler": scheduler,
                                  "epilogue": epilogue, "stages": stages, "raster": raster, "swizzle": swizzle,
-                                 "split_k": split_k, "swap_ab": swap_ab})
+                                 "split_k": split_k, "swap_ab": swap_ab, "epilogue_n": epilogue_n})
 
 
 def assert_candidate_frame(source: str, runner_class: str, family: str) -> None:
@@ -142,6 +142,7 @@ def test_sm90_gemm_source_in_template_order(schedule, scheduler, epilogue, kerne
         "using TileShape = cute::Shape<cute::Int<256>, cute::Int<128>, cute::Int<64>>;",
         "using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;",
         "cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,",
+        "cutlass::epilogue::collective::EpilogueTileAuto,",
         "void, cutlass::layout::RowMajor, 8, cutlass::half_t, cutlass::layout::RowMajor, 8,",
         epilogue_tag + ",",   # the comma: TmaWarpSpecialized is no prefix match of TmaWarpSpecializedCooperative
         "cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>",
@@ -186,6 +187,14 @@ def test_a_kernel_reading_a_residual_loads_it_early():
     # the kernel is defined once, in the preamble, for every sm90 family
     source = candidate_source(conv(problem=residual))
     assert source.count("class TunerEarlyResidualKernel : public Base") == 1
+
+
+@pytest.mark.parametrize("schedule, rows", [("cooperative", 128), ("pingpong", 64)])
+def test_sm90_gemm_explicit_epilogue_subtile(schedule, rows):
+    source = candidate_source(gemm(tile="128x256x64" if schedule == "cooperative" else "64x256x64",
+                                   schedule=schedule, epilogue_n=64))
+    assert f"TileShape, ClusterShape,\n    cute::Shape<cute::Int<{rows}>, cute::Int<64>>,\n" in source
+    assert "EpilogueTileAuto" not in source
 
 
 def test_sm90_gemm_explicit_stages():

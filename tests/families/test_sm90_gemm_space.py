@@ -38,9 +38,10 @@ def problem(**fields) -> ConvProblem:
 
 
 def params(tile="128x128x64", cluster="1x1x1", schedule="cooperative", scheduler="persistent", epilogue="tma",
-           stages=0, raster=0, swizzle=1, split_k=1, swap_ab=False) -> dict:
+           stages=0, raster=0, swizzle=1, split_k=1, swap_ab=False, epilogue_n=0) -> dict:
     return {"tile": tile, "cluster": cluster, "schedule": schedule, "scheduler": scheduler, "epilogue": epilogue,
-            "stages": stages, "raster": raster, "swizzle": swizzle, "split_k": split_k, "swap_ab": swap_ab}
+            "stages": stages, "raster": raster, "swizzle": swizzle, "split_k": split_k, "swap_ab": swap_ab,
+            "epilogue_n": epilogue_n}
 
 
 def config(prob: ConvProblem | None = None, **overrides) -> Sm90GemmConfig:
@@ -61,7 +62,7 @@ def space_document(**changes) -> dict:
     document = yaml.safe_load(SPACE_FILE.read_text())
     for key, value in changes.items():
         if value is None:
-            del document[key]
+            document.pop(key, None)
         else:
             document[key] = value
     return document
@@ -75,8 +76,9 @@ def test_repository_space():
     assert space == parse_space(yaml.safe_load(SPACE_FILE.read_text()))
     choices = space.choices
     assert list(choices) == ["tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle",
-                             "split_k", "swap_ab"]
+                             "split_k", "swap_ab", "epilogue_n"]
     assert choices["swap_ab"] == (False, True)
+    assert choices["epilogue_n"] == (0,)  # the file names none: CUTLASS's choice
     assert "128x128x64" in choices["tile"] and "64x64x128" in choices["tile"]
     assert all(Shape3.parse(t).text == t for t in choices["tile"] + choices["cluster"])
     assert choices["schedule"] == ("ws", "cooperative", "pingpong")
@@ -273,6 +275,43 @@ def test_tma_epilogue_needs_subtiles_of_16_columns(h100):
     assert "8 columns wide" in only_problem(narrow, h100, p)
     assert reasons_of(config(p, tile="128x56x64", epilogue="nosmem"), h100, p) == []
     assert reasons_of(config(p, tile="128x112x64", epilogue="tma"), h100, p) == []  # 16: compiled and ran
+    # an explicit subtile replaces the auto one
+    assert reasons_of(config(p, tile="128x208x64", epilogue_n=208), h100, p) == []
+
+
+# --- epilogue_n: the TMA epilogue's subtile ---------------------------------------------------------
+
+def test_a_space_without_epilogue_n_keeps_cutlass_s_subtile():
+    assert parse_space(space_document(epilogue_n=None)).choices["epilogue_n"] == (0,)
+    assert parse_space(space_document(epilogue_n=[0, 64, 128])).choices["epilogue_n"] == (0, 64, 128)
+    for bad in ([8], [512], ["64"], []):
+        with pytest.raises(SpaceError, match="epilogue_n"):
+            parse_space(space_document(epilogue_n=bad))
+
+
+def test_stored_parameters_without_epilogue_n_are_the_auto_subtile():
+    stored = params()
+    del stored["epilogue_n"]
+    assert make_config(problem(), stored) == config()
+    assert make_config(problem(), params(epilogue_n="64")).epilogue_n == 64  # a landscape CSV's text
+
+
+def test_epilogue_subtile_names_smem_and_checks(h100):
+    p = problem()
+    auto, wide = config(p, tile="128x256x64"), config(p, tile="128x256x64", epilogue_n=128)
+    assert auto.name == "sm90g_128x256x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32"
+    assert wide.name == "sm90g_128x256x64_c1x1x1_cooperative_persistent_tma_e128_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32"
+    assert wide.search_params["epilogue_n"] == 128 and auto.search_params["epilogue_n"] == 0
+    assert (auto.epilogue_subtile, wide.epilogue_subtile) == ((128, 32), (128, 128))
+    assert config(p, tile="64x256x64", schedule="pingpong", epilogue_n=64).epilogue_subtile == (64, 64)
+    # two 128x128 f16 subtiles (64 KB) leave 3 stages of 48 KB where two 128x32 ones left 4
+    assert (auto.auto_stage_count, wide.auto_stage_count) == (4, 3)
+    from tuner.families import registry
+    assert " tma e128 " in registry.get("sm90_gemm").describe(wide)
+    assert "multiple of 16 that divides tile N=256" in only_problem(config(p, tile="128x256x64", epilogue_n=96), h100, p)
+    assert "multiple of 16 that divides tile N=208" in only_problem(config(p, tile="128x208x64", epilogue_n=24), h100, p)
+    assert "no-smem epilogue has none" in only_problem(config(p, tile="128x256x64", epilogue="nosmem", epilogue_n=64),
+                                                       h100, p)
 
 # --- layers it refuses --------------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ class Sm90GemmFamily(Family):
     plot_colour = "tab:purple"
     folder = Path(__file__).parent
     groupable = True
-    knobs = ("tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle", "split_k", "swap_ab")
+    knobs = ("tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle", "split_k", "swap_ab",
+             "epilogue_n")
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         if device.cc != 90:
@@ -74,8 +75,9 @@ class Sm90GemmFamily(Family):
     def describe(self, config: Sm90GemmConfig) -> str:
         stages = "auto" if config.stages == space.AUTO_STAGES else config.stages
         swapped = " swab" if config.swap_ab else ""
+        subtile = f" e{config.epilogue_n}" if config.epilogue_n else ""
         return (f"{config.tile.text}{swapped} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} "
-                f"{config.scheduler.value} {config.epilogue.value} s{stages} r{config.raster} sw{config.swizzle} "
+                f"{config.scheduler.value} {config.epilogue.value}{subtile} s{stages} r{config.raster} sw{config.swizzle} "
                 f"sk{config.split_k}")
 
 

@@ -45,6 +45,13 @@ def epilogue_tag(config: Sm90GemmConfig) -> str:
     return TMA_EPILOGUE_TAGS[config.schedule]
 
 
+def epilogue_tile_tag(config: Sm90GemmConfig) -> str:
+    if not config.epilogue_n:
+        return "cutlass::epilogue::collective::EpilogueTileAuto"
+    rows, cols = config.epilogue_subtile
+    return f"cute::Shape<cute::Int<{rows}>, cute::Int<{cols}>>"
+
+
 def stage_tag(stages: int) -> str:
     if stages == AUTO_STAGES:
         return ("cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>("
@@ -60,7 +67,7 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
         alias=alias, config_name=compiled.name,
         tile_m=compiled.tile.m, tile_n=compiled.tile.n, tile_k=compiled.tile.k,
         cluster_m=compiled.cluster.m, cluster_n=compiled.cluster.n,
-        epilogue_schedule=epilogue_tag(compiled), kernel_schedule=KERNEL_SCHEDULE_TAGS[compiled.schedule],
+        epilogue_schedule=epilogue_tag(compiled), epilogue_tile=epilogue_tile_tag(compiled), kernel_schedule=KERNEL_SCHEDULE_TAGS[compiled.schedule],
         tile_scheduler=SCHEDULER_TAGS[compiled.scheduler], stages=stage_tag(compiled.stages),
         element_a=ELEMENT_TAGS[compiled.filter_type if compiled.swap_ab else compiled.input_type],
         element_b=ELEMENT_TAGS[compiled.input_type if compiled.swap_ab else compiled.filter_type],

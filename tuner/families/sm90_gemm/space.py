@@ -62,6 +62,10 @@ class Sm90GemmConfig:
     # filter), N along N*P*Q (B the activations), D column-major: the same buffers. It changes which
     # dimension the tile's M, the cluster's M and the wave count fall on.
     swap_ab: bool = False
+    # Columns of the TMA epilogue's subtile (its rows are 128 cooperative, 64 otherwise); 0: CUTLASS's
+    # auto choice, gcd(min(32, tile N), tile N) (sm90_builder.inl:117-127). A one-tile-per-CTA kernel
+    # stores its subtiles one after another after the mainloop, so fewer, wider ones can shorten it.
+    epilogue_n: int = 0
 
     @property
     def family(self) -> str:
@@ -79,15 +83,17 @@ class Sm90GemmConfig:
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
         swapped = "_swab" if self.swap_ab else ""  # the names of unswapped kernels stay as they were
+        subtile = f"_e{self.epilogue_n}" if self.epilogue_n else ""  # so do those of auto-subtile ones
         return (f"sm90g_{self.tile.text}{swapped}_c{self.cluster.text}_{self.schedule.value}_{self.scheduler.value}"
-                f"_{self.epilogue.value}_s{stages}_r{self.raster}_sw{self.swizzle}_sk{self.split_k}"
+                f"_{self.epilogue.value}{subtile}_s{stages}_r{self.raster}_sw{self.swizzle}_sk{self.split_k}"
                 f"_a{self.alignment_c}_{self.dtype_key}{self.fusion.short}")
 
     @property
     def search_params(self) -> dict:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
                 "scheduler": self.scheduler.value, "epilogue": self.epilogue.value, "stages": self.stages,
-                "raster": self.raster, "swizzle": self.swizzle, "split_k": self.split_k, "swap_ab": self.swap_ab}
+                "raster": self.raster, "swizzle": self.swizzle, "split_k": self.split_k, "swap_ab": self.swap_ab,
+                "epilogue_n": self.epilogue_n}
 
     @property
     def layer_tile(self) -> Shape3:
@@ -112,12 +118,17 @@ class Sm90GemmConfig:
     def epilogue_smem(self) -> int:
         if self.epilogue is EpilogueSchedule.nosmem:
             return 1
-        rows = min(128 if self.schedule is Schedule.cooperative else 64, self.tile.m)  # sm90_builder.inl:117-127
-        cols = math.gcd(min(32, self.tile.n), self.tile.n)
+        rows, cols = self.epilogue_subtile
         tiles = (self.tile.m // rows) * (self.tile.n // cols)
         subtiles = min(tiles, 2) * rows * cols * self.output_type.bytes * (2 if self.fusion.residual else 1)
         vectors = 3 * self.tile.n * 4 if self.fusion.fused else 0  # as sm90_conv's epilogue_smem says
         return subtiles + vectors + 512 * self.output_type.bytes
+
+    @property
+    def epilogue_subtile(self) -> tuple[int, int]:
+        """Rows and columns of the TMA epilogue's subtile (sm90_builder.inl:117-127 when auto)."""
+        rows = min(128 if self.schedule is Schedule.cooperative else 64, self.tile.m)
+        return rows, self.epilogue_n or math.gcd(min(32, self.tile.n), self.tile.n)
 
     @property
     def stage_bytes(self) -> int:
@@ -142,10 +153,12 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def parse_space(document: object) -> SearchSpace:
-    if isinstance(document, dict) and "swap_ab" not in document:
-        document = {**document, "swap_ab": [False]}  # a space written before the knob existed
+    # spaces written before a knob existed: the value every kernel had then
+    defaults = {"swap_ab": [False], "epilogue_n": [0]}
+    if isinstance(document, dict):
+        document = {**{knob: value for knob, value in defaults.items() if knob not in document}, **document}
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "scheduler", "epilogue",
-                                             "stages", "raster", "swizzle", "split_k", "swap_ab"})
+                                             "stages", "raster", "swizzle", "split_k", "swap_ab", "epilogue_n"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -159,6 +172,8 @@ def parse_space(document: object) -> SearchSpace:
         ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8")),
         ("split_k", int_list(FAMILY, "split_k", document["split_k"], lambda v: 1 <= v <= 64, "1 to 64")),
         ("swap_ab", flag_list(FAMILY, "swap_ab", document["swap_ab"])),
+        ("epilogue_n", int_list(FAMILY, "epilogue_n", document["epilogue_n"], lambda v: v == 0 or 16 <= v <= 256,
+                                "0 for CUTLASS's choice, or 16 to 256 columns")),
     ))
 
 
@@ -185,6 +200,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90GemmConfig:
         fusion=problem.epilogue,
         # absent from what was stored before the knob existed: those kernels ran unswapped
         swap_ab=param(params, "swap_ab", flag) if "swap_ab" in params else False,
+        epilogue_n=param(params, "epilogue_n", whole) if "epilogue_n" in params else 0,  # likewise: auto
     )
 
 
@@ -219,10 +235,16 @@ def _check_tile(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFact
                 "of 128 (sm90_gemm_tma_warpspecialized_cooperative.hpp:357)")
     # CUTLASS's auto epilogue tile is gcd(min(32, tile N), tile N) columns (sm90_builder.inl:120): 128x56 made
     # it 8 and failed to compile ("Stride Divisibility Condition", logs/swap_pixels_narrow.log.gz); 16 compiled
-    epilogue_n = math.gcd(min(32, n), n)
-    if config.epilogue is EpilogueSchedule.tma and epilogue_n % 16:
-        return (f"tile N={n} gives the TMA epilogue subtiles {epilogue_n} columns wide: it needs a "
+    epilogue_cols = config.epilogue_subtile[1]
+    if config.epilogue is EpilogueSchedule.tma and not config.epilogue_n and epilogue_cols % 16:
+        return (f"tile N={n} gives the TMA epilogue subtiles {epilogue_cols} columns wide: it needs a "
                 "multiple of 16 (pick a tile N that is a multiple of 16, or the no-smem epilogue)")
+    if config.epilogue_n:
+        if config.epilogue is not EpilogueSchedule.tma:
+            return "epilogue_n sets the TMA epilogue's subtile: the no-smem epilogue has none (use epilogue_n 0)"
+        if epilogue_cols % 16 or n % epilogue_cols:
+            return (f"epilogue_n={epilogue_cols} must be a multiple of 16 that divides tile N={n} "
+                    "(sm90_builder.inl:162)")
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
         return (f"tile {m}x{n} with the {config.schedule.value} schedule holds {config.accumulators_per_thread} "
                 f"accumulators a thread (> {MAX_ACCUMULATORS}): it spills")
