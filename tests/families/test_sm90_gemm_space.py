@@ -276,7 +276,7 @@ def test_tma_epilogue_needs_subtiles_of_16_columns(h100):
     assert reasons_of(config(p, tile="128x56x64", epilogue="nosmem"), h100, p) == []
     assert reasons_of(config(p, tile="128x112x64", epilogue="tma"), h100, p) == []  # 16: compiled and ran
     # an explicit subtile replaces the auto one
-    assert reasons_of(config(p, tile="128x208x64", epilogue_n=208), h100, p) == []
+    assert reasons_of(config(p, tile="128x112x64", epilogue_n=16), h100, p) == []
 
 
 # --- epilogue_n: the TMA epilogue's subtile ---------------------------------------------------------
@@ -310,6 +310,8 @@ def test_epilogue_subtile_names_smem_and_checks(h100):
     assert " tma e128 " in registry.get("sm90_gemm").describe(wide)
     assert "multiple of 16 that divides tile N=256" in only_problem(config(p, tile="128x256x64", epilogue_n=96), h100, p)
     assert "multiple of 16 that divides tile N=208" in only_problem(config(p, tile="128x208x64", epilogue_n=24), h100, p)
+    assert "must be a power of two" in only_problem(config(p, tile="128x208x64", epilogue_n=208), h100, p)
+    assert reasons_of(config(p, tile="128x192x64", epilogue_n=48, swap_ab=True), h100, p) == []  # compiled, ran
     assert "no-smem epilogue has none" in only_problem(config(p, tile="128x256x64", epilogue="nosmem", epilogue_n=64),
                                                        h100, p)
 

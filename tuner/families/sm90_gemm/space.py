@@ -245,6 +245,11 @@ def _check_tile(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFact
         if epilogue_cols % 16 or n % epilogue_cols:
             return (f"epilogue_n={epilogue_cols} must be a multiple of 16 that divides tile N={n} "
                     "(sm90_builder.inl:162)")
+        # Row-major D (unswapped): 112 and 208 failed to compile ("Divisibility condition", "Fragment size";
+        # logs/subtile_512to2048_narrow.log.gz) where 16 to 256 in powers of two built; swapped 48, 96 built.
+        if not config.swap_ab and epilogue_cols & (epilogue_cols - 1):
+            return (f"epilogue_n={epilogue_cols} with a row-major output (swap_ab false) must be a power of two: "
+                    "CUTLASS 4.2 did not compile 112 or 208")
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
         return (f"tile {m}x{n} with the {config.schedule.value} schedule holds {config.accumulators_per_thread} "
                 f"accumulators a thread (> {MAX_ACCUMULATORS}): it spills")
