@@ -5,7 +5,7 @@ For a layer with an epilogue, also the same kernel without it (what the fused ke
 For the closing notes of layers that miss a goal ("what limits it, from a profile"). Needs the GPU, ncu
 and a compiled kernel (it compiles into the tuner's cache when missing). Never time anything with this.
 
-usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR] [--warp-states]"""
+usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR] [--warp-states] [--params JSON]"""
 from __future__ import annotations
 
 import argparse
@@ -95,6 +95,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("profiles"))
     parser.add_argument("--warp-states", action="store_true",
                         help="add the warp-state, instruction and scheduler sections and keep every metric")
+    parser.add_argument("--params", type=json.loads,
+                        help="a JSON object of the best.yaml family's knobs to profile in place of its kernel (e.g. "
+                             "the library's own tile and cluster, to compare implementations of one tiling)")
     args = parser.parse_args()
     sections = SECTIONS + WARP_SECTIONS if args.warp_states else SECTIONS
     args.out.mkdir(parents=True, exist_ok=True)
@@ -103,6 +106,8 @@ def main() -> int:
     worker.close()
     table = load_layers(REPO / "search_spaces" / "layers.yaml")
     best = read_best(gpu_dir(REPO / "results", device.slug))["layers"]
+    if args.params:
+        best = {name: {**entry, "params": {**entry["params"], **args.params}} for name, entry in best.items()}
     found = {}
     def config_of(problem, entry):
         return make_config(problem, entry["family"], entry["params"])
@@ -129,7 +134,7 @@ def main() -> int:
         gemm = is_gemm_layer(p)
         snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, gemm))
         found[name] = {
-            "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"), "runtime_us": entry["runtime_us"]},
+            "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"), "runtime_us": None if args.params else entry["runtime_us"]},
             "cuBLAS" if gemm else "cuDNN": {
                 "launches": ncu([sys.executable, "-c", snippet], args.out / f"{name}.baseline.csv",
                                 "--profile-from-start", "off", sections=sections, every_metric=args.warp_states)},
