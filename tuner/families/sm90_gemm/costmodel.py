@@ -43,9 +43,10 @@ def cost_terms(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts
 
 def prior_order(config: Sm90GemmConfig, problem: ConvProblem) -> int | None:
     """The model cannot see stages, epilogue, raster or swizzle: the picks keep them at what NVIDIA's
-    generator instantiates (auto stages, the TMA epilogue, the heuristic raster, no swizzle), the
-    cooperative schedule first."""
-    if (config.stages, config.raster, config.swizzle, config.epilogue) != (AUTO_STAGES, 0, 1, EpilogueSchedule.tma):
+    generator instantiates (auto stages, the TMA epilogue with its auto subtile, the heuristic raster, no
+    swizzle), the cooperative schedule first."""
+    if (config.stages, config.raster, config.swizzle, config.epilogue, config.epilogue_n) != (
+            AUTO_STAGES, 0, 1, EpilogueSchedule.tma, 0):
         return None
     order = {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.ws: 2}[config.schedule]
     return order + (1 if config.scheduler is Scheduler.stream_k else 0)
