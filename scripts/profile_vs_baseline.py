@@ -99,6 +99,8 @@ def main() -> int:
                         help="a JSON object of the best.yaml family's knobs to profile in place of its kernel (e.g. "
                              "the library's own tile and cluster, to compare implementations of one tiling)")
     args = parser.parse_args()
+    if args.params is not None and not isinstance(args.params, dict):
+        parser.error("--params must be a JSON object of knob names and values, e.g. '{\"tile\": \"128x224x64\"}'")
     sections = SECTIONS + WARP_SECTIONS if args.warp_states else SECTIONS
     args.out.mkdir(parents=True, exist_ok=True)
     worker = WorkerProcess(timeout_s=120)
@@ -134,7 +136,8 @@ def main() -> int:
         gemm = is_gemm_layer(p)
         snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, gemm))
         found[name] = {
-            "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"), "runtime_us": None if args.params else entry["runtime_us"]},
+            "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"),
+                      "runtime_us": None if args.params else entry["runtime_us"]},
             "cuBLAS" if gemm else "cuDNN": {
                 "launches": ncu([sys.executable, "-c", snippet], args.out / f"{name}.baseline.csv",
                                 "--profile-from-start", "off", sections=sections, every_metric=args.warp_states)},

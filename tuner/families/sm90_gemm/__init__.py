@@ -77,8 +77,8 @@ class Sm90GemmFamily(Family):
         swapped = " swab" if config.swap_ab else ""
         subtile = f" e{config.epilogue_n}" if config.epilogue_n else ""
         return (f"{config.tile.text}{swapped} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} "
-                f"{config.scheduler.value} {config.epilogue.value}{subtile} s{stages} r{config.raster} sw{config.swizzle} "
-                f"sk{config.split_k}")
+                f"{config.scheduler.value} {config.epilogue.value}{subtile} s{stages} r{config.raster} "
+                f"sw{config.swizzle} sk{config.split_k}")
 
 
 FAMILY = Sm90GemmFamily()

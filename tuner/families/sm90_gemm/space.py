@@ -63,8 +63,8 @@ class Sm90GemmConfig:
     # dimension the tile's M, the cluster's M and the wave count fall on.
     swap_ab: bool = False
     # Columns of the TMA epilogue's subtile (its rows are 128 cooperative, 64 otherwise); 0: CUTLASS's
-    # auto choice, gcd(min(32, tile N), tile N) (sm90_builder.inl:117-127). A one-tile-per-CTA kernel
-    # stores its subtiles one after another after the mainloop, so fewer, wider ones can shorten it.
+    # auto choice, gcd(min(32, tile N), tile N) (sm90_builder.inl:117-127). Only narrow space files offer
+    # it: explicit subtiles won no ResNet-50 1x1 layer on the H100 (docs/NOTES.md, session 10).
     epilogue_n: int = 0
 
     @property
