@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
 from conftest import H100
 from tuner.costmodel import (Ceilings, joint_prior_picks, picks_per_family, predicted_us, prior_candidates,
@@ -149,10 +150,6 @@ def test_predicted_us_is_finite_and_positive_on_the_sm90_landscapes(layers, h100
 
 def test_sm90_gemm_prior_keeps_the_auto_epilogue_subtile(layers, h100):
     """A space offering explicit subtiles (the cost model cannot see them) still gets CUTLASS's auto one."""
-    import yaml
-
-    from tuner.families import registry
-
     document = yaml.safe_load(default_space_file("sm90_gemm").read_text())
     space = registry.get("sm90_gemm").parse_space({**document, "epilogue_n": [0, 64, 128]})
     problem = layers["r50_s5_1x1_512to2048_b32"].problem
