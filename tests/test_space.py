@@ -78,7 +78,7 @@ def test_load_space_returns_the_family_named_in_the_file(path):
 
 def test_a_file_without_family_is_refused(tmp_path):
     message = one_line_error(SPACES / "layers.yaml")  # a YAML mapping, but no search space
-    assert "'family:' key" in message and "sm80, sm90_conv, sm90_gemm" in message
+    assert "'family:' key" in message and "sm80, sm90_conv, sm90_dsl, sm90_gemm" in message
     document = yaml.safe_load(default_space_file("sm90_conv").read_text())
     del document["family"]
     path = tmp_path / "nofamily.yaml"
@@ -134,8 +134,8 @@ def test_a_family_refuses_its_own_bad_values_through_load_space(tmp_path):
 
 def test_joint_space(spaces):
     joint = JointSpace(tuple(spaces.values()))
-    assert joint.families == ("sm80", "sm90_conv", "sm90_gemm", "sm90_s2d")
-    assert joint.key == "families=sm80+sm90_conv+sm90_gemm+sm90_s2d"
+    assert joint.families == ("sm80", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert joint.key == "families=sm80+sm90_conv+sm90_dsl+sm90_gemm+sm90_s2d"
     assert joint.size == sum(s.size for s in spaces.values())
     for family, space in spaces.items():
         assert joint.space(family) is space
@@ -205,14 +205,14 @@ def test_contains(spaces):
 
 def test_layer_space_keeps_the_families_that_can_run_the_layer(spaces):
     everything = tuple(spaces.values())
-    assert layer_space(everything, ONE_BY_ONE, H100).families == ("sm80", "sm90_conv", "sm90_gemm")
-    assert layer_space(everything, THREE_BY_THREE, H100).families == ("sm80", "sm90_conv")
+    assert layer_space(everything, ONE_BY_ONE, H100).families == ("sm80", "sm90_conv", "sm90_dsl", "sm90_gemm")
+    assert layer_space(everything, THREE_BY_THREE, H100).families == ("sm80", "sm90_conv", "sm90_dsl")
     assert layer_space(everything, ONE_BY_ONE, A100).families == ("sm80",)
     odd_k = ConvProblem(n=1, h=28, w=28, c=64, k=12, r=3, s=3, pad=1)  # sm90_conv's TMA store needs K % 8
     assert layer_space(everything, odd_k, H100).families == ("sm80",)
     # family-name order, whatever order the spaces come in
     reversed_order = tuple(reversed(everything))
-    assert layer_space(reversed_order, ONE_BY_ONE, H100).families == ("sm80", "sm90_conv", "sm90_gemm")
+    assert layer_space(reversed_order, ONE_BY_ONE, H100).families == ("sm80", "sm90_conv", "sm90_dsl", "sm90_gemm")
 
 
 def test_layer_space_says_why_no_family_can(spaces):

@@ -22,7 +22,7 @@ from tuner.codegen import candidate_source, group_source, kernel_symbol_marker
 from tuner.cutlass_pkg import source_path
 from tuner.device import DeviceFacts
 from tuner.families import registry
-from tuner.families.base import KernelConfig
+from tuner.families.base import BuildRequest, KernelConfig
 from tuner.run import KernelBinary
 
 # One CUTLASS candidate takes about this much host memory in nvcc at its peak.
@@ -122,6 +122,15 @@ def cache_key(source: str, flags: list[str]) -> str:
     return digest.hexdigest()
 
 
+def builder_cache_key(request: BuildRequest) -> str:
+    """SHA-256 of a family builder's source and its toolchain's version (no nvcc involved)."""
+    digest = hashlib.sha256()
+    for part in ("builder", request.source, request.toolchain):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 _PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
@@ -165,6 +174,9 @@ class Compiler:
         return self.cache_dir / key[:2] / key
 
     def _key(self, config: KernelConfig) -> tuple[str, str, list[str]]:
+        request = registry.family_of(config).build_request(config.compiled)
+        if request is not None:
+            return builder_cache_key(request), request.source, []
         source = candidate_source(config.compiled)
         flags = self.flags(config.compiled)
         return cache_key(source, flags), source, flags
@@ -191,16 +203,20 @@ class Compiler:
         if found is not None:
             return found
         key, source, flags = self._key(config)
-        return self._build(config, key, source, flags, self._entry(key))
+        return self._build(config, key, source, flags, self._entry(key),
+                           registry.family_of(config).build_request(config.compiled))
 
-    def _nvcc(self, source: str, flags: list[str], key: str, entry: Path) -> tuple[Path | None, str, bool, float]:
-        """One nvcc run in a scratch folder next to the entry: (scratch folder or None when the failure
-        was not the source's, the log, whether it failed, seconds)."""
+    def _nvcc(self, source: str, flags: list[str], key: str, entry: Path,
+              request: BuildRequest | None = None) -> tuple[Path | None, str, bool, float]:
+        """One nvcc run (or the family's own builder, for a `request`) in a scratch folder next to the
+        entry: (scratch folder or None when the failure was not the source's, the log, whether it failed,
+        seconds)."""
         entry.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
-        (scratch / "candidate.cu").write_text(source)
+        source_file = request.source_file if request else "candidate.cu"
+        (scratch / source_file).write_text(source)
         started = time.monotonic()
-        command = ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
+        command = list(request.command) if request else ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
         try:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)
@@ -216,13 +232,15 @@ class Compiler:
         if transient:  # not the source's fault: cache nothing, retry next time
             shutil.rmtree(scratch, ignore_errors=True)
             return None, log, True, seconds
-        (scratch / "ptxas.txt").write_text(log)
+        # A family's builder writes its kernel's resource line to ptxas.txt itself; nvcc's is in its log.
+        (scratch / ("build.log" if request and (scratch / "ptxas.txt").exists() else "ptxas.txt")).write_text(log)
         if failed:
             (scratch / "error.txt").write_text(error_excerpt(log))
         return scratch, log, failed, seconds
 
-    def _build(self, config: KernelConfig, key: str, source: str, flags: list[str], entry: Path) -> CompileResult:
-        scratch, log, failed, seconds = self._nvcc(source, flags, key, entry)
+    def _build(self, config: KernelConfig, key: str, source: str, flags: list[str], entry: Path,
+               request: BuildRequest | None = None) -> CompileResult:
+        scratch, log, failed, seconds = self._nvcc(source, flags, key, entry, request)
         if scratch is None:
             return CompileResult(config, key, None, seconds, False, error_excerpt(log), None, transient=True)
         self._publish(scratch, entry)

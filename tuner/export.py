@@ -112,6 +112,10 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         problems.append((name, problem))
         config = entry_config(entry, name, problem)
         family = registry.family_of(config)
+        if not family.emits_cpp:
+            raise ResultsError(f"best.yaml: layer {name!r} holds a {family.name} kernel, which the C++ header "
+                               "cannot take yet; export the other layers by tuning this one with --family "
+                               "set to the C++ families")
         families[family.name] = family
         configs.setdefault(family.name, []).append(config)
         alias = alias_of[str(name)]

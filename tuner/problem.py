@@ -30,6 +30,11 @@ class DataType(enum.Enum):
         return self.bits // 8
 
 
+def output_extent(size: int, taps: int, pad: int, stride: int, dilation: int) -> int:
+    """Output rows (or columns) of a convolution along one axis."""
+    return (size + 2 * pad - dilation * (taps - 1) - 1) // stride + 1
+
+
 @dataclass(frozen=True)
 class ConvProblem:
     """One NHWC conv2d fprop: x[N,H,W,C] * w[K,R,S,C] -> y[N,P,Q,K]; symmetric pad, stride, dilation;
@@ -76,11 +81,11 @@ class ConvProblem:
 
     @property
     def p(self) -> int:
-        return (self.h + 2 * self.pad - self.dilation * (self.r - 1) - 1) // self.stride + 1
+        return output_extent(self.h, self.r, self.pad, self.stride, self.dilation)
 
     @property
     def q(self) -> int:
-        return (self.w + 2 * self.pad - self.dilation * (self.s - 1) - 1) // self.stride + 1
+        return output_extent(self.w, self.s, self.pad, self.stride, self.dilation)
 
     @property
     def gemm_mnk(self) -> tuple[int, int, int]:

@@ -71,7 +71,8 @@ def valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts)
     family = registry.get(space.family)
     if registry.why_not(family, problem, device):
         return []
-    return [c for c in all_configs(space, problem) if not family.static_problems(c, problem, device)]
+    # dict.fromkeys: knobs a problem does not use (sm90_dsl's tile_q in a GEMM) make one configuration twice
+    return [c for c in dict.fromkeys(all_configs(space, problem)) if not family.static_problems(c, problem, device)]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 from rich.console import Console
+from rich.markup import escape
 
 from tuner import report
 from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks, measured_ceilings
@@ -271,6 +272,7 @@ class TuningSession:
         self.worker = WorkerProcess(timeout_s=options.timeout_s)
         self.device = device_from_dict(query_device_facts(self.worker))
         self.spaces = device_spaces(spaces, self.device)
+        self.spaces = buildable_spaces(self.spaces, console)
         self.compiler = Compiler(self.device, options.cache_dir, options.jobs)
         self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
         self.folder = gpu_dir(options.results_dir, self.device.slug)
@@ -393,6 +395,21 @@ def device_spaces(spaces: tuple[SearchSpace, ...], device: DeviceFacts) -> tuple
         reasons = "; ".join(f"{s.family}: {registry.get(s.family).device_problem(device)}" for s in spaces)
         raise SpaceError(f"this GPU ({device.name}) can run none of the families asked for: {reasons}")
     return runnable
+
+
+def buildable_spaces(spaces: tuple[SearchSpace, ...], console: Console) -> tuple[SearchSpace, ...]:
+    """The spaces whose family this machine can build, each other one skipped with one line that says how
+    to install what it needs; none: a SpaceError."""
+    buildable = []
+    for space in spaces:
+        reason = registry.get(space.family).toolchain_problem()
+        if reason is None:
+            buildable.append(space)
+        else:
+            console.print(f"[yellow]{space.family} skipped[/]: {escape(reason)}", highlight=False)
+    if not buildable:
+        raise SpaceError("this machine can build none of the families asked for")
+    return tuple(buildable)
 
 
 def say_versus_reference(console: Console, winner: report.Confirmed, reference: report.Confirmed | None,

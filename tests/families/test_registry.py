@@ -26,7 +26,7 @@ THREE_BY_THREE = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
 
 
 def test_names():
-    assert registry.names() == ("sm80", "sm90_conv", "sm90_gemm", "sm90_s2d")
+    assert registry.names() == ("sm80", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
     assert tuple(registry.families()) == registry.names()
 
 
@@ -43,11 +43,11 @@ def test_get_unknown_family():
     with pytest.raises(SpaceError) as error:
         registry.get("nope")
     message = str(error.value)
-    assert "'nope'" in message and "sm80, sm90_conv, sm90_gemm" in message and "\n" not in message
+    assert "'nope'" in message and "sm80, sm90_conv, sm90_dsl, sm90_gemm" in message and "\n" not in message
 
 
 def test_eligible_on_h100():
-    assert tuple(registry.eligible(H100)) == ("sm80", "sm90_conv", "sm90_gemm", "sm90_s2d")
+    assert tuple(registry.eligible(H100)) == ("sm80", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
 
 
 def test_eligible_on_a100():
@@ -92,6 +92,8 @@ def test_why_not_names_the_device_first():
 PARAMS = {
     "sm80": {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1},
     "sm90_conv": {"tile": "128x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
+    "sm90_dsl": {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+                 "swizzle": 1, "tile_q": 16},
     "sm90_gemm": {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "scheduler": "persistent",
                   "epilogue": "tma", "stages": 0, "raster": 0, "swizzle": 1, "split_k": 1},
     "sm90_s2d": {"tile": "128x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},

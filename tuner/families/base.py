@@ -155,6 +155,14 @@ ACTIVATION_TAGS = {
 VECTOR_TYPE = DataType.f32
 
 
+def sm90a_device_problem(family: str, device: DeviceFacts) -> str | None:
+    """Why a family of wgmma kernels (built for sm_90a) cannot run on `device`, or None."""
+    if device.cc != 90:
+        return (f"{family} kernels use wgmma, built for sm_90a: they run on compute capability 9.0 only; "
+                f"this GPU is {device.cc_major}.{device.cc_minor}")
+    return None
+
+
 def output_alignment(problem: ConvProblem) -> int:
     """Output elements per 16-byte access where K allows it (8 in f16, 4 in f32), else the widest
     power of two dividing K."""
@@ -266,6 +274,18 @@ class CppPieces:
         return "\n".join(self.runners)
 
 
+@dataclass(frozen=True)
+class BuildRequest:
+    """How a family not built by nvcc from CUTLASS C++ builds one kernel: `command`, run in a scratch folder
+    that holds `source` as `source_file`, writes candidate.so (the tuner's C entry points) and ptxas.txt
+    there. The compile cache's key hashes `source` with `toolchain` (the builder's version)."""
+
+    source: str
+    source_file: str
+    command: tuple[str, ...]
+    toolchain: str
+
+
 class Family(abc.ABC):
     """One kernel family. Subclasses live in tuner/families/<name>/ and are found by the registry."""
 
@@ -278,6 +298,8 @@ class Family(abc.ABC):
     # hold the alias (a named `<alias>_detail` type) so that ptxas's report can be told apart.
     plot_colour: str = "tab:gray"  # its bars in the plots
     groupable: bool = False
+    # Whether best_configs.h can hold its kernels (CUTLASS C++ emitted from the family's templates).
+    emits_cpp: bool = True
     # The epilogue parts (tuner/epilogue.py's Epilogue.parts) its kernels fuse.
     fusable: frozenset[str] = frozenset()
 
@@ -319,6 +341,16 @@ class Family(abc.ABC):
 
     def launch_args(self, config: KernelConfig, problem: ConvProblem) -> LaunchArgs:
         return LaunchArgs(self.kernel_problem(problem).c)
+
+    # --- building -----------------------------------------------------------------------------------
+    def toolchain_problem(self) -> str | None:
+        """Why this machine cannot build the family's kernels (a missing optional package), with how to
+        install it; None when it can. Spaces and the cost model do not need the toolchain."""
+        return None
+
+    def build_request(self, config: KernelConfig) -> BuildRequest | None:
+        """None: the kernel is CUTLASS C++ (kernel_alias and cpp below) compiled by nvcc."""
+        return None
 
     # --- C++ ---------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.device import DeviceFacts
-from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace
+from tuner.families.base import (CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
+                                 sm90a_device_problem)
 from tuner.families.sm90_conv import codegen, costmodel, space
 from tuner.families.sm90_conv.space import Sm90ConvConfig
 from tuner.problem import ConvProblem
@@ -22,10 +23,7 @@ class Sm90ConvFamily(Family):
     knobs = ("tile", "cluster", "stages", "epilogue")
 
     def device_problem(self, device: DeviceFacts) -> str | None:
-        if device.cc != 90:
-            return (f"{self.name} kernels use wgmma, built for sm_90a: they run on compute capability 9.0 only; "
-                    f"this GPU is {device.cc_major}.{device.cc_minor}")
-        return None
+        return sm90a_device_problem(self.name, device)
 
     def layer_problem(self, problem: ConvProblem) -> str | None:
         return space.layer_problem(problem)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tuner.device import DeviceFacts
 from tuner.families.sm90_conv import Sm90ConvFamily
-from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace
+from tuner.families.base import (CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
+                                 sm90a_device_problem)
 from tuner.families.sm90_gemm import codegen, costmodel, space
 from tuner.families.sm90_gemm.space import Scheduler, Sm90GemmConfig
 from tuner.problem import ConvProblem
@@ -24,10 +25,7 @@ class Sm90GemmFamily(Family):
              "epilogue_n")
 
     def device_problem(self, device: DeviceFacts) -> str | None:
-        if device.cc != 90:
-            return (f"sm90_gemm kernels use wgmma, built for sm_90a: they run on compute capability 9.0 only; "
-                    f"this GPU is {device.cc_major}.{device.cc_minor}")
-        return None
+        return sm90a_device_problem(self.name, device)
 
     def layer_problem(self, problem: ConvProblem) -> str | None:
         return space.layer_problem(problem)

@@ -1,0 +1,192 @@
+"""The sm90_dsl family without the DSL: its space file, static rules, the box of pixels a conv tile
+covers, the build request the compile cache keys on, the compile hook that runs a family's own builder,
+the one-line skip where the DSL is not installed, and the export's refusal of its kernels."""
+import json
+import sys
+from dataclasses import replace
+
+import pytest
+from rich.console import Console
+
+from conftest import H100, REPO
+from tuner.compile import Compiler, builder_cache_key
+from tuner.epilogue import parse_epilogue
+from tuner.families import registry
+from tuner.families.base import BuildRequest, SearchSpace, SpaceError
+from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
+from tuner.families.sm90_dsl.space import (Schedule, Sm90DslConfig, kernel_problem, layer_problem, make_config,
+                                           parse_space, static_problems)
+from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
+from tuner.problem import ConvProblem, DataType
+from tuner.space import load_space, valid_configs
+from tuner.tuning import buildable_spaces
+
+SPACE_FILE = REPO / "search_spaces" / "sm90_dsl.yaml"
+GEMM = ConvProblem(n=32, h=7, w=7, c=512, k=2048, r=1, s=1)
+CONV = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
+FAMILY = registry.get("sm90_dsl")
+
+
+def params(**changes) -> dict:
+    base = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+            "swizzle": 1, "tile_q": 16}
+    return {**base, **changes}
+
+
+def test_the_space_file_parses_and_offers_valid_kernels_for_a_gemm_and_a_conv():
+    space = load_space(SPACE_FILE)
+    assert isinstance(space, SearchSpace) and space.family == "sm90_dsl"
+    for problem in (GEMM, CONV):
+        configs = valid_configs(space, problem, H100)
+        assert configs and len(configs) == len(set(configs))
+
+
+def test_a_gemm_ignores_tile_q():
+    assert make_config(GEMM, params(tile_q=8)) == make_config(GEMM, params(tile_q=64))
+    assert make_config(GEMM, params()).tile_q == 0
+    assert make_config(CONV, params(tile_q=8)) != make_config(CONV, params(tile_q=64))
+
+
+def test_an_unknown_knob_or_value_is_refused():
+    document = {"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["cooperative"],
+                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [16]}
+    parse_space(document)
+    with pytest.raises(SpaceError, match="schedule"):
+        parse_space({**document, "schedule": ["warp"]})
+    with pytest.raises(SpaceError, match="tile_q"):
+        parse_space({**document, "tile_q": [12]})
+    with pytest.raises(SpaceError, match="unknown"):
+        parse_space({**document, "epilogue": ["tma"]})
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"tile": "64x128x64", "schedule": "cooperative"}, "multiple of 128"),
+    ({"tile": "128x120x64"}, "multiple of 16"),
+    ({"tile": "128x128x16"}, "tile K"),
+    ({"tile": "256x256x64", "schedule": "pingpong"}, "spills"),
+    ({"cluster": "4x1x1"}, "cluster"),
+    ({"stages": 16, "tile": "128x256x64"}, "do not fit"),
+    ({"tile_q": 64, "tile": "128x128x64"}, "padding"),
+])
+def test_static_rules(changes, reason):
+    problem = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
+    problems = static_problems(make_config(problem, params(**changes)), problem, H100)
+    assert any(reason in p for p in problems), problems
+
+
+def test_a_valid_configuration_has_no_problems():
+    assert static_problems(make_config(CONV, params()), CONV, H100) == []
+
+
+def test_layers_it_refuses():
+    assert "f16" in layer_problem(replace(CONV, output_type=DataType.f32))
+    assert "K=12" in layer_problem(replace(CONV, k=12))
+    assert "strided" in layer_problem(replace(CONV, stride=2))
+    assert layer_problem(replace(GEMM, stride=2)) is None  # 1x1 unpadded: a strided view
+    assert kernel_problem(replace(CONV, c=3)).c == 8
+
+
+def test_the_box_of_pixels_covers_the_output():
+    shape = make_config(CONV, params()).shape
+    box = conv_box(shape, 128, 16)
+    assert (box.tile_q, box.rows_p, box.images_n) == (16, 8, 1)
+    assert box.tiles(shape) == 2 * 4 * 32 and box.useful_fraction(shape) == pytest.approx(28 * 28 / (32 * 32))
+    small = make_config(ConvProblem(n=32, h=7, w=7, c=512, k=512, r=3, s=3, pad=1), params(tile_q=8)).shape
+    box = conv_box(small, 128, 8)  # 16 rows: 8 of one image (7 used) by two images
+    assert (box.rows_p, box.images_n) == (8, 2) and box.tiles(small) == 16
+
+
+def test_a_configuration_is_a_build_spec_that_round_trips():
+    config = make_config(replace(CONV, epilogue=parse_epilogue("scale+bias+residual*0.5+silu")), params())
+    spec = config.build_spec()
+    assert BuildSpec.from_json(spec.to_json()) == spec
+    assert spec.epilogue.activation == "silu" and spec.epilogue.beta == 0.5 and spec.tile.tile_q == 16
+    with pytest.raises(SpecError):
+        BuildSpec.from_json(spec.to_json().replace('"cooperative"', '"warp"'))
+    with pytest.raises(SpecError):
+        BuildSpec.from_json("{not json")
+
+
+def test_the_kernel_name_says_its_knobs_and_problem():
+    name = make_config(CONV, params()).name
+    assert name.startswith("dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_") and "n32h28w28c128k128r3s3p1" in name
+
+
+def test_the_build_request_and_its_cache_key(monkeypatch):
+    monkeypatch.setattr("tuner.families.sm90_dsl.dsl_version", lambda: "4.8.1")
+    one, two = (make_config(CONV, params(tile=t)) for t in ("128x128x64", "128x256x64"))
+    first, second = FAMILY.build_request(one), FAMILY.build_request(two)
+    assert first.source_file == "spec.json" and "tuner.families.sm90_dsl.build" in first.command
+    assert builder_cache_key(first) != builder_cache_key(second)
+    assert builder_cache_key(first) != builder_cache_key(replace(first, toolchain="nvidia-cutlass-dsl 4.9"))
+
+
+def test_without_the_dsl_the_family_is_skipped_with_one_line(monkeypatch):
+    monkeypatch.setattr("tuner.families.sm90_dsl.dsl_version", lambda: None)
+    assert "pip install -e '.[dsl]'" in FAMILY.toolchain_problem()
+    with pytest.raises(SpaceError, match=r"\[dsl\]"):
+        FAMILY.build_request(make_config(CONV, params()))
+    console = Console(record=True, width=200)
+    spaces = (load_space(REPO / "search_spaces" / "sm80.yaml"), load_space(SPACE_FILE))
+    kept = buildable_spaces(spaces, console)
+    assert [s.family for s in kept] == ["sm80"]
+    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and "sm90_dsl skipped" in lines[0] and "[dsl]" in lines[0]
+    with pytest.raises(SpaceError, match="none of the families"):
+        buildable_spaces((load_space(SPACE_FILE),), console)
+
+
+FAKE_BUILDER = """
+import json, pathlib, sys
+spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
+if spec["tile"]["tile_n"] == 256:
+    print("error: this builder refuses tile N 256", file=sys.stderr)
+    sys.exit(1)
+pathlib.Path("candidate.so").write_bytes(b"not really a library")
+pathlib.Path("ptxas.txt").write_text("ptxas info    : Used 168 registers, 0 bytes smem\\n"
+                                     "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\\n")
+"""
+
+
+def test_the_compiler_runs_the_family_builder_and_caches_its_answer(tmp_path, monkeypatch):
+    script = tmp_path / "fake_builder.py"
+    script.write_text(FAKE_BUILDER)
+    calls = []
+
+    def request(self, config):
+        calls.append(config)
+        return BuildRequest(config.build_spec().to_json(), "spec.json", (sys.executable, str(script), "spec.json"),
+                            "fake 1")
+
+    monkeypatch.setattr(Sm90DslFamily, "build_request", request)
+    compiler = Compiler(H100, tmp_path / "cache", jobs=1)
+    good, bad = make_config(CONV, params()), make_config(CONV, params(tile="128x256x64"))
+    built = compiler.compile(good)
+    assert built.ok and not built.cached and built.library.read_bytes() == b"not really a library"
+    assert built.ptxas.registers == 168
+    failed = compiler.compile(bad)
+    assert not failed.ok and "refuses tile N 256" in failed.error
+    again = Compiler(H100, tmp_path / "cache", jobs=1)
+    assert again.compile(good).cached and again.compile(good).library == built.library
+    assert again.compile(bad).cached and not again.compile(bad).ok
+
+
+def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer():
+    from tuner.export import render_header
+    from tuner.results import ResultsError
+
+    config = make_config(CONV, params())
+    entry = {"problem": {"n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1, "stride": 1,
+                         "dilation": 1},
+             "family": "sm90_dsl", "params": config.search_params, "kernel": config.name, "runtime_us": 20.0,
+             "date": "2026-11-24"}
+    document = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3",
+                           "compute_capability": "9.0", "sm_count": 132}, "layers": {"suite_layer": entry}}
+    with pytest.raises(ResultsError) as error:
+        render_header(document)
+    assert "suite_layer" in str(error.value) and "sm90_dsl" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_dsl_version_is_cached_and_text_or_none():
+    version = dsl_version()
+    assert version is None or isinstance(version, str)

@@ -1,0 +1,121 @@
+"""sm90_dsl: persistent, warp-specialized Hopper kernels written in the CuTe DSL (TMA, wgmma, one or two
+consumer warpgroups, TMA multicast clusters, the fused epilogue), compiled per problem in about a second
+by the DSL instead of nvcc. Needs the optional `dsl` extra (nvidia-cutlass-dsl) to build kernels; its
+space, static checks and cost model work without it."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from tuner.device import DeviceFacts
+from tuner.families.base import (BuildRequest, CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
+                                 SpaceError, sm90a_device_problem)
+from tuner.families.sm90_dsl import costmodel, space
+from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
+from tuner.problem import ConvProblem
+
+INSTALL_HINT = "pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
+# What the compiled kernel depends on besides its build spec: a change to any of them is a new kernel.
+BUILDER_SOURCES = ("kernel.py", "build.py", "spec.py", "entry.c.in")
+
+
+@lru_cache(maxsize=1)
+def dsl_version() -> str | None:
+    """The installed nvidia-cutlass-dsl's version, or None where the DSL is not importable."""
+    if importlib.util.find_spec("cutlass") is None or importlib.util.find_spec("cutlass.cute") is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-cutlass-dsl")
+    except PackageNotFoundError:  # importable from a folder on sys.path (an unpacked wheel)
+        import cutlass
+
+        return str(getattr(cutlass, "__version__", "unversioned"))
+
+
+@lru_cache(maxsize=1)
+def builder_digest() -> str:
+    digest = hashlib.sha256()
+    for name in BUILDER_SOURCES:
+        path = Path(__file__).parent / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
+    return digest.hexdigest()
+
+
+class Sm90DslFamily(Family):
+    name = space.FAMILY
+    fusable = frozenset({"scale", "bias", "residual", "relu", "gelu", "silu"})
+    summary = "CuTe DSL persistent warp-specialized kernels (TMA + wgmma), one per problem, sm_90a only"
+    plot_colour = "tab:red"
+    folder = Path(__file__).parent
+    groupable = False
+    emits_cpp = False  # its kernels are DSL-exported objects, not templates
+    knobs = ("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q")
+
+    def device_problem(self, device: DeviceFacts) -> str | None:
+        return sm90a_device_problem(self.name, device)
+
+    def layer_problem(self, problem: ConvProblem) -> str | None:
+        return space.layer_problem(problem)
+
+    def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
+        return space.kernel_problem(problem)
+
+    def parse_space(self, document: dict) -> SearchSpace:
+        return space.parse_space(document)
+
+    def make_config(self, problem: ConvProblem, params: dict) -> Sm90DslConfig:
+        return space.make_config(problem, params)
+
+    def static_problems(self, config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+        return space.static_problems(config, problem, device)
+
+    def launch_args(self, config: Sm90DslConfig, problem: ConvProblem) -> LaunchArgs:
+        return space.launch_args(config, problem)
+
+    def toolchain_problem(self) -> str | None:
+        if dsl_version() is None:
+            return f"the CuTe DSL is not installed: {INSTALL_HINT}"
+        return None
+
+    def build_request(self, config: Sm90DslConfig) -> BuildRequest:
+        version = dsl_version()
+        if version is None:
+            raise SpaceError(f"{self.name} kernels need the CuTe DSL: {INSTALL_HINT}")
+        return BuildRequest(source=config.build_spec().to_json() + "\n", source_file="spec.json",
+                            command=(sys.executable, "-m", "tuner.families.sm90_dsl.build", "spec.json", "."),
+                            toolchain=f"nvidia-cutlass-dsl {version}; builder {builder_digest()}")
+
+    def arch_flags(self, device: DeviceFacts) -> list[str]:
+        return []
+
+    def kernel_alias(self, config: Sm90DslConfig, alias: str) -> str:
+        raise SpaceError(f"{self.name} kernels are not CUTLASS C++: they reach a C++ build as exported objects")
+
+    def cpp(self, configs=()) -> CppPieces:
+        raise SpaceError(f"{self.name} kernels are not CUTLASS C++: they reach a C++ build as exported objects")
+
+    def cost_terms(self, config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+        return costmodel.cost_terms(config, device)
+
+    def prior_order(self, config: Sm90DslConfig, problem: ConvProblem) -> int | None:
+        return costmodel.prior_order(config)
+
+    def launch_shape(self, config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+        return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
+                           filter_taps=config.shape.r * config.shape.s, split_k_slices=1,
+                           work_tiles=config.work_tiles, persistent=True,
+                           cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=False, warp_specialized=True)
+
+    def describe(self, config: Sm90DslConfig) -> str:
+        stages = "auto" if config.stages == AUTO_STAGES else config.stages
+        box = f" q{config.tile_q}" if config.tile_q else ""
+        return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
+                f"r{config.raster.value} sw{config.swizzle}")
+
+
+FAMILY = Sm90DslFamily()

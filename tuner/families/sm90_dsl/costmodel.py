@@ -1,0 +1,46 @@
+"""The sm90_dsl family's cost-model terms: persistent kernels (one wave of CTAs that loop over the
+tiles), one or two consumer warpgroups, and for a conv the share of each box of pixels that falls on
+the output (a box past the edge of P or Q computes padding)."""
+from __future__ import annotations
+
+from tuner.device import DeviceFacts, block_limits
+from tuner.families.base import CostTerms
+from tuner.families.sm90_dsl.space import AUTO_STAGES, CONSUMER_WARPGROUPS, Raster, Schedule, Sm90DslConfig, threads
+
+# The tensor rate one CTA sustains with a 128x256 tile, by schedule, relative to the matrix ceiling, and
+# how it falls with smaller tiles: sm90_gemm's fitted values (its costmodel.py) until this family has a
+# measured landscape of its own.
+RATE_SCALE = {Schedule.cooperative: 0.9, Schedule.pingpong: 0.9, Schedule.single: 0.7}
+TILE_EXPONENT = 0.3
+TILE_K_EXPONENT = 0.5
+
+
+def blocks_per_sm(config: Sm90DslConfig, device: DeviceFacts) -> int:
+    return max(1, min(block_limits(0, config.smem_bytes, threads(config.schedule) // 32, device).values()))
+
+
+def cost_terms(config: Sm90DslConfig, device: DeviceFacts) -> CostTerms:
+    box = config.box
+    useful = 1.0 if box is None else box.useful_fraction(config.shape)
+    share = (RATE_SCALE[config.schedule] * useful
+             * min(1.0, (config.tile.m * config.tile.n / (128 * 256)) ** TILE_EXPONENT)
+             * min(1.0, config.tile.k / 64) ** TILE_K_EXPONENT)
+    return CostTerms(
+        tile_m=config.tile.m, tile_n=config.tile.n,
+        block_k_steps=config.k_steps,
+        flops_per_k_step=2 * config.tile.m * config.tile.n * config.tile.k,
+        blocks_per_sm=blocks_per_sm(config, device),
+        warps_per_block=4 * CONSUMER_WARPGROUPS[config.schedule],
+        efficiency=share,
+        stages=config.stage_count,
+        persistent=True,
+        cluster_size=config.cluster.m * config.cluster.n,
+    )
+
+
+def prior_order(config: Sm90DslConfig) -> int | None:
+    """The model cannot see stages, raster or swizzle: its picks keep them at as many stages as fit,
+    along M, no swizzle; two consumer warpgroups first."""
+    if (config.stages, config.raster, config.swizzle) != (AUTO_STAGES, Raster.m, 1):
+        return None
+    return {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.single: 2}[config.schedule]

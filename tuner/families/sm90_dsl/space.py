@@ -1,0 +1,275 @@
+"""The sm90_dsl family's space: persistent, warp-specialized Hopper kernels written in the CuTe DSL
+(tuner/families/sm90_dsl/kernel.py), one compiled per problem, and the limits that can be checked
+without building them. A 1x1, stride-1, unpadded layer runs as a GEMM on the NHWC buffers; any other
+layer as an implicit GEMM whose A operand is, per filter tap, one TMA box of the input."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from tuner.device import DeviceFacts
+from tuner.epilogue import Epilogue
+from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, param,
+                                 shape_list, whole)
+from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box)
+from tuner.problem import ConvProblem, DataType, dtype_key
+
+FAMILY = "sm90_dsl"
+SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
+CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in f16
+MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
+MAX_TMA_BOX = 256         # elements along any dimension of a TMA box
+AUTO_STAGES = 0
+BARRIER_BYTES = 1024      # mbarriers and the scheduler's state, beside the stages
+SWIZZLES = (1, 2, 4, 8)
+TILE_QS = (4, 8, 16, 32, 64, 128)
+
+
+class Schedule(enum.Enum):
+    single = "single"            # one consumer warpgroup
+    cooperative = "cooperative"  # two consumer warpgroups split each tile's M
+    pingpong = "pingpong"        # two consumer warpgroups on alternate tiles
+
+
+class Raster(enum.Enum):
+    m = "m"
+    n = "n"
+
+
+CONSUMER_WARPGROUPS = {Schedule.single: 1, Schedule.cooperative: 2, Schedule.pingpong: 2}
+
+
+def threads(schedule: Schedule) -> int:
+    """The consumers and one producer warpgroup."""
+    return 128 * (CONSUMER_WARPGROUPS[schedule] + 1)
+
+
+@dataclass(frozen=True, order=True)
+class Sm90DslConfig:
+    tile: Shape3
+    cluster: Shape3
+    schedule: Schedule
+    stages: int      # 0: as many as fit
+    raster: Raster
+    swizzle: int
+    tile_q: int      # output columns of a conv tile's box of pixels; 0 in a GEMM
+    shape: ProblemSpec  # the kernel's problem (C padded): every extent is compiled in
+    input_type: DataType
+    filter_type: DataType
+    output_type: DataType
+    accumulator_type: DataType
+    fusion: Epilogue = Epilogue()
+
+    @property
+    def family(self) -> str:
+        return FAMILY
+
+    @property
+    def compiled(self) -> "Sm90DslConfig":
+        return self  # every knob is compiled in
+
+    @property
+    def dtype_key(self) -> str:
+        return dtype_key(self)
+
+    @property
+    def name(self) -> str:
+        stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
+        box = f"_q{self.tile_q}" if self.tile_q else ""
+        s = self.shape
+        return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
+                f"_r{self.raster.value}_sw{self.swizzle}_{self.dtype_key}{self.fusion.short}"
+                f"_n{s.n}h{s.h}w{s.w}c{s.c}k{s.k}r{s.r}s{s.s}p{s.pad}u{s.stride}d{s.dilation}")
+
+    @property
+    def search_params(self) -> dict:
+        return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
+                "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q}
+
+    @property
+    def persistent(self) -> bool:
+        return True
+
+    @property
+    def box(self) -> ConvBox | None:
+        return None if self.shape.is_gemm else conv_box(self.shape, self.tile.m, self.tile_q)
+
+    @property
+    def m_tiles(self) -> int:
+        if self.box is None:
+            return -(-(self.shape.n * self.shape.p * self.shape.q) // self.tile.m)
+        return self.box.tiles(self.shape)
+
+    @property
+    def work_tiles(self) -> int:
+        return self.m_tiles * -(-self.shape.k // self.tile.n)
+
+    @property
+    def k_steps(self) -> int:
+        """Main-loop iterations of one tile: each filter tap walks C in tile K steps."""
+        return self.shape.r * self.shape.s * -(-self.shape.c // self.tile.k)
+
+    @property
+    def accumulators_per_thread(self) -> int:
+        per_warpgroup = self.tile.m * self.tile.n // (2 if self.schedule is Schedule.cooperative else 1)
+        return per_warpgroup // 128
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.input_type.bytes * self.tile.k * (self.tile.m + self.tile.n)
+
+    def epilogue_bytes(self) -> int:
+        """The output subtiles staged for the TMA store (a residual's beside them) and the vectors."""
+        consumers = CONSUMER_WARPGROUPS[self.schedule]
+        subtile = min(self.tile.m, 64 * consumers) * min(self.tile.n, 32) * self.output_type.bytes * 2
+        vectors = 2 * self.tile.n * 4 if (self.fusion.scale or self.fusion.bias) else 0
+        return subtile * (2 if self.fusion.residual else 1) + vectors
+
+    @property
+    def auto_stage_count(self) -> int:
+        return (SMEM_CAPACITY - BARRIER_BYTES - self.epilogue_bytes()) // self.stage_bytes
+
+    @property
+    def stage_count(self) -> int:
+        return self.auto_stage_count if self.stages == AUTO_STAGES else self.stages
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stage_count * self.stage_bytes + self.epilogue_bytes() + BARRIER_BYTES
+
+    def build_spec(self) -> BuildSpec:
+        f = self.fusion
+        return BuildSpec(
+            problem=self.shape,
+            epilogue=EpilogueSpec(scale=f.scale, bias=f.bias, residual=f.residual, beta=float(f.residual_scale),
+                                  activation=f.activation.value),
+            tile=TileSpec(tile_m=self.tile.m, tile_n=self.tile.n, tile_k=self.tile.k, cluster_m=self.cluster.m,
+                          cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
+                          raster=self.raster.value, swizzle=self.swizzle, tile_q=self.tile_q))
+
+
+def parse_space(document: object) -> SearchSpace:
+    document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
+                                             "tile_q"})
+    return SearchSpace(FAMILY, (
+        ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
+        ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
+        ("schedule", tuple(s.value for s in enum_list(FAMILY, "schedule", document["schedule"], Schedule))),
+        ("stages", int_list(FAMILY, "stages", document["stages"], lambda v: v == 0 or 2 <= v <= 16,
+                            "0 for as many as fit, or 2 to 16")),
+        ("raster", tuple(r.value for r in enum_list(FAMILY, "raster", document["raster"], Raster))),
+        ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8")),
+        ("tile_q", int_list(FAMILY, "tile_q", document["tile_q"], lambda v: v in TILE_QS,
+                            "output columns of a conv tile: " + ", ".join(map(str, TILE_QS)))),
+    ))
+
+
+def kernel_problem(problem: ConvProblem) -> ConvProblem:
+    """Channels zero-padded to a multiple of 8: TMA's 16-byte rows."""
+    padded = -(-problem.c // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
+    return problem if padded == problem.c else replace(problem, c=padded)
+
+
+def problem_spec(problem: ConvProblem) -> ProblemSpec:
+    p = kernel_problem(problem)
+    return ProblemSpec(n=p.n, h=p.h, w=p.w, c=p.c, k=p.k, r=p.r, s=p.s, pad=p.pad, stride=p.stride,
+                       dilation=p.dilation)
+
+
+def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
+    shape = problem_spec(problem)
+    return Sm90DslConfig(
+        tile=param(params, "tile", Shape3.parse),
+        cluster=param(params, "cluster", Shape3.parse),
+        schedule=param(params, "schedule", Schedule),
+        stages=param(params, "stages", whole),
+        raster=param(params, "raster", Raster),
+        swizzle=param(params, "swizzle", whole),
+        # a GEMM has no box of pixels: every tile_q is the same kernel there
+        tile_q=0 if shape.is_gemm else param(params, "tile_q", whole),
+        shape=shape,
+        input_type=problem.input_type, filter_type=problem.filter_type,
+        output_type=problem.output_type, accumulator_type=problem.accumulator_type,
+        fusion=problem.epilogue,
+    )
+
+
+def launch_args(config: Sm90DslConfig, problem: ConvProblem) -> LaunchArgs:
+    return LaunchArgs(kernel_problem(problem).c)
+
+
+def layer_problem(problem: ConvProblem) -> str | None:
+    if (problem.input_type, problem.filter_type, problem.output_type, problem.accumulator_type) != (
+            DataType.f16, DataType.f16, DataType.f16, DataType.f32):
+        return f"sm90_dsl kernels take f16 in and out with f32 accumulation, got {problem.dtype_key}"
+    if problem.k % CHANNEL_MULTIPLE:
+        return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
+    if problem.stride > 1 and (problem.pad or problem.r > 1 or problem.s > 1):
+        return (f"sm90_dsl runs strided convolutions only as 1x1 unpadded ones (a strided view of the input); "
+                f"this is {problem.r}x{problem.s}, stride {problem.stride}, pad {problem.pad}")
+    return None
+
+
+# Each rule returns why the configuration cannot run, or None.
+def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    m, n, k = config.tile.m, config.tile.n, config.tile.k
+    consumers = CONSUMER_WARPGROUPS[config.schedule]
+    if m not in (64, 128, 256) or m % (64 * (2 if config.schedule is Schedule.cooperative else 1)):
+        return (f"tile M={m} must be 64, 128 or 256, and a multiple of 128 with the cooperative schedule "
+                "(each consumer warpgroup's wgmma covers 64 rows)")
+    if n % 16 or not 16 <= n <= 256:
+        return f"tile N={n} must be a multiple of 16 up to 256 (a wgmma's N; the TMA box is at most 256)"
+    if k not in (32, 64, 128):
+        return f"tile K={k} must be 32, 64 or 128 (a 64- or 128-byte swizzled row of f16, or two)"
+    if config.accumulators_per_thread > MAX_ACCUMULATORS:
+        return (f"tile {m}x{n} with {consumers} consumer warpgroup(s) and the {config.schedule.value} schedule holds "
+                f"{config.accumulators_per_thread} accumulators a thread (> {MAX_ACCUMULATORS}): it spills")
+    return None
+
+
+def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    if config.box is None:
+        return None
+    if config.tile.m % config.tile_q:
+        return f"tile_q={config.tile_q} must divide tile M={config.tile.m}"
+    if max(config.tile_q, config.box.rows_p, config.box.images_n) > MAX_TMA_BOX:
+        return f"a TMA box spans at most {MAX_TMA_BOX} elements a dimension"
+    if config.tile_q >= 2 * config.shape.q and config.tile_q > 8:
+        return (f"tile_q={config.tile_q} is twice the output's Q={config.shape.q} or more: half the tile would be "
+                "computed on padding (pick a narrower box)")
+    return None
+
+
+def _check_cluster(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    cm, cn, ck = config.cluster.m, config.cluster.n, config.cluster.k
+    if ck != 1 or cm not in (1, 2) or cn not in (1, 2):
+        return f"cluster {config.cluster.text}: 1 or 2 CTAs along M and N, K 1"
+    if config.work_tiles < cm * cn:
+        return f"{config.work_tiles} output tile(s) cannot fill a cluster of {cm * cn}"
+    return None
+
+
+def _check_shared_memory(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    fits = config.auto_stage_count
+    if fits < 2:
+        return f"only {fits} pipeline stage(s) of {config.stage_bytes} bytes fit beside the epilogue"
+    if config.stages != AUTO_STAGES and config.stages > fits:
+        return f"{config.stages} stages of {config.stage_bytes} bytes do not fit (at most {fits})"
+    return None
+
+
+def _check_schedule(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    if config.schedule is Schedule.pingpong and config.work_tiles < 2:
+        return "the ping-pong schedule alternates tiles between its warpgroups: one tile leaves one idle"
+    return None
+
+
+RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory, _check_schedule)
+
+
+def static_problems(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+    if (reason := layer_problem(problem)):
+        return [reason]
+    if config.shape != problem_spec(problem):
+        return [f"the kernel was built for {config.shape}, not this problem"]
+    return [reason for rule in RULES if (reason := rule(config, device))]

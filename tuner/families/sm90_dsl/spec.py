@@ -1,0 +1,147 @@
+"""What the CuTe DSL builder is asked to build: one kernel for one problem, as a frozen record that
+crosses the process boundary as JSON. The tuner side (the family) writes it; tuner/families/sm90_dsl/
+build.py reads it in a child process, where the DSL is imported. Nothing here imports the DSL."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from tuner.problem import output_extent
+
+SPEC_VERSION = 1
+SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two on one tile, two alternating
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+RASTERS = ("m", "n")
+
+
+class SpecError(ValueError):
+    """A build request that does not describe a kernel the builder can make."""
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """The NHWC convolution, static in the compiled kernel: x[n,h,w,c] * w[k,r,s,c] -> y[n,p,q,k]."""
+
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    r: int
+    s: int
+    pad: int
+    stride: int
+    dilation: int
+
+    @property
+    def p(self) -> int:
+        return output_extent(self.h, self.r, self.pad, self.stride, self.dilation)
+
+    @property
+    def q(self) -> int:
+        return output_extent(self.w, self.s, self.pad, self.stride, self.dilation)
+
+    @property
+    def is_gemm(self) -> bool:
+        """A 1x1, stride-1, unpadded conv is a GEMM on the NHWC buffers (M = n*p*q, N = k, K = c)."""
+        return self.r == 1 and self.s == 1 and self.stride == 1 and self.pad == 0
+
+
+@dataclass(frozen=True)
+class EpilogueSpec:
+    """y = act(scale[k] * acc + bias[k] + beta * residual); scale and bias f32[k], residual like y."""
+
+    scale: bool = False
+    bias: bool = False
+    residual: bool = False
+    beta: float = 1.0
+    activation: str = "none"
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    """The kernel's knobs. The output tile is tile_m x tile_n; in a conv (not a GEMM) the tile_m output
+    pixels are a box of tile_q columns x (tile_m / tile_q) rows of one or more images, so that each filter
+    tap's operand is one TMA box of the NHWC input (out-of-bounds fill gives the padding)."""
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+    stages: int = 0          # 0: as many as shared memory holds
+    raster: str = "m"        # the persistent scheduler walks tiles along M first, or along N
+    swizzle: int = 1         # tiles walked in groups of this many along the other axis
+    tile_q: int = 0          # conv only: output columns of the M box (0 in a GEMM)
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    problem: ProblemSpec
+    epilogue: EpilogueSpec
+    tile: TileSpec
+    version: int = SPEC_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "BuildSpec":
+        try:
+            data = json.loads(text)
+            if data.get("version") != SPEC_VERSION:
+                raise SpecError(f"build spec version {data.get('version')!r}, expected {SPEC_VERSION}")
+            spec = cls(ProblemSpec(**data["problem"]), EpilogueSpec(**data["epilogue"]), TileSpec(**data["tile"]))
+        except (TypeError, KeyError, json.JSONDecodeError) as error:
+            raise SpecError(f"malformed build spec: {error}") from None
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        """The rules that hold for any kernel the builder makes (the family's static checks go further)."""
+        t, p = self.tile, self.problem
+        if t.schedule not in SCHEDULES:
+            raise SpecError(f"schedule {t.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        if self.epilogue.activation not in ACTIVATIONS:
+            raise SpecError(f"activation {self.epilogue.activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        if t.raster not in RASTERS:
+            raise SpecError(f"raster {t.raster!r} is not one of {', '.join(RASTERS)}")
+        for name in ("n", "h", "w", "c", "k", "r", "s", "stride", "dilation"):
+            if not isinstance(getattr(p, name), int) or getattr(p, name) < 1:
+                raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
+        if p.c % 8 or p.k % 8:
+            raise SpecError("C and K must be multiples of 8 (16-byte TMA rows in f16)")
+        if not p.is_gemm and (t.tile_q < 1 or t.tile_m % t.tile_q):
+            raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
+
+
+def next_power_of_two(value: int) -> int:
+    return 1 << max(0, (value - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class ConvBox:
+    """How a conv kernel's tile_m output pixels cover the output: tile_q columns x rows_p rows x images_n
+    images (tile_q * rows_p * images_n == tile_m); a box past the edge of P or Q is computed on the TMA's
+    zero fill and clipped by the TMA store."""
+
+    tile_q: int
+    rows_p: int
+    images_n: int
+
+    def tiles(self, problem: ProblemSpec) -> int:
+        """Output tiles along M: boxes over (q, p, n)."""
+        return (-(-problem.q // self.tile_q)) * (-(-problem.p // self.rows_p)) * (-(-problem.n // self.images_n))
+
+    def useful_fraction(self, problem: ProblemSpec) -> float:
+        """Output pixels over the pixels the boxes compute (1.0: no box reaches past the output)."""
+        return problem.n * problem.p * problem.q / (self.tiles(problem) * self.tile_q * self.rows_p * self.images_n)
+
+
+def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
+    """rows_p the output rows a box spans: all of P rounded up to a power of two where that fits in the
+    tile, else as many as the tile holds; the rest of the tile spans images."""
+    rows = tile_m // tile_q
+    rows_p = min(rows, next_power_of_two(problem.p))
+    return ConvBox(tile_q, rows_p, rows // rows_p)
