@@ -1,0 +1,269 @@
+"""Build one sm90 CuTe DSL kernel into a self-contained candidate library.
+
+    python -m tuner.families.sm90_dsl.build SPEC.json OUT_DIR
+
+SPEC.json holds a BuildSpec (tuner/families/sm90_dsl/spec.py). OUT_DIR receives kernel.h and kernel.o (the
+DSL's export_to_c: host launch code plus the sm_90a cubin), entry.c (the tuner's C entry points, from
+entry.c.in), candidate.so (linked with gcc against the DSL's static runtime and static cudart), ptxas.txt
+(ptxas's resource line, read from the cubin) and build.json (timings and launch facts).
+Exit 0 on success; 1 with a one-line reason as the last stderr line when the kernel cannot be built."""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import string
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+PREFIX = "k0"
+
+
+class BuildError(RuntimeError):
+    """A kernel that cannot be built, with the reason in one line."""
+
+
+def _dsl_lib_dir() -> Path:
+    import nvidia_cutlass_dsl
+    root = Path(nvidia_cutlass_dsl.__path__[0])
+    for flavour in ("cu13", "cu12"):
+        if (root / flavour / "lib" / "libcuda_dialect_runtime_static.a").exists():
+            return root / flavour / "lib"
+    raise BuildError(f"no DSL runtime library under {root}")
+
+
+def _cudart_shared() -> Path:
+    for candidate in (CUDA_HOME / "lib64" / "libcudart.so", CUDA_HOME / "lib" / "libcudart.so"):
+        if candidate.exists():
+            return candidate
+    raise BuildError(f"libcudart.so not found under {CUDA_HOME} (set CUDA_HOME)")
+
+
+def _preload_runtime(lib_dir: Path) -> None:
+    """4.8.1's export resolves the host code's CUDA symbols in-process: load them globally first."""
+    ctypes.CDLL(str(_cudart_shared()), mode=ctypes.RTLD_GLOBAL)
+    runtime = lib_dir / "libcute_dsl_runtime.so"
+    if runtime.exists():
+        ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
+
+
+def cubin_resources(cubin: bytes) -> dict:
+    """Registers, static shared memory and stack of the (single) kernel, read from the cubin's ELF sections:
+    .nv.info's EIATTR_REGCOUNT (0x2f) and EIATTR_FRAME_SIZE / MIN_STACK_SIZE (0x11, 0x12) records, and the
+    size of .nv.shared.<kernel> (cuobjdump -res-usage reads the same records; it is not on every host)."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise BuildError("the cubin is not a 64-bit ELF")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = []
+    for i in range(shnum):
+        name, kind, flags, addr, offset, size, link, info, align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", cubin, shoff + i * shentsize)
+        sections.append((name, offset, size, info))
+    strtab_offset = sections[shstrndx][1]
+
+    def name_of(index: int) -> str:
+        end = cubin.index(b"\0", strtab_offset + index)
+        return cubin[strtab_offset + index:end].decode()
+
+    out = {"registers": 0, "static_smem": 0, "stack": 0, "kernel": ""}
+    for name, offset, size, info in sections:
+        section = name_of(name)
+        if section.startswith(".text."):
+            out["kernel"] = section[len(".text."):]
+        elif section.startswith(".nv.shared.") and not section.startswith(".nv.shared.reserved"):
+            out["static_smem"] += size
+        elif section.startswith(".nv.info"):
+            pos = offset
+            while pos + 4 <= offset + size:
+                fmt, attr, length = cubin[pos], cubin[pos + 1], struct.unpack_from("<H", cubin, pos + 2)[0]
+                if fmt != 0x04:  # EIFMT_NVAL/BVAL/HVAL: no payload beyond these 4 bytes
+                    pos += 4
+                    continue
+                if length == 8:  # (symbol index, value)
+                    value = struct.unpack_from("<I", cubin, pos + 8)[0]
+                    if attr == 0x2F:  # EIATTR_REGCOUNT
+                        out["registers"] = max(out["registers"], value)
+                    elif attr in (0x11, 0x12):  # EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE
+                        out["stack"] = max(out["stack"], value)
+                pos += 4 + length
+    return out
+
+
+def dynamic_smem_bytes(g) -> int:
+    """The SharedStorage struct of kernel.py: stage barriers, then A, B, D buffers, each 1024-aligned."""
+    def align(value: int) -> int:
+        return -(-value // 1024) * 1024
+    size = g.stages * 2 * 8
+    size = align(size) + g.stages * g.tile_m * g.tile_k * 2
+    size = align(size) + g.stages * g.tile_n * g.tile_k * 2
+    size = align(size) + g.epi_stages * g.tile_m * g.epi_n * 2
+    return size
+
+
+def build(spec_text: str, out_dir: Path) -> dict:
+    from .spec import BuildSpec, SpecError
+    started = time.perf_counter()
+    try:
+        spec = BuildSpec.from_json(spec_text)
+    except SpecError as error:
+        raise BuildError(str(error)) from None
+    lib_dir = _dsl_lib_dir()
+    _preload_runtime(lib_dir)
+
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from .kernel import build_launcher
+    imported = time.perf_counter()
+    try:
+        launcher, args, g = build_launcher(spec)
+    except SpecError as error:
+        raise BuildError(str(error)) from None
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dsl_cubin_") as dump:
+        try:
+            compiled = cute.compile(launcher, *args, cuda.CUstream(0),
+                                    options=f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}")
+        except Exception as error:  # the DSL raises its own error types; keep the first line
+            raise BuildError(f"DSL compile failed: {_first_line(error)}") from None
+        compiled_at = time.perf_counter()
+        cubins = sorted(Path(dump).rglob("*.cubin"))
+        if not cubins:
+            raise BuildError("the DSL kept no cubin")
+        resources = cubin_resources(cubins[0].read_bytes())
+    try:
+        compiled.export_to_c(file_path=str(out_dir), file_name="kernel", function_prefix=PREFIX)
+    except Exception as error:
+        raise BuildError(f"export_to_c failed: {_first_line(error)}") from None
+    exported = time.perf_counter()
+
+    p = spec.problem
+    dyn_smem = dynamic_smem_bytes(g)
+    clusters = min(g.tiles // g.cluster_size, 132 // g.cluster_size)
+    grid = (g.cluster_m, g.cluster_n, clusters, g.cluster_m, g.cluster_n, 1)
+    attributes = (resources["registers"], resources["static_smem"], dyn_smem, resources["stack"], g.threads, 1)
+    e = spec.epilogue
+    fields = {
+        "name": f"sm90_dsl {g.tile_m}x{g.tile_n}x{g.tile_k} {spec.tile.schedule} {g.cluster_m}x{g.cluster_n}",
+        "prefix": PREFIX,
+        "problem": ", ".join(str(v) for v in (p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation)),
+        "p": p.p, "q": p.q,
+        "grid": ", ".join(str(v) for v in grid),
+        "attributes": ", ".join(str(v) for v in attributes),
+        "has_scale": int(e.scale), "has_bias": int(e.bias), "has_residual": int(e.residual),
+        "beta": repr(float(e.beta)),
+    }
+    entry = string.Template((HERE / "entry.c.in").read_text()).substitute(fields)
+    (out_dir / "entry.c").write_text(entry)
+    cc = os.environ.get("CC", "gcc")
+    command = [cc, "-shared", "-fPIC", "-O2", "-o", str(out_dir / "candidate.so"), "-I", str(out_dir),
+               "-I", str(CUDA_HOME / "include"), str(out_dir / "entry.c"), str(out_dir / "kernel.o"),
+               str(lib_dir / "libcuda_dialect_runtime_static.a"), str(CUDA_HOME / "lib64" / "libcudart_static.a"),
+               "-ldl", "-lrt", "-lpthread"]
+    # -lcuda: the driver's library at load time; here, CUDA's stub, or a stand-in with its soname so that
+    # candidate.so records DT_NEEDED libcuda.so.1 (this machine may have neither driver nor stub)
+    with tempfile.TemporaryDirectory(prefix="dsl_link_") as scratch:
+        stub = _find_libcuda_stub() or _make_libcuda_standin(Path(scratch), cc)
+        command += [f"-L{stub.parent}", "-lcuda"]
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise BuildError(f"linking candidate.so failed: {_first_line(result.stderr)}")
+    linked = time.perf_counter()
+
+    (out_dir / "ptxas.txt").write_text(
+        f"ptxas info    : Compiling entry function '{resources['kernel']}' for 'sm_90a'\n"
+        f"ptxas info    : Function properties for {resources['kernel']}\n"
+        f"    {resources['stack']} bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        f"ptxas info    : Used {resources['registers']} registers, used 1 barriers, "
+        f"{resources['static_smem']} bytes smem\n")
+    info = {
+        "spec": json.loads(spec.to_json()),
+        "dsl_version": _dsl_version(),
+        "kernel_symbol": resources["kernel"],
+        "entry_prefix": PREFIX,
+        "grid_rule": "grid = (cluster_m, cluster_n, min(tiles, 132 // cluster) clusters); tiles rounded to clusters",
+        "grid": list(grid[:3]), "cluster": list(grid[3:]),
+        "threads": g.threads, "registers": resources["registers"], "dynamic_smem_bytes": dyn_smem,
+        "static_smem_bytes": resources["static_smem"], "stages": g.stages,
+        "m_box": [g.tile_q, g.bp, g.bn], "tiles_mn": [g.m_tiles, g.n_tiles],
+        "seconds": {"import": round(imported - started, 3), "compile": round(compiled_at - imported, 3),
+                    "export": round(exported - compiled_at, 3), "link": round(linked - exported, 3),
+                    "total": round(linked - started, 3)},
+    }
+    (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def _find_libcuda_stub() -> Path | None:
+    for candidate in (CUDA_HOME / "lib64" / "stubs" / "libcuda.so", CUDA_HOME / "lib" / "stubs" / "libcuda.so",
+                      CUDA_HOME / "targets" / "x86_64-linux" / "lib" / "stubs" / "libcuda.so"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _make_libcuda_standin(scratch: Path, cc: str) -> Path:
+    (scratch / "empty.c").write_text("")
+    target = scratch / "libcuda.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target), str(scratch / "empty.c")],
+                   check=True, capture_output=True)
+    return target
+
+
+def _dsl_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("nvidia-cutlass-dsl")
+    except Exception:
+        return "unknown"
+
+
+def _first_line(error) -> str:
+    text = str(error).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # the DSL prefixes its messages with ANSI colours and a banner; keep the most specific line
+    for line in lines:
+        if "error:" in line and "internal DSL problem" not in line:
+            return _strip_ansi(line)[:300]
+    return _strip_ansi(lines[0])[:300] if lines else type(error).__name__
+
+
+def _strip_ansi(text: str) -> str:
+    import re
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tuner.families.sm90_dsl.build", description=__doc__.split("\n")[0])
+    parser.add_argument("spec", type=Path, help="BuildSpec JSON file")
+    parser.add_argument("out_dir", type=Path, help="directory for kernel.h/.o, entry.c, candidate.so, ptxas.txt, build.json")
+    args = parser.parse_args(argv)
+    try:
+        text = args.spec.read_text()
+    except OSError as error:
+        print(f"cannot read {args.spec}: {error.strerror}", file=sys.stderr)
+        return 1
+    try:
+        info = build(text, args.out_dir)
+    except BuildError as error:
+        print(f"build failed: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # a DSL failure outside compile: still one line
+        print(f"build failed: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        return 1
+    print(json.dumps(info["seconds"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
