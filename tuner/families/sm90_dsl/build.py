@@ -148,7 +148,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     exported = time.perf_counter()
 
     p = spec.problem
-    dyn_smem = dynamic_smem_bytes(g)
+    dyn_smem = getattr(launcher, "smem_bytes", None) or dynamic_smem_bytes(g)
     clusters = min(g.tiles // g.cluster_size, 132 // g.cluster_size)
     grid = (g.cluster_m, g.cluster_n, clusters, g.cluster_m, g.cluster_n, 1)
     attributes = (resources["registers"], resources["static_smem"], dyn_smem, resources["stack"], g.threads, 1)

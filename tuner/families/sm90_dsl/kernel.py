@@ -136,7 +136,8 @@ class Geometry:
         stages = self.stages if stages is None else stages
         ab = (self.tile_m + self.tile_n) * self.tile_k * 2
         epi = self.tile_m * self.epi_n * 2 * self.epi_stages
-        return stages * ab + epi + 1024 + 2 * 1024  # barriers, alignment slack
+        extra = 2 * self.tile_n * 4 + (self.tile_m * self.tile_n * 2 if self.residual else 0)
+        return stages * ab + epi + extra + 1024 + 3 * 1024  # barriers, alignment slack
 
 
 def geometry(spec: BuildSpec) -> Geometry:
@@ -250,6 +251,12 @@ class ConvKernel:
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
             (box_m, g.epi_n))
 
+        res_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, g.tile_n // g.epi_n)
+        my_res = cute.make_tensor(residual.iterator, y_layout)
+        tma_r, tma_res = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), my_res, cute.slice_(res_smem, (None, None, 0)),
+            (box_m, g.epi_n))
+
         sched = utils.PersistentTileSchedulerParams(
             (g.m_tiles, g.n_tiles, 1), (g.cluster_m, g.cluster_n, 1), g.swizzle, g.raster_m)
         grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, SM_COUNT // g.cluster_size)
@@ -260,21 +267,25 @@ class ConvKernel:
             sA: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(a_smem)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(b_smem)], 1024]
             sD: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(epi_smem)], 1024]
+            sScale: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n], 16]
+            sBias: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n], 16]
+            res_barrier: cute.struct.MemRange[cutlass.Int64, 1]
+            sR: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(res_smem) if g.residual else 8], 1024]
 
         self.shared_storage = SharedStorage
-        my_res = cute.make_tensor(residual.iterator, y_layout)
-        self.kernel(tma_a, tma_x, tma_b, tma_w, tma_d, tma_y, tiled_mma, a_smem, b_smem, epi_smem, sched,
-                    scale, bias, my_res).launch(
+        self.smem_bytes = SharedStorage.size_in_bytes()
+        self.kernel(tma_a, tma_x, tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
+                    res_smem, sched, scale, bias).launch(
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
             min_blocks_per_mp=1, stream=stream)
 
     # --------------------------------------------------------------------------------------- device
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mX: cute.Tensor, tma_b: cute.CopyAtom, mW: cute.Tensor,
-               tma_d: cute.CopyAtom, mY: cute.Tensor, tiled_mma: cute.TiledMma,
-               a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout, epi_smem: cute.ComposedLayout,
-               sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor,
-               mRes: cute.Tensor):
+               tma_d: cute.CopyAtom, mY: cute.Tensor, tma_r: cute.CopyAtom, mR: cute.Tensor,
+               tiled_mma: cute.TiledMma, a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
+               epi_smem: cute.ComposedLayout, res_smem: cute.ComposedLayout,
+               sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
         tidx, _, _ = cute.arch.thread_idx()
@@ -283,6 +294,8 @@ class ConvKernel:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
+            if cutlass.const_expr(g.residual):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_r)
 
         cluster_layout = cute.make_layout((g.cluster_m, g.cluster_n, 1))
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
@@ -300,11 +313,21 @@ class ConvKernel:
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals),
             tx_count=tx_bytes, cta_layout_vmnk=cute.make_layout((1, g.cluster_m, g.cluster_n, 1)),
             defer_sync=True)
+        res_barrier = storage.res_barrier.data_ptr()
+        if cutlass.const_expr(g.residual):
+            if warp_idx == 4:
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_init(res_barrier, 1)
         pipeline.pipeline_init_arrive(cluster_shape_mn=(g.cluster_m, g.cluster_n), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         sD = storage.sD.get_tensor(epi_smem.outer, swizzle=epi_smem.inner)
+        sScale = storage.sScale.get_tensor(cute.make_layout(g.tile_n))
+        sBias = storage.sBias.get_tensor(cute.make_layout(g.tile_n))
+        sR = sD
+        if cutlass.const_expr(g.residual):
+            sR = storage.sR.get_tensor(res_smem.outer, swizzle=res_smem.inner)
 
         box_m = (g.tile_q, g.bp, g.bn)
         a_cta_layout = cute.make_layout(g.cluster_n)
@@ -355,12 +378,14 @@ class ConvKernel:
 
         if wg_idx > 0:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-            self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, mRes, tidx, warp_idx)
+            self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
+                         tma_r, mR, sR, res_barrier, tidx, warp_idx)
 
     @cute.jit
     def consume(self, tiled_mma: cute.TiledMma, mainloop, sA: cute.Tensor, sB: cute.Tensor, sD: cute.Tensor,
                 tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
-                mScale: cute.Tensor, mBias: cute.Tensor, mRes: cute.Tensor, tidx, warp_idx):
+                mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
+                tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, res_barrier, tidx, warp_idx):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
         ctid = tidx - 128
@@ -404,6 +429,31 @@ class ConvKernel:
             p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
             n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
             k0 = ni * g.tile_n
+            gD = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mY), (box_m, g.tile_n), (0, 0))
+            if cutlass.const_expr(g.residual):
+                # the residual tile comes in by TMA while the mainloop runs (the previous tile's epilogue
+                # has read its copy: every consumer thread passed the last epilogue barrier)
+                if warp_idx == 4:
+                    gR = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mR), (box_m, g.tile_n), (0, 0))
+                    bR_s, bR_g = cute.nvgpu.cpasync.tma_partition(
+                        tma_r, 0, cute.make_layout(1), cute.group_modes(sR, 0, 2),
+                        cute.zipped_divide(gR, (box_m, g.epi_n)))
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(res_barrier, g.tile_m * g.tile_n * 2)
+                    for e in cutlass.range_constexpr(epi_count):
+                        cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, e)], tma_bar_ptr=res_barrier)
+            if cutlass.const_expr(g.scale or g.bias):
+                for i in cutlass.range_constexpr(-(-g.tile_n // self.num_mma_threads)):
+                    col = ctid + i * self.num_mma_threads
+                    if col < g.tile_n:
+                        kk = k0 + col
+                        if cutlass.const_expr(g.k % g.tile_n != 0):
+                            if kk >= g.k:
+                                kk = k0 * 0 + (g.k - 1)  # a column past K: any value, TMA clips its store
+                        if cutlass.const_expr(g.scale):
+                            sScale[col] = mScale[kk]
+                        if cutlass.const_expr(g.bias):
+                            sBias[col] = mBias[kk]
 
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
             cute.nvgpu.warpgroup.fence()
@@ -429,7 +479,10 @@ class ConvKernel:
             mainloop.consumer_release(release_state)
             release_state.advance()
 
-            gD = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mY), (box_m, g.tile_n), (0, 0))
+            if cutlass.const_expr(g.scale or g.bias):
+                self.epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
+            if cutlass.const_expr(g.residual):
+                cute.arch.mbarrier_wait(res_barrier, scheduler.num_tiles_executed % 2)
             gD_epi = cute.zipped_divide(gD, (box_m, g.epi_n))
             bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
                 tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
@@ -437,7 +490,7 @@ class ConvKernel:
             for e in cutlass.range_constexpr(epi_count):
                 for v in cutlass.range_constexpr(n_sub):
                     rD[v] = tRS_acc[e * n_sub + v]
-                self.epilogue_ops(rD, tRS_crd, e * n_sub, n_sub, q0, p0, n0, k0, mScale, mBias, mRes)
+                self.epilogue_ops(rD, tRS_crd, e * n_sub, n_sub, e, sScale, sBias, sR)
                 rD_out.store(rD.load().to(f16))
                 buf = (base + e) % g.epi_stages
                 cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
@@ -454,46 +507,50 @@ class ConvKernel:
 
     @cute.jit
     def epilogue_ops(self, rD: cute.Tensor, crd: cute.Tensor, offset: cutlass.Constexpr, count: cutlass.Constexpr,
-                     q0, p0, n0, k0, mScale: cute.Tensor, mBias: cute.Tensor, mRes: cute.Tensor):
-        """y = act(scale[k] * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers."""
+                     sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, sR: cute.Tensor):
+        """y = act(scale[k] * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers. scale and
+        bias come from shared memory (staged per tile), the residual from its TMA-loaded shared copy (sub-tile
+        `sub` of the tile), each element at its (m, n) coordinate in the tile. (stmatrix's partition of shared
+        memory is not the registers' element order, so the residual is not read through it.)"""
         g = self.g
         f32 = self.acc_dtype
-        if cutlass.const_expr(g.scale or g.bias or g.residual):
+        if cutlass.const_expr(g.scale or g.bias):
+            for v in cutlass.range_constexpr(count):
+                col = crd[offset + v][1]
+                value = rD[v]
+                if cutlass.const_expr(g.scale):
+                    value = value * sScale[col]
+                if cutlass.const_expr(g.bias):
+                    value = value + sBias[col]
+                rD[v] = value
+        if cutlass.const_expr(g.residual):
             for v in cutlass.range_constexpr(count):
                 mm, nn = crd[offset + v]
-                kk = k0 + nn
-                value = rD[v]
-                kin = kk < g.k
-                if cutlass.const_expr(g.scale):
-                    sc = f32(0.0)
-                    if kin:
-                        sc = mScale[kk]
-                    value = value * sc
-                if cutlass.const_expr(g.bias):
-                    bi = f32(0.0)
-                    if kin:
-                        bi = mBias[kk]
-                    value = value + bi
-                if cutlass.const_expr(g.residual):
-                    qq = q0 + mm % g.tile_q
-                    pp = p0 + (mm // g.tile_q) % g.bp
-                    nb = n0 + mm // (g.tile_q * g.bp)
-                    rv = f32(0.0)
-                    if kin and qq < g.yq and pp < g.yp and nb < g.xn:
-                        rv = mRes[((qq, pp, nb), kk)].to(f32)
-                    value = value + f32(g.beta) * rv
-                rD[v] = value
-        if cutlass.const_expr(g.activation != "none"):
+                rv = sR[(mm, nn - sub * g.epi_n, sub)].to(f32)
+                if cutlass.const_expr(g.beta == 1.0):
+                    rD[v] = rD[v] + rv
+                else:
+                    rD[v] = rD[v] + f32(g.beta) * rv
+        if cutlass.const_expr(g.activation == "relu"):
             vec = rD.load()
-            if cutlass.const_expr(g.activation == "relu"):
-                vec = cute.where(vec > f32(0.0), vec, cute.full_like(vec, 0.0))
-            elif cutlass.const_expr(g.activation == "silu"):
-                # x * sigmoid(x) = x / (1 + 2^(-x log2 e)), ex2.approx and rcp.approx per element
-                den = cute.math.exp2(vec * f32(-LOG2_E), fastmath=True) + f32(1.0)
-                vec = vec / den
-            else:  # gelu, erf form: 0.5 x (1 + erf(x / sqrt 2))
-                vec = vec * f32(0.5) * (cute.math.erf(vec * f32(0.7071067811865476), fastmath=True) + f32(1.0))
-            rD.store(vec)
+            rD.store(cute.where(vec > f32(0.0), vec, cute.full_like(vec, 0.0)))
+        elif cutlass.const_expr(g.activation == "silu"):
+            # x * sigmoid(x) = x * rcp(1 + 2^(-x log2 e)): one ex2.approx and one rcp.approx per element
+            for v in cutlass.range_constexpr(count):
+                x = rD[v]
+                rD[v] = x * cute.arch.rcp_approx(cute.math.exp2(x * f32(-LOG2_E), fastmath=True) + f32(1.0))
+        elif cutlass.const_expr(g.activation == "gelu"):
+            # 0.5 x (1 + erf(x / sqrt 2)), erf by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7):
+            # erf(z) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-z^2), t = 1 / (1 + 0.3275911 z), z >= 0
+            for v in cutlass.range_constexpr(count):
+                x = rD[v]
+                z = cute.math.abs(x) * f32(0.7071067811865476)
+                t = cute.arch.rcp_approx(f32(1.0) + f32(0.3275911) * z)
+                poly = t * (f32(0.254829592) + t * (f32(-0.284496736) + t * (f32(1.421413741)
+                            + t * (f32(-1.453152027) + t * f32(1.061405429)))))
+                erf_abs = f32(1.0) - poly * cute.math.exp2(z * z * f32(-LOG2_E), fastmath=True)
+                # 0.5 x (1 + sign(x) erf|z|) = 0.5 (x + |x| erf|z|)
+                rD[v] = f32(0.5) * (x + cute.math.abs(x) * erf_abs)
 
 
 def build_launcher(spec: BuildSpec):
