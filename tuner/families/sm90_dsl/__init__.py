@@ -113,7 +113,7 @@ class Sm90DslFamily(Family):
 
     def describe(self, config: Sm90DslConfig) -> str:
         stages = "auto" if config.stages == AUTO_STAGES else config.stages
-        box = f" q{config.tile_q}" if config.tile_q else ""
+        box = "" if config.shape.is_gemm else f" q{config.tile_q or 'auto'}"
         return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
                 f"r{config.raster.value} sw{config.swizzle}")
 

@@ -22,7 +22,8 @@ MAX_TMA_BOX = 256         # elements along any dimension of a TMA box
 AUTO_STAGES = 0
 BARRIER_BYTES = 1024      # mbarriers and the scheduler's state, beside the stages
 SWIZZLES = (1, 2, 4, 8)
-TILE_QS = (4, 8, 16, 32, 64, 128)
+TILE_QS = (8, 16, 32, 64, 128)
+AUTO_TILE_Q = 0  # the box width that computes the fewest padded pixels; the only value a GEMM takes
 
 
 class Schedule(enum.Enum):
@@ -52,7 +53,7 @@ class Sm90DslConfig:
     stages: int      # 0: as many as fit
     raster: Raster
     swizzle: int
-    tile_q: int      # output columns of a conv tile's box of pixels; 0 in a GEMM
+    tile_q: int      # the knob: output columns of a conv tile's box of pixels, AUTO_TILE_Q to pick; 0 in a GEMM
     shape: ProblemSpec  # the kernel's problem (C padded): every extent is compiled in
     input_type: DataType
     filter_type: DataType
@@ -75,7 +76,7 @@ class Sm90DslConfig:
     @property
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
-        box = f"_q{self.tile_q}" if self.tile_q else ""
+        box = "" if self.shape.is_gemm else f"_q{self.tile_q or 'auto'}"
         s = self.shape
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}_{self.dtype_key}{self.fusion.short}"
@@ -91,8 +92,13 @@ class Sm90DslConfig:
         return True
 
     @property
+    def columns(self) -> int:
+        """The box's output columns the kernel is built with (tile_q, or the automatic choice)."""
+        return self.tile_q or auto_tile_q(self.shape, self.tile.m)
+
+    @property
     def box(self) -> ConvBox | None:
-        return None if self.shape.is_gemm else conv_box(self.shape, self.tile.m, self.tile_q)
+        return None if self.shape.is_gemm else conv_box(self.shape, self.tile.m, self.columns)
 
     @property
     def m_tiles(self) -> int:
@@ -145,7 +151,8 @@ class Sm90DslConfig:
                                   activation=f.activation.value),
             tile=TileSpec(tile_m=self.tile.m, tile_n=self.tile.n, tile_k=self.tile.k, cluster_m=self.cluster.m,
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
-                          raster=self.raster.value, swizzle=self.swizzle, tile_q=self.tile_q))
+                          raster=self.raster.value, swizzle=self.swizzle,
+                          tile_q=0 if self.shape.is_gemm else self.columns))
 
 
 def parse_space(document: object) -> SearchSpace:
@@ -159,9 +166,22 @@ def parse_space(document: object) -> SearchSpace:
                             "0 for as many as fit, or 2 to 16")),
         ("raster", tuple(r.value for r in enum_list(FAMILY, "raster", document["raster"], Raster))),
         ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8")),
-        ("tile_q", int_list(FAMILY, "tile_q", document["tile_q"], lambda v: v in TILE_QS,
-                            "output columns of a conv tile: " + ", ".join(map(str, TILE_QS)))),
+        # 0 (automatic) is always a choice: it is the value every GEMM's configuration holds
+        ("tile_q", tuple(sorted({AUTO_TILE_Q, *int_list(FAMILY, "tile_q", document["tile_q"],
+                                                         lambda v: v == AUTO_TILE_Q or v in TILE_QS,
+                                                         "output columns of a conv tile: 0 for automatic, or "
+                                                         + ", ".join(map(str, TILE_QS)))}))),
     ))
+
+
+def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
+    """The box width whose boxes compute the fewest padded pixels (wider on a tie), of those the kernel
+    builds: dividing tile M, and no side equal to the input's W or H."""
+    def waste(q: int) -> tuple[float, int]:
+        box = conv_box(shape, tile_m, q)
+        return (-box.useful_fraction(shape), -q)
+    usable = [q for q in TILE_QS if tile_m % q == 0 and q != shape.w and conv_box(shape, tile_m, q).rows_p != shape.h]
+    return min(usable, key=waste) if usable else TILE_QS[0]
 
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
@@ -204,9 +224,8 @@ def layer_problem(problem: ConvProblem) -> str | None:
         return f"sm90_dsl kernels take f16 in and out with f32 accumulation, got {problem.dtype_key}"
     if problem.k % CHANNEL_MULTIPLE:
         return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
-    if problem.stride > 1 and (problem.pad or problem.r > 1 or problem.s > 1):
-        return (f"sm90_dsl runs strided convolutions only as 1x1 unpadded ones (a strided view of the input); "
-                f"this is {problem.r}x{problem.s}, stride {problem.stride}, pad {problem.pad}")
+    if problem.stride > 1:
+        return f"sm90_dsl runs stride-1 convolutions only; this one has stride {problem.stride}"
     return None
 
 
@@ -214,13 +233,13 @@ def layer_problem(problem: ConvProblem) -> str | None:
 def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     m, n, k = config.tile.m, config.tile.n, config.tile.k
     consumers = CONSUMER_WARPGROUPS[config.schedule]
-    if m not in (64, 128, 256) or m % (64 * (2 if config.schedule is Schedule.cooperative else 1)):
-        return (f"tile M={m} must be 64, 128 or 256, and a multiple of 128 with the cooperative schedule "
-                "(each consumer warpgroup's wgmma covers 64 rows)")
+    if m != 64 * consumers:
+        return (f"tile M={m} must be {64 * consumers} with the {config.schedule.value} schedule: the kernel gives "
+                "each consumer warpgroup 64 rows (one wgmma)")
     if n % 16 or not 16 <= n <= 256:
         return f"tile N={n} must be a multiple of 16 up to 256 (a wgmma's N; the TMA box is at most 256)"
-    if k not in (32, 64, 128):
-        return f"tile K={k} must be 32, 64 or 128 (a 64- or 128-byte swizzled row of f16, or two)"
+    if k not in (32, 64):
+        return f"tile K={k} must be 32 or 64 (one 64- or 128-byte swizzled row of f16)"
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
         return (f"tile {m}x{n} with {consumers} consumer warpgroup(s) and the {config.schedule.value} schedule holds "
                 f"{config.accumulators_per_thread} accumulators a thread (> {MAX_ACCUMULATORS}): it spills")
@@ -230,13 +249,16 @@ def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
 def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     if config.box is None:
         return None
-    if config.tile.m % config.tile_q:
-        return f"tile_q={config.tile_q} must divide tile M={config.tile.m}"
-    if max(config.tile_q, config.box.rows_p, config.box.images_n) > MAX_TMA_BOX:
+    if config.tile.m % config.columns:
+        return f"tile_q={config.columns} must divide tile M={config.tile.m}"
+    if config.columns == config.shape.w or config.box.rows_p == config.shape.h:
+        return (f"a box of {config.columns} columns x {config.box.rows_p} rows has a side equal to the input's "
+                f"{config.shape.w}x{config.shape.h}: its TMA dimensions would merge and lose the padding")
+    if max(config.columns, config.box.rows_p, config.box.images_n) > MAX_TMA_BOX:
         return f"a TMA box spans at most {MAX_TMA_BOX} elements a dimension"
-    if config.tile_q >= 2 * config.shape.q and config.tile_q > 8:
-        return (f"tile_q={config.tile_q} is twice the output's Q={config.shape.q} or more: half the tile would be "
-                "computed on padding (pick a narrower box)")
+    if config.columns >= 4 * config.shape.q and config.columns > 8:
+        return (f"tile_q={config.columns} is four times the output's Q={config.shape.q} or more: most of the tile "
+                "would be computed on padding (pick a narrower box)")
     return None
 
 
@@ -259,8 +281,8 @@ def _check_shared_memory(config: Sm90DslConfig, device: DeviceFacts) -> str | No
 
 
 def _check_schedule(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    if config.schedule is Schedule.pingpong and config.work_tiles < 2:
-        return "the ping-pong schedule alternates tiles between its warpgroups: one tile leaves one idle"
+    if config.schedule is Schedule.pingpong:
+        return "the ping-pong schedule is not built yet in the sm90_dsl kernel (single and cooperative are)"
     return None
 
 

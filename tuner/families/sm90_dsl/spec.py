@@ -124,7 +124,8 @@ def next_power_of_two(value: int) -> int:
 class ConvBox:
     """How a conv kernel's tile_m output pixels cover the output: tile_q columns x rows_p rows x images_n
     images (tile_q * rows_p * images_n == tile_m); a box past the edge of P or Q is computed on the TMA's
-    zero fill and clipped by the TMA store."""
+    zero fill and clipped by the TMA store. No side equals its input extent (W, H): CuTe would merge
+    that mode with the next into one TMA dimension, and the padding would read the next row or image."""
 
     tile_q: int
     rows_p: int
@@ -143,5 +144,10 @@ def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
     """rows_p the output rows a box spans: all of P rounded up to a power of two where that fits in the
     tile, else as many as the tile holds; the rest of the tile spans images."""
     rows = tile_m // tile_q
-    rows_p = min(rows, next_power_of_two(problem.p))
-    return ConvBox(tile_q, rows_p, rows // rows_p)
+    splits = [(1 << i, rows >> i) for i in range(rows.bit_length())
+              if (1 << i) <= next_power_of_two(problem.p) and (1 << i) != problem.h]
+    if not splits:
+        return ConvBox(tile_q, rows, 1)  # the kernel refuses it: the static check says so first
+    # the split that computes the fewest padded pixels, larger rows_p on a tie (as the kernel lays it out)
+    rows_p, images_n = min(splits, key=lambda s: (-(-problem.p // s[0]) * s[0] * (-(-problem.n // s[1])) * s[1], -s[0]))
+    return ConvBox(tile_q, rows_p, images_n)

@@ -1,0 +1,133 @@
+"""The sm90_dsl family on the GPU: its kernels, built by the CuTe DSL through the compile cache, validate
+against the float64 reference and are timed; a planted wrong kernel and a planted wrong epilogue fail.
+Run with `pytest -m gpu` on a Hopper GPU where the DSL is installed (pip install -e '.[dsl]')."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+try:
+    GPU_COUNT = cupy.cuda.runtime.getDeviceCount()
+except cupy.cuda.runtime.CUDARuntimeError:
+    GPU_COUNT = 0
+if GPU_COUNT == 0:
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+from tuner.compile import Compiler  # noqa: E402
+from tuner.device import query_device  # noqa: E402
+from tuner.epilogue import parse_epilogue  # noqa: E402
+from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.families import registry  # noqa: E402
+from tuner.families.sm90_dsl import dsl_version  # noqa: E402
+from tuner.messages import EvaluateRequest  # noqa: E402
+from tuner.problem import ConvProblem  # noqa: E402
+from tuner.space import make_config  # noqa: E402
+from tuner.status import Status  # noqa: E402
+from tuner.validate import TOLERANCE  # noqa: E402
+
+if dsl_version() is None:
+    pytest.skip("the CuTe DSL is not installed (pip install -e '.[dsl]')", allow_module_level=True)
+
+GEMM = ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1)
+CONV = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
+SMALL = ConvProblem(n=4, h=8, w=8, c=64, k=64, r=3, s=3, pad=1)  # boxes must not span all 8 rows or columns
+BASE = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+        "swizzle": 1, "tile_q": 8}
+
+
+def with_epilogue(problem: ConvProblem, text: str) -> ConvProblem:
+    return dataclasses.replace(problem, epilogue=parse_epilogue(text))
+
+
+CASES = {
+    "gemm": (GEMM, BASE),
+    "gemm_single": (GEMM, {**BASE, "tile": "64x128x64", "schedule": "single"}),
+    "gemm_cluster": (GEMM, {**BASE, "cluster": "2x1x1"}),
+    "conv": (CONV, BASE),
+    "conv_auto_box": (CONV, {**BASE, "tile_q": 0}),
+    "conv_small_auto_box": (SMALL, {**BASE, "tile": "128x64x64", "tile_q": 0}),
+    "conv_bn_silu": (with_epilogue(CONV, "scale+bias+silu"), BASE),
+    "conv_bn_relu": (with_epilogue(CONV, "scale+bias+relu"), BASE),
+    "gemm_bn_residual_relu": (with_epilogue(GEMM, "scale+bias+residual+relu"), BASE),
+    # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
+    "conv_dilated": (dataclasses.replace(CONV, dilation=2, pad=2), BASE),
+}
+
+
+def case_config(case: str):
+    problem, params = CASES[case]
+    return problem, make_config(problem, "sm90_dsl", params)
+
+
+@pytest.fixture(scope="module")
+def device():
+    found = query_device()
+    if found.cc != 90:
+        pytest.skip("the sm90_dsl family needs compute capability 9.0")
+    return found
+
+
+@pytest.fixture(scope="module")
+def compiled(device, tmp_path_factory):
+    compiler = Compiler(device, tmp_path_factory.mktemp("cache_dsl"))
+    configs = {case: case_config(case)[1] for case in CASES}
+    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
+    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
+    return {case: results[config] for case, config in configs.items()}
+
+
+@pytest.fixture(scope="module")
+def worker():
+    process = WorkerProcess(timeout_s=120)
+    yield process
+    process.close()
+
+
+def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None) -> dict:
+    config = result.config
+    launch = registry.family_of(config).launch_args(config, problem)
+    return EvaluateRequest(str(result.binary.path), result.binary.index, problem, launch, seed=7, l2_bytes=50 << 20,
+                           repeats=5, kernel_problem=kernel_view).to_dict()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c != "conv_dilated"])
+def test_dsl_kernel_is_right_and_timed(case, compiled, device, worker):
+    problem, config = case_config(case)
+    launch = registry.family_of(config).launch_args(config, problem)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
+    assert evaluation.status is Status.ok, evaluation.reason
+    assert evaluation.error < TOLERANCE[problem.output_type]
+    assert evaluation.cluster == (config.cluster.m, config.cluster.n, 1)
+    assert evaluation.measurement.median_us > 0
+
+
+def test_dsl_kernels_build_fast(compiled):
+    built = [r for r in compiled.values() if not r.cached]
+    assert built and max(r.seconds for r in built) < 60  # nvcc takes about a minute for one CUTLASS 3.x kernel
+
+
+def test_planted_wrong_kernel_fails_validation(compiled, worker):
+    """A kernel built for dilation 2 writes every output of the dilation-1 layer, with the wrong pixels."""
+    wrong = CASES["conv_dilated"][0]
+    assert (wrong.p, wrong.q) == (CONV.p, CONV.q)
+    rejected = worker.request(request(compiled["conv_dilated"], CONV, kernel_view=wrong))
+    assert rejected["status"] == Status.wrong_result.value, rejected
+    accepted = worker.request(request(compiled["conv"], CONV))
+    assert accepted["status"] == Status.ok.value, accepted.get("reason")
+
+
+@pytest.mark.parametrize("kernel_case, layer_epilogue", [
+    ("conv_bn_silu", "scale+bias+gelu"),       # SiLU where the layer has GELU
+    ("conv_bn_relu", "scale+bias"),             # a ReLU the layer does not have
+    ("gemm_bn_residual_relu", "scale+bias+residual+silu"),  # ReLU where the layer has SiLU
+])
+def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, compiled, worker):
+    kernel_problem = CASES[kernel_case][0]
+    layer = with_epilogue(kernel_problem, layer_epilogue)
+    answer = worker.request(request(compiled[kernel_case], layer))
+    assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
+    assert answer["error"] > 10 * TOLERANCE[layer.output_type]
