@@ -356,7 +356,7 @@ def time_baselines(worker, layer: Layer, device: DeviceFacts, measured: dict, co
 def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compiler, evaluator, worker,
                   measured: dict, console: Console, save) -> None:
     """best.yaml's kernel of each layer re-timed with cuDNN (and cuBLAS) right after it, in one run:
-    the figures the goals are judged by, free of drift between device sessions."""
+    the figures the goals are judged by, free of the drift between runs on different days."""
     entries = best_entries(folder)
     configs = {}
     for layer in layers:
