@@ -19,16 +19,16 @@ from tuner.space import load_space  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 SPACE_FILE = REPO / "search_spaces" / "sm80.yaml"
-# Real Nsight Compute logs (copied from the project's shared/fixtures/ncu, so a clone anywhere has them).
+# Real Nsight Compute logs, kept in the repository so that a clone anywhere has them.
 FIXTURES = Path(__file__).resolve().parent / "data" / "ncu"
 RTX3060_CUTLASS = FIXTURES / "rtx3060_cutlass_conv_1_128x128x64.txt"
 H100_CUTLASS = FIXTURES / "h100_cutlass_conv_1_128x128x64.txt"
 RTX3060_NAIVE = FIXTURES / "rtx3060_naive_conv2d_training.txt"
 # RTX3060_CUTLASS's first launch in the layout of the GUI's Details page copied as text
-# (scripts/make_gui_copy_fixture.py): the same figures, another form.
+# (tools/make_gui_copy_fixture.py): the same figures, another form.
 RTX3060_GUI_COPY = FIXTURES / "rtx3060_cutlass_conv_1_gui_copy.txt"
 # One cuDNN conv (PyTorch, N32 56x56 C64 K64 3x3, f16) on the H100 in three of ncu's forms
-# (scripts/capture_ncu_forms.sh): details text, details CSV, raw CSV.
+# (tools/capture_ncu_forms.sh): details text, details CSV, raw CSV.
 H100_CUDNN_FORMS = {form: FIXTURES / f"h100_cudnn_conv_{form}" for form in ("details.txt", "details.csv", "raw.csv")}
 H100_CSV = Path(__file__).resolve().parent / "data" / "ncu" / "synthetic_h100_cutlass_conv_1_128x128x64.csv"
 

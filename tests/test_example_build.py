@@ -2,7 +2,7 @@
 The example is copied next to a freshly rendered results/<gpu>/best_configs.h in tmp_path, so that its
 default header path (../../results/<TUNED_GPU>/best_configs.h) is the one exercised. To keep CI's time
 in bounds the header holds a few of the H100's layers, the first of each kernel family in best.yaml
-(the whole header is built and run on the GPU itself: results/logs/)."""
+(the whole header is built and run on a GPU host as examples/cpp/README.md says)."""
 from __future__ import annotations
 
 import os

@@ -384,8 +384,9 @@ def test_parsers_refuse_empty_text():
 
 
 def test_real_h100_csv_report_recorded_by_the_tuner():
-    """tests/data/ncu/h100_ncu_2025.3_conv_1_128x128x64.csv: `python scripts/capture_ncu_csv.py`
-    on the H100 (ncu 2025.3.1, the tuner's own --csv --page details command)."""
+    """tests/data/ncu/h100_ncu_2025.3_conv_1_128x128x64.csv: conv_1's reference configuration (sm80
+    128x128x64, 3 stages) validated once under the tuner's own ncu command (profile.ncu_command:
+    --csv --page details) on the H100, Nsight Compute 2025.3.1."""
     text = (Path(__file__).parent / "data" / "ncu" / "h100_ncu_2025.3_conv_1_128x128x64.csv").read_text()
     [launch] = parse_csv_report(text)
     stats = LaunchStats.from_launch(launch)

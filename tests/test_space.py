@@ -237,3 +237,19 @@ def test_joint_valid_configs_are_statically_valid(spaces, layers):
     assert all(static_problems(c, ONE_BY_ONE, H100) == [] for c in valid)
     assert all(landscape.contains(c) for c in valid)
     assert not any(c.family == "sm90_gemm" for c in joint_valid_configs(landscape, THREE_BY_THREE, H100))
+
+
+def test_every_narrow_space_loads_and_has_its_docs_row():
+    """search_spaces/narrow/: the spaces given with --space-file for one question each, each described
+    in docs/narrow-spaces.md."""
+    from pathlib import Path
+
+    from tuner.space import load_space
+
+    repo = Path(__file__).resolve().parents[1]
+    documented = (repo / "docs" / "narrow-spaces.md").read_text()
+    narrow = sorted((repo / "search_spaces" / "narrow").glob("*.yaml"))
+    assert narrow
+    for path in narrow:
+        assert load_space(path).family in registry.names(), path.name
+        assert f"`{path.name}`" in documented, path.name

@@ -356,7 +356,7 @@ def time_baselines(worker, layer: Layer, device: DeviceFacts, measured: dict, co
 def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compiler, evaluator, worker,
                   measured: dict, console: Console, save) -> None:
     """best.yaml's kernel of each layer re-timed with cuDNN (and cuBLAS) right after it, in one run:
-    the figures the goals are judged by, free of drift between device sessions."""
+    the figures the goals are judged by, free of the drift between runs on different days."""
     entries = best_entries(folder)
     configs = {}
     for layer in layers:
@@ -523,7 +523,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the layer table (default search_spaces/layers.yaml)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results",
                         help="where results/<gpu>/landscape/ and bench.yaml are read and written (default results/)")
-    parser.add_argument("--gpu", help="with --replay-only: GPU slug under results/ (default: the only one)")
+    parser.add_argument("--gpu", help="with --replay-only: GPU slug under results/ (default: the only one); with "
+                                      "--summary: the one GPU to summarise (default: every GPU with a best.yaml)")
+    parser.add_argument("--summary", action="store_true",
+                        help="no GPU: write the results summary generated from results/<gpu>/bench.yaml and "
+                             "best.yaml (--summary-file, and the README's lines between its summary markers), "
+                             "print its short form and stop")
+    parser.add_argument("--summary-file", type=Path, default=REPO / "docs" / "results.md",
+                        help="with --summary: the document to write (default docs/results.md)")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md",
+                        help="with --summary: the README whose results lines to rewrite (default README.md; a "
+                             "file without the markers is left as it is)")
     parser.add_argument("--replay-only", action="store_true",
                         help="no GPU: replay the committed landscapes and cuDNN/cuBLAS/ceiling numbers")
     parser.add_argument("--steps", type=steps_list, default=DEFAULT_STEPS,
@@ -598,6 +608,8 @@ def tuned_times(folder: Path) -> dict[str, float]:
 
 def main(argv: list[str], console: Console) -> int:
     args = build_parser().parse_args(argv)
+    if args.summary:
+        return write_summary(args, console)
     for option, value in (("--seeds", args.seeds), ("--product-trials", args.product_trials), ("--jobs", args.jobs)):
         if value is not None:
             positive(option, value)
@@ -637,6 +649,23 @@ def main(argv: list[str], console: Console) -> int:
     line = product_summary(layers, landscapes, measured)
     if line:
         console.print(line)
+    return 0
+
+
+def write_summary(args, console: Console) -> int:
+    from tuner import results_summary as summary
+
+    gpus = [summary.gpu_summary(args.results_dir, slug)
+            for slug in summary.summary_slugs(args.results_dir, [args.gpu] if args.gpu else None)]
+    atomic_write(args.summary_file, summary.document(gpus))
+    console.print(f"wrote {args.summary_file}")
+    short = summary.short_form(gpus)
+    readme = args.readme.read_text() if args.readme.is_file() else ""
+    updated = summary.with_readme_block(readme, short)
+    if updated is not None and updated != readme:
+        atomic_write(args.readme, updated)
+        console.print(f"wrote the results lines of {args.readme}")
+    console.print(short, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

@@ -3,6 +3,7 @@ space files, counts. Shared by tune.py's commands (tuner/cli.py, tuner/bench.py)
 the other."""
 from __future__ import annotations
 
+import argparse
 import fnmatch
 from pathlib import Path
 
@@ -14,6 +15,13 @@ from tuner.space import default_space_file, load_space
 
 class UsageError(Exception):
     """Bad input: one line, exit code 2, nothing written."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """Bad flags are a one-line usage error (exit 2 through tune.py's main), not argparse's usage dump."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def positive(name: str, value: int) -> int:

@@ -46,6 +46,7 @@ COMMAND_SUMMARIES = {
     "plots": "draw a GPU's results: optimisation history, importances, roofline share",
     "report": "a network's convolution time, tuned against cuDNN and PyTorch (--onnx / --torchvision)",
     "predict": "rank a layer's space for a GPU that need not be present, and show a configuration's waste",
+    "results": "pack or unpack results/<gpu>/'s untracked studies, history, logs and plots to move them between hosts",
 }
 
 
@@ -351,8 +352,14 @@ def predict_command(argv: list[str], console: Console) -> int:
     return predict.main(argv, console)
 
 
+def results_command(argv: list[str], console: Console) -> int:
+    from tuner import results_pack
+
+    return results_pack.main(argv, console)
+
+
 COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,
-            "report": report_command, "predict": predict_command}
+            "report": report_command, "predict": predict_command, "results": results_command}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,8 @@ from tuner.run import KernelBinary
 NVCC_PEAK_BYTES = 2 << 30
 COMPILE_TIMEOUT_S = 900
 ERROR_EXCERPT_LINES = 12
-# Kernels of one family compiled in one translation unit parse the CUTLASS headers once: on this
-# project's 2-core machine four sm90_conv kernels took 73 s together against 184 s apart (docs/NOTES.md).
+# Kernels of one family compiled in one translation unit parse the CUTLASS headers once: on a 2-core
+# host four sm90_conv kernels took 73 s together against 184 s apart (docs/compile.md).
 # Only families whose kernel symbols name their alias are grouped (ptxas's report is per symbol).
 MAX_KERNELS_PER_UNIT = 4
 MEMBER_FILE = "member.json"

@@ -94,7 +94,7 @@ GPUS: tuple[GpuSpec, ...] = (
             SM90, 132, 50 * MIB, 989.0, 67.0, 3350.0),
     GpuSpec("h100-pcie", "NVIDIA H100 PCIe", (), SM90, 114, 50 * MIB, 756.0, 51.0, 2000.0),
     # H200 (SXM): NVIDIA H200 datasheet: FP16 tensor 1979 TFLOPS with sparsity (989 dense), FP32 67,
-    # 4.8 TB/s HBM3e; 132 SMs; L2 60 MB as PyTorch reads it on the H200s lent here (device tool, KINDS.md).
+    # 4.8 TB/s HBM3e; 132 SMs; L2 60 MB as PyTorch's device properties report it on an H200.
     GpuSpec("h200", "NVIDIA H200", ("h200-sxm", "h200-141gb"), SM90, 132, 60 * MIB, 989.0, 67.0, 4800.0),
 )
 

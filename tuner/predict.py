@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tuner import gpus
-from tuner.choices import UsageError, chosen_spaces, positive
+from tuner.choices import UsageError, UsageParser, chosen_spaces, positive
 from tuner.costmodel import Ceilings, predicted_us
 from tuner.device import DeviceFacts, block_limits
 from tuner.diagnose import LaunchFacts, Occupancy, WasteFlag, diagnose, kernel_facts, occupancy
@@ -32,15 +32,8 @@ MAX_REGISTERS_PER_THREAD = 255
 NOT_MEASURED = "These are predictions from the GPU table, static checks and the cost model, not measurements."
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad flags are a one-line usage error (exit 2 through tune.py's main), not argparse's usage dump."""
-
-    def error(self, message: str):
-        raise UsageError(f"tune.py predict: {message} (see tune.py predict --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog="tune.py predict",
         description="Rank a layer's kernel configurations for a GPU that need not be present (from tuner/gpus.py: "
                     f"{gpus.known_names()}) by the static checks and the cost model, and with --config show what "

@@ -12,7 +12,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 import yaml
 from optuna.storages.journal import JournalFileBackend
@@ -191,14 +191,24 @@ def readable_journal(path: Path) -> tuple[object, int | None]:
 
 
 def atomic_write(path: Path, text: str) -> None:
+    with replacing(path) as handle:
+        handle.write(text)
+
+
+@contextlib.contextmanager
+def replacing(path: Path, binary: bool = False, mtime: float | None = None) -> Iterator[IO]:
+    """A file to write in place of `path`: a temp file beside it, renamed onto it once the block ends
+    (with `mtime` if given), and removed instead if the block fails; `path` is never half written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the table is for everyone
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(text)
+        with os.fdopen(descriptor, "wb" if binary else "w") as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        if mtime is not None:
+            os.utime(temporary, (mtime, mtime))
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

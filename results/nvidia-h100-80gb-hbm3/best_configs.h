@@ -43,8 +43,8 @@
 #ifndef CUTLASS_CONV_TUNER_PREFETCH_FUSION
 #define CUTLASS_CONV_TUNER_PREFETCH_FUSION
 // 1: the vectors are prefetched; 0: not (CUTLASS's behaviour). A compile-time switch, so that
-// scripts/ab_epilogue_prefetch.py can time both builds side by side. Prefetching a small residual as
-// well was tried and measured slower (docs/NOTES.md, session 7).
+// tools/ab_epilogue_switch.py can time both builds side by side. Prefetching a small residual as
+// well was tried and measured slower (docs/fusion.md).
 #ifndef CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH
 #define CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 1
 #endif
@@ -337,7 +337,7 @@ struct FusionCallbacks<
 #ifndef CUTLASS_CONV_TUNER_EARLY_RESIDUAL_KERNEL
 #define CUTLASS_CONV_TUNER_EARLY_RESIDUAL_KERNEL
 // 1: the residual loads early; 0: CUTLASS's kernel as it is. A compile-time switch, so that
-// `scripts/ab_epilogue_prefetch.py --macro CUTLASS_CONV_TUNER_EARLY_RESIDUAL` times both builds side by side.
+// `tools/ab_epilogue_switch.py --macro CUTLASS_CONV_TUNER_EARLY_RESIDUAL` times both builds side by side.
 #ifndef CUTLASS_CONV_TUNER_EARLY_RESIDUAL
 #define CUTLASS_CONV_TUNER_EARLY_RESIDUAL 1
 #endif

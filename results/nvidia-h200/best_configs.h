@@ -32,6 +32,22 @@ struct TunerProblem {
         dilation(a[9]), split_k(a[10]), p(a[11]), q(a[12]), raster(a[13]), swizzle(a[14]) {}
 };
 
+// The epilogue's operands (tuner/run.py fills them; tuner/epilogue.py says what they mean):
+// y = act(scale[k] * conv + bias[k] + beta * residual). scale and bias are f32[K]; the residual has the
+// output's type and shape (NHWC). Each is null where the layer has none. Which parts and which
+// activation a kernel applies is compiled into it: a kernel refuses operands it was not built for.
+struct TunerEpilogue {
+  const float *scale;
+  const float *bias;
+  const void *residual;
+  float beta;
+};
+
+// A kernel of templates/conv2d_fprop_evt.h names the fused epilogue it was built with; CUTLASS's does not.
+template <class Kernel, class = void> struct Sm80FusesEpilogue : std::false_type {};
+template <class Kernel>
+struct Sm80FusesEpilogue<Kernel, std::void_t<typename Kernel::Fusion>> : std::true_type {};
+
 // Binds a CUTLASS 2.x ImplicitGemmConvolution (the sm80 family) to the tuner's problem array:
 // the candidate's C entry points and the exported header's users call only this.
 template <typename Conv>
@@ -41,13 +57,19 @@ class Sm80Runner {
   using ElementB = typename Conv::ElementB;
   using ElementC = typename Conv::ElementC;
   using Kernel = typename Conv::UnderlyingKernel;
+  static constexpr bool kFused = Sm80FusesEpilogue<Kernel>::value;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr));
+    typename Conv::Arguments args = arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{});
+    if constexpr (kFused) {
+      cutlass::Status status = Kernel::can_implement_epilogue(args);  // no split-K
+      if (status != cutlass::Status::kSuccess) return status;
+    }
+    return Conv::can_implement(args);
   }
 
   static size_t workspace_bytes(const TunerProblem &p) {
-    return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr));
+    return Conv::get_workspace_size(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
 
   // grid[6] = {grid x, y, z in blocks, cluster x, y, z}: no clusters before sm90.
@@ -86,9 +108,26 @@ class Sm80Runner {
     return cudaSuccess;
   }
 
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, void *workspace,
-                             cudaStream_t stream) {
-    return op_.initialize(arguments(p, x, w, y), workspace, stream);
+  // A kernel takes exactly the operands it was built for: a bare one none; a fused one a residual exactly
+  // when it reads one (an unread one, or a missing one, would be a silent wrong answer), and a scale or a
+  // bias only where it has them (absent, they read as 1 and 0).
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
+    if constexpr (kFused) {
+      using Fusion = typename Kernel::Fusion;
+      if (Fusion::kResidual != (epilogue.residual != nullptr) || (epilogue.scale && !Fusion::kScale) ||
+          (epilogue.bias && !Fusion::kBias)) {
+        return cutlass::Status::kErrorNotSupported;
+      }
+      // The visitors load and store each operand in vectors of up to 16 bytes, without checking its address.
+      if (!aligned(y, Fusion::kOutputAccessBytes) || !aligned(epilogue.residual, Fusion::kOutputAccessBytes) ||
+          !aligned(epilogue.scale, Fusion::kVectorAccessBytes) || !aligned(epilogue.bias, Fusion::kVectorAccessBytes)) {
+        return cutlass::Status::kErrorMisalignedOperand;
+      }
+    } else if (epilogue.scale || epilogue.bias || epilogue.residual) {
+      return cutlass::Status::kErrorNotSupported;
+    }
+    return op_.initialize(arguments(p, x, w, y, epilogue), workspace, stream);
   }
 
   cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
@@ -100,21 +139,36 @@ class Sm80Runner {
         cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
   }
 
-  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y) {
+  static bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
+                                            const TunerEpilogue &epilogue) {
     using Layout = cutlass::layout::TensorNHWC;
-    using Compute = typename Conv::EpilogueOutputOp::ElementCompute;
     Layout layout_x = Layout::packed({p.n, p.h, p.w, p.c});
     Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c});
-    Layout layout_y = Layout::packed({p.n, p.p, p.q, p.k});
-    // beta = 0 and C aliases D: serial split-K partitions after the first read D back themselves.
-    return typename Conv::Arguments(
-        problem_size(p),
-        {static_cast<ElementA *>(x), layout_x},
-        {static_cast<ElementB *>(w), layout_w},
-        {static_cast<ElementC *>(y), layout_y},
-        {static_cast<ElementC *>(y), layout_y},
-        {Compute(1), Compute(0)},
-        cutlass::conv::SplitKMode::kSerial);
+    if constexpr (kFused) {
+      // y and the residual as the visitors address them: a row-major (N*P*Q) x K matrix.
+      using Fusion = typename Kernel::Fusion;
+      return typename Conv::Arguments(
+          problem_size(p),
+          {static_cast<ElementA *>(x), layout_x},
+          {static_cast<ElementB *>(w), layout_w},
+          Fusion::arguments(int64_t(p.n) * p.p * p.q, p.k, epilogue.scale, epilogue.bias, epilogue.residual,
+                            epilogue.beta, static_cast<ElementC *>(y)),
+          cutlass::conv::SplitKMode::kSerial);
+    } else {
+      using Compute = typename Conv::EpilogueOutputOp::ElementCompute;
+      Layout layout_y = Layout::packed({p.n, p.p, p.q, p.k});
+      // beta = 0 and C aliases D: serial split-K partitions after the first read D back themselves.
+      return typename Conv::Arguments(
+          problem_size(p),
+          {static_cast<ElementA *>(x), layout_x},
+          {static_cast<ElementB *>(w), layout_w},
+          {static_cast<ElementC *>(y), layout_y},
+          {static_cast<ElementC *>(y), layout_y},
+          {Compute(1), Compute(0)},
+          cutlass::conv::SplitKMode::kSerial);
+    }
   }
 
   Conv op_;
@@ -160,10 +214,17 @@ struct TunedLayer {
   double runtime_us;  // median device time measured by the tuner
   const char *kernel;  // every knob of the kernel, as the tuner names it
   const char *tuned_at;
+  // The epilogue compiled into the kernel: y = activation(scale[k] * conv + bias[k] + residual_scale * residual).
+  // Pass its operands in a TunerEpilogue (f32 scale[K] and bias[K], the residual shaped and typed as y,
+  // beta = residual_scale); a part the layer lacks is a null pointer. "none": a bare convolution.
+  const char *epilogue;
+  bool has_scale, has_bias, has_residual;
+  double residual_scale;
+  const char *activation;  // none, relu, gelu (the erf form), silu
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00"},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none"},
 };
 constexpr int kLayerCount = 1;
 
@@ -174,6 +235,25 @@ constexpr int kLayerCount = 1;
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
     if (std::strcmp(layer.name, name) == 0) return &layer;
+  }
+  return nullptr;
+}
+
+// The convolutions of the network named at export (`tune.py export --onnx MODEL | --torchvision NAME`):
+// each node's name and its row in kLayers, the kernel tuned for exactly its problem and epilogue
+// (-1: none tuned on this GPU). None was.
+struct TunedNode {
+  const char *node;
+  int layer;
+};
+constexpr TunedNode kNodes[] = {
+    {nullptr, -1},  // no network: kNodeCount is 0
+};
+constexpr int kNodeCount = 0;
+
+inline const TunedLayer *find_node(const char *node) {
+  for (int i = 0; i < kNodeCount; ++i) {
+    if (std::strcmp(kNodes[i].node, node) == 0) return kNodes[i].layer < 0 ? nullptr : &kLayers[kNodes[i].layer];
   }
   return nullptr;
 }

@@ -1,7 +1,7 @@
 """The sm90_conv family's space: CUTLASS 3.x implicit-GEMM fprop (TMA im2col + wgmma) configurations and
 every limit of CUTLASS 4.2's sm90 conv that can be checked without compiling. Each rule names where
 CUTLASS asserts it (paths under cutlass_library/source/include); the numbers were checked by compiling
-the configurations and calling their host entry points (docs/NOTES.md, "sm90_conv limits")."""
+the configurations and calling their host entry points (docs/sm90-limits.md)."""
 from __future__ import annotations
 
 import enum

@@ -1,7 +1,7 @@
 """The sm90_gemm family's space: CUTLASS 3.x GEMM (TMA + wgmma) configurations for 1x1, stride-1,
 unpadded layers, and every limit of CUTLASS 4.2 that can be checked without compiling. Each rule
 names where CUTLASS asserts it (paths under cutlass_library/source/include); the numbers were checked
-by compiling (docs/NOTES.md, "sm90_gemm limits")."""
+by compiling (docs/sm90-limits.md)."""
 from __future__ import annotations
 
 import enum
@@ -64,7 +64,7 @@ class Sm90GemmConfig:
     swap_ab: bool = False
     # Columns of the TMA epilogue's subtile (its rows are 128 cooperative, 64 otherwise); 0: CUTLASS's
     # auto choice, gcd(min(32, tile N), tile N) (sm90_builder.inl:117-127). Only narrow space files offer
-    # it: explicit subtiles won no ResNet-50 1x1 layer on the H100 (docs/NOTES.md, session 10).
+    # it: explicit subtiles won no ResNet-50 1x1 layer on the H100 (docs/narrow-spaces.md).
     epilogue_n: int = 0
 
     @property
@@ -234,7 +234,8 @@ def _check_tile(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFact
         return (f"the cooperative schedule splits tile M={m} over two warpgroups of 64 rows: it needs a multiple "
                 "of 128 (sm90_gemm_tma_warpspecialized_cooperative.hpp:357)")
     # CUTLASS's auto epilogue tile is gcd(min(32, tile N), tile N) columns (sm90_builder.inl:120): 128x56 made
-    # it 8 and failed to compile ("Stride Divisibility Condition", logs/swap_pixels_narrow.log.gz); 16 compiled
+    # it 8 and failed to compile ("Stride Divisibility Condition"); 16, with 128x112, compiled
+    # (search_spaces/narrow/gemm_swapped_pixels.yaml).
     epilogue_cols = config.epilogue_subtile[1]
     if config.epilogue is EpilogueSchedule.tma and not config.epilogue_n and epilogue_cols % 16:
         return (f"tile N={n} gives the TMA epilogue subtiles {epilogue_cols} columns wide: it needs a "
@@ -245,8 +246,9 @@ def _check_tile(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFact
         if epilogue_cols % 16 or n % epilogue_cols:
             return (f"epilogue_n={epilogue_cols} must be a multiple of 16 that divides tile N={n} "
                     "(sm90_builder.inl:162)")
-        # Row-major D (unswapped): 112 and 208 failed to compile ("Divisibility condition", "Fragment size";
-        # logs/subtile_512to2048_narrow.log.gz) where 16 to 256 in powers of two built; swapped 48, 96 built.
+        # Row-major D (unswapped): 112 and 208 failed to compile ("Divisibility condition", "Fragment size")
+        # where 16 to 256 in powers of two built; swapped 48, 96 built
+        # (search_spaces/narrow/gemm_epilogue_subtile*.yaml).
         if not config.swap_ab and epilogue_cols & (epilogue_cols - 1):
             return (f"epilogue_n={epilogue_cols} with a row-major output (swap_ab false) must be a power of two: "
                     "CUTLASS 4.2 did not compile 112 or 208")

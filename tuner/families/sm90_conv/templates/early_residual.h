@@ -10,7 +10,7 @@
 #ifndef CUTLASS_CONV_TUNER_EARLY_RESIDUAL_KERNEL
 #define CUTLASS_CONV_TUNER_EARLY_RESIDUAL_KERNEL
 // 1: the residual loads early; 0: CUTLASS's kernel as it is. A compile-time switch, so that
-// `scripts/ab_epilogue_prefetch.py --macro CUTLASS_CONV_TUNER_EARLY_RESIDUAL` times both builds side by side.
+// `tools/ab_epilogue_switch.py --macro CUTLASS_CONV_TUNER_EARLY_RESIDUAL` times both builds side by side.
 #ifndef CUTLASS_CONV_TUNER_EARLY_RESIDUAL
 #define CUTLASS_CONV_TUNER_EARLY_RESIDUAL 1
 #endif

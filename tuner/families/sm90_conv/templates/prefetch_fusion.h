@@ -9,8 +9,8 @@
 #ifndef CUTLASS_CONV_TUNER_PREFETCH_FUSION
 #define CUTLASS_CONV_TUNER_PREFETCH_FUSION
 // 1: the vectors are prefetched; 0: not (CUTLASS's behaviour). A compile-time switch, so that
-// scripts/ab_epilogue_prefetch.py can time both builds side by side. Prefetching a small residual as
-// well was tried and measured slower (docs/NOTES.md, session 7).
+// tools/ab_epilogue_switch.py can time both builds side by side. Prefetching a small residual as
+// well was tried and measured slower (docs/fusion.md).
 #ifndef CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH
 #define CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH 1
 #endif

@@ -5,7 +5,7 @@ For a layer with an epilogue, also the same kernel without it (what the fused ke
 For the closing notes of layers that miss a goal ("what limits it, from a profile"). Needs the GPU, ncu
 and a compiled kernel (it compiles into the tuner's cache when missing). Never time anything with this.
 
-usage: python scripts/profile_vs_baseline.py LAYER [LAYER...] [--out DIR] [--warp-states] [--params JSON]"""
+usage: python tools/profile_vs_baseline.py LAYER [LAYER...] [--out DIR] [--warp-states] [--params JSON]"""
 from __future__ import annotations
 
 import argparse
@@ -17,21 +17,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from repository import this_gpu, tuned_layers
 
-from tuner.bench import is_gemm_layer  # noqa: E402
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import device_from_dict  # noqa: E402
-from tuner.epilogue import Epilogue  # noqa: E402
-from tuner.evaluate import WorkerProcess, query_device_facts  # noqa: E402
-from tuner.families import registry  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.ncu import NcuReportError, parse_csv_report  # noqa: E402
-from tuner.problem import load_layers  # noqa: E402
-from tuner.results import gpu_dir, read_best  # noqa: E402
-from tuner.space import make_config  # noqa: E402
-from tuner.worker import worker_env  # noqa: E402
+from tuner.bench import is_gemm_layer
+from tuner.compile import Compiler
+from tuner.epilogue import Epilogue
+from tuner.families import registry
+from tuner.messages import EvaluateRequest
+from tuner.ncu import NcuReportError, parse_csv_report
+from tuner.space import make_config
+from tuner.worker import worker_env
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 # --warp-states: where the warps wait and how many instructions they issue (fused against bare, e.g.)
@@ -91,8 +86,9 @@ def launches(text: str, every_metric: bool = False) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("layers", nargs="+")
-    parser.add_argument("--out", type=Path, default=Path("profiles"))
+    parser.add_argument("layers", nargs="+", help="layers by name, each with a best.yaml entry on this GPU")
+    parser.add_argument("--out", type=Path, default=Path("profiles"),
+                        help="folder for the ncu CSV reports and profiles.json (default ./profiles)")
     parser.add_argument("--warp-states", action="store_true",
                         help="add the warp-state, instruction and scheduler sections and keep every metric")
     parser.add_argument("--params", type=json.loads,
@@ -103,20 +99,16 @@ def main() -> int:
         parser.error("--params must be a JSON object of knob names and values, e.g. '{\"tile\": \"128x224x64\"}'")
     sections = SECTIONS + WARP_SECTIONS if args.warp_states else SECTIONS
     args.out.mkdir(parents=True, exist_ok=True)
-    worker = WorkerProcess(timeout_s=120)
-    device = device_from_dict(query_device_facts(worker))
-    worker.close()
-    table = load_layers(REPO / "search_spaces" / "layers.yaml")
-    best = read_best(gpu_dir(REPO / "results", device.slug))["layers"]
-    if args.params:
-        best = {name: {**entry, "params": {**entry["params"], **args.params}} for name, entry in best.items()}
+    device = this_gpu()
+    layers = tuned_layers(parser, args.layers, device.slug)
     found = {}
-    def config_of(problem, entry):
-        return make_config(problem, entry["family"], entry["params"])
 
-    wanted = [config_of(table[name].problem, best[name]) for name in args.layers]
-    wanted += [config_of(replace(table[name].problem, epilogue=Epilogue()), best[name]) for name in args.layers
-               if table[name].problem.epilogue.fused]
+    def config_of(problem, entry):
+        return make_config(problem, entry.family, {**entry.knobs, **(args.params or {})})
+
+    wanted = [config_of(problem, entry) for problem, entry in layers.values()]
+    wanted += [config_of(replace(problem, epilogue=Epilogue()), entry) for problem, entry in layers.values()
+               if problem.epilogue.fused]
     compiled_all = {result.config: result for result in Compiler(device).compile_many(wanted)}  # one parallel batch
 
     def profiled(problem, entry, report: Path) -> dict:
@@ -130,14 +122,12 @@ def main() -> int:
                                                        "-k", "regex:device_kernel|Implicit|fold", "--launch-count", "2",
                                                        sections=sections, every_metric=args.warp_states)}
 
-    for name in args.layers:
-        layer, entry = table[name], best[name]
-        p = layer.problem
+    for name, (p, entry) in layers.items():
         gemm = is_gemm_layer(p)
         snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, gemm))
         found[name] = {
             "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"),
-                      "runtime_us": None if args.params else entry["runtime_us"]},
+                      "runtime_us": None if args.params else entry.runtime_us},
             "cuBLAS" if gemm else "cuDNN": {
                 "launches": ncu([sys.executable, "-c", snippet], args.out / f"{name}.baseline.csv",
                                 "--profile-from-start", "off", sections=sections, every_metric=args.warp_states)},

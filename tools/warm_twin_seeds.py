@@ -4,42 +4,41 @@ The tuner works through layers one at a time, and a handful of seeds compile in 
 most cores idle; done for all the layers at once they take a few rounds in all. Needs the GPU (for the
 device facts) and the layers' bare twins in results/<gpu>/best.yaml. Timing nothing.
 
-usage: python scripts/warm_twin_seeds.py 'r50f_*_b32' [more patterns...] [--jobs N] [--first N]
-(--first N: only the first N configurations each layer queues, the ones `tune.py --trials N` measures)"""
+usage: python tools/warm_twin_seeds.py 'r50f_*_b32' [more patterns...] [--jobs N] [--first N]"""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from repository import LAYERS_FILE, RESULTS_DIR, this_gpu
 
-from tuner.choices import chosen_spaces, matching_layers  # noqa: E402
-from tuner.compile import Compiler, default_cache_dir  # noqa: E402
-from tuner.device import device_from_dict  # noqa: E402
-from tuner.evaluate import WorkerProcess, query_device_facts  # noqa: E402
-from tuner.problem import load_layers  # noqa: E402
-from tuner.results import gpu_dir, study_storage  # noqa: E402
-from tuner.space import layer_space  # noqa: E402
-from tuner.costmodel import Ceilings  # noqa: E402
-from tuner.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds  # noqa: E402
+from tuner.choices import UsageError, chosen_spaces, matching_layers
+from tuner.compile import Compiler, default_cache_dir
+from tuner.costmodel import Ceilings
+from tuner.problem import ProblemError, load_layers
+from tuner.results import gpu_dir, study_storage
+from tuner.space import layer_space
+from tuner.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("patterns", nargs="+")
-    parser.add_argument("--jobs", type=int)
-    parser.add_argument("--first", type=int, help="compile only each layer's first N queued configurations")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("patterns", nargs="+", help="layer names or patterns (e.g. 'r50f_*_b32')")
+    parser.add_argument("--jobs", type=int, help="parallel nvcc jobs (default: cores, capped by free memory)")
+    parser.add_argument("--first", type=int, help="compile only each layer's first N queued configurations, the "
+                                                  "ones `tune.py --trials N` measures (default: all of them)")
     args = parser.parse_args()
-    table = load_layers(REPO / "search_spaces" / "layers.yaml")
-    layers = {layer.name: layer for pattern in args.patterns for layer in matching_layers(table, pattern)}
-    worker = WorkerProcess(timeout_s=120)
-    device = device_from_dict(query_device_facts(worker))
-    worker.close()
-    results = REPO / "results"
-    folder, storage = gpu_dir(results, device.slug), study_storage(None, results, device.slug)
+    for option, value in (("--jobs", args.jobs), ("--first", args.first)):
+        if value is not None and value < 1:
+            parser.error(f"{option} must be at least 1, got {value}")
+    try:
+        table = load_layers(LAYERS_FILE)
+        layers = {layer.name: layer for pattern in args.patterns for layer in matching_layers(table, pattern)}
+    except (UsageError, ProblemError) as error:
+        parser.error(str(error))
+    device = this_gpu()
+    folder, storage = gpu_dir(RESULTS_DIR, device.slug), study_storage(None, RESULTS_DIR, device.slug)
     spaces = device_spaces(chosen_spaces(None, None), device)
     configs = []
     for layer in layers.values():

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Record one cuDNN convolution (PyTorch, f16, channels_last) in every Nsight Compute report form the
-# diagnosis reads or should read: the CLI details page as text and as CSV, the raw page as CSV, and a
-# .ncu-rep file, plus whether ncu's Python report interface (ncu_report) loads it. Fixtures for
-# tests/data/ncu. usage: bash scripts/capture_ncu_forms.sh OUT_DIR
+# Record one cuDNN convolution (PyTorch, f16, channels_last, N32 56x56 C64 K64 3x3) in every Nsight Compute
+# report form the diagnosis reads: the CLI details page as text and as CSV, the raw page as CSV, and a
+# .ncu-rep file, plus whether ncu's Python report interface (ncu_report) loads it. These are the fixtures
+# tests/data/ncu/h100_cudnn_conv_* (recorded on an H100 with Nsight Compute 2025.3.1). Needs the GPU, ncu
+# and PyTorch.
+usage="usage: bash tools/capture_ncu_forms.sh OUT_DIR   (writes the report forms into OUT_DIR)"
+case ${1:-} in
+  -h|--help) echo "$usage"; exit 0 ;;
+  "") echo "$usage" >&2; exit 2 ;;
+esac
 set -u
-out=${1:?OUT_DIR}
+out=$1
 mkdir -p "$out"
-cat > /tmp/one_conv.py <<'PY'
+one_conv=$(mktemp --suffix=.py)
+trap 'rm -f "$one_conv"' EXIT
+cat > "$one_conv" <<'PY'
 import torch
 x = torch.randn(32, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
 w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
@@ -20,10 +28,10 @@ torch.cuda.profiler.stop()
 PY
 sections="--section SpeedOfLight --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis"
 common="--profile-from-start off --clock-control none -c 1"
-ncu $common $sections --page details python3 /tmp/one_conv.py > "$out/h100_cudnn_conv_details.txt" 2>&1
-ncu $common $sections --csv --page details python3 /tmp/one_conv.py > "$out/h100_cudnn_conv_details.csv" 2>&1
-ncu $common $sections --csv --page raw python3 /tmp/one_conv.py > "$out/h100_cudnn_conv_raw.csv" 2>&1
-ncu $common $sections -f -o "$out/h100_cudnn_conv" python3 /tmp/one_conv.py > "$out/ncu_rep.log" 2>&1
+ncu $common $sections --page details python3 "$one_conv" > "$out/h100_cudnn_conv_details.txt" 2>&1
+ncu $common $sections --csv --page details python3 "$one_conv" > "$out/h100_cudnn_conv_details.csv" 2>&1
+ncu $common $sections --csv --page raw python3 "$one_conv" > "$out/h100_cudnn_conv_raw.csv" 2>&1
+ncu $common $sections -f -o "$out/h100_cudnn_conv" python3 "$one_conv" > "$out/ncu_rep.log" 2>&1
 extras=$(dirname "$(readlink -f "$(command -v ncu)")")/extras/python
 [ -f "$extras/ncu_report.py" ] || extras=$(dirname "$(find / -name ncu_report.py -not -path '/proc/*' 2>/dev/null | head -1)")
 echo "ncu_report.py in $extras" > "$out/ncu_report_where.txt"

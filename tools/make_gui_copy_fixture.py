@@ -3,20 +3,29 @@ copied as text (the result row under `Result  Size  Time ...`, section titles, `
 pairs two a line, rule descriptions between them): a fixture for the GUI-form parser, made from a
 recorded report's own figures.
 
-usage: python scripts/make_gui_copy_fixture.py REPORT.txt GPU_NAME OUT.txt"""
+usage: python tools/make_gui_copy_fixture.py REPORT.txt GPU_NAME OUT.txt"""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import repository  # noqa: F401 - puts the repository on sys.path
 
-from tuner.ncu import parse_text_report  # noqa: E402
+from tuner.ncu import NcuReportError, parse_text_report
 
 
 def main() -> int:
-    report, gpu_name, out = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    launch = parse_text_report(report.read_text())[0]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", type=Path, help="an ncu text report (ncu --page details); its first launch is used")
+    parser.add_argument("gpu_name", help="the GPU name the copied page shows, e.g. 'NVIDIA GeForce RTX 3060'")
+    parser.add_argument("out", type=Path, help="the fixture to write")
+    args = parser.parse_args()
+    report, gpu_name, out = args.report, args.gpu_name, args.out
+    try:
+        launch = parse_text_report(report.read_text())[0]
+    except (OSError, NcuReportError) as error:
+        parser.error(f"{report}: {error}")
     duration = launch.metric("Duration")
     cycles = launch.metric("Elapsed Cycles")
     frequency = launch.metric("SM Frequency")

@@ -4,25 +4,26 @@ how many of them no family runs (with the first reason) and how many operators w
 evidence for the importer's goal (any model in under 10 s, every conv tuned or listed with its reason).
 Needs torch and torchvision; no GPU.
 
-usage: python scripts/import_torchvision_all.py [--batch N] [names...]"""
+usage: python tools/import_torchvision_all.py [--batch N] [names...]"""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import repository  # noqa: F401 - puts the repository on sys.path
 
-from tuner.torch_import import from_torchvision  # noqa: E402
+from tuner.torch_import import from_torchvision
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*")
-    parser.add_argument("--batch", type=int, default=32)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="torchvision model names (default: every classification model)")
+    parser.add_argument("--batch", type=int, default=32, help="the batch size each model is imported at (default 32)")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch must be at least 1, got {args.batch}")
     import torchvision
 
     names = args.names or sorted(torchvision.models.list_models(module=torchvision.models))

@@ -5,29 +5,25 @@ their geometric means. Switches: CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH (prefetch_
 bias vectors prefetched into L2), CUTLASS_CONV_TUNER_EARLY_RESIDUAL (early_residual.h: the residual
 loaded under the MMAs), CUTLASS_CONV_TUNER_EARLY_VECTORS (prefetch_fusion.h: a ws kernel's threads load
 their elements of the vectors into registers at kernel start).
-usage: python scripts/ab_epilogue_prefetch.py [--macro NAME] [--rounds N] LAYER ..."""
+Needs the GPU and the layers' best.yaml entries.
+
+usage: python tools/ab_epilogue_switch.py [--macro NAME] [--rounds N] LAYER ..."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
 import statistics
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from repository import this_gpu, tuned_layers
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.epilogue import Epilogue  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
-from tuner.families import registry  # noqa: E402
-from tuner.problem import load_layers  # noqa: E402
-from tuner.results import best_entries, gpu_dir  # noqa: E402
-from tuner.space import entry_config  # noqa: E402
-from tuner.status import Status  # noqa: E402
+from tuner.compile import Compiler
+from tuner.epilogue import Epilogue
+from tuner.evaluate import GpuEvaluator, WorkerProcess
+from tuner.families import registry
+from tuner.space import entry_config
+from tuner.status import Status
 
 VARIANTS = (0, 1)
 
@@ -42,17 +38,21 @@ class VariantCompiler(Compiler):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("layers", nargs="+")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("layers", nargs="+", help="layers with an epilogue, by name (e.g. r50f_s4_1x1_512to256_b1)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the interleaved timing; each build's median over them counts (default 3)")
     parser.add_argument("--macro", default="CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH",
                         choices=("CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH", "CUTLASS_CONV_TUNER_EARLY_RESIDUAL",
-                                 "CUTLASS_CONV_TUNER_EARLY_VECTORS"))
+                                 "CUTLASS_CONV_TUNER_EARLY_VECTORS"),
+                        help="the switch built at 0 and at 1 (default CUTLASS_CONV_TUNER_EPILOGUE_PREFETCH)")
     args = parser.parse_args()
-    device = query_device()
-    entries = best_entries(gpu_dir(REPO / "results", device.slug))
-    table = load_layers(REPO / "search_spaces" / "layers.yaml")
-    configs = {name: entry_config(entries[name], name, table[name].problem) for name in args.layers}
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    device = this_gpu()
+    layers = tuned_layers(parser, args.layers, device.slug)
+    problems = {name: problem for name, (problem, _) in layers.items()}
+    configs = {name: entry_config(entry, name, problem) for name, (problem, entry) in layers.items()}
     bare = {name: dataclasses.replace(config, fusion=Epilogue()) for name, config in configs.items()}
     compilers = {variant: VariantCompiler(device, args.macro, variant) for variant in VARIANTS}
     with ThreadPoolExecutor(len(VARIANTS) + 1) as pool:
@@ -64,14 +64,14 @@ def main() -> None:
     evaluator = GpuEvaluator(device.l2_bytes, worker)
     ratios = {variant: [] for variant in VARIANTS}
     for name, config in configs.items():
-        problems = {"fused": table[name].problem, "bare": dataclasses.replace(table[name].problem, epilogue=Epilogue())}
+        forms = {"fused": problems[name], "bare": dataclasses.replace(problems[name], epilogue=Epilogue())}
         times = {key: [] for key in built}
         for _ in range(args.rounds):
             for key in built:
                 result = built[key][name]
                 if not result.ok:
                     continue
-                kernel, problem = (bare[name], problems["bare"]) if key == "bare" else (config, problems["fused"])
+                kernel, problem = (bare[name], forms["bare"]) if key == "bare" else (config, forms["fused"])
                 evaluation = evaluator.evaluate(result.binary, problem,
                                                 registry.family_of(kernel).launch_args(kernel, problem))
                 if evaluation.status is Status.ok:

@@ -1,0 +1,47 @@
+"""What the tools beside this file share: the repository on sys.path (they run as `python tools/NAME.py`),
+this GPU's facts, and best.yaml's entry of each named layer on it, each with a one-line error where it
+cannot be had."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tuner.device import DeviceFacts, device_from_dict  # noqa: E402
+from tuner.evaluate import GpuUnavailable, WorkerProcess, query_device_facts  # noqa: E402
+from tuner.problem import ConvProblem, ProblemError, find_layer, load_layers  # noqa: E402
+from tuner.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
+
+LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
+RESULTS_DIR = REPO / "results"
+
+
+def this_gpu() -> DeviceFacts:
+    """The GPU's facts, asked of a worker process (this one never opens a CUDA context); without a
+    usable GPU the tool stops with one line and exit status 1."""
+    worker = WorkerProcess(timeout_s=120)
+    try:
+        return device_from_dict(query_device_facts(worker))
+    except GpuUnavailable as error:
+        sys.exit(f"error: {error}")
+    finally:
+        worker.close()
+
+
+def tuned_layers(parser: argparse.ArgumentParser, names: list[str],
+                 gpu_slug: str) -> dict[str, tuple[ConvProblem, BestEntry]]:
+    """Each named layer's problem (from the layer table) and its best.yaml entry for the GPU; a name
+    that is not in both ends the tool through parser.error (one line, exit 2)."""
+    try:
+        table = load_layers(LAYERS_FILE)
+        entries = best_entries(recorded_gpu_dir(RESULTS_DIR, gpu_slug))
+        problems = {name: find_layer(table, name).problem for name in names}
+    except (ProblemError, ResultsError) as error:
+        parser.error(str(error))
+    missing = [name for name in names if name not in entries]
+    if missing:
+        parser.error(f"no best.yaml entry on {gpu_slug} for {', '.join(missing)}: tune them first")
+    return {name: (problems[name], entries[name]) for name in names}
