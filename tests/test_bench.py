@@ -195,3 +195,13 @@ def test_bench_measures_every_layer_of_a_layers_file_without_the_landscape_suite
     assert bench.default_layers(load_layers(repo / "search_spaces" / "layers.yaml")) == list(bench.SUITE)
     suite = load_layers(repo / "search_spaces" / "suite.yaml")
     assert bench.default_layers(suite) == list(suite)
+
+
+def test_one_run_summary_of_the_layers_of_this_call_leaves_earlier_rows_out():
+    measured = {"one_run": {"r50_s4_3x3_b32": {"tuned_us": 20.0, "cudnn_us": 10.0},
+                            "vgg16_features_2_b8": {"tuned_us": 9.0, "cudnn_us": 10.0}}}
+    [everything] = bench.one_run_summary(measured)
+    assert everything.startswith("one run, best.yaml's kernels / cuDNN") and "over 2 layers" in everything
+    [now] = bench.one_run_summary(measured, {"vgg16_features_2_b8", "vgg16_features_0_b8"})
+    assert now.startswith("one run (the 1 layers of this call), best.yaml's kernels / cuDNN")
+    assert "geometric mean 0.900 over 1 layers (batch 8: 0.900 over 1)" in now

@@ -447,10 +447,12 @@ def fused_table(measured: dict) -> Table | None:
     return table
 
 
-def one_run_summary(measured: dict) -> list[str]:
+def one_run_summary(measured: dict, only: set[str] | None = None) -> list[str]:
     """The 'tuned' step's figures: best.yaml's kernels against cuDNN and cuBLAS timed in the same run (bare
-    convolutions), and against PyTorch eager and torch.compile (layers with an epilogue)."""
-    rows = measured.get("one_run") or {}
+    convolutions), and against PyTorch eager and torch.compile (layers with an epilogue); of every
+    layer bench.yaml's one run holds, or of the layers `only` names (labelled so)."""
+    rows = {name: row for name, row in (measured.get("one_run") or {}).items() if only is None or name in only}
+    which = "" if only is None else f" (the {len(rows)} layers of this call)"
     lines = []
     for baseline, name, fused in (("cudnn_us", "cuDNN", False), ("cublas_us", "cuBLAS", False),
                                   ("eager_us", "PyTorch eager", True), ("compiled_us", "torch.compile", True),
@@ -458,7 +460,7 @@ def one_run_summary(measured: dict) -> list[str]:
         pairs = {layer: row["tuned_us"] / row[baseline] for layer, row in rows.items()
                  if row.get("tuned_us") and row.get(baseline) and bool(row.get("epilogue")) == fused}
         if pairs:
-            lines.append(ratio_line(f"one run, best.yaml's kernels / {name} timed beside them", pairs))
+            lines.append(ratio_line(f"one run{which}, best.yaml's kernels / {name} timed beside them", pairs))
     return lines
 
 
@@ -636,6 +638,10 @@ def main(argv: list[str], console: Console) -> int:
         device, measured = measure_on_gpu(layers, spaces, product, args, console)
         if "tuned" in args.steps:
             print_one_run(measured, console)
+            chosen = {layer.name for layer in layers}
+            if set(measured.get("one_run") or {}) - chosen:  # earlier runs' layers too: these alone as well
+                for line in one_run_summary(measured, chosen):
+                    console.print(line)
     if args.measure_only or args.compile_only:
         return 0
     ceilings = bench_ceilings(measured)
