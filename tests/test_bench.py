@@ -178,3 +178,30 @@ def test_fused_layers_are_judged_against_pytorch_and_their_bare_kernel_not_cudnn
     assert "r50f_s4_3x3_b32" in text and "scale+bias+relu" in text and "r50_s4_3x3_b32 " not in text
     assert all(figure in text for figure in ("32.00", "20.00", "0.50", "0.80", "1.07"))
     assert bench.fused_table({"one_run": {"r50_s4_3x3_b32": measured["one_run"]["r50_s4_3x3_b32"]}}) is None
+
+
+def test_ratio_line_gives_every_batch_its_mean_largest_first():
+    line = bench.ratio_line("x", {"r50_s4_3x3_b32": 2.0, "vgg16_features_0_b8": 0.5, "vgg16_features_0_b1": 1.0,
+                                  "conv_1": 1.0})
+    assert "over 4 layers (batch 32: 2.000 over 1; batch 8: 0.500 over 1; batch 1: 1.000 over 1);" in line
+    assert bench.name_batch("regnety400_trunk_output_block1_block1_0_f_a_0_b32") == 32
+    assert bench.name_batch("conv_1") is None and bench.name_batch("vgg16_b32_features_0") is None
+
+
+def test_bench_measures_every_layer_of_a_layers_file_without_the_landscape_suite():
+    from tuner.problem import load_layers
+
+    repo = Path(__file__).resolve().parents[1]
+    assert bench.default_layers(load_layers(repo / "search_spaces" / "layers.yaml")) == list(bench.SUITE)
+    suite = load_layers(repo / "search_spaces" / "suite.yaml")
+    assert bench.default_layers(suite) == list(suite)
+
+
+def test_one_run_summary_of_the_layers_of_this_call_leaves_earlier_rows_out():
+    measured = {"one_run": {"r50_s4_3x3_b32": {"tuned_us": 20.0, "cudnn_us": 10.0},
+                            "vgg16_features_2_b8": {"tuned_us": 9.0, "cudnn_us": 10.0}}}
+    [everything] = bench.one_run_summary(measured)
+    assert everything.startswith("one run, best.yaml's kernels / cuDNN") and "over 2 layers" in everything
+    [now] = bench.one_run_summary(measured, {"vgg16_features_2_b8", "vgg16_features_0_b8"})
+    assert now.startswith("one run (the 1 layers of this call), best.yaml's kernels / cuDNN")
+    assert "geometric mean 0.900 over 1 layers (batch 8: 0.900 over 1)" in now

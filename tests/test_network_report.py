@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,6 @@ def results(tmp_path: Path, network, one_run_for) -> Path:
     folder.mkdir(parents=True)
     layers, one_run = {}, {}
     for layer in network.layers:
-        from dataclasses import replace
-
         for name, problem in ((f"{layer.name}_bare", replace(layer.problem, epilogue=Epilogue())),
                               (f"{layer.name}_fused", layer.problem)):
             layers.setdefault(name, entry(problem))
@@ -119,3 +118,20 @@ def test_without_a_bare_twin_the_fused_kernel_bare_stands_for_the_conv(tmp_path)
     first = layer_reports(network, folder)[0]
     assert first.conv_alone.entry == "fused (its kernel bare)" and first.conv_alone.tuned_us == 3.0
     assert (first.as_run.tuned_us, first.as_run.baseline_us) == (4.0, 8.0) and first.missing == ""
+
+
+def test_a_problem_tuned_under_two_names_is_reported_from_the_one_the_run_timed(tmp_path):
+    """vgg11_b32_features_0 and the suite's vgg16f_features_0_b32 are one problem: the bench of the suite
+    times the second, and the report finds it although best.yaml lists the first before it."""
+    network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
+    first = network.layers[0]
+    bare = replace(first.problem, epilogue=Epilogue())
+    folder = tmp_path / "results" / SLUG
+    folder.mkdir(parents=True)
+    layers = {"older_name": entry(bare), "suite_name": entry(bare)}
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": 2, "layers": layers}))
+    (folder / "bench.yaml").write_text(yaml.safe_dump({"one_run": {"suite_name": {"tuned_us": 3.0,
+                                                                                  "cudnn_us": 4.0}}}))
+    [report_0, *_] = layer_reports(network, folder)
+    assert report_0.conv_alone is not None and report_0.conv_alone.entry == "suite_name"
+    assert (report_0.conv_alone.tuned_us, report_0.conv_alone.baseline_us) == (3.0, 4.0)

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -259,16 +260,27 @@ def bench_table(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, R
     return table
 
 
+def name_batch(layer: str) -> int | None:
+    """The batch a layer's name ends with (r50_s4_3x3_b32, vgg16_features_0_b8: the tables' convention),
+    or None."""
+    match = re.search(r"_b(\d+)$", layer)
+    return int(match.group(1)) if match else None
+
+
 def ratio_line(label: str, pairs: dict[str, float]) -> str:
-    """One summary line of ratios per layer (against cuDNN or cuBLAS): geometric means over all layers,
-    batch 32 and batch 1, how many are within 5 %, the worst, and those above ABOVE (named when few)."""
-    batch32 = [r for layer, r in pairs.items() if layer.endswith("_b32")]
-    batch1 = [r for layer, r in pairs.items() if layer.endswith("_b1")]
+    """One summary line of ratios per layer (against cuDNN or cuBLAS): geometric means over all layers
+    and per batch (largest first, by the name's _b<N>), how many are within 5 %, the worst, and those
+    above ABOVE (named when few)."""
+    by_batch: dict[int, list[float]] = {}
+    for layer, r in pairs.items():
+        batch = name_batch(layer)
+        if batch is not None:
+            by_batch.setdefault(batch, []).append(r)
     worst = max(pairs, key=pairs.get)
     above = sorted(layer for layer, r in pairs.items() if r > ABOVE)
     named = f" ({', '.join(f'{layer} {pairs[layer]:.2f}' for layer in above)})" if 0 < len(above) <= 8 else ""
     batches = "; ".join(f"batch {batch}: {geometric_mean(ratios):.3f} over {len(ratios)}"
-                        for batch, ratios in (("32", batch32), ("1", batch1)) if ratios)
+                        for batch, ratios in sorted(by_batch.items(), reverse=True))
     return (f"{label}: geometric mean {geometric_mean(list(pairs.values())):.3f} over {len(pairs)} layers"
             f"{f' ({batches})' if batches else ''}; within 5 %: {sum(r <= 1.05 for r in pairs.values())}; "
             f"worst {worst} {pairs[worst]:.2f}; above {ABOVE}: {len(above)}{named}")
@@ -435,10 +447,12 @@ def fused_table(measured: dict) -> Table | None:
     return table
 
 
-def one_run_summary(measured: dict) -> list[str]:
+def one_run_summary(measured: dict, only: set[str] | None = None) -> list[str]:
     """The 'tuned' step's figures: best.yaml's kernels against cuDNN and cuBLAS timed in the same run (bare
-    convolutions), and against PyTorch eager and torch.compile (layers with an epilogue)."""
-    rows = measured.get("one_run") or {}
+    convolutions), and against PyTorch eager and torch.compile (layers with an epilogue); of every
+    layer bench.yaml's one run holds, or of the layers `only` names (labelled so)."""
+    rows = {name: row for name, row in (measured.get("one_run") or {}).items() if only is None or name in only}
+    which = "" if only is None else f" (the {len(rows)} layers of this call)"
     lines = []
     for baseline, name, fused in (("cudnn_us", "cuDNN", False), ("cublas_us", "cuBLAS", False),
                                   ("eager_us", "PyTorch eager", True), ("compiled_us", "torch.compile", True),
@@ -446,7 +460,7 @@ def one_run_summary(measured: dict) -> list[str]:
         pairs = {layer: row["tuned_us"] / row[baseline] for layer, row in rows.items()
                  if row.get("tuned_us") and row.get(baseline) and bool(row.get("epilogue")) == fused}
         if pairs:
-            lines.append(ratio_line(f"one run, best.yaml's kernels / {name} timed beside them", pairs))
+            lines.append(ratio_line(f"one run{which}, best.yaml's kernels / {name} timed beside them", pairs))
     return lines
 
 
@@ -513,7 +527,8 @@ def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tune.py bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", help=f"comma-separated suite or patterns (default when measuring: "
-                                         f"{','.join(SUITE)}; with --replay-only: every layer with a landscape)")
+                                         f"{','.join(SUITE)}, or every layer of a --layers-file that does not "
+                                         "hold them; with --replay-only: every layer with a landscape)")
     parser.add_argument("--family", help="comma-separated families whose landscapes to measure or replay "
                                          f"(default: all, {','.join(registry.names())})")
     parser.add_argument("--space-file", type=Path, action="append",
@@ -600,6 +615,12 @@ def landscape_spaces(family_text: str | None, space_files: list[Path] | None) ->
     return {space.family: space for space in chosen_spaces(family_text, files)}
 
 
+def default_layers(table: dict[str, Layer]) -> list[str]:
+    """What the GPU steps measure without --layers: SUITE, the landscapes' layers, from the layer table
+    that holds them; from another table (--layers-file search_spaces/suite.yaml) every layer of it."""
+    return list(SUITE) if all(name in table for name in SUITE) else list(table)
+
+
 def tuned_times(folder: Path) -> dict[str, float]:
     if not (folder / BEST_FILE).exists():
         return {}
@@ -620,7 +641,7 @@ def main(argv: list[str], console: Console) -> int:
         recorded = recorded_layer_names(gpu_dir(args.results_dir, device.slug))
         default = [name for name in table if name in recorded]
     else:
-        default = list(SUITE)
+        default = default_layers(table)
     names = args.layers.split(",") if args.layers else default
     layers = list({layer.name: layer for name in names if name.strip()
                    for layer in matching_layers(table, name.strip())}.values())
@@ -629,6 +650,10 @@ def main(argv: list[str], console: Console) -> int:
         device, measured = measure_on_gpu(layers, spaces, product, args, console)
         if "tuned" in args.steps:
             print_one_run(measured, console)
+            chosen = {layer.name for layer in layers}
+            if set(measured.get("one_run") or {}) - chosen:  # earlier runs' layers too: these alone as well
+                for line in one_run_summary(measured, chosen):
+                    console.print(line)
     if args.measure_only or args.compile_only:
         return 0
     ceilings = bench_ceilings(measured)

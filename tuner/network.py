@@ -296,22 +296,31 @@ def _named(problems: dict[ConvProblem, list[str]], network: str) -> tuple[Import
     return tuple(layers)
 
 
+# The `defaults:` line of a written layers file: the types every imported problem has.
+LAYERS_DEFAULTS = ("defaults: {pad: 0, stride: 1, dilation: 1, input_type: f16, filter_type: f16, output_type: f16, "
+                   "accumulator_type: f32}")
+
+
+def layer_entry(name: str, p: ConvProblem) -> str:
+    """One layer of a layers file under LAYERS_DEFAULTS, on one line: every shape field, the epilogue
+    where there is one."""
+    fields = f"n: {p.n}, h: {p.h}, w: {p.w}, c: {p.c}, k: {p.k}, r: {p.r}, s: {p.s}, pad: {p.pad}, " \
+             f"stride: {p.stride}, dilation: {p.dilation}"
+    if p.epilogue.fused:
+        fields += f", epilogue: {p.epilogue.key}"
+    return f"  {name}: {{{fields}}}"
+
+
 def write_layers(network: Network, path: Path) -> None:
     """A layers.yaml the rest of the tool takes as it is (each layer's count and nodes as comments)."""
     from tuner.results import atomic_write
 
     lines = ["# Convolutions imported by cutlass-conv-tuner (tuner/network.py): one entry per distinct problem.",
-             "defaults: {pad: 0, stride: 1, dilation: 1, input_type: f16, filter_type: f16, output_type: f16, "
-             "accumulator_type: f32}", "layers:"]
+             LAYERS_DEFAULTS, "layers:"]
     for layer in network.layers:
-        p = layer.problem
-        fields = f"n: {p.n}, h: {p.h}, w: {p.w}, c: {p.c}, k: {p.k}, r: {p.r}, s: {p.s}, pad: {p.pad}, " \
-                 f"stride: {p.stride}, dilation: {p.dilation}"
-        if p.epilogue.fused:
-            fields += f", epilogue: {p.epilogue.key}"
         nodes = ", ".join(layer.nodes[:6]) + (f", ... ({layer.count} in all)" if layer.count > 6 else "")
         lines.append(f"  # x{layer.count}: {nodes}")
-        lines.append(f"  {layer.name}: {{{fields}}}")
+        lines.append(layer_entry(layer.name, layer.problem))
     for item in network.unsupported:
         lines.append(f"  # not tuned: {item.node}: {item.reason}")
     atomic_write(path, "\n".join(lines) + "\n")

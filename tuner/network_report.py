@@ -20,7 +20,8 @@ from rich.table import Table
 from tuner.epilogue import Epilogue
 from tuner.network import ImportedLayer, Network
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.results import best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir
+from tuner.problem import ConvProblem
+from tuner.results import BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,8 +66,20 @@ def _figure(record: dict, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def timed_names(entries: dict[str, BestEntry], one_run: dict) -> dict[ConvProblem, str]:
+    """The layer that holds each problem: best.yaml's first, unless only a later one was timed in the
+    one run (a problem tuned under two names, e.g. vgg11_b32_features_0 and the suite's
+    vgg16f_features_0_b32, benched under the second)."""
+    named = names_by_problem(entries)
+    for name, entry in entries.items():
+        if name in one_run and named[entry.problem] not in one_run:
+            named[entry.problem] = name
+    return named
+
+
 def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
-    entries, one_run = names_by_problem(best_entries(folder)), _one_run(folder)
+    one_run = _one_run(folder)
+    entries = timed_names(best_entries(folder), one_run)
     reports = []
     for layer in network.layers:
         bare = replace(layer.problem, epilogue=Epilogue())
