@@ -120,14 +120,17 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 
-@pytest.mark.parametrize("kernel_case, layer_epilogue", [
-    ("conv_bn_silu", "scale+bias+gelu"),       # SiLU where the layer has GELU
-    ("conv_bn_relu", "scale+bias"),             # a ReLU the layer does not have
-    ("gemm_bn_residual_relu", "scale+bias+residual+silu"),  # ReLU where the layer has SiLU
+@pytest.mark.parametrize("kernel_case, layer_epilogue, margin", [
+    # SiLU where the layer has GELU: close functions (the H100 measured a relative error of 0.012, 6x the
+    # tolerance), rejected all the same
+    ("conv_bn_silu", "scale+bias+gelu", 2),
+    ("conv_bn_silu", "scale+bias", 10),                  # a SiLU the layer does not have
+    ("conv_bn_relu", "scale+bias", 10),                  # a ReLU the layer does not have
+    ("gemm_bn_residual_relu", "scale+bias+residual+silu", 10),  # ReLU where the layer has SiLU
 ])
-def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, compiled, worker):
+def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
     layer = with_epilogue(kernel_problem, layer_epilogue)
     answer = worker.request(request(compiled[kernel_case], layer))
     assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
-    assert answer["error"] > 10 * TOLERANCE[layer.output_type]
+    assert answer["error"] > margin * TOLERANCE[layer.output_type]
