@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import subprocess
 import tempfile
@@ -166,6 +167,11 @@ class Compiler:
         self.cache_dir = cache_dir or default_cache_dir()
         self.jobs = jobs or default_jobs()
         self.kernels_per_unit = kernels_per_unit
+        self.builders = BuilderPool()
+
+    def close(self) -> None:
+        """Ends the long-lived builders (they also end with this process)."""
+        self.builders.close()
 
     def flags(self, config: KernelConfig) -> list[str]:
         return nvcc_flags(registry.family_of(config).arch_flags(self.device))
@@ -217,6 +223,9 @@ class Compiler:
         (scratch / source_file).write_text(source)
         started = time.monotonic()
         command = list(request.command) if request else ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
+        if request and request.serve_command:
+            log, failed, transient = self.builders.build(request, scratch, COMPILE_TIMEOUT_S)
+            return self._settle_build(scratch, log, failed, transient, time.monotonic() - started, request)
         try:
             completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
                                        timeout=COMPILE_TIMEOUT_S)
@@ -228,7 +237,11 @@ class Compiler:
                 log = f"nvcc killed by signal {-completed.returncode}\n" + log
         except subprocess.TimeoutExpired:
             log, failed, transient = f"nvcc timed out after {COMPILE_TIMEOUT_S} s", True, True
-        seconds = time.monotonic() - started
+        return self._settle_build(scratch, log, failed, transient, time.monotonic() - started, request)
+
+    @staticmethod
+    def _settle_build(scratch: Path, log: str, failed: bool, transient: bool, seconds: float,
+                      request: BuildRequest | None) -> tuple[Path | None, str, bool, float]:
         if transient:  # not the source's fault: cache nothing, retry next time
             shutil.rmtree(scratch, ignore_errors=True)
             return None, log, True, seconds
@@ -316,6 +329,52 @@ class Compiler:
                 for future in as_completed(futures):
                     on_done(future.result())
             return [future.result() for future in futures]
+
+
+class BuilderPool:
+    """Long-lived builders (BuildRequest.serve_command), started as builds need them and kept for the next
+    one: each imports its toolchain once. One JSON line a job each way: {"folder", "source_file"} in,
+    {"rc", "log"} out. A builder that dies or overruns the timeout is killed, and its job is a transient
+    failure (built again later, not cached)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle: dict[tuple[str, ...], list[subprocess.Popen]] = {}
+
+    def build(self, request: BuildRequest, folder: Path, timeout_s: float) -> tuple[str, bool, bool]:
+        """(log, failed, transient) of building `request` in `folder`."""
+        command = request.serve_command
+        with self.lock:
+            process = self.idle.get(command, []).pop() if self.idle.get(command) else None
+        if process is None:
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        try:
+            process.stdin.write(json.dumps({"folder": str(folder), "source_file": request.source_file}) + "\n")
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+            line = process.stdout.readline() if ready else ""
+            answer = json.loads(line) if line else None
+        except (OSError, ValueError):
+            answer = None
+        if not isinstance(answer, dict) or not isinstance(answer.get("log"), str):
+            process.kill()
+            process.wait()
+            return f"the builder gave no answer in {timeout_s:.0f} s (or died): killed", True, True
+        with self.lock:
+            self.idle.setdefault(command, []).append(process)
+        return answer["log"], answer.get("rc") != 0, False
+
+    def close(self) -> None:
+        with self.lock:
+            processes = [p for group in self.idle.values() for p in group]
+            self.idle.clear()
+        for process in processes:
+            process.stdin.close()  # a builder ends at the end of its input
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 class CompileQueue:

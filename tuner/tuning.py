@@ -282,6 +282,7 @@ class TuningSession:
 
     def close(self) -> None:
         self.evaluator.close()
+        self.compiler.close()
 
     def tune_layer(self, layer: Layer) -> LayerOutcome:
         entries = best_entries(self.folder)

@@ -211,3 +211,45 @@ def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer():
 def test_dsl_version_is_cached_and_text_or_none():
     version = dsl_version()
     assert version is None or isinstance(version, str)
+
+
+FAKE_SERVER = """
+import json, pathlib, sys
+for line in sys.stdin:
+    job = json.loads(line)
+    folder = pathlib.Path(job["folder"])
+    spec = json.loads((folder / job["source_file"]).read_text())
+    if spec["tile"]["tile_n"] == 64:
+        sys.exit(3)  # dies mid-job
+    if spec["tile"]["tile_n"] == 256:
+        print(json.dumps({"rc": 1, "log": "build failed: this builder refuses tile N 256"}), flush=True)
+        continue
+    (folder / "candidate.so").write_bytes(b"built by a server")
+    (folder / "ptxas.txt").write_text("ptxas info    : Used 96 registers, 0 bytes smem\\n")
+    print(json.dumps({"rc": 0, "log": "pid %d" % __import__("os").getpid()}), flush=True)
+"""
+
+
+def test_a_long_lived_builder_builds_kernel_after_kernel_and_a_dead_one_is_transient(tmp_path, monkeypatch):
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+
+    def request(self, config):
+        return BuildRequest(config.build_spec().to_json(), "spec.json", ("false",), "fake 2",
+                            serve_command=(sys.executable, str(script)))
+
+    monkeypatch.setattr(Sm90DslFamily, "build_request", request)
+    compiler = Compiler(H100, tmp_path / "cache", jobs=1)
+    try:
+        first, second = (compiler.compile(make_config(CONV, params(tile_q=q))) for q in (8, 32))
+        assert first.ok and second.ok and first.library.read_bytes() == b"built by a server"
+        assert first.ptxas.registers == 96
+        assert len(compiler.builders.idle[(sys.executable, str(script))]) == 1  # one process served both
+        refused = compiler.compile(make_config(CONV, params(tile="128x256x64")))
+        assert not refused.ok and not refused.transient and "refuses tile N 256" in refused.error
+        died = compiler.compile(make_config(CONV, params(tile="128x64x64")))
+        assert not died.ok and died.transient and "no answer" in died.error
+        assert not compiler.cached(make_config(CONV, params(tile="128x64x64")))  # tried again next time
+    finally:
+        compiler.close()
+    assert not compiler.builders.idle

@@ -19,7 +19,7 @@ from tuner.problem import ConvProblem
 
 INSTALL_HINT = "pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
 # What the compiled kernel depends on besides its build spec: a change to any of them is a new kernel.
-BUILDER_SOURCES = ("kernel.py", "build.py", "spec.py", "entry.c.in")
+BUILDER_SOURCES = ("kernel.py", "build.py", "spec.py", "entry.c.in", "serve.py")
 
 
 @lru_cache(maxsize=1)
@@ -88,7 +88,8 @@ class Sm90DslFamily(Family):
             raise SpaceError(f"{self.name} kernels need the CuTe DSL: {INSTALL_HINT}")
         return BuildRequest(source=config.build_spec().to_json() + "\n", source_file="spec.json",
                             command=(sys.executable, "-m", "tuner.families.sm90_dsl.build", "spec.json", "."),
-                            toolchain=f"nvidia-cutlass-dsl {version}; builder {builder_digest()}")
+                            toolchain=f"nvidia-cutlass-dsl {version}; builder {builder_digest()}",
+                            serve_command=(sys.executable, "-m", "tuner.families.sm90_dsl.serve"))
 
     def arch_flags(self, device: DeviceFacts) -> list[str]:
         return []

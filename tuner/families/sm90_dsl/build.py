@@ -253,16 +253,21 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"cannot read {args.spec}: {error.strerror}", file=sys.stderr)
         return 1
+    rc, log = run_build(text, args.out_dir)
+    print(log, file=sys.stderr if rc else sys.stdout)
+    return rc
+
+
+def run_build(spec_text: str, out_dir: Path) -> tuple[int, str]:
+    """build(), as a process answers it: 0 and the seconds spent, or 1 and one line saying why (the
+    command line above and the long-lived builder, serve.py, both answer so)."""
     try:
-        info = build(text, args.out_dir)
+        info = build(spec_text, out_dir)
     except BuildError as error:
-        print(f"build failed: {error}", file=sys.stderr)
-        return 1
+        return 1, f"build failed: {error}"
     except Exception as error:  # a DSL failure outside compile: still one line
-        print(f"build failed: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return 1
-    print(json.dumps(info["seconds"]))
-    return 0
+        return 1, f"build failed: {type(error).__name__}: {_first_line(error)}"
+    return 0, json.dumps(info["seconds"])
 
 
 if __name__ == "__main__":
