@@ -104,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--layers-file", type=Path, default=REPO / "search_spaces" / "layers.yaml",
                         help="layer table (default search_spaces/layers.yaml)")
     parser.add_argument("--family", help="comma-separated kernel families to search (default: every family this GPU "
-                                         f"and the layer allow; known: {', '.join(registry.names())})")
+                                         "and the layer allow, less those a family that runs the layer supersedes: "
+                                         "sm90_dsl, where installed, in place of sm90_conv and sm90_gemm; known: "
+                                         f"{', '.join(registry.names())})")
     parser.add_argument("--space-file", type=Path, action="append",
                         help="a family's search space, in place of search_spaces/<family>.yaml (repeatable, one "
                              "per family; the file's 'family:' key says whose)")
@@ -172,7 +174,8 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
                          cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id,
-                         prior=args.prior, skip_tuned_problems=args.onnx is not None or args.torchvision is not None)
+                         prior=args.prior, skip_tuned_problems=args.onnx is not None or args.torchvision is not None,
+                         prefer_superseding=not args.family)
 
 
 def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:

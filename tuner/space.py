@@ -162,5 +162,14 @@ def layer_space(spaces: tuple[SearchSpace, ...], problem: ConvProblem, device: D
     return JointSpace(tuple(sorted(runnable, key=lambda s: s.family)))
 
 
+def without_superseded(joint: JointSpace) -> tuple[JointSpace, tuple[str, ...]]:
+    """The joint space less the families another family of it supersedes (Family.supersedes), and those
+    left out."""
+    superseded = {name for family in joint.families for name in registry.get(family).supersedes} & set(joint.families)
+    if not superseded:
+        return joint, ()
+    return joint.only(tuple(f for f in joint.families if f not in superseded)), tuple(sorted(superseded))
+
+
 def joint_valid_configs(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
     return [config for space in joint.spaces for config in valid_configs(space, problem, device)]

@@ -28,7 +28,7 @@ from tuner.replay import fastest_recorded
 from tuner.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
                            study_storage, update_best)
 from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
-                         static_problems)
+                         static_problems, without_superseded)
 from tuner.status import Status
 from tuner.study import (TrialRecord, StudyRunner, fail_orphans, open_study, params_key, ranked, recorded_trials,
                          stop_if_requested, study_name)
@@ -58,6 +58,8 @@ class TuningOptions:
     # An imported network's layer whose problem another best.yaml entry already holds (the r50 table's,
     # another network's) is not tuned again: the report and the export find that entry by its problem.
     skip_tuned_problems: bool = False
+    # No --family: a family that supersedes others (Family.supersedes) searches a layer it runs alone.
+    prefer_superseding: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,12 @@ class TuningSession:
             self.console.print(f"[bold]{layer.name}[/]: finished earlier in run {run_id}")
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
         joint = layer_space(self.spaces, layer.problem, self.device)
+        if self.options.prefer_superseding:
+            joint, left_out = without_superseded(joint)
+            if left_out:
+                self.console.print(f"{', '.join(left_out)} left out: {', '.join(joint.families)} builds the same "
+                                   "kind of kernel for this layer in a second (--family names them to search them)",
+                                   highlight=False)
         valid = joint_valid_configs(joint, layer.problem, self.device)
         report.print_space(self.console, layer.name, layer.problem, joint, valid)
         study = open_study(study_name(self.device, layer.name, layer.problem, joint), self.storage, self.options.seed,

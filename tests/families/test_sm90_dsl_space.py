@@ -253,3 +253,17 @@ def test_a_long_lived_builder_builds_kernel_after_kernel_and_a_dead_one_is_trans
     finally:
         compiler.close()
     assert not compiler.builders.idle
+
+
+def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
+    from tuner.space import JointSpace, layer_space, without_superseded
+
+    spaces = tuple(load_space(REPO / "search_spaces" / f"{f}.yaml") for f in ("sm80", "sm90_conv", "sm90_dsl",
+                                                                               "sm90_gemm"))
+    joint, left_out = without_superseded(layer_space(spaces, GEMM, H100))
+    assert joint.families == ("sm80", "sm90_dsl") and left_out == ("sm90_conv", "sm90_gemm")
+    strided = replace(CONV, stride=2)  # the DSL does not run it: nothing is left out
+    joint, left_out = without_superseded(layer_space(spaces, strided, H100))
+    assert "sm90_conv" in joint.families and left_out == ()
+    only_cpp = JointSpace(tuple(s for s in spaces if s.family != "sm90_dsl"))
+    assert without_superseded(only_cpp) == (only_cpp, ())
