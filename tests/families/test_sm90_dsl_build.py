@@ -82,11 +82,11 @@ def test_abi_answers_without_a_gpu(tmp_path):
 
 @pytest.mark.parametrize("text, reason", [
     ("{not json", "malformed"),
-    (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="pingpong")).to_json(), "pingpong"),
-    (BuildSpec(ProblemSpec(1, 8, 8, 64, 64, 3, 3, 1, 2, 1), EpilogueSpec(),
+    (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(256, 64, 64, schedule="pingpong")).to_json(), "pingpong"),
+    (BuildSpec(ProblemSpec(1, 9, 9, 64, 64, 3, 3, 1, 3, 1), EpilogueSpec(),
                TileSpec(128, 64, 64, tile_q=8)).to_json(), "stride"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="single")).to_json(), "tile_m"),
-], ids=["malformed", "pingpong", "stride2", "single_tile_m"])
+], ids=["malformed", "pingpong_tile_m", "stride3", "single_tile_m"])
 def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
     result = run_build(text, tmp_path)
     assert result.returncode == 1

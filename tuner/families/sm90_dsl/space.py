@@ -125,11 +125,13 @@ class Sm90DslConfig:
         return self.input_type.bytes * self.tile.k * (self.tile.m + self.tile.n)
 
     def epilogue_bytes(self) -> int:
-        """The output subtiles staged for the TMA store (a residual's beside them) and the vectors."""
-        consumers = CONSUMER_WARPGROUPS[self.schedule]
-        subtile = min(self.tile.m, 64 * consumers) * min(self.tile.n, 32) * self.output_type.bytes * 2
+        """The output subtiles staged for the TMA store (a residual's beside them) and the vectors; in
+        pingpong each consumer warpgroup has its own."""
+        groups = 2 if self.schedule is Schedule.pingpong else 1
+        subtile = self.tile.m * min(self.tile.n, 32) * self.output_type.bytes * 2
         vectors = 2 * self.tile.n * 4 if (self.fusion.scale or self.fusion.bias) else 0
-        return subtile * (2 if self.fusion.residual else 1) + vectors
+        residual = self.tile.m * self.tile.n * self.output_type.bytes if self.fusion.residual else 0
+        return (subtile + residual + vectors) * groups
 
     @property
     def auto_stage_count(self) -> int:
@@ -180,8 +182,17 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
     def waste(q: int) -> tuple[float, int]:
         box = conv_box(shape, tile_m, q)
         return (-box.useful_fraction(shape), -q)
-    usable = [q for q in TILE_QS if tile_m % q == 0 and q != shape.w and conv_box(shape, tile_m, q).rows_p != shape.h]
+    widths, heights = phase_extents(shape.w, shape), phase_extents(shape.h, shape)
+    usable = [q for q in TILE_QS if tile_m % q == 0 and q not in widths
+              and conv_box(shape, tile_m, q).rows_p not in heights]
     return min(usable, key=waste) if usable else TILE_QS[0]
+
+
+def phase_extents(extent: int, shape: ProblemSpec) -> set[int]:
+    """The extents of the input views a stride-`stride` kernel reads along an axis of `extent` (one view per
+    stride phase, every `stride`-th row or column; the input itself at stride 1). A TMA box side equal to
+    one of them merges with the next mode and loses the padding."""
+    return {-(-(extent - phase) // shape.stride) for phase in range(min(shape.stride, extent))}
 
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
@@ -225,6 +236,7 @@ def layer_problem(problem: ConvProblem) -> str | None:
     if problem.k % CHANNEL_MULTIPLE:
         return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
     if problem.stride > 1:
+        # kernel.py builds stride 2 (one TMA view per stride phase); refused until it validates on the H100
         return f"sm90_dsl runs stride-1 convolutions only; this one has stride {problem.stride}"
     return None
 
@@ -233,7 +245,10 @@ def layer_problem(problem: ConvProblem) -> str | None:
 def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     m, n, k = config.tile.m, config.tile.n, config.tile.k
     consumers = CONSUMER_WARPGROUPS[config.schedule]
-    if m != 64 * consumers:
+    if config.schedule is Schedule.pingpong:
+        if m not in (64, 128):
+            return f"tile M={m} must be 64 or 128 with the pingpong schedule: each consumer warpgroup has a whole tile"
+    elif m != 64 * consumers:
         return (f"tile M={m} must be {64 * consumers} with the {config.schedule.value} schedule: the kernel gives "
                 "each consumer warpgroup 64 rows (one wgmma)")
     if n % 16 or not 16 <= n <= 256:
@@ -251,9 +266,11 @@ def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         return None
     if config.tile.m % config.columns:
         return f"tile_q={config.columns} must divide tile M={config.tile.m}"
-    if config.columns == config.shape.w or config.box.rows_p == config.shape.h:
+    widths, heights = phase_extents(config.shape.w, config.shape), phase_extents(config.shape.h, config.shape)
+    if config.columns in widths or config.box.rows_p in heights:
         return (f"a box of {config.columns} columns x {config.box.rows_p} rows has a side equal to the input's "
-                f"{config.shape.w}x{config.shape.h}: its TMA dimensions would merge and lose the padding")
+                f"{config.shape.w}x{config.shape.h} (or a stride-{config.shape.stride} view of it): its TMA "
+                "dimensions would merge and lose the padding")
     if max(config.columns, config.box.rows_p, config.box.images_n) > MAX_TMA_BOX:
         return f"a TMA box spans at most {MAX_TMA_BOX} elements a dimension"
     if config.columns >= 4 * config.shape.q and config.columns > 8:
@@ -282,7 +299,9 @@ def _check_shared_memory(config: Sm90DslConfig, device: DeviceFacts) -> str | No
 
 def _check_schedule(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     if config.schedule is Schedule.pingpong:
-        return "the ping-pong schedule is not built yet in the sm90_dsl kernel (single and cooperative are)"
+        # kernel.py builds it (a whole 64- or 128-row tile per consumer warpgroup); its first H100 run failed
+        # to launch (unspecified launch failure), so it stays refused until it validates
+        return "the ping-pong schedule is not built yet in the sm90_dsl kernel: built, not validated on the H100"
     return None
 
 
