@@ -2,7 +2,8 @@
 One header per GPU, each in its own namespace; a build includes the header of the GPU it targets
 (or several, and picks at run time with matches_device). Every string from best.yaml reaches C++
 as an escaped literal and every number as a checked integer or float; names become identifiers
-only through cpp_identifier."""
+only through cpp_identifier. sm90_dsl layers are CuTe DSL objects, built beside the header into
+dsl/libtuned_dsl.a (tuner/dsl_export.py) and declared in it against their C entry points."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,10 @@ from pathlib import Path
 
 from tuner.codegen import TEMPLATES, include_lines, problem_struct
 from tuner.families import registry
-from tuner.families.base import KernelConfig, read_template
+from tuner import dsl_export
+from tuner.families.base import CppPieces, KernelConfig, read_template
 from tuner.problem import ConvProblem
-from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, read_best
+from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, read_best, replacing
 from tuner.space import entry_config
 
 HEADER_FILE = "best_configs.h"
@@ -100,32 +102,40 @@ def node_rows(nodes: list[tuple[str, ConvProblem]], layers: list[tuple[str, Conv
     return [f"    {{{cpp_string(node)}, {index_of.get(problem, -1)}}}," for node, problem in nodes]
 
 
-def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), network: str = "") -> str:
+def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), network: str = "",
+                  dsl_version: str | None = None) -> str:
+    """The header's text. A layer of an object family (sm90_dsl) is declared against its entry-point table in
+    dsl/libtuned_dsl.a, which export_header builds; `dsl_version` names the DSL that builds it (default: the
+    installed one)."""
     device, toolchain, layers = document.get("device"), document.get("toolchain") or {}, document["layers"]
     if not device or not layers:
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
     aliases, rows, for_each, families, configs, problems = [], [], [], {}, {}, []
+    dsl_layers = 0
     alias_of = layer_aliases(sorted(map(str, layers)))
+    namespace = cpp_identifier(str(device.get("slug", "")))
     for index, (name, raw) in enumerate(sorted(layers.items())):
         entry = BestEntry.parse(str(name), raw)
         problem = entry.problem
         problems.append((name, problem))
         config = entry_config(entry, name, problem)
         family = registry.family_of(config)
-        if not family.emits_cpp:
-            raise ResultsError(f"best.yaml: layer {name!r} holds a {family.name} kernel, which the C++ header "
-                               "cannot take yet; export the other layers by tuning this one with --family "
-                               "set to the C++ families")
-        families[family.name] = family
-        configs.setdefault(family.name, []).append(config)
         alias = alias_of[str(name)]
-        aliases.append(family.kernel_alias(config, alias))
-        aliases.append(f"using {alias}_runner = {family.cpp().runner_class}<{alias}>;\n")
+        if dsl_export.is_object_family(config):  # a CuTe DSL kernel: an object in dsl/, not a template
+            dsl_layers += 1
+            aliases.append(dsl_export.kernel_declaration(config, alias, dsl_export.dsl_symbol(namespace, alias)))
+        else:
+            families[family.name] = family
+            configs.setdefault(family.name, []).append(config)
+            aliases.append(family.kernel_alias(config, alias))
+            aliases.append(f"using {alias}_runner = {family.cpp().runner_class}<{alias}>;\n")
         rows.append(_row(name, entry, problem, config))
         for_each.append(f"  X({alias}_runner, {index})")
     pieces = [family.cpp(configs[name]) for name, family in families.items()]
+    if dsl_layers:
+        runner = dsl_export.runner_source(dsl_version or dsl_export.installed_dsl_version())
+        pieces.append(CppPieces(dsl_export.INCLUDES, (runner,), "DslRunner"))
     includes = tuple(dict.fromkeys(header for piece in pieces for header in piece.includes))
-    namespace = cpp_identifier(str(device.get("slug", "")))
     try:
         major, minor = (int(part) for part in str(device["compute_capability"]).split("."))
     except (KeyError, ValueError):
@@ -150,10 +160,41 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
     )
 
 
-def export_header(folder: Path, nodes: list[tuple[str, ConvProblem]] = (), network: str = "") -> Path:
-    """`nodes`: a network's convolutions (node name, problem) for the header's node table."""
+def object_layers(document: dict) -> list[dsl_export.ObjectLayer]:
+    """The layers whose kernels reach the header as built objects (sm90_dsl), in kLayers' order."""
+    layers = document.get("layers") or {}
+    alias_of = layer_aliases(sorted(map(str, layers)))
+    found = []
+    for name, raw in sorted(layers.items()):
+        entry = BestEntry.parse(str(name), raw)
+        config = entry_config(entry, name, entry.problem)
+        if dsl_export.is_object_family(config):
+            found.append(dsl_export.ObjectLayer(str(name), alias_of[str(name)], config))
+    return found
+
+
+def export_header(folder: Path, nodes: list[tuple[str, ConvProblem]] = (), network: str = "",
+                  cache_dir: Path | None = None) -> Path:
+    """`nodes`: a network's convolutions (node name, problem) for the header's node table. sm90_dsl layers'
+    kernels are built again through the compile cache (`cache_dir`, default the tuner's) into
+    dsl/libtuned_dsl.a beside the header. Everything is checked and built before anything is written: a layer
+    that cannot be exported is one ResultsError naming it, and the header and library stay as they were."""
     if not (folder / BEST_FILE).exists():
         raise ResultsError(f"{folder / BEST_FILE} not found: tune a layer on this GPU first, or pass --gpu SLUG")
+    document = read_best(folder)
     path = folder / HEADER_FILE
-    atomic_write(path, render_header(read_best(folder), nodes, network))
+    built = object_layers(document)
+    if not built:
+        text = render_header(document, nodes, network)
+        atomic_write(path, text)
+        dsl_export.install_library(None, folder)
+        return path
+    dsl_export.check_toolchain(built)
+    text = render_header(document, nodes, network, dsl_export.installed_dsl_version())
+    namespace = cpp_identifier(str(document["device"].get("slug", "")))
+    with dsl_export.scratch_folder(folder) as scratch:
+        archive = dsl_export.build_library(built, namespace, document, cache_dir, Path(scratch))
+        with replacing(path) as handle:  # the header goes in right after its library
+            handle.write(text)
+            dsl_export.install_library(archive, folder)
     return path

@@ -192,8 +192,12 @@ def test_the_compiler_runs_the_family_builder_and_caches_its_answer(tmp_path, mo
     assert again.compile(bad).cached and not again.compile(bad).ok
 
 
-def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer():
-    from tuner.export import render_header
+def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, monkeypatch):
+    """Without the DSL a DSL layer cannot be built again for the header: one line, and nothing written
+    (tests/test_export_dsl.py has the export itself)."""
+    import yaml
+
+    from tuner.export import export_header
     from tuner.results import ResultsError
 
     config = make_config(CONV, params())
@@ -203,9 +207,13 @@ def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer():
              "date": "2026-11-24"}
     document = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3",
                            "compute_capability": "9.0", "sm_count": 132}, "layers": {"suite_layer": entry}}
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump(document))
+    monkeypatch.setattr(Sm90DslFamily, "toolchain_problem", lambda self: "the CuTe DSL is not installed: pip install")
     with pytest.raises(ResultsError) as error:
-        render_header(document)
+        export_header(tmp_path, cache_dir=tmp_path / "cache")
     assert "suite_layer" in str(error.value) and "sm90_dsl" in str(error.value) and "\n" not in str(error.value)
+    assert "not installed" in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml"]
 
 
 def test_dsl_version_is_cached_and_text_or_none():
