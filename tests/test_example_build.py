@@ -78,3 +78,37 @@ def test_missing_header_is_a_clear_configure_error(tmp_path):
     assert configured.returncode != 0
     assert "Tuned header not found" in configured.stderr
     assert "python tune.py export" in configured.stderr
+
+
+@needs_toolchain
+def test_example_builds_with_a_dsl_layer_beside_a_cpp_layer(tmp_path):
+    """A header with a CuTe DSL layer (sm90_dsl) and a CUTLASS one: `tune.py export` builds dsl/libtuned_dsl.a
+    beside it, CMake finds the DSL runtime through this interpreter and links both into the example."""
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pip install -e '.[dsl]')")
+    from test_export_dsl import mixed, write_best
+    from tuner.export import export_header
+
+    shutil.copytree(EXAMPLE, tmp_path / "examples" / "cpp", ignore=shutil.ignore_patterns("build*"))
+    folder = write_best(tmp_path / "results" / GPU, mixed())
+    export_header(folder, cache_dir=tmp_path / "cache")
+    build = tmp_path / "build"
+    configured = _configure(tmp_path / "examples" / "cpp", build)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    assert "CuTe DSL layers:" in configured.stdout and "libcuda_dialect_runtime_static.a" in configured.stdout
+    built = _cmake("--build", str(build), "-j", str(os.cpu_count() or 2), timeout=900)
+    assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
+    assert os.access(build / "tuned_convs", os.X_OK)
+
+
+@needs_toolchain
+def test_a_dsl_header_without_its_library_is_a_clear_configure_error(tmp_path):
+    from test_export_dsl import mixed
+
+    shutil.copytree(EXAMPLE, tmp_path / "examples" / "cpp", ignore=shutil.ignore_patterns("build*"))
+    header = tmp_path / "results" / GPU / HEADER_FILE
+    header.parent.mkdir(parents=True)
+    header.write_text(render_header(mixed(), dsl_version="4.8.1"))  # rendered, not exported: no library
+    configured = _configure(tmp_path / "examples" / "cpp", tmp_path / "build")
+    assert configured.returncode != 0
+    assert "dsl/libtuned_dsl.a: not found" in configured.stderr.replace("\n  ", " ")
+    assert "python tune.py export" in configured.stderr

@@ -1,5 +1,5 @@
-// Runs every layer of a cutlass-conv-tuner header through its tuned CUTLASS kernel type: checks the
-// output against CUTLASS's device reference, times it the way the tuner does (a CUDA graph of launches
+// Runs every layer of a cutlass-conv-tuner header through its tuned kernel (a CUTLASS type, or a CuTe DSL
+// object's entry points behind the same runner interface): checks the output against CUTLASS's device reference, times it the way the tuner does (a CUDA graph of launches
 // rotating over copies larger than 3x L2, events, median per launch) and compares with the table.
 //
 //   ./tuned_convs [--max-deviation 0.10] [--layer NAME] [--seed N]
