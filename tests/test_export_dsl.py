@@ -132,7 +132,7 @@ def results(tmp_path) -> Path:
 
 
 def run_export(results: Path, capsys) -> tuple[int, list[str]]:
-    code = cli_main(["export", "--results-dir", str(results.parent)])
+    code = cli_main(["export", "--results-dir", str(results.parent), "--cache-dir", str(results.parents[1] / "cache")])
     return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
@@ -152,9 +152,9 @@ def test_a_dsl_kernel_that_does_not_build_exits_2_with_one_line(results, tmp_pat
     monkeypatch.setattr(Sm90DslFamily, "toolchain_problem", lambda self: None)
     monkeypatch.setattr(Sm90DslFamily, "build_request", lambda self, config: BuildRequest(
         config.build_spec().to_json(), "spec.json", (sys.executable, str(builder)), "failing 1"))
-    monkeypatch.setenv("CUTLASS_TUNER_CACHE", str(tmp_path / "cache"))
     code, lines = run_export(results, capsys)
     assert code == 2 and len(lines) == 1, lines
+    assert list((tmp_path / "cache").rglob("error.txt"))  # built through the cache given
     assert "'dsl-layer'" in lines[0] and "did not build" in lines[0] and "refuses every kernel" in lines[0]
     assert (results / HEADER_FILE).read_text() == "// the header of an earlier export\n"
     assert not (results / "dsl").exists() and not list(results.glob(".*"))

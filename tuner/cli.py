@@ -295,10 +295,13 @@ def build_export_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py export",
         description="Turn results/<gpu>/best.yaml into results/<gpu>/best_configs.h: one alias per layer of exactly "
-                    "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name.")
+                    "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name. "
+                    "sm90_dsl layers' CuTe DSL kernels are built again into results/<gpu>/dsl/libtuned_dsl.a.")
     parser.add_argument("--gpu", action="append", help="GPU slug under results/ (repeatable; default: every GPU "
                                                         "folder that has a best.yaml)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
+    parser.add_argument("--cache-dir", type=Path, help="compile cache that sm90_dsl layers' kernels are built "
+                                                       "through (default as for tuning)")
     add_network_arguments(parser)  # the header's node table: each node of that network -> its tuned kernel
     return parser
 
@@ -315,7 +318,7 @@ def export_command(argv: list[str], console: Console) -> int:
         if network else ""
     for slug in slugs:
         folder = recorded_gpu_dir(args.results_dir, slug)
-        path = export_header(folder, nodes, label)
+        path = export_header(folder, nodes, label, cache_dir=args.cache_dir)
         if network is None:
             console.print(f"wrote {path}")
             continue
