@@ -95,6 +95,14 @@ def test_every_gemm_configuration_holds_tile_q_0_which_every_space_offers():
     assert 0 in load_space(SPACE_FILE).choices["tile_q"]
 
 
+def test_a_stride_2_box_avoids_the_height_of_every_phase_view():
+    """At stride 2 the kernel reads one view per phase, every second row: 15 rows give views of 8 and 7."""
+    strided = ConvProblem(n=4, h=15, w=15, c=64, k=64, r=3, s=3, pad=1, stride=2)
+    config = make_config(strided, params(tile_q=0))
+    assert config.shape.p == 8 and static_problems(config, strided, H100) == []
+    assert config.box.rows_p not in (7, 8) and config.columns not in (7, 8)
+
+
 def test_a_valid_configuration_has_no_problems():
     assert static_problems(make_config(CONV, params()), CONV, H100) == []
 
@@ -102,8 +110,9 @@ def test_a_valid_configuration_has_no_problems():
 def test_layers_it_refuses():
     assert "f16" in layer_problem(replace(CONV, output_type=DataType.f32))
     assert "K=12" in layer_problem(replace(CONV, k=12))
-    assert "stride-1" in layer_problem(replace(CONV, stride=2))
-    assert "stride-1" in layer_problem(replace(GEMM, stride=2))
+    assert layer_problem(replace(CONV, stride=2)) is None  # one TMA view per stride phase
+    assert layer_problem(replace(GEMM, stride=2)) is None
+    assert "strides 1 and 2" in layer_problem(replace(CONV, stride=3))
     assert kernel_problem(replace(CONV, c=3)).c == 8
 
 
@@ -270,7 +279,7 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
                                                                                "sm90_gemm"))
     joint, left_out = without_superseded(layer_space(spaces, GEMM, H100))
     assert joint.families == ("sm80", "sm90_dsl") and left_out == ("sm90_conv", "sm90_gemm")
-    strided = replace(CONV, stride=2)  # the DSL does not run it: nothing is left out
+    strided = replace(CONV, stride=3)  # the DSL does not run it: nothing is left out
     joint, left_out = without_superseded(layer_space(spaces, strided, H100))
     assert "sm90_conv" in joint.families and left_out == ()
     only_cpp = JointSpace(tuple(s for s in spaces if s.family != "sm90_dsl"))

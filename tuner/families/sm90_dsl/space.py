@@ -11,7 +11,8 @@ from tuner.device import DeviceFacts
 from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, param,
                                  shape_list, whole)
-from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box)
+from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box,
+                                          phase_extents)
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_dsl"
@@ -188,13 +189,6 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
     return min(usable, key=waste) if usable else TILE_QS[0]
 
 
-def phase_extents(extent: int, shape: ProblemSpec) -> set[int]:
-    """The extents of the input views a stride-`stride` kernel reads along an axis of `extent` (one view per
-    stride phase, every `stride`-th row or column; the input itself at stride 1). A TMA box side equal to
-    one of them merges with the next mode and loses the padding."""
-    return {-(-(extent - phase) // shape.stride) for phase in range(min(shape.stride, extent))}
-
-
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
     """Channels zero-padded to a multiple of 8: TMA's 16-byte rows."""
     padded = -(-problem.c // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
@@ -235,9 +229,8 @@ def layer_problem(problem: ConvProblem) -> str | None:
         return f"sm90_dsl kernels take f16 in and out with f32 accumulation, got {problem.dtype_key}"
     if problem.k % CHANNEL_MULTIPLE:
         return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
-    if problem.stride > 1:
-        # kernel.py builds stride 2 (one TMA view per stride phase); refused until it validates on the H100
-        return f"sm90_dsl runs stride-1 convolutions only; this one has stride {problem.stride}"
+    if problem.stride > 2:
+        return f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride {problem.stride}"
     return None
 
 

@@ -140,12 +140,20 @@ class ConvBox:
         return problem.n * problem.p * problem.q / (self.tiles(problem) * self.tile_q * self.rows_p * self.images_n)
 
 
+def phase_extents(extent: int, problem: ProblemSpec) -> set[int]:
+    """The extents of the input views a kernel reads along an axis of `extent`: one view per stride phase,
+    every `stride`-th row or column (the input itself at stride 1). A TMA box side equal to one of them
+    merges with the next mode and loses the padding."""
+    return {-(-(extent - phase) // problem.stride) for phase in range(min(problem.stride, extent))}
+
+
 def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
     """rows_p the output rows a box spans: all of P rounded up to a power of two where that fits in the
     tile, else as many as the tile holds; the rest of the tile spans images."""
     rows = tile_m // tile_q
+    heights = phase_extents(problem.h, problem)
     splits = [(1 << i, rows >> i) for i in range(rows.bit_length())
-              if (1 << i) <= next_power_of_two(problem.p) and (1 << i) != problem.h]
+              if (1 << i) <= next_power_of_two(problem.p) and (1 << i) not in heights]
     if not splits:
         return ConvBox(tile_q, rows, 1)  # the kernel refuses it: the static check says so first
     # the split that computes the fewest padded pixels, larger rows_p on a tie (as the kernel lays it out)
