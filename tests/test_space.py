@@ -32,7 +32,8 @@ A100 = dataclasses.replace(H100, name="NVIDIA A100-SXM4-80GB", cc_major=8, cc_mi
                            smem_optin_per_block=166912, smem_per_sm=167936)
 ONE_BY_ONE = ConvProblem(n=32, h=28, w=28, c=256, k=128, r=1, s=1)
 THREE_BY_THREE = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
-SPACE_FILES = sorted(p for p in SPACES.glob("*.yaml") if p.name != "layers.yaml")
+LAYER_TABLES = ("layers.yaml", "suite.yaml")  # the hand-written table and the generalisation suite
+SPACE_FILES = sorted(p for p in SPACES.glob("*.yaml") if p.name not in LAYER_TABLES)
 
 PARAMS = {
     "sm80": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "analytic", "split_k": 2},
