@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from tuner.arrays import array_module
+from tuner.yamlfile import brief
 
 # The text form: parts joined by '+', in this order, e.g. "scale+bias+residual+relu"; "none" for none.
 # A residual scale other than 1 is written "residual*0.5".
@@ -79,7 +80,9 @@ class Epilogue:
 def parse_epilogue(text: object) -> Epilogue:
     """'none', or parts joined by '+' (or ','): scale, bias, residual[*SCALE], and one of relu, gelu, silu."""
     if not isinstance(text, str) or not text.strip():
-        raise EpilogueError(f"epilogue {text!r} must be text such as 'scale+bias+relu' or 'none'")
+        raise EpilogueError(f"epilogue {brief(text)} must be text such as 'scale+bias+relu' or 'none'")
+    if len(text) > 200:
+        raise EpilogueError(f"epilogue {brief(text)} is too long to be one")
     words = [w.strip().lower() for w in text.replace(",", "+").split("+")]
     if words == [NONE]:
         return Epilogue()

@@ -17,12 +17,16 @@ from typing import IO, Iterator
 import yaml
 from optuna.storages.journal import JournalFileBackend
 
-from tuner.problem import ConvProblem, ProblemError, problem_from_dict
+from tuner.problem import ConvProblem, ProblemError, layer_name_problem, problem_from_dict
+from tuner.yamlfile import YamlFileError, brief, read_yaml
 
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
 JOURNAL_FILE = "optuna.journal"
 BENCH_FILE = "bench.yaml"
+# best.yaml of 102 layers is 170 KB; a file far larger is not one the tool wrote (a 50 MB one took 145 s
+# to export into a 101 MB header).
+MAX_BEST_BYTES = 8 << 20
 
 
 class ResultsError(RuntimeError):
@@ -257,6 +261,8 @@ class BestEntry:
     def parse(cls, layer: str, entry: object) -> "BestEntry":
         def bad(what: str) -> ResultsError:
             return ResultsError(f"best.yaml layer {layer!r}: {what}")
+        if (problem_text := layer_name_problem(layer)):
+            raise ResultsError(f"best.yaml layer {brief(layer)}: {problem_text}")
         if not isinstance(entry, dict):
             raise bad(f"entry is {type(entry).__name__}, not a mapping")
         missing = [key for key in ("problem", "family", "params", "kernel", "runtime_us") if key not in entry]
@@ -270,13 +276,18 @@ class BestEntry:
             raise bad("problem is not a mapping")
         family, params, kernel, runtime = entry["family"], entry["params"], entry["kernel"], entry["runtime_us"]
         if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
-            raise bad(f"family {family!r} is not a family name")
+            raise bad(f"family {brief(family)} is not a family name")
         if not isinstance(params, dict) or not params or not all(isinstance(k, str) for k in params):
             raise bad("params is not a mapping of knob names")
         if not isinstance(kernel, str) or not kernel:
-            raise bad(f"kernel {kernel!r} is not a kernel name")
+            raise bad(f"kernel {brief(kernel)} is not a kernel name")
         if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not 0 < runtime < float("inf"):
-            raise bad(f"runtime_us {runtime!r} is not a positive number")
+            raise bad(f"runtime_us {brief(runtime)} is not a positive number")
+        date = entry.get("date")
+        if date is not None and not isinstance(date, (str, dt.date)):
+            raise bad(f"date {brief(date)} is not a date")
+        if "\0" in str(date or "") or "\0" in kernel:
+            raise bad("a NUL character in the date or kernel name")
         study, previous = entry.get("study"), entry.get("previous")
         study_name = study.get("name") if isinstance(study, dict) else None
         previous_us = previous.get("runtime_us") if isinstance(previous, dict) else None
@@ -292,23 +303,35 @@ def read_best(folder: Path) -> dict:
     path = folder / BEST_FILE
     if not path.exists():
         return {"layers": {}}
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
     if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
         raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
     document.setdefault("layers", {})
     stated = document.get("layer_count")
-    if stated is not None and stated != len(document["layers"]):
-        raise ResultsError(f"{path} states {stated} layers but holds {len(document['layers'])}: it was cut short "
-                           "or edited; restore it from version control")
+    if stated is None and document["layers"]:
+        raise ResultsError(f"{path} has no layer_count line (the tool always writes one): it was cut short or "
+                           "edited; restore it from version control")
+    if stated is not None and (isinstance(stated, bool) or stated != len(document["layers"])):
+        raise ResultsError(f"{path} states {brief(stated)} layers but holds {len(document['layers'])}: it was cut "
+                           "short or edited; restore it from version control")
+    for section in ("device", "toolchain"):
+        if not isinstance(document.get(section) or {}, dict):
+            raise ResultsError(f"{path}: {section} is not a mapping; restore it from version control")
     for layer, entry in document["layers"].items():
         try:
             BestEntry.parse(str(layer), entry)
         except ResultsError as error:
             raise ResultsError(f"{path}: {error}; restore it from version control") from None
     return document
+
+
+def _read_results_yaml(path: Path, max_bytes: int) -> object:
+    """A results file the tool wrote, read as user files are: duplicate keys, aliases, binary content
+    and oversized files refused in one line."""
+    try:
+        return read_yaml(path, "results file", max_bytes)
+    except YamlFileError as error:
+        raise ResultsError(f"{error}; restore it from version control") from None
 
 
 def best_entries(folder: Path) -> dict[str, BestEntry]:
@@ -329,10 +352,7 @@ def read_bench(folder: Path) -> dict:
     path = folder / BENCH_FILE
     if not path.is_file():
         return {}
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
     if not isinstance(document, dict):
         raise ResultsError(f"{path} is not a mapping; restore it from version control")
     return document

