@@ -113,3 +113,23 @@ def test_a_file_cut_at_an_entry_boundary_without_its_count_is_refused(tmp_path, 
     cut = "\n".join(line for line in text[:text.index("  conv_2:")].splitlines() if not line.startswith("layer_count"))
     (folder / BEST_FILE).write_text(cut + "\n")
     assert "no layer_count line" in one_line(*export(capsys, tmp_path))
+
+
+# --- 2. --epilogue residual*BETA: beta in the layer's name, keyed exactly ---------------------------------
+
+def test_each_residual_scale_is_a_layer_of_its_own():
+    names = {beta: cli.shape_layer("1,8,8,8,8,1,1", f"residual*{beta}").name
+             for beta in ("0.5", "2", "0.1234567", "0.123457", "1")}
+    assert len(set(names.values())) == 5, names
+    assert names["1"] == cli.shape_layer("1,8,8,8,8,1,1", "residual").name
+    assert all(name.isidentifier() for name in names.values())
+
+
+def test_the_residual_scale_is_keyed_exactly():
+    from tuner.epilogue import parse_epilogue
+
+    keys = {text: parse_epilogue(text).key for text in ("residual*0.1234567", "residual*0.123457", "residual*0.5",
+                                                         "residual*2", "residual*-3e-09")}
+    assert keys["residual*0.5"] == "residual*0.5" and keys["residual*2"] == "residual*2"
+    assert keys["residual*0.1234567"] == "residual*0.1234567" != keys["residual*0.123457"]
+    assert all(parse_epilogue(key) == parse_epilogue(text) for text, key in keys.items())  # the key reads back

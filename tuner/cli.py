@@ -123,7 +123,7 @@ def shape_layer(text: str, epilogue_text: str | None = None) -> Layer:
         except EpilogueError as error:
             raise UsageError(f"--epilogue: {error}") from None
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}")
+            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}{problem.epilogue.beta_tag}")
     return Layer(name, problem)
 
 

@@ -64,9 +64,24 @@ class Epilogue:
         words = []
         for part in self.parts:
             if part == "residual" and self.residual_scale != 1.0:
-                part = f"residual*{self.residual_scale:g}"
+                part = f"residual*{self.beta_text}"
             words.append(part)
         return "+".join(words)
+
+    @property
+    def beta_text(self) -> str:
+        """The residual scale exactly (repr round-trips a float; %g made 0.1234567 and 0.123457 one key),
+        without a trailing '.0': '0.5', '2', '0.1234567'."""
+        text = repr(float(self.residual_scale))
+        return text[:-2] if text.endswith(".0") else text
+
+    @property
+    def beta_tag(self) -> str:
+        """The residual scale in a layer name: '' for 1, else '_beta0p5'-like (identifier characters
+        only, exact as beta_text is)."""
+        if not self.residual or self.residual_scale == 1.0:
+            return ""
+        return "_beta" + self.beta_text.replace(".", "p").replace("-", "m").replace("+", "")
 
     @property
     def short(self) -> str:
