@@ -133,3 +133,104 @@ def test_the_residual_scale_is_keyed_exactly():
     assert keys["residual*0.5"] == "residual*0.5" and keys["residual*2"] == "residual*2"
     assert keys["residual*0.1234567"] == "residual*0.1234567" != keys["residual*0.123457"]
     assert all(parse_epilogue(key) == parse_epilogue(text) for text, key in keys.items())  # the key reads back
+
+
+# --- 3. --write-layers: node names in '#' comments cannot add a layer -------------------------------------
+# --- 6. ONNX: other convolutions listed as not tuned, an inconsistent weight refused ----------------------
+
+def onnx_model(path: Path, nodes: list, weights: dict, channels: int = 16, x_dims=None, opset: int = 17) -> Path:
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims or [1, channels, 8, 8])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(np.ones(shape, dtype=np.float32), name) for name, shape in weights.items()]
+    graph = helper.make_graph(nodes, "net", [x], [out], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return path
+
+
+def conv_node(name: str, x: str, w: str, y: str, op: str = "Conv"):
+    from onnx import helper
+
+    return helper.make_node(op, [x, w], [y], name=name, pads=[1, 1, 1, 1])
+
+
+INJECTED = "conv_a\n  injected_layer: {n: 7, h: 7, w: 7, c: 8, k: 8, r: 1, s: 1, epilogue: relu}\n  #"
+
+
+@pytest.mark.parametrize("node", [INJECTED, "plain\nnewline", "cr\rand\u2028line\x85sep"])
+def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node):
+    from tuner.problem import load_layers
+
+    model = onnx_model(tmp_path / "m.onnx", [conv_node(node, "x", "w", "out")], {"w": (16, 16, 3, 3)})
+    code, err = run(capsys, "--onnx", str(model), "--write-layers", str(tmp_path / "layers.yaml"))
+    assert code == 0, err
+    layers = load_layers(tmp_path / "layers.yaml")  # the tool takes its own file back
+    assert len(layers) == 1 and "injected_layer" not in layers
+
+
+def test_other_convolutions_are_listed_as_not_tuned(tmp_path):
+    from tuner.network import from_onnx
+
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("plain", "x", "w", "y"),
+                                             conv_node("up", "y", "wt", "out", op="ConvTranspose")],
+                       {"w": (16, 16, 3, 3), "wt": (16, 16, 3, 3)})
+    network = from_onnx(model, batch=1)
+    assert [item.node for item in network.unsupported] == ["up"]
+    assert "ConvTranspose" in network.unsupported[0].reason
+
+
+def test_a_model_of_only_transposed_convolutions_names_them(tmp_path, capsys):
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("up", "x", "wt", "out", op="ConvTranspose")],
+                       {"wt": (16, 16, 3, 3)})
+    err = one_line(*run(capsys, "--onnx", str(model), "--list-layers"))
+    assert "no Conv node" in err and "up (ConvTranspose" in err
+
+
+def test_a_weight_that_does_not_match_its_input_is_refused(tmp_path, capsys):
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("bad", "x", "w", "out")], {"w": (16, 32, 3, 3)},
+                       channels=64)
+    assert "32 channels per group x 1 group(s), its input has 64" in one_line(
+        *run(capsys, "--onnx", str(model), "--list-layers"))
+
+
+@pytest.mark.parametrize("content", [b"", None])
+def test_an_empty_onnx_file_is_not_called_an_opset(tmp_path, capsys, content):
+    path = Path("/dev/null") if content is None else tmp_path / "empty.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    err = one_line(*run(capsys, "--onnx", str(path), "--list-layers"))
+    assert "opset" not in err and "no ONNX graph" in err
+
+
+def test_a_zero_dimension_is_not_called_symbolic(tmp_path, capsys):
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("c", "x", "w", "out")], {"w": (16, 16, 3, 3)},
+                       x_dims=[1, 16, 0, 8])
+    err = one_line(*run(capsys, "--onnx", str(model), "--list-layers"))
+    assert "symbolic" not in err and "is 0" in err
+
+
+def test_a_nul_in_a_node_name_is_refused(tmp_path, capsys):
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("a\0c", "x", "w", "out")], {"w": (16, 16, 3, 3)})
+    assert "NUL" in one_line(*run(capsys, "--onnx", str(model), "--list-layers"))
+
+
+# --- rich markup in names is printed, not parsed -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["[/]", "[bold]x[/bold][/]"])
+def test_markup_in_a_node_name_is_printed_as_it_is(tmp_path, capsys, name):
+    model = onnx_model(tmp_path / "m.onnx", [conv_node(name, "x", "w", "y"),
+                                             conv_node(name + "t", "y", "wt", "out", op="ConvTranspose")],
+                       {"w": (16, 16, 3, 3), "wt": (16, 16, 3, 3)})
+    code, err = run(capsys, "--onnx", str(model), "--list-layers")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("name", ["'[/]'", "'[bold]x[/bold][/]'"])
+def test_markup_in_a_layer_name_is_printed_as_it_is(tmp_path, capsys, name):
+    table = tmp_path / "layers.yaml"
+    table.write_text(f"layers:\n  {name}: {{n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1}}\n")
+    code, err = run(capsys, "--layers-file", str(table), "--list-layers")
+    assert code == 0, err

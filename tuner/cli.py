@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 from rich.console import Console
+from rich.markup import escape
 
 from tuner import nightly
 from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
@@ -181,7 +182,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         layers = network.as_layers()
         if args.write_layers is not None:
             write_layers(network, args.write_layers)
-            console.print(f"wrote {args.write_layers}: {len(network.layers)} layers, "
+            console.print(f"wrote {escape(str(args.write_layers))}: {len(network.layers)} layers, "
                           f"{len(network.unsupported)} convolutions not tuned")
             return 0
         if not (args.layer or args.layers or args.all or args.shape or args.list_layers):
@@ -195,7 +196,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         return 0
     if network is not None and network.unsupported:
         for item in network.unsupported:
-            console.print(f"[yellow]not tuned: {item.node}: {item.reason}[/]")
+            console.print(f"[yellow]not tuned: {escape(item.node)}: {escape(item.reason)}[/]")
     targets = resolve_targets(args, layers)
     spaces = chosen_spaces(args.family, args.space_file)
     check_layers_runnable(targets, spaces, explicit=bool(args.family))
@@ -242,17 +243,17 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         p = layer.problem
         families = [family for family, reason in registry.problem_reasons(p).items() if reason is None]
         dilation = f" d{p.dilation}" if p.dilation != 1 else ""
-        row = [name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
+        row = [escape(name), str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
                p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none"]
         if name in imported:
             nodes = imported[name].nodes
-            row += [str(len(nodes)), ", ".join(nodes[:4]) + (" ..." if len(nodes) > 4 else "")]
+            row += [str(len(nodes)), ", ".join(map(escape, nodes[:4])) + (" ..." if len(nodes) > 4 else "")]
         table.add_row(*row)
     console.print(table)
     for item in network.unsupported if network else ():
-        console.print(f"not tuned: {item.node}: {item.reason}")
+        console.print(f"not tuned: {escape(item.node)}: {escape(item.reason)}")
     for item in network.not_fused if network else ():
-        console.print(f"not fused (left to the framework): {item}")
+        console.print(f"not fused (left to the framework): {escape(item)}")
 
 
 def build_diagnose_parser() -> argparse.ArgumentParser:
@@ -314,11 +315,11 @@ def export_command(argv: list[str], console: Console) -> int:
         folder = recorded_gpu_dir(args.results_dir, slug)
         path = export_header(folder, nodes, label)
         if network is None:
-            console.print(f"wrote {path}")
+            console.print(f"wrote {escape(str(path))}")
             continue
         tuned = names_by_problem(best_entries(folder))  # read once, not once per node
         untuned = sum(problem not in tuned for _, problem in nodes)
-        console.print(f"wrote {path} ({len(nodes)} network nodes, {untuned} without a tuned kernel)")
+        console.print(f"wrote {escape(str(path))} ({len(nodes)} network nodes, {untuned} without a tuned kernel)")
     return 0
 
 

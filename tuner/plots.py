@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import optuna
+from rich.markup import escape
 
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
@@ -159,11 +160,11 @@ def main(argv: list[str], console) -> int:
         try:
             study = optuna.load_study(study_name=str(entry.study_name), storage=storage)
         except KeyError:
-            console.print(f"[yellow]{layer}: its study is not in the storage; no per-layer plots[/]")
+            console.print(f"[yellow]{escape(layer)}: its study is not in the storage; no per-layer plots[/]")
             continue
         for path in layer_plots(study, layer, folder / "plots", entry.family):
-            console.print(f"wrote {path}")
+            console.print(f"wrote {escape(str(path))}")
     gpu_name = (read_best(folder).get("device") or {}).get("name", "unknown GPU")
     summary = summary_plot(best, measured_ceilings(folder), folder / "plots" / "summary.png", gpu_name)
-    console.print(f"wrote {summary}")
+    console.print(f"wrote {escape(str(summary))}")
     return 0

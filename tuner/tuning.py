@@ -289,11 +289,11 @@ class TuningSession:
         run_id = self.options.run_id
         twin = names_by_problem(entries).get(layer.problem)
         if previous is None and twin is not None and self.options.skip_tuned_problems:
-            self.console.print(f"[bold]{layer.name}[/]: the same problem is tuned as {twin}; skipped "
+            self.console.print(f"[bold]{escape(layer.name)}[/]: the same problem is tuned as {escape(str(twin))}; skipped "
                                f"(tune it with --layer {twin})")
             return LayerOutcome(layer.name, entries[twin].runtime_us, None, entries[twin].kernel, 0, skipped=True)
         if previous and run_id and previous.run == run_id:
-            self.console.print(f"[bold]{layer.name}[/]: finished earlier in run {run_id}")
+            self.console.print(f"[bold]{escape(layer.name)}[/]: finished earlier in run {escape(str(run_id))}")
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
         joint = layer_space(self.spaces, layer.problem, self.device)
         valid = joint_valid_configs(joint, layer.problem, self.device)
@@ -311,7 +311,7 @@ class TuningSession:
             tuner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)
             measured = tuner.run(self.options.trials)
-        self.console.print(f"study {study.study_name}: {len(study.trials)} trials in all; this run: "
+        self.console.print(f"study {escape(study.study_name)}: {len(study.trials)} trials in all; this run: "
                            f"{report.outcome_line(display.outcomes)}")
         entry = self.finish(layer, study, joint, reference, measured, tuner.run_id, previous)
         if entry is None:
