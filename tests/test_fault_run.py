@@ -234,3 +234,161 @@ def test_markup_in_a_layer_name_is_printed_as_it_is(tmp_path, capsys, name):
     table.write_text(f"layers:\n  {name}: {{n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1}}\n")
     code, err = run(capsys, "--layers-file", str(table), "--list-layers")
     assert code == 0, err
+
+
+# --- 4. plots: paths never built from raw layer names ------------------------------------------------------
+
+@pytest.mark.parametrize("layer", ["../../../../x/ESCAPED", "../../etc/passwd", ".hidden", "a/b", "x" * 200])
+def test_plots_stay_in_their_folder(tmp_path, layer):
+    pytest.importorskip("matplotlib")
+    import optuna
+
+    from tuner.plots import layer_plots
+
+    study = optuna.create_study()
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    folder = tmp_path / "results" / "gpu" / "plots"
+    written = layer_plots(study, layer, folder)
+    assert written and all(path.parent == folder and path.is_file() for path in written)
+    assert sorted(p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()) == ["results"]
+
+
+def test_a_nul_in_a_layer_name_is_one_line(tmp_path, capsys):
+    folder = results_with(tmp_path)
+    text = (folder / BEST_FILE).read_text().replace("  conv_0:", '  "a\\0c":')
+    (folder / BEST_FILE).write_text(text)
+    for command in ("export", "plots"):
+        assert "NUL" in one_line(*run(capsys, command, "--results-dir", str(tmp_path / "results")))
+
+
+def test_landscape_files_stay_in_their_folder(tmp_path):
+    from tuner.bench import landscape_path
+
+    assert landscape_path(tmp_path, "sm80", "../../x").parent == tmp_path / "landscape" / "sm80"
+    assert landscape_path(tmp_path, "sm80", "conv_1").name == "conv_1.csv"  # the committed names stay
+
+
+# --- 5. appends repair a cut last line first ---------------------------------------------------------------
+
+def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
+    import json
+
+    from tuner.results import HISTORY_FILE, append_history
+
+    append_history(tmp_path, {"layer": "a"})
+    append_history(tmp_path, {"layer": "b"})
+    path = tmp_path / HISTORY_FILE
+    path.write_bytes(path.read_bytes()[:-10])  # killed mid-write
+    append_history(tmp_path, {"layer": "c"})
+    assert [json.loads(line)["layer"] for line in path.read_text().splitlines()] == ["a", "c"]
+
+
+def test_a_journal_cut_short_is_repaired_before_the_next_append(tmp_path):
+    import optuna
+
+    from tuner.results import JOURNAL_FILE, default_storage
+
+    study = optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    path = tmp_path / "gpu" / JOURNAL_FILE
+    path.write_bytes(path.read_bytes()[:-40])
+    study = optuna.load_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    again = optuna.load_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
+    assert len(again.trials) >= 4 and path.read_bytes().endswith(b"\n")
+
+
+def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
+    import json
+
+    import optuna
+
+    from tuner.results import JOURNAL_FILE, default_storage
+
+    optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
+    path = tmp_path / "gpu" / JOURNAL_FILE
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"op_code": 999, "worker_id": "w"}) + "\n")
+    with pytest.raises(ResultsError, match="line 2 is not a journal record"):
+        default_storage(tmp_path, "gpu")
+
+
+# --- 7. the compile cache removes the scratch folders of killed builds ---------------------------------------
+
+def test_stale_scratch_folders_are_removed(tmp_path):
+    import time
+
+    from tuner.compile import COMPILE_TIMEOUT_S, remove_stale_scratch
+
+    stale, fresh, entry = tmp_path / ".0123456789ab-x1", tmp_path / ".0123456789ab-x2", tmp_path / "0123456789abcd"
+    for folder in (stale, fresh, entry):
+        folder.mkdir()
+        (folder / "candidate.so").write_bytes(b"\x7fELF")
+    old = time.time() - COMPILE_TIMEOUT_S - 3600
+    os.utime(stale, (old, old))
+    os.utime(entry, (old, old))
+    assert remove_stale_scratch(tmp_path) == [stale]
+    assert fresh.is_dir() and entry.is_dir() and not stale.exists()
+
+
+def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
+    import subprocess
+    import time
+
+    from tuner.compile import COMPILE_TIMEOUT_S, Compiler
+
+    (tmp_path / "ab").mkdir()
+    stale = tmp_path / "ab" / ".abcdef012345-killed"
+    stale.mkdir()
+    old = time.time() - COMPILE_TIMEOUT_S - 3600
+    os.utime(stale, (old, old))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "error: planted"))
+    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62, tmp_path / "ab" / ("ab" + "0" * 62))
+    assert not stale.exists()
+
+
+# --- memory: aliases refused, files read with a byte cap ---------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["layers", "space", "best", "bench"])
+def test_an_alias_bomb_is_refused_in_every_file_read(tmp_path, capsys, kind):
+    bomb = BOMB
+    if kind == "layers":
+        path = tmp_path / "layers.yaml"
+        path.write_text(bomb + "layers:\n  x: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1, input_type: *i}\n")
+        err = one_line(*run(capsys, "--layers-file", str(path), "--list-layers"))
+    elif kind == "space":
+        path = tmp_path / "space.yaml"
+        path.write_text(bomb + "family: sm80\nstages: *i\n")
+        err = one_line(*run(capsys, "--shape", "1,8,8,8,8,1,1", "--space-file", str(path)))
+    elif kind == "best":
+        folder = results_with(tmp_path)
+        (folder / BEST_FILE).write_text(bomb + (folder / BEST_FILE).read_text().replace("family: sm80", "family: *i"))
+        err = one_line(*run(capsys, "export", "--results-dir", str(tmp_path / "results")))
+    else:
+        from tuner.results import read_bench
+
+        folder = results_with(tmp_path)
+        (folder / "bench.yaml").write_text(bomb + "layers: *i\n")
+        with pytest.raises(ResultsError) as refused:
+            read_bench(folder)
+        err = str(refused.value)
+    assert "alias" in err, err
+
+
+def test_a_character_device_is_read_with_a_cap(tmp_path, capsys):
+    assert "larger files are refused" in one_line(*run(capsys, "--layers-file", "/dev/zero", "--list-layers"))
+
+
+def test_a_huge_value_is_cut_short_in_the_message(tmp_path, capsys):
+    path = tmp_path / "layers.yaml"
+    path.write_text("layers:\n  x: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1, epilogue: " + "relu" * 500_000 + "}\n")
+    err = one_line(*run(capsys, "--layers-file", str(path), "--list-layers"))
+    assert len(err) < 1000
+
+
+@pytest.mark.parametrize("command", ["export", "plots"])
+def test_a_binary_best_yaml_is_one_line(tmp_path, capsys, command):
+    folder = results_with(tmp_path)
+    (folder / BEST_FILE).write_bytes(b"\x7fELF\xff\xfe\x00\x01" * 64)
+    one_line(*run(capsys, command, "--results-dir", str(tmp_path / "results")))
+    assert not list(folder.glob("plots/*.png"))

@@ -40,8 +40,8 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gpu_dir, gpu_slugs, read_bench,
-                           best_entries)
+from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
+                           layer_file_stem, read_bench)
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.status import Status
@@ -92,7 +92,7 @@ def bench_ceilings(measured: dict) -> Ceilings:
 
 
 def landscape_path(folder: Path, family: str, layer: str) -> Path:
-    return folder / LANDSCAPE_DIR / family / f"{layer}.csv"
+    return folder / LANDSCAPE_DIR / family / f"{layer_file_stem(layer)}.csv"
 
 
 def read_landscapes(folder: Path, layer: Layer, families: tuple[str, ...]) -> dict[str, dict[str, Recorded]]:

@@ -12,8 +12,8 @@ from rich.markup import escape
 
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, read_best,
-                           readable_journal, recorded_gpu_dir)
+from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, layer_file_stem,
+                           read_best, readable_journal, recorded_gpu_dir)
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -72,7 +72,8 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | Non
         warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
         axes = optuna_plots.plot_optimization_history(study)
         _retitle(axes, f"{layer}: optimisation history (µs, lower is better)")
-        written.append(save_figure(plt, axes.figure, folder / f"{layer}_history.png"))
+        stem = layer_file_stem(layer)
+        written.append(save_figure(plt, axes.figure, folder / f"{stem}_history.png"))
         ranked = family_study(study, family) if family else study
         complete = [t for t in ranked.trials if t.state is optuna.trial.TrialState.COMPLETE]
         if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
@@ -81,7 +82,7 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | Non
             axes = optuna_plots.plot_param_importances(ranked, evaluator=evaluator)
             within = f" within {family}, {len(complete)} trials" if family else ""
             _retitle(axes, f"{layer}: parameter importances (PED-ANOVA{within})")
-            written.append(save_figure(plt, axes.figure, folder / f"{layer}_importances.png"))
+            written.append(save_figure(plt, axes.figure, folder / f"{stem}_importances.png"))
     return written
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -36,6 +37,18 @@ class ResultsError(RuntimeError):
 # What DeviceFacts.slug makes of a GPU's name: no separators, nothing that climbs out of results/.
 SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
 FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def layer_file_stem(layer: str) -> str:
+    """A file name for a layer's plots and landscapes that stays in its folder: letters, digits, '.', '_', '-' only, no
+    leading dot, at most 100 characters; a name that had to change gets 8 hex digits of itself, so two
+    layers never share a file (layers named '../../etc/passwd' wrote outside results/)."""
+    if "\0" in layer:
+        raise ResultsError("a layer name holds a NUL character; rename it in best.yaml")
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", layer).lstrip(".")[:100]
+    if stem != layer or not stem:
+        stem = f"{stem}_{hashlib.sha256(layer.encode()).hexdigest()[:8]}"
+    return stem
 
 
 def gpu_dir(results_root: Path, slug: str) -> Path:
@@ -102,6 +115,12 @@ def default_storage(results_root: Path, slug: str):
     folder = gpu_dir(results_root, slug)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / JOURNAL_FILE
+    lock = KernelReleasedLock(path)
+    lock.acquire()  # every writer appends under this lock: a cut line seen while holding it is a crash's
+    try:
+        drop_cut_last_line(path)
+    finally:
+        lock.release()
     storage, damaged = _open_journal(path)
     if damaged:
         raise ResultsError(f"{path} line {damaged} is not a journal record (a crash mid-write, or an edit): move "
@@ -152,6 +171,36 @@ def study_storage(url: str | None, results_root: Path, slug: str, heartbeat_s: i
     return url
 
 
+def drop_cut_last_line(path: Path) -> None:
+    """Cut a last line that lacks its newline (a writer killed mid-append) off an append-only file, so that
+    the next append starts a line of its own instead of gluing onto the remnant and damaging both."""
+    if not path.is_file():
+        return
+    with open(path, "rb+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        keep = size
+        while keep > 0:  # back to the newline before the remnant, a block at a time
+            start = max(0, keep - 65536)
+            handle.seek(start)
+            block = handle.read(keep - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+        handle.truncate(keep)
+
+
+# The journal's operations (optuna.storages.journal's JournalOperation): a record naming another stops
+# Optuna's replay with an AssertionError.
+JOURNAL_OP_CODES = range(0, 10)
+
+
 def first_damaged_line(path: Path) -> int | None:
     """The number of the first line of an Optuna journal that is not a JSON record, or None. A last line
     without its newline is still being written by another process and counts as sound."""
@@ -162,9 +211,11 @@ def first_damaged_line(path: Path) -> int | None:
             if not line.endswith(b"\n"):
                 break
             try:
-                if not isinstance(json.loads(line), dict):
-                    return number
+                record = json.loads(line)
             except ValueError:
+                return number
+            if not isinstance(record, dict) or record.get("op_code") not in JOURNAL_OP_CODES \
+                    or isinstance(record.get("op_code"), bool):
                 return number
     return None
 
@@ -376,5 +427,7 @@ def append_history(folder: Path, event: dict) -> None:
     """One JSON line per finished layer run; appends of a line are atomic enough on local disks."""
     folder.mkdir(parents=True, exist_ok=True)
     stamped = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **event}
-    with locked(folder), open(folder / HISTORY_FILE, "a") as handle:
-        handle.write(json.dumps(stamped, sort_keys=True) + "\n")
+    with locked(folder):
+        drop_cut_last_line(folder / HISTORY_FILE)
+        with open(folder / HISTORY_FILE, "a") as handle:
+            handle.write(json.dumps(stamped, sort_keys=True) + "\n")
