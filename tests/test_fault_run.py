@@ -392,3 +392,106 @@ def test_a_binary_best_yaml_is_one_line(tmp_path, capsys, command):
     (folder / BEST_FILE).write_bytes(b"\x7fELF\xff\xfe\x00\x01" * 64)
     one_line(*run(capsys, command, "--results-dir", str(tmp_path / "results")))
     assert not list(folder.glob("plots/*.png"))
+
+
+# --- tracebacks where one line and exit 2 belong --------------------------------------------------------------
+
+def tune_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--shape", "1,8,8,8,8,1,1", "--results-dir", str(tmp_path / "results"), *extra]
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--seed", "99999999999"], "--seed must be from 0"),
+    (["--seed", "-5"], "--seed must be from 0"),
+    (["--storage", "junk"], "not a database URL"),
+    (["--storage", "redis://localhost/0"], "not a database URL"),
+    (["--storage", ""], "not a database URL"),
+    (["--storage", "sqlite:////nonexistent/x.db"], "does not exist"),
+    (["--gpus", ""], "--gpus"),
+    (["--family", "sm80,sm80"], "names a family twice"),
+    (["--stale-after", "1"], "--stale-after must be from"),
+])
+def test_bad_flags_are_one_line_before_any_gpu_work(tmp_path, capsys, monkeypatch, extra, words):
+    monkeypatch.setattr(cli, "nvcc_version", lambda: pytest.fail("reached the toolchain"))
+    assert words in one_line(*run(capsys, *tune_args(tmp_path, *extra)))
+
+
+@pytest.mark.parametrize("url", ["postgresql://127.0.0.1:1/x", "mysql://127.0.0.1:1/x"])
+def test_an_unreachable_database_is_one_line(tmp_path, url):
+    from tuner.results import study_storage
+
+    with pytest.raises(ResultsError, match="cannot be opened"):
+        study_storage(url, tmp_path, "gpu")
+
+
+def test_plots_with_a_junk_storage_is_one_line(tmp_path, capsys):
+    results_with(tmp_path)
+    assert "not a database URL" in one_line(*run(capsys, "plots", "--results-dir", str(tmp_path / "results"),
+                                                 "--storage", "junk"))
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_a_results_dir_that_is_a_file_is_one_line(tmp_path, capsys, under):
+    (tmp_path / "file").write_text("x")
+    results = tmp_path / "file" / "results" if under else tmp_path / "file"
+    assert "is a file" in one_line(*run(capsys, "--shape", "1,8,8,8,8,1,1", "--results-dir", str(results)))
+
+
+def test_a_read_only_results_dir_is_one_line(tmp_path, capsys, monkeypatch):
+    import tuner.export
+
+    results_with(tmp_path)
+
+    def refused(path, text):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(tuner.export, "atomic_write", refused)
+    assert "Permission denied" in one_line(*export(capsys, tmp_path))
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    assert "not writable" in one_line(*run(capsys, *tune_args(tmp_path)))
+
+
+def test_a_write_layers_into_a_missing_place_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("c", "x", "w", "out")], {"w": (16, 16, 3, 3)})
+    one_line(*run(capsys, "--onnx", str(model), "--write-layers", str(tmp_path / "file" / "layers.yaml")))
+
+
+def test_a_binary_bench_yaml_is_one_line(tmp_path):
+    from tuner.results import read_bench
+
+    folder = results_with(tmp_path)
+    (folder / "bench.yaml").write_bytes(b"\xff\xfe\x00\x01" * 64)
+    with pytest.raises(ResultsError, match="cannot be read"):
+        read_bench(folder)
+
+
+def test_a_5000_character_layer_name_is_one_line(tmp_path, capsys):
+    table = tmp_path / "layers.yaml"
+    table.write_text(f"layers:\n  ? {'x' * 5000}\n  : {{n: 1, h: 8, w: 8, c: 8, k: 8, r: 1, s: 1}}\n")
+    err = one_line(*run(capsys, "--layers-file", str(table), "--list-layers"))
+    assert "5000 characters long" in err and len(err) < 400
+
+
+# --- smaller points -------------------------------------------------------------------------------------------
+
+def test_sms_is_bounded(tmp_path, capsys):
+    report = tmp_path / "r.txt"
+    report.write_text("x")
+    assert "more SMs than any GPU" in one_line(*run(capsys, "diagnose", str(report), "--sms", "99999999999"))
+
+
+def test_a_date_given_as_a_mapping_is_refused(tmp_path, capsys):
+    folder = results_with(tmp_path)
+    (folder / BEST_FILE).write_text((folder / BEST_FILE).read_text().replace("date: '2026-11-24'",
+                                                                             "date: {a: 1}"))
+    assert "is not a date" in one_line(*export(capsys, tmp_path))
+
+
+def test_the_cross_host_grace_is_a_flag(tmp_path):
+    from tuner.results import heartbeat_for
+
+    options = cli.options_from(cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30")), None)
+    assert options.stale_after_s == 30 and heartbeat_for(30) == 10 and heartbeat_for(120) == 20
+    storage = __import__("tuner.results", fromlist=["x"]).study_storage(
+        f"sqlite:///{tmp_path / 's.db'}", tmp_path, "gpu", heartbeat_s=heartbeat_for(30), grace_s=30)
+    assert storage.grace_period == 30 and storage.get_heartbeat_interval() == 10

@@ -27,7 +27,9 @@ from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
-from tuner.results import ResultsError, best_entries, gpu_slugs, names_by_problem, recorded_gpu_dir
+from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
+                           gpu_slugs, names_by_problem, recorded_gpu_dir)
+from tuner.yamlfile import brief
 from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
 
@@ -38,6 +40,7 @@ EXIT_REGRESSION = 3
 
 
 MAX_TIMEOUT_S = 86400.0
+MAX_SMS = 10_000
 
 
 COMMAND_SUMMARIES = {
@@ -88,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", help="comma-separated GPU indices: one worker process per GPU on the same studies")
     parser.add_argument("--storage", help="Optuna storage URL (e.g. postgresql://user@host/db for several hosts); "
                                           "default: a journal file in results/<gpu>/ (several processes of one host)")
-    parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed, 0 to 2^32-1 (default 0)")
+    parser.add_argument("--stale-after", type=int, default=GRACE_S, metavar="SECONDS",
+                        help="with an RDB --storage shared by several hosts: seconds without a heartbeat after which "
+                             f"a host's trials count as a dead host's and are measured again (default {GRACE_S}; "
+                             f"at least {MIN_GRACE_S}; heartbeats come every 20 s or a third of this)"),
     parser.add_argument("--prior", type=int, default=PRIOR_PICKS,
                         help="queue this many of the cost model's best picks before the search, shared among the "
                              "layer's families (at least 3 each), each unless the study has it already "
@@ -167,13 +174,25 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
         positive("--jobs", args.jobs)
     if args.prior < 0:
         raise UsageError(f"--prior must be 0 or more, got {args.prior}")
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be from 0 to {2**32 - 1}, got {brief(args.seed)}")
+    if not MIN_GRACE_S <= args.stale_after <= MAX_TIMEOUT_S:
+        raise UsageError(f"--stale-after must be from {MIN_GRACE_S} to {MAX_TIMEOUT_S:.0f} seconds, got {args.stale_after}")
+    if args.storage is not None:
+        check_storage_url(args.storage)
+    if args.gpus is not None:
+        try:
+            nightly.parse_gpus(args.gpus)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    check_results_dir(args.results_dir)
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan and inf, which the worker's waits cannot take
         raise UsageError(f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds (a day), "
                          f"got {args.timeout}")
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
                          cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id,
-                         prior=args.prior, skip_tuned_problems=args.onnx is not None or args.torchvision is not None)
+                         prior=args.prior, stale_after_s=args.stale_after, skip_tuned_problems=args.onnx is not None or args.torchvision is not None)
 
 
 def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
@@ -207,7 +226,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
                              f"gpus-{uuid.uuid4().hex[:12]}" if args.gpus else None)
     options = options_from(args, run_id)
     nvcc_version()  # fail before the GPU is touched if there is no compiler
-    if args.gpus:
+    if args.gpus is not None:
         try:
             gpus = nightly.parse_gpus(args.gpus)
         except ValueError as error:
@@ -275,6 +294,8 @@ def diagnose_command(argv: list[str], console: Console) -> int:
     args = build_diagnose_parser().parse_args(argv)
     if args.sms is not None:
         positive("--sms", args.sms)
+        if args.sms > MAX_SMS:
+            raise UsageError(f"--sms {args.sms} is more SMs than any GPU has (at most {MAX_SMS})")
     try:
         gpu = gpus.lookup(args.gpu) if args.gpu is not None else None
     except gpus.UnknownGpu as error:
@@ -285,6 +306,9 @@ def diagnose_command(argv: list[str], console: Console) -> int:
 
 
 def fail(message: str, code: int) -> int:
+    message = " ".join(str(message).split())  # one line whatever the message holds
+    if len(message) > 1000:
+        message = message[:1000] + f"... ({len(message)} characters)"
     print(f"error: {message}", file=sys.stderr)
     return code
 
@@ -378,5 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)
+    except OSError as error:  # a results folder that is read-only, a file, or under a file
+        where = f" {error.filename}" if error.filename else ""
+        return fail(f"cannot write{where}: {error.strerror or type(error).__name__}", EXIT_USAGE)
     except KeyboardInterrupt:
         return fail("interrupted: everything measured so far is in the study; run again to resume", 130)

@@ -12,8 +12,8 @@ from rich.markup import escape
 
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, layer_file_stem,
-                           read_best, readable_journal, recorded_gpu_dir)
+from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, check_storage_url, gpu_slugs,
+                           layer_file_stem, read_best, readable_journal, recorded_gpu_dir)
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -150,6 +150,7 @@ def main(argv: list[str], console) -> int:
         console.print(f"[yellow]no {folder / JOURNAL_FILE}: the summary only, no per-layer plots[/]")
         wanted = []
     elif args.storage:
+        check_storage_url(args.storage)
         storage = args.storage
     else:
         storage, damaged = readable_journal(folder / JOURNAL_FILE)
@@ -163,6 +164,9 @@ def main(argv: list[str], console) -> int:
         except KeyError:
             console.print(f"[yellow]{escape(layer)}: its study is not in the storage; no per-layer plots[/]")
             continue
+        except Exception as error:  # noqa: BLE001 - an RDB that cannot be reached: SQLAlchemy's errors are many
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ResultsError(f"--storage cannot be read: {first[:200]}") from None
         for path in layer_plots(study, layer, folder / "plots", entry.family):
             console.print(f"wrote {escape(str(path))}")
     gpu_name = (read_best(folder).get("device") or {}).get("name", "unknown GPU")

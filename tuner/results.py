@@ -51,6 +51,17 @@ def layer_file_stem(layer: str) -> str:
     return stem
 
 
+def check_results_dir(root: Path) -> None:
+    """One line for a --results-dir the tool cannot write into: a file, a path under a file, read-only."""
+    for folder in (root, *root.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ResultsError(f"--results-dir {root}: {folder} is a file, not a folder")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise ResultsError(f"--results-dir {root}: {folder} is not writable")
+            return
+
+
 def gpu_dir(results_root: Path, slug: str) -> Path:
     if not SLUG.fullmatch(slug) or ".." in slug:
         raise ResultsError(f"GPU {slug!r} is not a results folder name (lowercase letters, digits, '.', '_', '-', "
@@ -152,6 +163,30 @@ MAX_RETRY = 2
 RDB_SCHEMES = ("postgresql", "mysql", "sqlite")
 
 
+MIN_GRACE_S = 10
+
+
+def heartbeat_for(grace_s: int) -> int:
+    """A heartbeat interval for a grace period: every 20 s, or a third of a shorter grace, so that a live
+    host always beats several times within it."""
+    return max(1, min(HEARTBEAT_S, grace_s // 3))
+
+
+def check_storage_url(url: str | None, flag: str = "--storage") -> None:
+    """One line for a storage URL Optuna cannot open: empty, junk, a scheme it has no database for, or
+    a SQLite file in a folder that does not exist."""
+    if url is None:
+        return
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme.split("+", 1)[0] not in RDB_SCHEMES:
+        raise ResultsError(f"{flag} {brief(url)} is not a database URL: give postgresql://USER@HOST/DB, "
+                           "mysql://..., or sqlite:///PATH (or leave it out for the results folder's journal)")
+    if scheme.startswith("sqlite"):
+        path = url.split("://", 1)[1].removeprefix("/")
+        if path and path != ":memory:" and not Path(path).parent.is_dir():
+            raise ResultsError(f"{flag} {brief(url)}: folder {Path(path).parent} does not exist")
+
+
 def study_storage(url: str | None, results_root: Path, slug: str, heartbeat_s: int = HEARTBEAT_S,
                   grace_s: int = GRACE_S):
     """The study storage: the results folder's journal by default; an RDB URL gets heartbeats and the
@@ -163,11 +198,18 @@ def study_storage(url: str | None, results_root: Path, slug: str, heartbeat_s: i
 
         import optuna
 
+        check_storage_url(url)
         with warnings.catch_warnings():  # heartbeats and their retry callback are marked experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
+            try:
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=MAX_RETRY))
+            except Exception as error:  # noqa: BLE001 - SQLAlchemy's and the drivers' errors are many
+                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise ResultsError(f"--storage {brief(url)} cannot be opened: {brief(first, 200)}") from None
+    check_storage_url(url)
     return url
 
 

@@ -26,7 +26,7 @@ from tuner.problem import ConvProblem, Layer, problem_to_dict
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
 from tuner.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
-                           study_storage, update_best)
+                           GRACE_S, heartbeat_for, study_storage, update_best)
 from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems)
 from tuner.status import Status
@@ -55,6 +55,7 @@ class TuningOptions:
     timeout_s: float
     run_id: str | None
     prior: int = PRIOR_PICKS
+    stale_after_s: int = GRACE_S  # --stale-after: when a silent host's trials are measured again
     # An imported network's layer whose problem another best.yaml entry already holds (the r50 table's,
     # another network's) is not tuned again: the report and the export find that entry by its problem.
     skip_tuned_problems: bool = False
@@ -276,7 +277,8 @@ class TuningSession:
         self.compiler = Compiler(self.device, options.cache_dir, options.jobs)
         self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
         self.folder = gpu_dir(options.results_dir, self.device.slug)
-        self.storage = study_storage(options.storage, options.results_dir, self.device.slug)
+        self.storage = study_storage(options.storage, options.results_dir, self.device.slug,
+                                     heartbeat_s=heartbeat_for(options.stale_after_s), grace_s=options.stale_after_s)
         self.ceilings = measured_ceilings(self.folder)
         report.print_device(console, self.device)
 
