@@ -135,7 +135,7 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     record = sm80_record("conv_1", layer.problem)
     config = next(c for c in all_configs(landscape_space, layer.problem) if c.name in record
                   and record[c.name].status is Status.ok)
-    atomic_write(tmp_path / "best.yaml", yaml.safe_dump({"layers": {"conv_1": {
+    atomic_write(tmp_path / "best.yaml", yaml.safe_dump({"layer_count": 1, "layers": {"conv_1": {
         "problem": problem_to_dict(layer.problem), "family": "sm80", "params": config.search_params,
         "kernel": config.name, "runtime_us": 1.0}}}))
 

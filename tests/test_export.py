@@ -34,6 +34,8 @@ RUNNERS = {"sm80": "Sm80Runner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm
 # The families whose kernels the header holds as C++; sm90_dsl's are objects (tests/test_export_dsl.py).
 CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emits_cpp)
 EVIL = 'x"; int evil = 1; //\n#error injected \\'
+# The families whose kernels the header takes (sm90_dsl's are DSL-exported objects).
+CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emits_cpp)
 
 
 def config_of(family: str):

@@ -44,7 +44,7 @@ def mixed(**extra) -> dict:
 
 def write_best(folder: Path, doc: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "best.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (folder / "best.yaml").write_text(yaml.safe_dump({**doc, "layer_count": len(doc["layers"])}, sort_keys=False))
     return folder
 
 

@@ -233,7 +233,7 @@ def test_a_best_yaml_cut_short_at_an_entry_boundary_is_refused(tmp_path):
 def test_an_entry_that_does_not_fit_the_schema_is_refused_with_its_layer(tmp_path, damage, says):
     damaged = {**entry(4.2), "problem": dict(CONV_1_PROBLEM)}
     damage(damaged)
-    (tmp_path / BEST_FILE).write_text(yaml.safe_dump({"layers": {"conv_1": damaged}}))
+    (tmp_path / BEST_FILE).write_text(yaml.safe_dump({"layer_count": 1, "layers": {"conv_1": damaged}}))
     with pytest.raises(ResultsError, match=re.escape(says)) as refused:
         read_best(tmp_path)
     assert "layer 'conv_1'" in str(refused.value) and "restore it" in str(refused.value)

@@ -123,7 +123,7 @@ def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h
         twin.add_trial(optuna.trial.create_trial(
             value=us, params=params, user_attrs={"status": "ok"},
             distributions={k: CategoricalDistribution([v]) for k, v in params.items()}))
-    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"layers": {"twin_layer": {
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"twin_layer": {
         "problem": problem_to_dict(bare), "family": "sm90_conv", "params": {"tile": "128x128x64"}, "kernel": "k",
         "runtime_us": 10.0, "study": {"name": "twin"}}}}))
     seeds = twin_seeds(tmp_path, storage, fused, joint, h100, count=2)

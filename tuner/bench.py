@@ -29,6 +29,7 @@ from pathlib import Path
 import optuna
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.choices import chosen_spaces, matching_layers, positive
@@ -39,8 +40,8 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, gpu_dir, gpu_slugs, read_bench,
-                           best_entries)
+from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
+                           layer_file_stem, read_bench)
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.status import Status
@@ -91,7 +92,7 @@ def bench_ceilings(measured: dict) -> Ceilings:
 
 
 def landscape_path(folder: Path, family: str, layer: str) -> Path:
-    return folder / LANDSCAPE_DIR / family / f"{layer}.csv"
+    return folder / LANDSCAPE_DIR / family / f"{layer_file_stem(layer)}.csv"
 
 
 def read_landscapes(folder: Path, layer: Layer, families: tuple[str, ...]) -> dict[str, dict[str, Recorded]]:
@@ -140,12 +141,12 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
                          "error": evaluation.error, "grid_blocks": evaluation.grid_blocks,
                          "blocks_per_sm": evaluation.attributes and evaluation.attributes.max_active_blocks_per_sm})
         write_record(landscape_path(folder, space.family, layer.name), rows,
-                     f"Landscape of {layer.name} on {device.name}: every statically valid candidate of "
+                     f"Landscape of {escape(layer.name)} on {device.name}: every statically valid candidate of "
                      f"search_spaces/{space.family}_landscape.yaml,\nrecorded by: python tune.py bench "
                      f"(same inputs for every candidate of the layer, {LANDSCAPE_REPEATS} graph replays each)",
                      space.family)
         ok = [r["median_us"] for r in rows if r["status"] == Status.ok.value]
-        console.print(f"  {space.family} {layer.name}: {len(ok)} of {len(rows)} ok, "
+        console.print(f"  {space.family} {escape(layer.name)}: {len(ok)} of {len(rows)} ok, "
                       f"best {min(ok, default=math.nan):.2f} µs")
 
 
@@ -206,7 +207,7 @@ def replay_layers(layers: list[Layer], landscapes: dict[str, dict[str, dict[str,
         for done, future in enumerate(as_completed(futures), start=1):
             layer = futures[future]
             searches[layer.name], seconds = future.result()
-            console.print(f"replayed {layer.name} ({done} of {len(layers)}, {seconds:.0f} s)")
+            console.print(f"replayed {escape(layer.name)} ({done} of {len(layers)}, {seconds:.0f} s)")
     return searches
 
 
@@ -347,7 +348,7 @@ def time_baselines(worker, layer: Layer, device: DeviceFacts, measured: dict, co
         measured["cudnn"][layer.name] = timed["cudnn_us"] = answer["cudnn_us"]
         measured["cudnn_version"] = answer["cudnn_version"]
     else:
-        console.print(f"[yellow]cuDNN not timed for {layer.name}: {answer.get('reason')}[/]")
+        console.print(f"[yellow]cuDNN not timed for {escape(layer.name)}: {answer.get('reason')}[/]")
     if is_gemm_layer(layer.problem):
         answer = worker.request({"op": "cublas", "problem": problem_to_dict(layer.problem),
                                  "l2_bytes": device.l2_bytes})
@@ -360,7 +361,7 @@ def time_baselines(worker, layer: Layer, device: DeviceFacts, measured: dict, co
             if key in answer:
                 measured.setdefault(key.removesuffix("_us"), {})[layer.name] = timed[key] = answer[key]
             else:
-                console.print(f"[yellow]{key.removesuffix('_us')} PyTorch not timed for {layer.name}: "
+                console.print(f"[yellow]{key.removesuffix('_us')} PyTorch not timed for {escape(layer.name)}: "
                               f"{answer.get('reason')}[/]")
     return timed
 
@@ -374,7 +375,7 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
     for layer in layers:
         entry = entries.get(layer.name)
         if entry is None:
-            console.print(f"[yellow]{layer.name}: no best.yaml entry to time[/]")
+            console.print(f"[yellow]{escape(layer.name)}: no best.yaml entry to time[/]")
             continue
         try:
             configs[layer.name] = entry_config(entry, layer.name, layer.problem)
@@ -422,7 +423,7 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         ratio = row.get("tuned_us", math.nan) / row.get("cudnn_us", math.nan)
         fused = (f", PyTorch eager {_us(row.get('eager_us'))} µs, torch.compile {_us(row.get('compiled_us'))} µs"
                  if layer.problem.epilogue.fused else "")
-        console.print(f"  {layer.name}: tuned {_us(row.get('tuned_us'))} µs, cuDNN {_us(row.get('cudnn_us'))} µs "
+        console.print(f"  {escape(layer.name)}: tuned {_us(row.get('tuned_us'))} µs, cuDNN {_us(row.get('cudnn_us'))} µs "
                       f"({ratio:.2f}){fused}")
         save()
 
@@ -441,7 +442,7 @@ def fused_table(measured: dict) -> Table | None:
     def ratio(row: dict, baseline: str) -> str:
         return f"{row['tuned_us'] / row[baseline]:.2f}" if row.get("tuned_us") and row.get(baseline) else "-"
     for name, row in rows.items():
-        table.add_row(name, row["epilogue"], row.get("family", "-"), _us(row.get("tuned_us")), _us(row.get("eager_us")),
+        table.add_row(escape(name), row["epilogue"], row.get("family", "-"), _us(row.get("tuned_us")), _us(row.get("eager_us")),
                       _us(row.get("compiled_us")), _us(row.get("bare_kernel_us")), ratio(row, "eager_us"),
                       ratio(row, "compiled_us"), ratio(row, "bare_kernel_us"))
     return table
@@ -505,14 +506,14 @@ def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace]
                                    lambda cache: Compiler(device, cache, args.jobs), tuner_evaluator,
                                    ceilings, args.product_trials)
             if found is None:
-                console.print(f"[yellow]{layer.name}: the tuner found no valid kernel[/]")
+                console.print(f"[yellow]{escape(layer.name)}: the tuner found no valid kernel[/]")
                 continue
             measured["product_search"][layer.name] = {
                 "best_us": round(found.best_us, 3), "kernel": found.kernel, "family": found.family,
                 "families": list(layer_space(runnable, layer.problem, device).families),
                 "trials": args.product_trials, "kernels_compiled": found.kernels_compiled,
                 "wall_s": round(found.wall_s, 1)}
-            console.print(f"  tuner on {'+'.join(s.family for s in runnable)}: {layer.name} {found.best_us:.2f} µs "
+            console.print(f"  tuner on {'+'.join(s.family for s in runnable)}: {escape(layer.name)} {found.best_us:.2f} µs "
                           f"({found.kernel}), {found.kernels_compiled} kernels, {found.wall_s:.0f} s cold")
             save()
         if "tuned" in args.steps:

@@ -39,6 +39,8 @@ def chosen_spaces(family_text: str | None, space_files: list[Path] | None) -> tu
         if unknown or not names:
             raise UsageError(f"--family {family_text!r}: unknown family {', '.join(unknown) or '(none given)'}; "
                              f"choose from {', '.join(registry.names())}")
+        if len(set(names)) != len(names):
+            raise UsageError(f"--family {family_text!r} names a family twice; name each once")
     else:
         names = list(registry.names())
     given = {}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 from rich.console import Console
+from rich.markup import escape
 
 from tuner import nightly
 from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
@@ -26,7 +27,9 @@ from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
-from tuner.results import ResultsError, best_entries, gpu_slugs, names_by_problem, recorded_gpu_dir
+from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
+                           gpu_slugs, names_by_problem, recorded_gpu_dir)
+from tuner.yamlfile import brief
 from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
 
@@ -37,6 +40,7 @@ EXIT_REGRESSION = 3
 
 
 MAX_TIMEOUT_S = 86400.0
+MAX_SMS = 10_000
 
 
 COMMAND_SUMMARIES = {
@@ -87,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", help="comma-separated GPU indices: one worker process per GPU on the same studies")
     parser.add_argument("--storage", help="Optuna storage URL (e.g. postgresql://user@host/db for several hosts); "
                                           "default: a journal file in results/<gpu>/ (several processes of one host)")
-    parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="TPE sampler seed, 0 to 2^32-1 (default 0)")
+    parser.add_argument("--stale-after", type=int, default=GRACE_S, metavar="SECONDS",
+                        help="with an RDB --storage shared by several hosts: seconds without a heartbeat after which "
+                             f"a host's trials count as a dead host's and are measured again (default {GRACE_S}; "
+                             f"at least {MIN_GRACE_S}; heartbeats come every 20 s or a third of this)"),
     parser.add_argument("--prior", type=int, default=PRIOR_PICKS,
                         help="queue this many of the cost model's best picks before the search, shared among the "
                              "layer's families (at least 3 each), each unless the study has it already "
@@ -125,7 +133,7 @@ def shape_layer(text: str, epilogue_text: str | None = None) -> Layer:
         except EpilogueError as error:
             raise UsageError(f"--epilogue: {error}") from None
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}")
+            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}{problem.epilogue.beta_tag}")
     return Layer(name, problem)
 
 
@@ -168,13 +176,26 @@ def options_from(args: argparse.Namespace, run_id: str | None) -> TuningOptions:
         positive("--jobs", args.jobs)
     if args.prior < 0:
         raise UsageError(f"--prior must be 0 or more, got {args.prior}")
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be from 0 to {2**32 - 1}, got {brief(args.seed)}")
+    if not MIN_GRACE_S <= args.stale_after <= MAX_TIMEOUT_S:
+        raise UsageError(f"--stale-after must be from {MIN_GRACE_S} to {MAX_TIMEOUT_S:.0f} seconds, got {args.stale_after}")
+    if args.storage is not None:
+        check_storage_url(args.storage)
+    if args.gpus is not None:
+        try:
+            nightly.parse_gpus(args.gpus)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    check_results_dir(args.results_dir)
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan and inf, which the worker's waits cannot take
         raise UsageError(f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds (a day), "
                          f"got {args.timeout}")
     return TuningOptions(trials=args.trials, top=args.top, confirm_rounds=args.confirm_rounds, ncu_top=args.ncu_top,
                          no_ncu=args.no_ncu, seed=args.seed, storage=args.storage, results_dir=args.results_dir,
                          cache_dir=args.cache_dir, jobs=args.jobs, timeout_s=args.timeout, run_id=run_id,
-                         prior=args.prior, skip_tuned_problems=args.onnx is not None or args.torchvision is not None,
+                         prior=args.prior, stale_after_s=args.stale_after,
+                         skip_tuned_problems=args.onnx is not None or args.torchvision is not None,
                          prefer_superseding=not args.family)
 
 
@@ -184,7 +205,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         layers = network.as_layers()
         if args.write_layers is not None:
             write_layers(network, args.write_layers)
-            console.print(f"wrote {args.write_layers}: {len(network.layers)} layers, "
+            console.print(f"wrote {escape(str(args.write_layers))}: {len(network.layers)} layers, "
                           f"{len(network.unsupported)} convolutions not tuned")
             return 0
         if not (args.layer or args.layers or args.all or args.shape or args.list_layers):
@@ -198,7 +219,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         return 0
     if network is not None and network.unsupported:
         for item in network.unsupported:
-            console.print(f"[yellow]not tuned: {item.node}: {item.reason}[/]")
+            console.print(f"[yellow]not tuned: {escape(item.node)}: {escape(item.reason)}[/]")
     targets = resolve_targets(args, layers)
     spaces = chosen_spaces(args.family, args.space_file)
     check_layers_runnable(targets, spaces, explicit=bool(args.family))
@@ -209,7 +230,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
                              f"gpus-{uuid.uuid4().hex[:12]}" if args.gpus else None)
     options = options_from(args, run_id)
     nvcc_version()  # fail before the GPU is touched if there is no compiler
-    if args.gpus:
+    if args.gpus is not None:
         try:
             gpus = nightly.parse_gpus(args.gpus)
         except ValueError as error:
@@ -245,17 +266,17 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         p = layer.problem
         families = [family for family, reason in registry.problem_reasons(p).items() if reason is None]
         dilation = f" d{p.dilation}" if p.dilation != 1 else ""
-        row = [name, str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
+        row = [escape(name), str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
                p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none"]
         if name in imported:
             nodes = imported[name].nodes
-            row += [str(len(nodes)), ", ".join(nodes[:4]) + (" ..." if len(nodes) > 4 else "")]
+            row += [str(len(nodes)), ", ".join(map(escape, nodes[:4])) + (" ..." if len(nodes) > 4 else "")]
         table.add_row(*row)
     console.print(table)
     for item in network.unsupported if network else ():
-        console.print(f"not tuned: {item.node}: {item.reason}")
+        console.print(f"not tuned: {escape(item.node)}: {escape(item.reason)}")
     for item in network.not_fused if network else ():
-        console.print(f"not fused (left to the framework): {item}")
+        console.print(f"not fused (left to the framework): {escape(item)}")
 
 
 def build_diagnose_parser() -> argparse.ArgumentParser:
@@ -277,6 +298,8 @@ def diagnose_command(argv: list[str], console: Console) -> int:
     args = build_diagnose_parser().parse_args(argv)
     if args.sms is not None:
         positive("--sms", args.sms)
+        if args.sms > MAX_SMS:
+            raise UsageError(f"--sms {args.sms} is more SMs than any GPU has (at most {MAX_SMS})")
     try:
         gpu = gpus.lookup(args.gpu) if args.gpu is not None else None
     except gpus.UnknownGpu as error:
@@ -287,6 +310,9 @@ def diagnose_command(argv: list[str], console: Console) -> int:
 
 
 def fail(message: str, code: int) -> int:
+    message = " ".join(str(message).split())  # one line whatever the message holds
+    if len(message) > 1000:
+        message = message[:1000] + f"... ({len(message)} characters)"
     print(f"error: {message}", file=sys.stderr)
     return code
 
@@ -320,11 +346,11 @@ def export_command(argv: list[str], console: Console) -> int:
         folder = recorded_gpu_dir(args.results_dir, slug)
         path = export_header(folder, nodes, label, cache_dir=args.cache_dir)
         if network is None:
-            console.print(f"wrote {path}")
+            console.print(f"wrote {escape(str(path))}")
             continue
         tuned = names_by_problem(best_entries(folder))  # read once, not once per node
         untuned = sum(problem not in tuned for _, problem in nodes)
-        console.print(f"wrote {path} ({len(nodes)} network nodes, {untuned} without a tuned kernel)")
+        console.print(f"wrote {escape(str(path))} ({len(nodes)} network nodes, {untuned} without a tuned kernel)")
     return 0
 
 
@@ -383,5 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)
+    except OSError as error:  # a results folder that is read-only, a file, or under a file
+        where = f" {error.filename}" if error.filename else ""
+        return fail(f"cannot write{where}: {error.strerror or type(error).__name__}", EXIT_USAGE)
     except KeyboardInterrupt:
         return fail("interrupted: everything measured so far is in the study; run again to resume", 130)

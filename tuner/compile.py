@@ -160,6 +160,21 @@ def error_excerpt(log: str) -> str:
     return "\n".join((errors or log.splitlines())[:ERROR_EXCERPT_LINES])
 
 
+def remove_stale_scratch(folder: Path, older_than_s: float = COMPILE_TIMEOUT_S + 60) -> list[Path]:
+    """Remove the scratch folders (.<key>-*) of builds killed before they could publish or clean up (a
+    SIGKILLed nvcc's stayed forever): none older than the build timeout can still be in use."""
+    removed = []
+    cutoff = time.time() - older_than_s
+    for scratch in folder.glob(".*-*"):
+        try:
+            if scratch.is_dir() and scratch.stat().st_mtime < cutoff:
+                shutil.rmtree(scratch, ignore_errors=True)
+                removed.append(scratch)
+        except OSError:  # another worker removed it first
+            continue
+    return removed
+
+
 class Compiler:
     def __init__(self, device: DeviceFacts, cache_dir: Path | None = None, jobs: int | None = None,
                  kernels_per_unit: int = MAX_KERNELS_PER_UNIT):
@@ -218,6 +233,7 @@ class Compiler:
         entry: (scratch folder or None when the failure was not the source's, the log, whether it failed,
         seconds)."""
         entry.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_scratch(entry.parent)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         source_file = request.source_file if request else "candidate.cu"
         (scratch / source_file).write_text(source)

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from tuner.arrays import array_module
+from tuner.yamlfile import brief
 
 # The text form: parts joined by '+', in this order, e.g. "scale+bias+residual+relu"; "none" for none.
 # A residual scale other than 1 is written "residual*0.5".
@@ -63,9 +64,24 @@ class Epilogue:
         words = []
         for part in self.parts:
             if part == "residual" and self.residual_scale != 1.0:
-                part = f"residual*{self.residual_scale:g}"
+                part = f"residual*{self.beta_text}"
             words.append(part)
         return "+".join(words)
+
+    @property
+    def beta_text(self) -> str:
+        """The residual scale exactly (repr round-trips a float; %g made 0.1234567 and 0.123457 one key),
+        without a trailing '.0': '0.5', '2', '0.1234567'."""
+        text = repr(float(self.residual_scale))
+        return text[:-2] if text.endswith(".0") else text
+
+    @property
+    def beta_tag(self) -> str:
+        """The residual scale in a layer name: '' for 1, else '_beta0p5'-like (identifier characters
+        only, exact as beta_text is)."""
+        if not self.residual or self.residual_scale == 1.0:
+            return ""
+        return "_beta" + self.beta_text.replace(".", "p").replace("-", "m").replace("+", "")
 
     @property
     def short(self) -> str:
@@ -79,7 +95,9 @@ class Epilogue:
 def parse_epilogue(text: object) -> Epilogue:
     """'none', or parts joined by '+' (or ','): scale, bias, residual[*SCALE], and one of relu, gelu, silu."""
     if not isinstance(text, str) or not text.strip():
-        raise EpilogueError(f"epilogue {text!r} must be text such as 'scale+bias+relu' or 'none'")
+        raise EpilogueError(f"epilogue {brief(text)} must be text such as 'scale+bias+relu' or 'none'")
+    if len(text) > 200:
+        raise EpilogueError(f"epilogue {brief(text)} is too long to be one")
     words = [w.strip().lower() for w in text.replace(",", "+").split("+")]
     if words == [NONE]:
         return Epilogue()

@@ -6,17 +6,21 @@ only through cpp_identifier. sm90_dsl layers are CuTe DSL objects, built beside 
 dsl/libtuned_dsl.a (tuner/dsl_export.py) and declared in it against their C entry points."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
 
+from tuner import gpus
 from tuner.codegen import TEMPLATES, include_lines, problem_struct
+from tuner.device import DeviceFacts
 from tuner.families import registry
 from tuner import dsl_export
 from tuner.families.base import CppPieces, KernelConfig, read_template
 from tuner.problem import ConvProblem
 from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, read_best, replacing
-from tuner.space import entry_config
+from tuner.space import entry_config, static_problems
+from tuner.yamlfile import brief
 
 HEADER_FILE = "best_configs.h"
 _SAFE_CHARS = re.compile(r"[A-Za-z0-9 _.,:;+\-=/()\[\]@#%^&*!~|<>{}]")
@@ -66,13 +70,13 @@ def cpp_string(text: object) -> str:
 
 def cpp_int(value: object, what: str) -> str:
     if isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value < 2**31:
-        raise ResultsError(f"best.yaml: {what} must be a whole number, got {value!r}")
+        raise ResultsError(f"best.yaml: {what} must be a whole number, got {brief(value)}")
     return str(value)
 
 
 def cpp_double(value: object, what: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ResultsError(f"best.yaml: {what} must be a finite number, got {value!r}")
+        raise ResultsError(f"best.yaml: {what} must be a finite number, got {brief(value)}")
     return f"{float(value):.3f}"
 
 
@@ -94,6 +98,44 @@ def _row(name: str, entry: BestEntry, problem: ConvProblem, config: KernelConfig
     return "    {" + ", ".join(values) + "},"
 
 
+def recorded_device(device: dict, major: int, minor: int) -> DeviceFacts:
+    """The facts the static checks take, for the GPU best.yaml names: the table's figures for a known GPU,
+    else its compute capability's limits (the nearest known one of its major version, or the smallest)."""
+    sm_count = device.get("sm_count")
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 0 < sm_count < 100_000:
+        raise ResultsError(f"best.yaml: device sm_count {brief(sm_count)} is not a count of SMs")
+    try:
+        known = gpus.device_facts(gpus.lookup(str(device.get("name", ""))[:200]))
+        if known.cc_major * 10 + known.cc_minor == major * 10 + minor:
+            return dataclasses.replace(known, sm_count=sm_count)
+    except gpus.UnknownGpu:
+        pass
+    arches = (gpus.SM80, gpus.SM86, gpus.SM89, gpus.SM90)
+    same = [a for a in arches if a.cc_major == major and a.cc_minor <= minor]
+    arch = same[-1] if same else gpus.SM86
+    return DeviceFacts(str(device.get("name", "")), major, minor, sm_count, arch.smem_optin_per_block_bytes,
+                       arch.smem_per_sm_bytes, arch.registers_per_sm, 0, arch.max_warps_per_sm * 32,
+                       arch.max_blocks_per_sm)
+
+
+def checked_config(name: str, entry: BestEntry, facts: DeviceFacts) -> KernelConfig:
+    """The entry's kernel, checked as the study checked it before measuring: no knob the family does not
+    have, the kernel name the parameters make, and none of the family's static problems on this GPU
+    (a hand-edited tile 8x8x8 would otherwise fail a CUTLASS static_assert in the user's build)."""
+    config = entry_config(entry, name, entry.problem)
+    unknown = sorted(set(entry.knobs) - set(config.search_params))
+    if unknown:
+        raise ResultsError(f"best.yaml layer {name!r}: {entry.family} has no knob {brief(', '.join(unknown))}")
+    if config.name != entry.kernel:
+        raise ResultsError(f"best.yaml layer {name!r}: its parameters and problem make kernel {config.name}, not "
+                           f"the recorded {brief(entry.kernel)} (edited by hand?)")
+    problems = static_problems(config, entry.problem, facts)
+    if problems:
+        raise ResultsError(f"best.yaml layer {name!r}: kernel {config.name} cannot run on {facts.name}: "
+                           f"{brief(problems[0], 200)}")
+    return config
+
+
 def node_rows(nodes: list[tuple[str, ConvProblem]], layers: list[tuple[str, ConvProblem]]) -> list[str]:
     """One row per network node: its name and the index in kLayers of the layer with its problem, or -1."""
     index_of: dict[ConvProblem, int] = {}
@@ -110,6 +152,14 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
     device, toolchain, layers = document.get("device"), document.get("toolchain") or {}, document["layers"]
     if not device or not layers:
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
+    if not isinstance(device, dict) or not isinstance(toolchain, dict):
+        raise ResultsError("best.yaml: device and toolchain must be mappings")
+    try:
+        major, minor = (int(part) for part in str(device["compute_capability"]).split("."))
+    except (KeyError, ValueError):
+        raise ResultsError(f"best.yaml: device compute_capability {brief(device.get('compute_capability'))} "
+                           "is not MAJOR.MINOR") from None
+    facts = recorded_device(device, major, minor)
     aliases, rows, for_each, families, configs, problems = [], [], [], {}, {}, []
     dsl_layers = 0
     alias_of = layer_aliases(sorted(map(str, layers)))
@@ -118,7 +168,7 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         entry = BestEntry.parse(str(name), raw)
         problem = entry.problem
         problems.append((name, problem))
-        config = entry_config(entry, name, problem)
+        config = checked_config(str(name), entry, facts)
         family = registry.family_of(config)
         alias = alias_of[str(name)]
         if dsl_export.is_object_family(config):  # a CuTe DSL kernel: an object in dsl/, not a template
@@ -136,11 +186,6 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         runner = dsl_export.runner_source(dsl_version or dsl_export.installed_dsl_version())
         pieces.append(CppPieces(dsl_export.INCLUDES, (runner,), "DslRunner"))
     includes = tuple(dict.fromkeys(header for piece in pieces for header in piece.includes))
-    try:
-        major, minor = (int(part) for part in str(device["compute_capability"]).split("."))
-    except (KeyError, ValueError):
-        raise ResultsError(f"best.yaml: device compute_capability {device.get('compute_capability')!r} "
-                           "is not MAJOR.MINOR") from None
     return read_template(TEMPLATES / "best_configs.h.in").substitute(
         gpu_name=re.sub(r"[^A-Za-z0-9 ._-]", "?", str(device.get("name", ""))),
         slug=re.sub(r"[^A-Za-z0-9._-]", "?", str(device.get("slug", ""))),

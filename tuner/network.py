@@ -10,6 +10,7 @@ operators as `Op`s in ONNX's vocabulary, the tensors' shapes, and each convoluti
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,11 @@ OPSETS = range(7, 24)
 # Operators after a conv that are not elementwise: nothing to fuse, so not listed as "not fused".
 STRUCTURAL = {"Conv", "MaxPool", "GlobalAveragePool", "AveragePool", "Flatten", "Concat", "Reshape", "Pad"}
 ACTIVATIONS = {"Relu": Activation.relu, "Gelu": Activation.gelu, "Silu": Activation.silu}
+# Convolutions of other kinds than fprop f16/f32 Conv: listed as not tuned, with the reason, never dropped.
+OTHER_CONVS = {"ConvTranspose": "a transposed convolution (dgrad): only Conv (fprop) is tuned",
+               "ConvInteger": "an integer (quantised) convolution: only f16 Conv is tuned",
+               "QLinearConv": "a quantised convolution: only f16 Conv is tuned",
+               "DeformConv": "a deformable convolution: only Conv is tuned"}
 
 
 class NetworkError(ValueError):
@@ -59,9 +65,16 @@ class Network:
 
 
 def layer_name(node: str) -> str:
-    """A layer-table name from a node name (identifier characters only)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_]+", "_", node).strip("_") or "conv"
+    """A layer-table name from a node name (identifier characters only, at most 120 of them)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]+", "_", node).strip("_")[:120] or "conv"
     return cleaned if cleaned[0].isalpha() else f"n_{cleaned}"
+
+
+def comment_text(text: str) -> str:
+    """A name as it may stand in a '#' comment line: line breaks and other control characters as
+    escapes (a node name holding a newline added a real layer to a written layers.yaml)."""
+    return "".join(char.encode("unicode_escape").decode("ascii")
+                   if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char for char in text)
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,9 @@ def from_onnx(path: Path, batch: int | None = None) -> Network:
     except Exception as error:  # onnx raises DecodeError, ValueError, ... for a file that is not a model
         raise NetworkError(f"{path} is not an ONNX model ({type(error).__name__}); export one with "
                            "torch.onnx.export or pass a .onnx file") from None
+    if not model.graph.node:
+        raise NetworkError(f"{path} holds no ONNX graph (an empty or truncated file?); export one with "
+                           "torch.onnx.export or pass a .onnx file")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset not in OPSETS:
         raise NetworkError(f"{path}: ONNX opset {opset} is not one this importer reads "
@@ -140,6 +156,9 @@ class _OnnxGraph:
                 resolved.append(self.batch)
             elif isinstance(dim, int) and dim > 0:
                 resolved.append(dim)
+            elif dim == 0:
+                raise NetworkError(f"{self.path}: conv {node}: dimension {index} of {name!r} is 0 (an empty tensor): "
+                                   "nothing to convolve; export the model with its real sizes")
             elif index == 0 and batched:
                 if self.batch is None:
                     raise NetworkError(f"{self.path}: the batch dimension is symbolic ({dim!r}); pass --batch N")
@@ -174,11 +193,16 @@ class _OnnxGraph:
 
     def network(self) -> Network:
         convs = [self.conv(node) for node in self.graph.node if node.op_type == "Conv"]
+        others = [Unsupported(node.name or node.output[0], f"{node.op_type}: {OTHER_CONVS[node.op_type]}")
+                  for node in self.graph.node if node.op_type in OTHER_CONVS]
         if not convs:
-            raise NetworkError(f"{self.path}: the model has no Conv node: nothing to tune")
+            named = "; ".join(f"{item.node} ({item.reason})" for item in others[:3])
+            raise NetworkError(f"{self.path}: the model has no Conv node: nothing to tune"
+                               + (f"; its convolutions are not tuned: {named}" if named else ""))
         ops = [Op(node.name or node.output[0], self.kind(node), tuple(node.input), tuple(node.output))
                for node in self.graph.node]
-        return assemble(convs, ops, self.shapes, {o.name for o in self.graph.output}, self.path.stem)
+        network = assemble(convs, ops, self.shapes, {o.name for o in self.graph.output}, self.path.stem)
+        return Network(network.layers, network.unsupported + tuple(others), network.not_fused)
 
 
 class _Epilogues:
@@ -246,6 +270,9 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
         return f"input of shape {list(conv.x)} to a 2-D convolution: expected N, C, H, W"
     n, c, h, w = conv.x
     k, c_per_group, r, s = conv.weight
+    if c_per_group * conv.groups != c:
+        raise NetworkError(f"conv {conv.node}: its weight takes {c_per_group} channels per group x {conv.groups} "
+                           f"group(s), its input has {c}: the model is inconsistent; check it with onnx.checker")
     if conv.groups != 1:
         kind = "depthwise" if conv.groups == c and c_per_group == 1 else f"grouped ({conv.groups} groups)"
         return f"{kind} convolution: no family runs groups > 1"
@@ -273,6 +300,8 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
     problems: dict[ConvProblem, list[str]] = {}
     unsupported, not_fused = [], []
     for conv in convs:
+        if "\0" in conv.node:
+            raise NetworkError(f"a convolution's node name holds a NUL character ({conv.node!r}); rename the node")
         epilogue, skipped = epilogues.after(conv)
         problem = conv_problem(conv, epilogue)
         if isinstance(problem, str):
@@ -318,9 +347,10 @@ def write_layers(network: Network, path: Path) -> None:
     lines = ["# Convolutions imported by cutlass-conv-tuner (tuner/network.py): one entry per distinct problem.",
              LAYERS_DEFAULTS, "layers:"]
     for layer in network.layers:
-        nodes = ", ".join(layer.nodes[:6]) + (f", ... ({layer.count} in all)" if layer.count > 6 else "")
+        nodes = ", ".join(map(comment_text, layer.nodes[:6])) + (f", ... ({layer.count} in all)" if layer.count > 6
+                                                                  else "")
         lines.append(f"  # x{layer.count}: {nodes}")
         lines.append(layer_entry(layer.name, layer.problem))
     for item in network.unsupported:
-        lines.append(f"  # not tuned: {item.node}: {item.reason}")
+        lines.append(f"  # not tuned: {comment_text(item.node)}: {comment_text(item.reason)}")
     atomic_write(path, "\n".join(lines) + "\n")

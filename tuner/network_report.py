@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.epilogue import Epilogue
@@ -131,7 +132,7 @@ def report_table(reports: list[LayerReport], title: str) -> Table:
         table.add_column(column, overflow="fold")
     for report in reports:
         alone, run = report.conv_alone, report.as_run
-        table.add_row(report.layer.nodes[0], str(report.layer.count), report.layer.problem.epilogue.key,
+        table.add_row(escape(report.layer.nodes[0]), str(report.layer.count), report.layer.problem.epilogue.key,
                       (run or alone).entry if (run or alone) else "-",
                       _us(alone and alone.tuned_us), _us(alone and alone.baseline_us),
                       f"{alone.tuned_us / alone.baseline_us:.2f}" if alone else "-",
@@ -219,7 +220,7 @@ def main(argv: list[str], console: Console) -> int:
     for line in summary_lines(reports):
         console.print(line)
     for item in network.unsupported:
-        console.print(f"not tuned (no family runs it): {item.node}: {item.reason}")
+        console.print(f"not tuned (no family runs it): {escape(item.node)}: {escape(item.reason)}")
     if any(r.as_run or r.conv_alone for r in reports):
         batch = network.layers[0].problem.n
         png = args.png or folder / "plots" / f"report_{name}_b{batch}.png"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.tuning import LayerOutcome
@@ -33,7 +34,7 @@ def regression_table(outcomes: list[LayerOutcome], threshold: float = REGRESSION
         change = outcome.change
         verdict = ("" if change is None else "[red]REGRESSION[/]" if change > threshold
                    else "[green]faster[/]" if change < -threshold else "same")
-        table.add_row(outcome.layer, _us(outcome.previous_us), _us(outcome.runtime_us),
+        table.add_row(escape(outcome.layer), _us(outcome.previous_us), _us(outcome.runtime_us),
                       "new" if change is None else f"{change:+.1%}", verdict, outcome.kernel or "none passed")
     return table
 

@@ -8,11 +8,12 @@ import warnings
 from pathlib import Path
 
 import optuna
+from rich.markup import escape
 
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, read_best,
-                           readable_journal, recorded_gpu_dir)
+from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, check_storage_url, gpu_slugs,
+                           layer_file_stem, read_best, readable_journal, recorded_gpu_dir)
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -71,7 +72,8 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | Non
         warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
         axes = optuna_plots.plot_optimization_history(study)
         _retitle(axes, f"{layer}: optimisation history (µs, lower is better)")
-        written.append(save_figure(plt, axes.figure, folder / f"{layer}_history.png"))
+        stem = layer_file_stem(layer)
+        written.append(save_figure(plt, axes.figure, folder / f"{stem}_history.png"))
         ranked = family_study(study, family) if family else study
         complete = [t for t in ranked.trials if t.state is optuna.trial.TrialState.COMPLETE]
         if len(complete) >= MIN_TRIALS_FOR_IMPORTANCE:
@@ -80,7 +82,7 @@ def layer_plots(study: optuna.Study, layer: str, folder: Path, family: str | Non
             axes = optuna_plots.plot_param_importances(ranked, evaluator=evaluator)
             within = f" within {family}, {len(complete)} trials" if family else ""
             _retitle(axes, f"{layer}: parameter importances (PED-ANOVA{within})")
-            written.append(save_figure(plt, axes.figure, folder / f"{layer}_importances.png"))
+            written.append(save_figure(plt, axes.figure, folder / f"{stem}_importances.png"))
     return written
 
 
@@ -148,6 +150,7 @@ def main(argv: list[str], console) -> int:
         console.print(f"[yellow]no {folder / JOURNAL_FILE}: the summary only, no per-layer plots[/]")
         wanted = []
     elif args.storage:
+        check_storage_url(args.storage)
         storage = args.storage
     else:
         storage, damaged = readable_journal(folder / JOURNAL_FILE)
@@ -159,11 +162,14 @@ def main(argv: list[str], console) -> int:
         try:
             study = optuna.load_study(study_name=str(entry.study_name), storage=storage)
         except KeyError:
-            console.print(f"[yellow]{layer}: its study is not in the storage; no per-layer plots[/]")
+            console.print(f"[yellow]{escape(layer)}: its study is not in the storage; no per-layer plots[/]")
             continue
+        except Exception as error:  # noqa: BLE001 - an RDB that cannot be reached: SQLAlchemy's errors are many
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ResultsError(f"--storage cannot be read: {first[:200]}") from None
         for path in layer_plots(study, layer, folder / "plots", entry.family):
-            console.print(f"wrote {path}")
+            console.print(f"wrote {escape(str(path))}")
     gpu_name = (read_best(folder).get("device") or {}).get("name", "unknown GPU")
     summary = summary_plot(best, measured_ceilings(folder), folder / "plots" / "summary.png", gpu_name)
-    console.print(f"wrote {summary}")
+    console.print(f"wrote {escape(str(summary))}")
     return 0

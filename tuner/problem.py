@@ -6,10 +6,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tuner.epilogue import Epilogue, EpilogueError, parse_epilogue
-from tuner.yamlfile import YamlFileError, read_yaml
+from tuner.yamlfile import YamlFileError, brief, read_yaml
 
 
 INT32_MAX = 2**31 - 1
+# A layer's name becomes file names (landscapes, plots) and C++ literals: one of 5,000 characters failed
+# with "File name too long", and a NUL cut the C++ string short.
+MAX_LAYER_NAME = 200
+
+
+def layer_name_problem(name: object) -> str | None:
+    """Why a layer name cannot be used, or None."""
+    if not isinstance(name, str) or not name:
+        return "a layer name must be non-empty text"
+    if len(name) > MAX_LAYER_NAME:
+        return f"the layer name is {len(name)} characters long; at most {MAX_LAYER_NAME} are taken"
+    if "\0" in name:
+        return "the layer name holds a NUL character"
+    return None
 
 
 class ProblemError(ValueError):
@@ -164,7 +178,7 @@ def problem_from_dict(values: dict) -> ConvProblem:
         epilogue = parse_epilogue(values["epilogue"]) if "epilogue" in values else Epilogue()
         return ConvProblem(**ints, **types, epilogue=epilogue)
     except (TypeError, ValueError) as error:
-        raise ProblemError(f"unreadable problem {values!r}: {error}") from None
+        raise ProblemError(f"unreadable problem {brief(values)}: {brief(error, 200)}") from None
 
 
 def problem_to_dict(problem: ConvProblem) -> dict:
@@ -205,7 +219,7 @@ def parse_shape(text: str, dtypes: dict[str, DataType] | None = None) -> ConvPro
 
 def _parse_int(layer: str, field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ProblemError(f"layer {layer!r}: {field} must be a whole number, got {value!r}")
+        raise ProblemError(f"layer {layer!r}: {field} must be a whole number, got {brief(value)}")
     return value
 
 
@@ -214,16 +228,16 @@ def _parse_type(layer: str, field: str, value: object) -> DataType:
         return DataType(value)
     except ValueError:
         known = ", ".join(t.value for t in DataType)
-        raise ProblemError(f"layer {layer!r}: {field}={value!r} is not one of {known}") from None
+        raise ProblemError(f"layer {layer!r}: {field}={brief(value)} is not one of {known}") from None
 
 
 def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
     if not isinstance(entry, dict):
-        raise ProblemError(f"layer {name!r} must be a mapping of shape fields, got {entry!r}")
+        raise ProblemError(f"layer {name!r} must be a mapping of shape fields, got {brief(entry)}")
     merged = {**defaults, **entry}
     unknown = set(merged) - set(_SHAPE_FIELDS + _OPTIONAL_FIELDS + _TYPE_FIELDS + (_EPILOGUE_FIELD,))
     if unknown:
-        raise ProblemError(f"layer {name!r}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        raise ProblemError(f"layer {name!r}: unknown field(s) {brief(', '.join(sorted(map(str, unknown))))}")
     missing = [f for f in _SHAPE_FIELDS if f not in merged]
     if missing:
         raise ProblemError(f"layer {name!r}: missing {', '.join(missing)}")
@@ -248,6 +262,9 @@ def load_layers(path: Path) -> dict[str, Layer]:
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise ProblemError(f"layer table {path}: 'defaults' must be a mapping")
+    for name in document["layers"]:
+        if (problem := layer_name_problem(str(name))):
+            raise ProblemError(f"layer table {path}: layer {brief(str(name))}: {problem}")
     return {str(name): _parse_layer(str(name), entry, defaults) for name, entry in document["layers"].items()}
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from tuner.compile import CompileResult
@@ -53,7 +54,7 @@ def print_device(console: Console, device: DeviceFacts) -> None:
 def print_space(console: Console, layer: str, problem: ConvProblem, joint: JointSpace,
                 valid: list[KernelConfig]) -> None:
     m, n, k = problem.gemm_mnk
-    console.print(f"[bold]{layer}[/]: {problem.shape_text} ({problem.dtype_key}); implicit GEMM {m}x{n}x{k}, "
+    console.print(f"[bold]{escape(layer)}[/]: {problem.shape_text} ({problem.dtype_key}); implicit GEMM {m}x{n}x{k}, "
                   f"{problem.flops / 1e9:.3f} GFLOP")
     for space in joint.spaces:
         mine = [c for c in valid if c.family == space.family]

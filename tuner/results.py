@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -17,12 +18,16 @@ from typing import IO, Iterator
 import yaml
 from optuna.storages.journal import JournalFileBackend
 
-from tuner.problem import ConvProblem, ProblemError, problem_from_dict
+from tuner.problem import ConvProblem, ProblemError, layer_name_problem, problem_from_dict
+from tuner.yamlfile import YamlFileError, brief, read_yaml
 
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
 JOURNAL_FILE = "optuna.journal"
 BENCH_FILE = "bench.yaml"
+# best.yaml of 102 layers is 170 KB; a file far larger is not one the tool wrote (a 50 MB one took 145 s
+# to export into a 101 MB header).
+MAX_BEST_BYTES = 8 << 20
 
 
 class ResultsError(RuntimeError):
@@ -32,6 +37,29 @@ class ResultsError(RuntimeError):
 # What DeviceFacts.slug makes of a GPU's name: no separators, nothing that climbs out of results/.
 SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
 FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def layer_file_stem(layer: str) -> str:
+    """A file name for a layer's plots and landscapes that stays in its folder: letters, digits, '.', '_', '-' only, no
+    leading dot, at most 100 characters; a name that had to change gets 8 hex digits of itself, so two
+    layers never share a file (layers named '../../etc/passwd' wrote outside results/)."""
+    if "\0" in layer:
+        raise ResultsError("a layer name holds a NUL character; rename it in best.yaml")
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", layer).lstrip(".")[:100]
+    if stem != layer or not stem:
+        stem = f"{stem}_{hashlib.sha256(layer.encode()).hexdigest()[:8]}"
+    return stem
+
+
+def check_results_dir(root: Path) -> None:
+    """One line for a --results-dir the tool cannot write into: a file, a path under a file, read-only."""
+    for folder in (root, *root.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ResultsError(f"--results-dir {root}: {folder} is a file, not a folder")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise ResultsError(f"--results-dir {root}: {folder} is not writable")
+            return
 
 
 def gpu_dir(results_root: Path, slug: str) -> Path:
@@ -98,6 +126,12 @@ def default_storage(results_root: Path, slug: str):
     folder = gpu_dir(results_root, slug)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / JOURNAL_FILE
+    lock = KernelReleasedLock(path)
+    lock.acquire()  # every writer appends under this lock: a cut line seen while holding it is a crash's
+    try:
+        drop_cut_last_line(path)
+    finally:
+        lock.release()
     storage, damaged = _open_journal(path)
     if damaged:
         raise ResultsError(f"{path} line {damaged} is not a journal record (a crash mid-write, or an edit): move "
@@ -129,6 +163,30 @@ MAX_RETRY = 2
 RDB_SCHEMES = ("postgresql", "mysql", "sqlite")
 
 
+MIN_GRACE_S = 10
+
+
+def heartbeat_for(grace_s: int) -> int:
+    """A heartbeat interval for a grace period: every 20 s, or a third of a shorter grace, so that a live
+    host always beats several times within it."""
+    return max(1, min(HEARTBEAT_S, grace_s // 3))
+
+
+def check_storage_url(url: str | None, flag: str = "--storage") -> None:
+    """One line for a storage URL Optuna cannot open: empty, junk, a scheme it has no database for, or
+    a SQLite file in a folder that does not exist."""
+    if url is None:
+        return
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme.split("+", 1)[0] not in RDB_SCHEMES:
+        raise ResultsError(f"{flag} {brief(url)} is not a database URL: give postgresql://USER@HOST/DB, "
+                           "mysql://..., or sqlite:///PATH (or leave it out for the results folder's journal)")
+    if scheme.startswith("sqlite"):
+        path = url.split("://", 1)[1].removeprefix("/")
+        if path and path != ":memory:" and not Path(path).parent.is_dir():
+            raise ResultsError(f"{flag} {brief(url)}: folder {Path(path).parent} does not exist")
+
+
 def study_storage(url: str | None, results_root: Path, slug: str, heartbeat_s: int = HEARTBEAT_S,
                   grace_s: int = GRACE_S):
     """The study storage: the results folder's journal by default; an RDB URL gets heartbeats and the
@@ -140,12 +198,49 @@ def study_storage(url: str | None, results_root: Path, slug: str, heartbeat_s: i
 
         import optuna
 
+        check_storage_url(url)
         with warnings.catch_warnings():  # heartbeats and their retry callback are marked experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
+            try:
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=MAX_RETRY))
+            except Exception as error:  # noqa: BLE001 - SQLAlchemy's and the drivers' errors are many
+                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise ResultsError(f"--storage {brief(url)} cannot be opened: {brief(first, 200)}") from None
+    check_storage_url(url)
     return url
+
+
+def drop_cut_last_line(path: Path) -> None:
+    """Cut a last line that lacks its newline (a writer killed mid-append) off an append-only file, so that
+    the next append starts a line of its own instead of gluing onto the remnant and damaging both."""
+    if not path.is_file():
+        return
+    with open(path, "rb+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        keep = size
+        while keep > 0:  # back to the newline before the remnant, a block at a time
+            start = max(0, keep - 65536)
+            handle.seek(start)
+            block = handle.read(keep - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+        handle.truncate(keep)
+
+
+# The journal's operations (optuna.storages.journal's JournalOperation): a record naming another stops
+# Optuna's replay with an AssertionError.
+JOURNAL_OP_CODES = range(0, 10)
 
 
 def first_damaged_line(path: Path) -> int | None:
@@ -158,9 +253,11 @@ def first_damaged_line(path: Path) -> int | None:
             if not line.endswith(b"\n"):
                 break
             try:
-                if not isinstance(json.loads(line), dict):
-                    return number
+                record = json.loads(line)
             except ValueError:
+                return number
+            if not isinstance(record, dict) or record.get("op_code") not in JOURNAL_OP_CODES \
+                    or isinstance(record.get("op_code"), bool):
                 return number
     return None
 
@@ -257,6 +354,8 @@ class BestEntry:
     def parse(cls, layer: str, entry: object) -> "BestEntry":
         def bad(what: str) -> ResultsError:
             return ResultsError(f"best.yaml layer {layer!r}: {what}")
+        if (problem_text := layer_name_problem(layer)):
+            raise ResultsError(f"best.yaml layer {brief(layer)}: {problem_text}")
         if not isinstance(entry, dict):
             raise bad(f"entry is {type(entry).__name__}, not a mapping")
         missing = [key for key in ("problem", "family", "params", "kernel", "runtime_us") if key not in entry]
@@ -270,13 +369,18 @@ class BestEntry:
             raise bad("problem is not a mapping")
         family, params, kernel, runtime = entry["family"], entry["params"], entry["kernel"], entry["runtime_us"]
         if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
-            raise bad(f"family {family!r} is not a family name")
+            raise bad(f"family {brief(family)} is not a family name")
         if not isinstance(params, dict) or not params or not all(isinstance(k, str) for k in params):
             raise bad("params is not a mapping of knob names")
         if not isinstance(kernel, str) or not kernel:
-            raise bad(f"kernel {kernel!r} is not a kernel name")
+            raise bad(f"kernel {brief(kernel)} is not a kernel name")
         if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not 0 < runtime < float("inf"):
-            raise bad(f"runtime_us {runtime!r} is not a positive number")
+            raise bad(f"runtime_us {brief(runtime)} is not a positive number")
+        date = entry.get("date")
+        if date is not None and not isinstance(date, (str, dt.date)):
+            raise bad(f"date {brief(date)} is not a date")
+        if "\0" in str(date or "") or "\0" in kernel:
+            raise bad("a NUL character in the date or kernel name")
         study, previous = entry.get("study"), entry.get("previous")
         study_name = study.get("name") if isinstance(study, dict) else None
         previous_us = previous.get("runtime_us") if isinstance(previous, dict) else None
@@ -292,23 +396,35 @@ def read_best(folder: Path) -> dict:
     path = folder / BEST_FILE
     if not path.exists():
         return {"layers": {}}
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
     if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
         raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
     document.setdefault("layers", {})
     stated = document.get("layer_count")
-    if stated is not None and stated != len(document["layers"]):
-        raise ResultsError(f"{path} states {stated} layers but holds {len(document['layers'])}: it was cut short "
-                           "or edited; restore it from version control")
+    if stated is None and document["layers"]:
+        raise ResultsError(f"{path} has no layer_count line (the tool always writes one): it was cut short or "
+                           "edited; restore it from version control")
+    if stated is not None and (isinstance(stated, bool) or stated != len(document["layers"])):
+        raise ResultsError(f"{path} states {brief(stated)} layers but holds {len(document['layers'])}: it was cut "
+                           "short or edited; restore it from version control")
+    for section in ("device", "toolchain"):
+        if not isinstance(document.get(section) or {}, dict):
+            raise ResultsError(f"{path}: {section} is not a mapping; restore it from version control")
     for layer, entry in document["layers"].items():
         try:
             BestEntry.parse(str(layer), entry)
         except ResultsError as error:
             raise ResultsError(f"{path}: {error}; restore it from version control") from None
     return document
+
+
+def _read_results_yaml(path: Path, max_bytes: int) -> object:
+    """A results file the tool wrote, read as user files are: duplicate keys, aliases, binary content
+    and oversized files refused in one line."""
+    try:
+        return read_yaml(path, "results file", max_bytes)
+    except YamlFileError as error:
+        raise ResultsError(f"{error}; restore it from version control") from None
 
 
 def best_entries(folder: Path) -> dict[str, BestEntry]:
@@ -329,10 +445,7 @@ def read_bench(folder: Path) -> dict:
     path = folder / BENCH_FILE
     if not path.is_file():
         return {}
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        raise ResultsError(f"{path} is not valid YAML; restore it from version control") from None
+    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
     if not isinstance(document, dict):
         raise ResultsError(f"{path} is not a mapping; restore it from version control")
     return document
@@ -356,5 +469,7 @@ def append_history(folder: Path, event: dict) -> None:
     """One JSON line per finished layer run; appends of a line are atomic enough on local disks."""
     folder.mkdir(parents=True, exist_ok=True)
     stamped = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **event}
-    with locked(folder), open(folder / HISTORY_FILE, "a") as handle:
-        handle.write(json.dumps(stamped, sort_keys=True) + "\n")
+    with locked(folder):
+        drop_cut_last_line(folder / HISTORY_FILE)
+        with open(folder / HISTORY_FILE, "a") as handle:
+            handle.write(json.dumps(stamped, sort_keys=True) + "\n")

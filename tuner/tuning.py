@@ -26,7 +26,7 @@ from tuner.problem import ConvProblem, Layer, problem_to_dict
 from tuner.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.replay import fastest_recorded
 from tuner.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
-                           study_storage, update_best)
+                           GRACE_S, heartbeat_for, study_storage, update_best)
 from tuner.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems, without_superseded)
 from tuner.status import Status
@@ -55,6 +55,7 @@ class TuningOptions:
     timeout_s: float
     run_id: str | None
     prior: int = PRIOR_PICKS
+    stale_after_s: int = GRACE_S  # --stale-after: when a silent host's trials are measured again
     # An imported network's layer whose problem another best.yaml entry already holds (the r50 table's,
     # another network's) is not tuned again: the report and the export find that entry by its problem.
     skip_tuned_problems: bool = False
@@ -278,7 +279,8 @@ class TuningSession:
         self.compiler = Compiler(self.device, options.cache_dir, options.jobs)
         self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
         self.folder = gpu_dir(options.results_dir, self.device.slug)
-        self.storage = study_storage(options.storage, options.results_dir, self.device.slug)
+        self.storage = study_storage(options.storage, options.results_dir, self.device.slug,
+                                     heartbeat_s=heartbeat_for(options.stale_after_s), grace_s=options.stale_after_s)
         self.ceilings = measured_ceilings(self.folder)
         report.print_device(console, self.device)
 
@@ -292,11 +294,11 @@ class TuningSession:
         run_id = self.options.run_id
         twin = names_by_problem(entries).get(layer.problem)
         if previous is None and twin is not None and self.options.skip_tuned_problems:
-            self.console.print(f"[bold]{layer.name}[/]: the same problem is tuned as {twin}; skipped "
+            self.console.print(f"[bold]{escape(layer.name)}[/]: the same problem is tuned as {escape(str(twin))}; skipped "
                                f"(tune it with --layer {twin})")
             return LayerOutcome(layer.name, entries[twin].runtime_us, None, entries[twin].kernel, 0, skipped=True)
         if previous and run_id and previous.run == run_id:
-            self.console.print(f"[bold]{layer.name}[/]: finished earlier in run {run_id}")
+            self.console.print(f"[bold]{escape(layer.name)}[/]: finished earlier in run {escape(str(run_id))}")
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
         joint = layer_space(self.spaces, layer.problem, self.device)
         if self.options.prefer_superseding:
@@ -320,7 +322,7 @@ class TuningSession:
             tuner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)
             measured = tuner.run(self.options.trials)
-        self.console.print(f"study {study.study_name}: {len(study.trials)} trials in all; this run: "
+        self.console.print(f"study {escape(study.study_name)}: {len(study.trials)} trials in all; this run: "
                            f"{report.outcome_line(display.outcomes)}")
         entry = self.finish(layer, study, joint, reference, measured, tuner.run_id, previous)
         if entry is None:

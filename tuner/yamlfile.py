@@ -1,6 +1,8 @@
-"""YAML files a user hands the tool (layer tables, search spaces): LibYAML's parser where it is built in
-(pure-Python parsing of a 50 MB file took minutes), a size limit, and a mapping key given twice refused
-with both lines instead of the last one silently winning."""
+"""YAML files a user hands the tool (layer tables, search spaces) and those it reads back (best.yaml,
+bench.yaml): LibYAML's parser where it is built in (pure-Python parsing of a 50 MB file took minutes), a
+size limit that holds whatever `stat` says (/dev/zero reports size 0), anchors and aliases refused (a
+400-byte alias bomb expanded to 6 GB), and a mapping key given twice refused with both lines instead of the
+last one silently winning."""
 from __future__ import annotations
 
 import stat
@@ -16,7 +18,21 @@ class YamlFileError(ValueError):
     """A YAML file that cannot be used; the message is one line that says how to mend it."""
 
 
+def brief(value: object, limit: int = 60) -> str:
+    """repr(value) cut to about `limit` characters, for messages about values a file may make huge."""
+    text = repr(value) if not isinstance(value, (list, dict, tuple, set)) or len(value) < 1000 else \
+        f"<{type(value).__name__} of {len(value)} items>"
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 class _StrictLoader(_BASE):  # type: ignore[misc, valid-type]
+    def get_single_data(self):
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _refuse_aliases(node)
+        return self.construct_document(node)
+
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
@@ -31,9 +47,28 @@ class _StrictLoader(_BASE):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep)
 
 
-def read_yaml(path: Path, what: str, max_bytes: int = MAX_BYTES) -> object:
-    """The document in `path`; YamlFileError (one line naming the file and the fix) when it is missing,
-    unreadable, too large, not YAML, or gives a key twice."""
+def _refuse_aliases(root) -> None:
+    """An alias makes its anchor's node appear twice in the tree (the composer shares it): refused at the
+    second sight, before anything is constructed, so nothing is ever expanded."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            line = node.start_mark.line + 1 if node.start_mark else "?"
+            raise YamlFileError(f"an anchor (&) used again as an alias (*) near line {line}; anchors and aliases "
+                                "are refused: write the value out")
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend((key, value))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
+def read_text(path: Path, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """The UTF-8 text of `path`, at most `max_bytes` read whatever `stat` says (a character device reports
+    size 0); YamlFileError (one line) when it is missing, a directory, too large, binary or unreadable."""
     try:
         status = path.stat()
         if stat.S_ISDIR(status.st_mode):
@@ -42,11 +77,22 @@ def read_yaml(path: Path, what: str, max_bytes: int = MAX_BYTES) -> object:
         if size > max_bytes:
             raise YamlFileError(f"{what} {path} is {size / 2**20:.1f} MB; files over {max_bytes / 2**20:g} MB are "
                                 "refused (is it the right file?)")
-        text = path.read_text()
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise YamlFileError(f"{what} {path} holds more than {max_bytes / 2**20:g} MB; larger files are refused "
+                                "(is it the right file?)")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise YamlFileError(f"{what} {path} not found") from None
     except (OSError, UnicodeDecodeError) as error:
         raise YamlFileError(f"{what} {path} cannot be read ({type(error).__name__}); pass a YAML text file") from None
+
+
+def read_yaml(path: Path, what: str, max_bytes: int = MAX_BYTES) -> object:
+    """The document in `path`; YamlFileError (one line naming the file and the fix) when it is missing,
+    unreadable, too large, not YAML, uses an alias, or gives a key twice."""
+    text = read_text(path, what, max_bytes)
     try:
         return yaml.load(text, Loader=_StrictLoader)
     except YamlFileError as error:

@@ -215,7 +215,8 @@ def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, mon
              "family": "sm90_dsl", "params": config.search_params, "kernel": config.name, "runtime_us": 20.0,
              "date": "2026-11-24"}
     document = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3",
-                           "compute_capability": "9.0", "sm_count": 132}, "layers": {"suite_layer": entry}}
+                           "compute_capability": "9.0", "sm_count": 132}, "layer_count": 1,
+                "layers": {"suite_layer": entry}}
     (tmp_path / "best.yaml").write_text(yaml.safe_dump(document))
     monkeypatch.setattr(Sm90DslFamily, "toolchain_problem", lambda self: "the CuTe DSL is not installed: pip install")
     with pytest.raises(ResultsError) as error:

@@ -285,10 +285,22 @@ STATIC_RULES = (_check_threads,
                 _check_shared_memory, _check_thread_map, _check_iterator, _check_split_k, _check_fusion)
 
 
+def _check_ranges(config: Sm80Config) -> str | None:
+    """The knobs' values a space file may give (parse_space's rules): stored parameters, such as a
+    hand-edited best.yaml's, are held to them too (stages 1 or split-K 0 reached the C++ build)."""
+    if not 2 <= config.stages <= 16:
+        return f"stages {config.stages} is not from 2 to 16"
+    if not 1 <= config.split_k <= 64:
+        return f"split-K {config.split_k} is not from 1 to 64"
+    if config.swizzle not in SWIZZLES:
+        return f"swizzle {config.swizzle} is not 1, 2, 4 or 8"
+    return None
+
+
 def static_problems(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> list[str]:
     """Every reason the configuration cannot run, found without compiling; empty when valid.
     Unsupported data types stop here: the other rules need the instruction shape of the type."""
-    if (reason := _check_types(config, problem, device)):
+    if (reason := _check_ranges(config) or _check_types(config, problem, device)):
         return [reason]
     split = _check_warp_split(config, problem, device)
     rules = STATIC_RULES if split else WARP_TILE_RULES + STATIC_RULES
