@@ -22,16 +22,18 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/conv/kernel/conv_universal.hpp"
 #include "cutlass/conv/device/conv_universal_adapter.hpp"
+#include "cutlass/conv/kernel/default_conv2d_fprop.h"
+#include "cutlass/conv/device/implicit_gemm_convolution.h"
+#include "cutlass/epilogue/threadblock/epilogue_with_visitor_callbacks.h"
+#include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/util/packed_stride.hpp"
-#include "cutlass/conv/kernel/default_conv2d_fprop.h"
-#include "cutlass/conv/device/implicit_gemm_convolution.h"
-#include "cutlass/epilogue/threadblock/epilogue_with_visitor_callbacks.h"
-#include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
+#include "cuda_runtime.h"
+#include "cutlass/numeric_types.h"
 // The sm90 families' fused epilogue: CUTLASS's PerColLinCombPerColBiasEltAct, act(alpha[n] * acc +
 // bias[n] + beta * C), with its per-channel vectors prefetched into L2 when the kernel starts (and its
 // per-row twin for a GEMM whose rows are the output channels).
@@ -699,164 +701,6 @@ class Sm90ConvRunner {
   Conv op_;
 };
 
-// Binds a CUTLASS 3.x GemmUniversalAdapter (the sm90_gemm family) to the tuner's problem array. The
-// conv must be a plain GEMM: 1x1, stride 1, no padding, no dilation; C is the GEMM's K.
-template <typename Gemm>
-class Sm90GemmRunner {
- public:
-  using GemmKernel = typename Gemm::GemmKernel;
-  using ElementA = typename GemmKernel::ElementA;
-  using ElementB = typename GemmKernel::ElementB;
-  using ElementC = typename GemmKernel::ElementD;  // the output
-  using ElementSource = typename GemmKernel::ElementC;  // void unless the epilogue reads a residual
-  using ClusterShape = typename GemmKernel::ClusterShape;
-  static constexpr bool kStreamK =
-      std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::StreamKScheduler>;
-  // A column-major D (unit stride along M) is the swapped product: M along the output channels, A = w.
-  static constexpr bool kSwapAB =
-      std::is_same_v<cute::remove_cvref_t<decltype(cute::get<0>(typename GemmKernel::StrideD{}))>, cute::Int<1>>;
-
-  static cutlass::Status can_implement(const TunerProblem &p) {
-    cutlass::Status status = check_problem(p);
-    if (status != cutlass::Status::kSuccess) return status;
-    return Gemm::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
-  }
-
-  static size_t workspace_bytes(const TunerProblem &p) {
-    if (check_problem(p) != cutlass::Status::kSuccess) return 0;
-    return Gemm::get_workspace_size(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
-  }
-
-  // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: the Params the launch uses (a persistent grid
-  // depends on the SM count, the cluster occupancy, raster order and swizzle).
-  static void grid(const TunerProblem &p, int32_t *grid) {
-    for (int i = 0; i < 6; ++i) grid[i] = 0;
-    if (check_problem(p) != cutlass::Status::kSuccess) return;
-    // to_underlying_arguments encodes TMA descriptors, which want a 16-byte aligned address: a
-    // placeholder that is never dereferenced (nothing is launched); the grid does not depend on it.
-    void *placeholder = reinterpret_cast<void *>(uintptr_t(1) << 20);
-    auto params = GemmKernel::to_underlying_arguments(arguments(p, placeholder, placeholder, placeholder,
-                                  TunerEpilogue{nullptr, nullptr, std::is_void_v<ElementSource> ? nullptr : placeholder, 0.0f}), nullptr);
-    dim3 launch = GemmKernel::get_grid_shape(params);
-    grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
-    grid[3] = int32_t(cute::size<0>(ClusterShape{}));
-    grid[4] = int32_t(cute::size<1>(ClusterShape{}));
-    grid[5] = int32_t(cute::size<2>(ClusterShape{}));
-  }
-
-  // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
-  //             threads per block, max active blocks per SM}.
-  static cudaError_t attributes(int32_t *attrs) {
-    const void *kernel = reinterpret_cast<const void *>(cutlass::device_kernel<GemmKernel>);
-    int smem = int(GemmKernel::SharedStorageSize);
-    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (error != cudaSuccess) { cudaGetLastError(); return error; }
-    cudaFuncAttributes attributes;
-    error = cudaFuncGetAttributes(&attributes, kernel);
-    if (error != cudaSuccess) { cudaGetLastError(); return error; }
-    int blocks = 0;
-    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, int(GemmKernel::MaxThreadsPerBlock), smem);
-    if (error != cudaSuccess) { cudaGetLastError(); return error; }
-    attrs[0] = attributes.numRegs;
-    attrs[1] = int32_t(attributes.sharedSizeBytes);
-    attrs[2] = smem;
-    attrs[3] = int32_t(attributes.localSizeBytes);
-    attrs[4] = int32_t(GemmKernel::MaxThreadsPerBlock);
-    attrs[5] = blocks;
-    return cudaSuccess;
-  }
-
-  // initialize() zeroes the stream-K flags, builds the TMA descriptors and sets the smem attribute.
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
-                             void *workspace, cudaStream_t stream) {
-    if (!tuner_residual_matches<ElementSource>(epilogue)) return cutlass::Status::kErrorNotSupported;
-    if ((reinterpret_cast<uintptr_t>(epilogue.residual) & 15u) != 0) return cutlass::Status::kErrorMisalignedOperand;
-    args_ = arguments(p, x, w, y, epilogue);
-    cutlass::Status filled = tuner_fill_epilogue<ElementSource>(args_.epilogue.thread, epilogue);
-    if (filled != cutlass::Status::kSuccess) return filled;
-    workspace_ = workspace;
-    return gemm_.initialize(args_, workspace, stream);
-  }
-
-  cutlass::Status run(cudaStream_t stream) {
-    if constexpr (kStreamK) {
-      // Stream-K and split-K peers count their arrivals on flags in the workspace that no kernel
-      // resets (sm90_tile_scheduler_stream_k.hpp fixup): zero them again before every launch, one
-      // cudaMemsetAsync over the flags (none for a data-parallel decomposition), capturable.
-      cutlass::Status zeroed = GemmKernel::initialize_workspace(args_, workspace_, stream);
-      if (zeroed != cutlass::Status::kSuccess) return zeroed;
-    }
-    return gemm_.run(stream);
-  }
-
- private:
-  static cutlass::Status check_problem(const TunerProblem &p) {
-    const bool gemm = p.r == 1 && p.s == 1 && p.pad == 0 && p.stride == 1 && p.dilation == 1 && p.p == p.h &&
-                      p.q == p.w;
-    const int64_t m = int64_t(p.n) * p.p * p.q;
-    const bool sizes = p.n > 0 && p.p > 0 && p.q > 0 && p.c > 0 && p.k > 0 && m <= INT32_MAX;
-    const bool splits = kStreamK ? p.split_k >= 1 : p.split_k == 1;  // split_k means something to stream-K only
-    const bool scheduler = p.raster >= 0 && p.raster <= 2 && p.swizzle >= 1;
-    return (gemm && sizes && splits && scheduler) ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem;
-  }
-
-  // SM count and (cluster > 1) co-resident clusters, queried once per process as CUTLASS's profiler does.
-  static cutlass::KernelHardwareInfo hardware_info() {
-    static const cutlass::KernelHardwareInfo info = [] {
-      cutlass::KernelHardwareInfo hw;
-      cudaGetDevice(&hw.device_id);
-      hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw.device_id);
-      if constexpr (cute::size(ClusterShape{}) > 1) {
-        hw.max_active_clusters = cutlass::KernelHardwareInfo::query_device_max_active_clusters<GemmKernel>();
-      }
-      return hw;
-    }();
-    return info;
-  }
-
-  // Run-time tile-scheduler knobs; a template so that members only some schedulers have are looked up
-  // only where they exist (the non-persistent kernel takes and ignores them).
-  template <class SchedulerArguments>
-  static void set_scheduler(SchedulerArguments &scheduler, const TunerProblem &p) {
-    if constexpr (!std::is_const_v<decltype(scheduler.max_swizzle_size)>) {
-      scheduler.max_swizzle_size = p.swizzle;
-    }
-    if constexpr (!std::is_const_v<decltype(scheduler.raster_order)>) {
-      using Raster = decltype(scheduler.raster_order);
-      scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
-    }
-    if constexpr (kStreamK) {
-      scheduler.splits = p.split_k;  // > 1: plain split-K; 1: the stream-K heuristic decides
-    }
-  }
-
-  static typename Gemm::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
-                                            const TunerEpilogue &epilogue) {
-    using ElementD = typename GemmKernel::ElementD;
-    const int pixels = p.n * p.p * p.q;
-    const int m = kSwapAB ? p.k : pixels, n = kSwapAB ? pixels : p.k, k = p.c;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.problem_shape = {m, n, k, 1};
-    args.mainloop.ptr_A = static_cast<ElementA const *>(kSwapAB ? w : x);
-    args.mainloop.dA = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
-    args.mainloop.ptr_B = static_cast<ElementB const *>(kSwapAB ? x : w);
-    args.mainloop.dB = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
-    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
-    args.epilogue.ptr_C = static_cast<ElementSource const *>(epilogue.residual);
-    args.epilogue.dC = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, cute::make_shape(m, n, 1));
-    args.epilogue.ptr_D = static_cast<ElementD *>(y);
-    args.epilogue.dD = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(m, n, 1));
-    args.hw_info = hardware_info();
-    set_scheduler(args.scheduler, p);
-    return args;
-  }
-
-  Gemm gemm_;
-  typename Gemm::Arguments args_{};
-  void *workspace_ = nullptr;
-};
-
 // The sm80 family's fused-epilogue kernel: CUTLASS 2.x implicit-GEMM conv2d fprop whose epilogue is an
 // sm80 Epilogue Visitor Tree (EVT) computing y = act(scale[k] * acc + bias[k] + beta * residual).
 // CUTLASS 4.2 has the sm80 EVT nodes (cutlass/epilogue/threadblock/fusion/visitors.hpp) and a GEMM kernel
@@ -1253,6 +1097,164 @@ class Sm80Runner {
   Conv op_;
 };
 
+// Binds a CUTLASS 3.x GemmUniversalAdapter (the sm90_gemm family) to the tuner's problem array. The
+// conv must be a plain GEMM: 1x1, stride 1, no padding, no dilation; C is the GEMM's K.
+template <typename Gemm>
+class Sm90GemmRunner {
+ public:
+  using GemmKernel = typename Gemm::GemmKernel;
+  using ElementA = typename GemmKernel::ElementA;
+  using ElementB = typename GemmKernel::ElementB;
+  using ElementC = typename GemmKernel::ElementD;  // the output
+  using ElementSource = typename GemmKernel::ElementC;  // void unless the epilogue reads a residual
+  using ClusterShape = typename GemmKernel::ClusterShape;
+  static constexpr bool kStreamK =
+      std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::StreamKScheduler>;
+  // A column-major D (unit stride along M) is the swapped product: M along the output channels, A = w.
+  static constexpr bool kSwapAB =
+      std::is_same_v<cute::remove_cvref_t<decltype(cute::get<0>(typename GemmKernel::StrideD{}))>, cute::Int<1>>;
+
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    cutlass::Status status = check_problem(p);
+    if (status != cutlass::Status::kSuccess) return status;
+    return Gemm::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    if (check_problem(p) != cutlass::Status::kSuccess) return 0;
+    return Gemm::get_workspace_size(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
+  }
+
+  // grid[6] = {grid x, y, z in CTAs, cluster x, y, z}: the Params the launch uses (a persistent grid
+  // depends on the SM count, the cluster occupancy, raster order and swizzle).
+  static void grid(const TunerProblem &p, int32_t *grid) {
+    for (int i = 0; i < 6; ++i) grid[i] = 0;
+    if (check_problem(p) != cutlass::Status::kSuccess) return;
+    // to_underlying_arguments encodes TMA descriptors, which want a 16-byte aligned address: a
+    // placeholder that is never dereferenced (nothing is launched); the grid does not depend on it.
+    void *placeholder = reinterpret_cast<void *>(uintptr_t(1) << 20);
+    auto params = GemmKernel::to_underlying_arguments(arguments(p, placeholder, placeholder, placeholder,
+                                  TunerEpilogue{nullptr, nullptr, std::is_void_v<ElementSource> ? nullptr : placeholder, 0.0f}), nullptr);
+    dim3 launch = GemmKernel::get_grid_shape(params);
+    grid[0] = int32_t(launch.x); grid[1] = int32_t(launch.y); grid[2] = int32_t(launch.z);
+    grid[3] = int32_t(cute::size<0>(ClusterShape{}));
+    grid[4] = int32_t(cute::size<1>(ClusterShape{}));
+    grid[5] = int32_t(cute::size<2>(ClusterShape{}));
+  }
+
+  // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
+  //             threads per block, max active blocks per SM}.
+  static cudaError_t attributes(int32_t *attrs) {
+    const void *kernel = reinterpret_cast<const void *>(cutlass::device_kernel<GemmKernel>);
+    int smem = int(GemmKernel::SharedStorageSize);
+    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    cudaFuncAttributes attributes;
+    error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    int blocks = 0;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, int(GemmKernel::MaxThreadsPerBlock), smem);
+    if (error != cudaSuccess) { cudaGetLastError(); return error; }
+    attrs[0] = attributes.numRegs;
+    attrs[1] = int32_t(attributes.sharedSizeBytes);
+    attrs[2] = smem;
+    attrs[3] = int32_t(attributes.localSizeBytes);
+    attrs[4] = int32_t(GemmKernel::MaxThreadsPerBlock);
+    attrs[5] = blocks;
+    return cudaSuccess;
+  }
+
+  // initialize() zeroes the stream-K flags, builds the TMA descriptors and sets the smem attribute.
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
+    if (!tuner_residual_matches<ElementSource>(epilogue)) return cutlass::Status::kErrorNotSupported;
+    if ((reinterpret_cast<uintptr_t>(epilogue.residual) & 15u) != 0) return cutlass::Status::kErrorMisalignedOperand;
+    args_ = arguments(p, x, w, y, epilogue);
+    cutlass::Status filled = tuner_fill_epilogue<ElementSource>(args_.epilogue.thread, epilogue);
+    if (filled != cutlass::Status::kSuccess) return filled;
+    workspace_ = workspace;
+    return gemm_.initialize(args_, workspace, stream);
+  }
+
+  cutlass::Status run(cudaStream_t stream) {
+    if constexpr (kStreamK) {
+      // Stream-K and split-K peers count their arrivals on flags in the workspace that no kernel
+      // resets (sm90_tile_scheduler_stream_k.hpp fixup): zero them again before every launch, one
+      // cudaMemsetAsync over the flags (none for a data-parallel decomposition), capturable.
+      cutlass::Status zeroed = GemmKernel::initialize_workspace(args_, workspace_, stream);
+      if (zeroed != cutlass::Status::kSuccess) return zeroed;
+    }
+    return gemm_.run(stream);
+  }
+
+ private:
+  static cutlass::Status check_problem(const TunerProblem &p) {
+    const bool gemm = p.r == 1 && p.s == 1 && p.pad == 0 && p.stride == 1 && p.dilation == 1 && p.p == p.h &&
+                      p.q == p.w;
+    const int64_t m = int64_t(p.n) * p.p * p.q;
+    const bool sizes = p.n > 0 && p.p > 0 && p.q > 0 && p.c > 0 && p.k > 0 && m <= INT32_MAX;
+    const bool splits = kStreamK ? p.split_k >= 1 : p.split_k == 1;  // split_k means something to stream-K only
+    const bool scheduler = p.raster >= 0 && p.raster <= 2 && p.swizzle >= 1;
+    return (gemm && sizes && splits && scheduler) ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem;
+  }
+
+  // SM count and (cluster > 1) co-resident clusters, queried once per process as CUTLASS's profiler does.
+  static cutlass::KernelHardwareInfo hardware_info() {
+    static const cutlass::KernelHardwareInfo info = [] {
+      cutlass::KernelHardwareInfo hw;
+      cudaGetDevice(&hw.device_id);
+      hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw.device_id);
+      if constexpr (cute::size(ClusterShape{}) > 1) {
+        hw.max_active_clusters = cutlass::KernelHardwareInfo::query_device_max_active_clusters<GemmKernel>();
+      }
+      return hw;
+    }();
+    return info;
+  }
+
+  // Run-time tile-scheduler knobs; a template so that members only some schedulers have are looked up
+  // only where they exist (the non-persistent kernel takes and ignores them).
+  template <class SchedulerArguments>
+  static void set_scheduler(SchedulerArguments &scheduler, const TunerProblem &p) {
+    if constexpr (!std::is_const_v<decltype(scheduler.max_swizzle_size)>) {
+      scheduler.max_swizzle_size = p.swizzle;
+    }
+    if constexpr (!std::is_const_v<decltype(scheduler.raster_order)>) {
+      using Raster = decltype(scheduler.raster_order);
+      scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    }
+    if constexpr (kStreamK) {
+      scheduler.splits = p.split_k;  // > 1: plain split-K; 1: the stream-K heuristic decides
+    }
+  }
+
+  static typename Gemm::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
+                                            const TunerEpilogue &epilogue) {
+    using ElementD = typename GemmKernel::ElementD;
+    const int pixels = p.n * p.p * p.q;
+    const int m = kSwapAB ? p.k : pixels, n = kSwapAB ? pixels : p.k, k = p.c;
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {m, n, k, 1};
+    args.mainloop.ptr_A = static_cast<ElementA const *>(kSwapAB ? w : x);
+    args.mainloop.dA = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
+    args.mainloop.ptr_B = static_cast<ElementB const *>(kSwapAB ? x : w);
+    args.mainloop.dB = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
+    tuner_fill_epilogue<ElementSource>(args.epilogue.thread, epilogue);
+    args.epilogue.ptr_C = static_cast<ElementSource const *>(epilogue.residual);
+    args.epilogue.dC = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{}, cute::make_shape(m, n, 1));
+    args.epilogue.ptr_D = static_cast<ElementD *>(y);
+    args.epilogue.dD = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(m, n, 1));
+    args.hw_info = hardware_info();
+    set_scheduler(args.scheduler, p);
+    return args;
+  }
+
+  Gemm gemm_;
+  typename Gemm::Arguments args_{};
+  void *workspace_ = nullptr;
+};
+
 // Binds an sm90_conv kernel, run on a space-to-depth fold, to the tuner's problem array (the sm90_s2d
 // family). A stride-s conv over C channels is the stride-1 conv over s*s*C channels of the input folded
 // s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad, j*s + b - pad, c], zero outside the image and in the
@@ -1401,6 +1403,117 @@ class Sm90S2dRunner {
   int blocks_ = 1;
 };
 
+// ---- kernels compiled by the CuTe DSL (the sm90_dsl family) -------------------------------------------
+// These layers' kernels are not C++ templates: the DSL compiled each one for exactly its problem, and
+// `tune.py export` put their objects in dsl/libtuned_dsl.a next to this header (built with nvidia-cutlass-dsl
+// 4.8.1). Link that library, then the DSL's static runtime (libcuda_dialect_runtime_static.a of
+// the same nvidia-cutlass-dsl wheel) and the CUDA runtime: examples/cpp/CMakeLists.txt shows how.
+constexpr char kDslLibrary[] = "dsl/libtuned_dsl.a";  // relative to this header
+constexpr char kDslVersion[] = "4.8.1";
+constexpr int kDslAbiVersion = 4;
+
+// The C entry points of one exported kernel, as every tuner candidate has them (ABI 4,
+// tuner/templates/entry_points.cu.in); its object in the library defines one such table, by name.
+struct TunerDslEntryPoints {
+  int32_t abi_version;
+  int32_t (*can_implement)(const int32_t *problem);  // 0: the compiled problem; else why not
+  int64_t (*workspace_bytes)(const int32_t *problem);
+  void (*grid)(const int32_t *problem, int32_t *grid);  // {grid x, y, z, cluster x, y, z}
+  int32_t (*kernel_attributes)(int32_t *attrs);           // as the CUTLASS runners' attributes()
+  void *(*create)(const int32_t *problem, void *x, void *w, void *y, const TunerEpilogue *epilogue,
+                  void *workspace, void *stream, int32_t *status);
+  int32_t (*launch)(void *handle, void *stream);
+  void (*destroy)(void *handle);
+};
+
+// A layer's DSL kernel as a type: its entry points and element types (NHWC; accumulation in f32).
+template <const TunerDslEntryPoints *EntryPoints, class A, class B, class C>
+struct DslKernel {
+  static constexpr const TunerDslEntryPoints *kEntryPoints = EntryPoints;
+  using ElementA = A;
+  using ElementB = B;
+  using ElementC = C;
+};
+
+// Binds a DSL kernel to the tuner's problem array with the interface of the CUTLASS runners. The problem
+// is compiled into the kernel: can_implement refuses any other, and initialize() takes exactly the
+// epilogue operands the kernel was built for (scale, bias, residual and its beta).
+template <class Kernel>
+class DslRunner {
+ public:
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementC = typename Kernel::ElementC;
+
+  DslRunner() = default;
+  DslRunner(const DslRunner &) = delete;
+  DslRunner &operator=(const DslRunner &) = delete;
+  ~DslRunner() { release(); }
+
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    if (entry().abi_version != kDslAbiVersion) return cutlass::Status::kErrorInternal;  // a stale library
+    int32_t a[16];
+    array(p, a);
+    return entry().can_implement(a) == 0 ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem;
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    int32_t a[16];
+    array(p, a);
+    return static_cast<size_t>(entry().workspace_bytes(a));
+  }
+
+  static void grid(const TunerProblem &p, int32_t *grid) {
+    int32_t a[16];
+    array(p, a);
+    entry().grid(a, grid);
+  }
+
+  static cudaError_t attributes(int32_t *attrs) { return static_cast<cudaError_t>(entry().kernel_attributes(attrs)); }
+
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
+    release();
+    if (entry().abi_version != kDslAbiVersion) return cutlass::Status::kErrorInternal;
+    int32_t a[16];
+    array(p, a);
+    int32_t status = 0;
+    handle_ = entry().create(a, x, w, y, &epilogue, workspace, stream, &status);
+    return handle_ ? cutlass::Status::kSuccess : status_of(status);
+  }
+
+  // Any number of times, also under graph capture; the launch error itself is cudaGetLastError()'s.
+  cutlass::Status run(cudaStream_t stream) {
+    if (!handle_) return cutlass::Status::kErrorInternal;  // not initialized
+    return entry().launch(handle_, stream) == 0 ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal;
+  }
+
+ private:
+  static const TunerDslEntryPoints &entry() { return *Kernel::kEntryPoints; }
+
+  static void array(const TunerProblem &p, int32_t out[16]) {
+    const int32_t values[16] = {p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation, p.split_k,
+                                p.p, p.q, p.raster, p.swizzle, 0};
+    for (int i = 0; i < 16; ++i) out[i] = values[i];
+  }
+
+  // create()'s codes (tuner/families/sm90_dsl/entry.c.in): 1-29 another problem, 30 other epilogue operands,
+  // 31 another beta, 32 a null tensor, 40+ the module did not load, -1 out of memory.
+  static cutlass::Status status_of(int32_t code) {
+    if (code == -1) return cutlass::Status::kErrorMemoryAllocation;
+    if (code == 30 || code == 31) return cutlass::Status::kErrorNotSupported;
+    if (code > 0 && code < 40) return cutlass::Status::kErrorInvalidProblem;
+    return cutlass::Status::kErrorInternal;
+  }
+
+  void release() {
+    if (handle_) entry().destroy(handle_);
+    handle_ = nullptr;
+  }
+
+  void *handle_ = nullptr;
+};
+
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
 // per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
@@ -1444,6 +1557,78 @@ struct Kernel : cutlass::conv::kernel::ConvUniversal<
 using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel>;
 
 using conv_1_runner = Sm90ConvRunner<conv_1>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b8;
+using deeplabv3f_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_backbone_layer3_1_conv2_b8_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b8>;
+
+// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
+// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
+// Config: 64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32
+using densenet121_features_denseblock1_denselayer1_conv2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
+  typename cutlass::conv::kernel::DefaultConv2dFprop<
+    cutlass::half_t, cutlass::layout::TensorNHWC,
+    cutlass::half_t, cutlass::layout::TensorNHWC,
+    cutlass::half_t, cutlass::layout::TensorNHWC,
+    float,
+    cutlass::arch::OpClassTensorOp,
+    cutlass::arch::Sm80,
+    cutlass::gemm::GemmShape<64, 32, 64>,
+    cutlass::gemm::GemmShape<64, 32, 64>,
+    cutlass::gemm::GemmShape<16, 8, 16>,
+    cutlass::epilogue::thread::LinearCombination<
+      cutlass::half_t, 8, float, float>,
+    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
+    4,
+    cutlass::arch::OpMultiplyAdd,
+    cutlass::conv::IteratorAlgorithm::kOptimized,
+    cutlass::conv::StrideSupport::kStrided,
+    8,
+    8
+  >::Kernel>;
+
+using densenet121_features_denseblock1_denselayer1_conv2_b32_runner = Sm80Runner<densenet121_features_denseblock1_denselayer1_conv2_b32>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b32;
+using densenet121_features_denseblock3_denselayer16_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer16_conv1_b32_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b32>;
+
+// Config: dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b1;
+using densenet121_features_denseblock3_denselayer1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer1_conv2_b1_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b1>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b1;
+using effnetb0f_features_4_1_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_4_1_block_0_0_b1_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b1>;
+
+// Config: dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b32;
+using effnetb0f_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b32>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b32;
+using effnetb0f_features_8_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_8_0_b32_runner = DslRunner<effnetb0f_features_8_0_b32>;
+
+// Config: dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1;
+using inception3_Conv2d_4a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_4a_3x3_conv_b1_runner = DslRunner<inception3_Conv2d_4a_3x3_conv_b1>;
+
+// Config: dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b32;
+using inception3_Mixed_6b_branch1x1_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_6b_branch1x1_conv_b32_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b32>;
+
+// Config: dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b32;
+using inception3f_Mixed_5b_branch5x5_2_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Mixed_5b_branch5x5_2_conv_b32_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5421,6 +5606,21 @@ using r50f_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_stem_b32_
 
 using r50f_stem_b32_runner = Sm90S2dRunner<r50f_stem_b32>;
 
+// Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b32;
+using regnety400_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b32>;
+
+// Config: dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b32;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b32>;
+
+// Config: dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b32;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b32>;
+
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration with the layer's epilogue fused:
 // y = act(scale[k] * acc + bias[k] + beta * residual), through templates/conv2d_fprop_evt.h.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel_evt.h.in: do not edit.
@@ -5726,6 +5926,21 @@ using vgg11_b32_features_8 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b
 
 using vgg11_b32_features_8_runner = Sm90ConvRunner<vgg11_b32_features_8>;
 
+// Config: dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16_features_12_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b1;
+using vgg16_features_12_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_12_b1_runner = DslRunner<vgg16_features_12_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16_features_12_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b32;
+using vgg16_features_12_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_12_b32_runner = DslRunner<vgg16_features_12_b32>;
+
+// Config: dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1 (CuTe DSL; object vgg16_features_24_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b32;
+using vgg16_features_24_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_24_b32_runner = DslRunner<vgg16_features_24_b32>;
+
 
 struct TunedLayer {
   const char *name;
@@ -5750,6 +5965,16 @@ struct TunedLayer {
 
 constexpr TunedLayer kLayers[] = {
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 76.177, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-24T22:45:58+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 256, 32, 6.526, "dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-24T22:54:23+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.689, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-24T22:41:24+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.795, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-24T22:53:10+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 24.657, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:50+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none"},
@@ -5844,6 +6069,9 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.404, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:46:04+00:00", "scale+bias", true, true, false, 1.0, "none"},
     {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 128, 64, 16, 9.670, "s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 192, 64, 16, 97.502, "s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 11.280, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-24T22:42:17+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.073, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:55:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu"},
@@ -5851,113 +6079,132 @@ constexpr TunedLayer kLayers[] = {
     {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none"},
 };
-constexpr int kLayerCount = 102;
+constexpr int kLayerCount = 118;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
   X(conv_1_runner, 0) \
-  X(r50_s2_1x1_256to64_b1_runner, 1) \
-  X(r50_s2_1x1_256to64_b32_runner, 2) \
-  X(r50_s2_1x1_64to256_b1_runner, 3) \
-  X(r50_s2_1x1_64to256_b32_runner, 4) \
-  X(r50_s2_1x1_64to64_b1_runner, 5) \
-  X(r50_s2_1x1_64to64_b32_runner, 6) \
-  X(r50_s2_3x3_b1_runner, 7) \
-  X(r50_s2_3x3_b32_runner, 8) \
-  X(r50_s3_1x1_128to512_b1_runner, 9) \
-  X(r50_s3_1x1_128to512_b32_runner, 10) \
-  X(r50_s3_1x1_256to128_b1_runner, 11) \
-  X(r50_s3_1x1_256to128_b32_runner, 12) \
-  X(r50_s3_1x1_512to128_b1_runner, 13) \
-  X(r50_s3_1x1_512to128_b32_runner, 14) \
-  X(r50_s3_3x3_b1_runner, 15) \
-  X(r50_s3_3x3_b32_runner, 16) \
-  X(r50_s3_3x3_s2_b1_runner, 17) \
-  X(r50_s3_3x3_s2_b32_runner, 18) \
-  X(r50_s3_down_s2_b1_runner, 19) \
-  X(r50_s3_down_s2_b32_runner, 20) \
-  X(r50_s4_1x1_1024to256_b1_runner, 21) \
-  X(r50_s4_1x1_1024to256_b32_runner, 22) \
-  X(r50_s4_1x1_256to1024_b1_runner, 23) \
-  X(r50_s4_1x1_256to1024_b32_runner, 24) \
-  X(r50_s4_1x1_512to256_b1_runner, 25) \
-  X(r50_s4_1x1_512to256_b32_runner, 26) \
-  X(r50_s4_3x3_b1_runner, 27) \
-  X(r50_s4_3x3_b32_runner, 28) \
-  X(r50_s4_3x3_s2_b1_runner, 29) \
-  X(r50_s4_3x3_s2_b32_runner, 30) \
-  X(r50_s4_down_s2_b1_runner, 31) \
-  X(r50_s4_down_s2_b32_runner, 32) \
-  X(r50_s5_1x1_1024to512_b1_runner, 33) \
-  X(r50_s5_1x1_1024to512_b32_runner, 34) \
-  X(r50_s5_1x1_2048to512_b1_runner, 35) \
-  X(r50_s5_1x1_2048to512_b32_runner, 36) \
-  X(r50_s5_1x1_512to2048_b1_runner, 37) \
-  X(r50_s5_1x1_512to2048_b32_runner, 38) \
-  X(r50_s5_3x3_b1_runner, 39) \
-  X(r50_s5_3x3_b32_runner, 40) \
-  X(r50_s5_3x3_s2_b1_runner, 41) \
-  X(r50_s5_3x3_s2_b32_runner, 42) \
-  X(r50_s5_down_s2_b1_runner, 43) \
-  X(r50_s5_down_s2_b32_runner, 44) \
-  X(r50_stem_b1_runner, 45) \
-  X(r50_stem_b32_runner, 46) \
-  X(r50f_s2_1x1_256to64_b1_runner, 47) \
-  X(r50f_s2_1x1_256to64_b32_runner, 48) \
-  X(r50f_s2_1x1_64to256_b1_runner, 49) \
-  X(r50f_s2_1x1_64to256_b32_runner, 50) \
-  X(r50f_s2_1x1_64to64_b1_runner, 51) \
-  X(r50f_s2_1x1_64to64_b32_runner, 52) \
-  X(r50f_s2_3x3_b1_runner, 53) \
-  X(r50f_s2_3x3_b32_runner, 54) \
-  X(r50f_s2_down_b1_runner, 55) \
-  X(r50f_s2_down_b32_runner, 56) \
-  X(r50f_s3_1x1_128to512_b1_runner, 57) \
-  X(r50f_s3_1x1_128to512_b32_runner, 58) \
-  X(r50f_s3_1x1_256to128_b1_runner, 59) \
-  X(r50f_s3_1x1_256to128_b32_runner, 60) \
-  X(r50f_s3_1x1_512to128_b1_runner, 61) \
-  X(r50f_s3_1x1_512to128_b32_runner, 62) \
-  X(r50f_s3_3x3_b1_runner, 63) \
-  X(r50f_s3_3x3_b32_runner, 64) \
-  X(r50f_s3_3x3_s2_b1_runner, 65) \
-  X(r50f_s3_3x3_s2_b32_runner, 66) \
-  X(r50f_s3_down_s2_b1_runner, 67) \
-  X(r50f_s3_down_s2_b32_runner, 68) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 69) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 70) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 71) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 72) \
-  X(r50f_s4_1x1_512to256_b1_runner, 73) \
-  X(r50f_s4_1x1_512to256_b32_runner, 74) \
-  X(r50f_s4_3x3_b1_runner, 75) \
-  X(r50f_s4_3x3_b32_runner, 76) \
-  X(r50f_s4_3x3_s2_b1_runner, 77) \
-  X(r50f_s4_3x3_s2_b32_runner, 78) \
-  X(r50f_s4_down_s2_b1_runner, 79) \
-  X(r50f_s4_down_s2_b32_runner, 80) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 81) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 82) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 83) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 84) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 85) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 86) \
-  X(r50f_s5_3x3_b1_runner, 87) \
-  X(r50f_s5_3x3_b32_runner, 88) \
-  X(r50f_s5_3x3_s2_b1_runner, 89) \
-  X(r50f_s5_3x3_s2_b32_runner, 90) \
-  X(r50f_s5_down_s2_b1_runner, 91) \
-  X(r50f_s5_down_s2_b32_runner, 92) \
-  X(r50f_stem_b1_runner, 93) \
-  X(r50f_stem_b32_runner, 94) \
-  X(vgg11_b32_features_0_runner, 95) \
-  X(vgg11_b32_features_11_runner, 96) \
-  X(vgg11_b32_features_13_runner, 97) \
-  X(vgg11_b32_features_16_runner, 98) \
-  X(vgg11_b32_features_3_runner, 99) \
-  X(vgg11_b32_features_6_runner, 100) \
-  X(vgg11_b32_features_8_runner, 101)
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 1) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 2) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 3) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 4) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 5) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 6) \
+  X(effnetb0f_features_8_0_b32_runner, 7) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 8) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 9) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 10) \
+  X(r50_s2_1x1_256to64_b1_runner, 11) \
+  X(r50_s2_1x1_256to64_b32_runner, 12) \
+  X(r50_s2_1x1_64to256_b1_runner, 13) \
+  X(r50_s2_1x1_64to256_b32_runner, 14) \
+  X(r50_s2_1x1_64to64_b1_runner, 15) \
+  X(r50_s2_1x1_64to64_b32_runner, 16) \
+  X(r50_s2_3x3_b1_runner, 17) \
+  X(r50_s2_3x3_b32_runner, 18) \
+  X(r50_s3_1x1_128to512_b1_runner, 19) \
+  X(r50_s3_1x1_128to512_b32_runner, 20) \
+  X(r50_s3_1x1_256to128_b1_runner, 21) \
+  X(r50_s3_1x1_256to128_b32_runner, 22) \
+  X(r50_s3_1x1_512to128_b1_runner, 23) \
+  X(r50_s3_1x1_512to128_b32_runner, 24) \
+  X(r50_s3_3x3_b1_runner, 25) \
+  X(r50_s3_3x3_b32_runner, 26) \
+  X(r50_s3_3x3_s2_b1_runner, 27) \
+  X(r50_s3_3x3_s2_b32_runner, 28) \
+  X(r50_s3_down_s2_b1_runner, 29) \
+  X(r50_s3_down_s2_b32_runner, 30) \
+  X(r50_s4_1x1_1024to256_b1_runner, 31) \
+  X(r50_s4_1x1_1024to256_b32_runner, 32) \
+  X(r50_s4_1x1_256to1024_b1_runner, 33) \
+  X(r50_s4_1x1_256to1024_b32_runner, 34) \
+  X(r50_s4_1x1_512to256_b1_runner, 35) \
+  X(r50_s4_1x1_512to256_b32_runner, 36) \
+  X(r50_s4_3x3_b1_runner, 37) \
+  X(r50_s4_3x3_b32_runner, 38) \
+  X(r50_s4_3x3_s2_b1_runner, 39) \
+  X(r50_s4_3x3_s2_b32_runner, 40) \
+  X(r50_s4_down_s2_b1_runner, 41) \
+  X(r50_s4_down_s2_b32_runner, 42) \
+  X(r50_s5_1x1_1024to512_b1_runner, 43) \
+  X(r50_s5_1x1_1024to512_b32_runner, 44) \
+  X(r50_s5_1x1_2048to512_b1_runner, 45) \
+  X(r50_s5_1x1_2048to512_b32_runner, 46) \
+  X(r50_s5_1x1_512to2048_b1_runner, 47) \
+  X(r50_s5_1x1_512to2048_b32_runner, 48) \
+  X(r50_s5_3x3_b1_runner, 49) \
+  X(r50_s5_3x3_b32_runner, 50) \
+  X(r50_s5_3x3_s2_b1_runner, 51) \
+  X(r50_s5_3x3_s2_b32_runner, 52) \
+  X(r50_s5_down_s2_b1_runner, 53) \
+  X(r50_s5_down_s2_b32_runner, 54) \
+  X(r50_stem_b1_runner, 55) \
+  X(r50_stem_b32_runner, 56) \
+  X(r50f_s2_1x1_256to64_b1_runner, 57) \
+  X(r50f_s2_1x1_256to64_b32_runner, 58) \
+  X(r50f_s2_1x1_64to256_b1_runner, 59) \
+  X(r50f_s2_1x1_64to256_b32_runner, 60) \
+  X(r50f_s2_1x1_64to64_b1_runner, 61) \
+  X(r50f_s2_1x1_64to64_b32_runner, 62) \
+  X(r50f_s2_3x3_b1_runner, 63) \
+  X(r50f_s2_3x3_b32_runner, 64) \
+  X(r50f_s2_down_b1_runner, 65) \
+  X(r50f_s2_down_b32_runner, 66) \
+  X(r50f_s3_1x1_128to512_b1_runner, 67) \
+  X(r50f_s3_1x1_128to512_b32_runner, 68) \
+  X(r50f_s3_1x1_256to128_b1_runner, 69) \
+  X(r50f_s3_1x1_256to128_b32_runner, 70) \
+  X(r50f_s3_1x1_512to128_b1_runner, 71) \
+  X(r50f_s3_1x1_512to128_b32_runner, 72) \
+  X(r50f_s3_3x3_b1_runner, 73) \
+  X(r50f_s3_3x3_b32_runner, 74) \
+  X(r50f_s3_3x3_s2_b1_runner, 75) \
+  X(r50f_s3_3x3_s2_b32_runner, 76) \
+  X(r50f_s3_down_s2_b1_runner, 77) \
+  X(r50f_s3_down_s2_b32_runner, 78) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 79) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 80) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 81) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 82) \
+  X(r50f_s4_1x1_512to256_b1_runner, 83) \
+  X(r50f_s4_1x1_512to256_b32_runner, 84) \
+  X(r50f_s4_3x3_b1_runner, 85) \
+  X(r50f_s4_3x3_b32_runner, 86) \
+  X(r50f_s4_3x3_s2_b1_runner, 87) \
+  X(r50f_s4_3x3_s2_b32_runner, 88) \
+  X(r50f_s4_down_s2_b1_runner, 89) \
+  X(r50f_s4_down_s2_b32_runner, 90) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 91) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 92) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 93) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 94) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 95) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 96) \
+  X(r50f_s5_3x3_b1_runner, 97) \
+  X(r50f_s5_3x3_b32_runner, 98) \
+  X(r50f_s5_3x3_s2_b1_runner, 99) \
+  X(r50f_s5_3x3_s2_b32_runner, 100) \
+  X(r50f_s5_down_s2_b1_runner, 101) \
+  X(r50f_s5_down_s2_b32_runner, 102) \
+  X(r50f_stem_b1_runner, 103) \
+  X(r50f_stem_b32_runner, 104) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 105) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 106) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 107) \
+  X(vgg11_b32_features_0_runner, 108) \
+  X(vgg11_b32_features_11_runner, 109) \
+  X(vgg11_b32_features_13_runner, 110) \
+  X(vgg11_b32_features_16_runner, 111) \
+  X(vgg11_b32_features_3_runner, 112) \
+  X(vgg11_b32_features_6_runner, 113) \
+  X(vgg11_b32_features_8_runner, 114) \
+  X(vgg16_features_12_b1_runner, 115) \
+  X(vgg16_features_12_b32_runner, 116) \
+  X(vgg16_features_24_b32_runner, 117)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
