@@ -93,6 +93,25 @@ def test_the_committed_headers_are_what_export_renders(gpu):
         f"results/{gpu}/best_configs.h differs from `python tune.py export --gpu {gpu}`'s: export it again"
 
 
+def _committed_dsl_headers() -> list[Path]:
+    return sorted(path.parent for path in (REPO / "results").glob(f"*/{HEADER_FILE}")
+                  if "kDslLibrary" in path.read_text())
+
+
+@pytest.mark.parametrize("folder", _committed_dsl_headers(), ids=lambda folder: folder.name)
+def test_a_committed_header_with_dsl_layers_is_what_export_renders_and_its_library_holds_its_tables(folder):
+    """The header as export renders it (with the DSL version it names), and the library beside it defines
+    exactly the tables it declares (nm reads it: no DSL needed)."""
+    header = (folder / HEADER_FILE).read_text()
+    version = re.search(r'^constexpr char kDslVersion\[\] = "([^"]*)";', header, re.M).group(1)
+    assert render_header(read_best(folder), dsl_version=version) == header, \
+        f"{folder / HEADER_FILE} differs from `python tune.py export --gpu {folder.name}`'s: export it again"
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) reads the library")
+    declared = re.findall(r'^extern "C" const TunerDslEntryPoints (\w+);', header, re.M)
+    assert declared and sorted(_defined_globals(folder / LIBRARY)) == sorted(declared)
+
+
 def test_dsl_symbols_come_only_from_checked_identifiers():
     header = render_header(document(**{EVIL: dsl_entry()}), dsl_version=EVIL)
     alias = cpp_identifier(EVIL)
