@@ -162,10 +162,11 @@ def layer_space(spaces: tuple[SearchSpace, ...], problem: ConvProblem, device: D
     return JointSpace(tuple(sorted(runnable, key=lambda s: s.family)))
 
 
-def without_superseded(joint: JointSpace) -> tuple[JointSpace, tuple[str, ...]]:
-    """The joint space less the families another family of it supersedes (Family.supersedes), and those
-    left out."""
-    superseded = {name for family in joint.families for name in registry.get(family).supersedes} & set(joint.families)
+def without_superseded(joint: JointSpace, problem: ConvProblem) -> tuple[JointSpace, tuple[str, ...]]:
+    """The layer's joint space less the families another family of it supersedes on this problem
+    (Family.supersedes), and those left out."""
+    superseded = {name for family in joint.families
+                  for name in registry.get(family).supersedes(problem)} & set(joint.families)
     if not superseded:
         return joint, ()
     return joint.only(tuple(f for f in joint.families if f not in superseded)), tuple(sorted(superseded))

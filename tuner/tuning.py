@@ -59,7 +59,7 @@ class TuningOptions:
     # An imported network's layer whose problem another best.yaml entry already holds (the r50 table's,
     # another network's) is not tuned again: the report and the export find that entry by its problem.
     skip_tuned_problems: bool = False
-    # No --family: a family that supersedes others (Family.supersedes) searches a layer it runs alone.
+    # No --family: a family that supersedes others on a layer (Family.supersedes) searches it without them.
     prefer_superseding: bool = False
 
 
@@ -302,7 +302,7 @@ class TuningSession:
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
         joint = layer_space(self.spaces, layer.problem, self.device)
         if self.options.prefer_superseding:
-            joint, left_out = without_superseded(joint)
+            joint, left_out = without_superseded(joint, layer.problem)
             if left_out:
                 self.console.print(f"{', '.join(left_out)} left out: {', '.join(joint.families)} builds the same "
                                    "kind of kernel for this layer in a second (--family names them to search them)",

@@ -79,7 +79,7 @@ def test_why_not_for_a_1x1_layer():
 def test_why_not_for_the_stem():
     stem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
     assert [name for name in registry.names() if registry.why_not(registry.get(name), stem, H100) is None] == [
-        "sm80", "sm90_conv", "sm90_s2d"]
+        "sm80", "sm90_conv", "sm90_dsl", "sm90_s2d"]
 
 
 def test_why_not_names_the_device_first():

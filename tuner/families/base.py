@@ -303,9 +303,6 @@ class Family(abc.ABC):
     groupable: bool = False
     # Whether best_configs.h can hold its kernels (CUTLASS C++ emitted from the family's templates).
     emits_cpp: bool = True
-    # Families a default study (no --family) leaves out of a layer this one can run: what they build, this
-    # one builds as fast or faster, in a fraction of their compile time.
-    supersedes: frozenset[str] = frozenset()
     # The epilogue parts (tuner/epilogue.py's Epilogue.parts) its kernels fuse.
     fusable: frozenset[str] = frozenset()
 
@@ -329,6 +326,11 @@ class Family(abc.ABC):
     def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
         """The problem as the kernel sees it (channels zero-padded where the family needs it)."""
         return problem
+
+    def supersedes(self, problem: ConvProblem) -> frozenset[str]:
+        """Families a default study (no --family) leaves out of this layer when this one can run it: what
+        they build, this one builds as fast or faster, in a fraction of their compile time."""
+        return frozenset()
 
     # --- the space -----------------------------------------------------------------------------------
     @abc.abstractmethod
