@@ -56,6 +56,13 @@ CASES = {
     # stride 2: one TMA view of the input per stride phase
     "conv_stride2": (ConvProblem(n=2, h=32, w=32, c=64, k=128, r=3, s=3, pad=1, stride=2), {**BASE, "tile_q": 0}),
     "gemm_stride2": (ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1, stride=2), {**BASE, "tile_q": 0}),
+    # pingpong: enough tiles (512 and 256) that every CTA runs two or more, so the second consumer warpgroup
+    # works and the two take turns on the mainloop (a missing order barrier failed only then)
+    "conv_pingpong": (ConvProblem(n=16, h=32, w=32, c=64, k=128, r=3, s=3, pad=1),
+                      {**BASE, "tile": "64x64x64", "schedule": "pingpong", "tile_q": 16}),
+    "gemm_pingpong_bn_residual_relu": (with_epilogue(ConvProblem(n=32, h=32, w=32, c=128, k=128, r=1, s=1),
+                                                     "scale+bias+residual+relu"),
+                                       {**BASE, "schedule": "pingpong", "tile_q": 0}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
     "conv_dilated": (dataclasses.replace(CONV, dilation=2, pad=2), BASE),
 }

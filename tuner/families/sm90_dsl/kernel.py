@@ -18,7 +18,9 @@ A box is zero there (c >= C is out of bounds), so the product is unchanged.
 Warp specialisation: warp 0 of warpgroup 0 is the producer (TMA loads into a multi-stage mbarrier
 pipeline, multicast across the cluster: A along cluster N, B along cluster M); one ('single') or
 two ('cooperative', the M tile split between them) consumer warpgroups issue wgmma and run the fused
-epilogue, then store through shared memory with TMA. Tiles are handed out by a static persistent
+epilogue, then store through shared memory with TMA; or ('pingpong') two consumer warpgroups on alternate
+tiles, each a whole 64- or 128-row tile with its own epilogue buffers, taking turns on the mainloop (an
+mbarrier pair, CUTLASS's OrderedSequenceBarrier) so that one's epilogue runs under the other's wgmma. Tiles are handed out by a static persistent
 scheduler (grid = min(tiles, SMs / cluster) clusters, raster m|n, swizzle groups).
 """
 from __future__ import annotations
@@ -347,6 +349,7 @@ class ConvKernel:
             sScale: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
             sBias: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
             res_barrier: cute.struct.MemRange[cutlass.Int64, g.groups]
+            order_barrier: cute.struct.MemRange[cutlass.Int64, 2]
             sR: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(res_smem) if g.residual else 8], 1024]
 
         self.shared_storage = SharedStorage
@@ -401,6 +404,18 @@ class ConvKernel:
                 with cute.arch.elect_one():
                     for i in cutlass.range_constexpr(g.groups):
                         cute.arch.mbarrier_init(res_barrier + i, 1)
+        # pingpong: the two consumer warpgroups take turns on the mainloop (CUTLASS's OrderedSequenceBarrier in
+        # sm90_gemm_tma_warpspecialized_pingpong.hpp): group g waits on order_barrier[g] before its mainloop and
+        # arrives on the other group's after its last k tile's wait. Without it group 1 waited on the stage of
+        # its first k tile (count k_tiles) by parity alone, and the parity of an mbarrier two or more laps
+        # behind matches: it read (and released) tile 0's stages, which broke the pipeline (launch failures on
+        # the H100, or wrong results).
+        order_barrier = storage.order_barrier.data_ptr()
+        if cutlass.const_expr(g.pingpong):
+            if warp_idx == 4:
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_init(order_barrier, 128)
+                    cute.arch.mbarrier_init(order_barrier + 1, 128)
         pipeline.pipeline_init_arrive(cluster_shape_mn=(g.cluster_m, g.cluster_n), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
@@ -467,13 +482,14 @@ class ConvKernel:
         if wg_idx > 0:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
             self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
-                         tma_r, mR, sR, res_barrier, tidx, warp_idx)
+                         tma_r, mR, sR, res_barrier, order_barrier, tidx, warp_idx)
 
     @cute.jit
     def consume(self, tiled_mma: cute.TiledMma, mainloop, sA: cute.Tensor, sB: cute.Tensor, sD: cute.Tensor,
                 tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
                 mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
-                tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, res_barrier, tidx, warp_idx):
+                tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, res_barrier, order_barrier, tidx,
+                warp_idx):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
         ctid = tidx - 128
@@ -515,6 +531,19 @@ class ConvKernel:
         rD = cute.make_rmem_tensor(rD_shape[:3], f32)
         rD_out = cute.make_rmem_tensor(rD_shape[:3], f16)
         n_sub = cute.size(rD)
+        # the residual is read back by ldmatrix through the stmatrix layout (CUTLASS's S2R of the epilogue
+        # source): its registers come in rD's order, one ldmatrix.x4 per 8 values instead of a scalar load by
+        # (m, n) coordinate from the swizzled copy each (H100: 2048x1568x512 GEMM + residual 16.21 -> 14.75 us)
+        rR = rD_out
+        tSR_sR = tRS_sD
+        tSR_rR = rD_out
+        s2r = r2s
+        if cutlass.const_expr(g.residual):
+            ld_atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(False, 4), f16)
+            s2r = cute.make_tiled_copy_S(ld_atom, cute.make_tiled_copy_C_atom(st_atom, tiled_mma))
+            tSR_sR = s2r.get_slice(wtid).partition_S(sR)
+            rR = cute.make_rmem_tensor(rD_shape[:3], f16)
+            tSR_rR = s2r.retile(rR)
         epi_count = g.tile_n // g.epi_n
 
         store_pipe = pipeline.PipelineTmaStore.create(
@@ -527,6 +556,7 @@ class ConvKernel:
         box_m = (g.tile_q, g.bp, g.bn)
         res_bar = res_barrier + grp
         tile_step = g.groups
+        order_phase = cutlass.Int32(1) - grp  # group 0's first wait passes, group 1's waits for group 0
 
         scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
         if cutlass.const_expr(g.pingpong):
@@ -564,6 +594,9 @@ class ConvKernel:
                         if cutlass.const_expr(g.bias):
                             sBias[col + grp * g.tile_n] = mBias[kk]
 
+            if cutlass.const_expr(g.pingpong):
+                cute.arch.mbarrier_wait(order_barrier + grp, order_phase)
+                order_phase = order_phase ^ 1
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
             cute.nvgpu.warpgroup.fence()
             # first k tile: no earlier wgmma to wait for
@@ -584,6 +617,9 @@ class ConvKernel:
                 mainloop.consumer_release(release_state)
                 release_state.advance()
                 read_state.advance()
+            if cutlass.const_expr(g.pingpong):
+                # every k tile of this one waited for: the other group's mainloop may start
+                cute.arch.mbarrier_arrive(order_barrier + (1 - grp))
             cute.nvgpu.warpgroup.wait_group(0)
             mainloop.consumer_release(release_state)
             release_state.advance()
@@ -602,7 +638,9 @@ class ConvKernel:
             for e in cutlass.range_constexpr(epi_count):
                 for v in cutlass.range_constexpr(n_sub):
                     rD[v] = tRS_acc[self.acc_index(e, v, n_sub)]
-                self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, sR, grp)
+                if cutlass.const_expr(g.residual):
+                    cute.copy(s2r, tSR_sR[(None, None, None, e + grp * epi_count)], tSR_rR)
+                self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR)
                 rD_out.store(rD.load().to(f16))
                 buf = grp * g.epi_stages + (base + e) % g.epi_stages
                 cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
@@ -618,13 +656,20 @@ class ConvKernel:
         store_pipe.producer_tail()
 
     def acc_index(self, sub: int, v: int, n_sub: int) -> int:
-        """The accumulator register (flat index) of value v of epilogue sub-tile `sub`. A warpgroup holds
-        m_rep = tile_m / 64 wgmma row blocks of its tile (2 in a 128-row pingpong tile, else 1), each all
-        tile_n columns; a sub-tile's n_sub values are m_rep runs of n_sub / m_rep, one per row block."""
+        """The accumulator register (flat index into r2s.retile(acc)) of value v of epilogue sub-tile `sub`.
+
+        r2s.retile(acc) is ((8, tile_n/16), m_rep, 1): 8 values (one stmatrix x4: 16 columns of the thread's
+        rows) per 16-column group, the groups of one 64-row wgmma block, then the m_rep = tile_m/64 row blocks a
+        warpgroup holds (2 in a 128-row pingpong tile, else 1). A sub-tile's registers rD are
+        ((8), m_rep, epi_n/16) in that order (value, row block, column group): v = a + 8 (m + m_rep j).
+        (The earlier formula took the row block as the outer index of rD, swapping row blocks and column groups
+        of 128-row pingpong tiles.)"""
         g = self.g
         m_rep = g.tile_m // 64 if g.pingpong else 1
-        run = n_sub // m_rep
-        return (v // run) * (g.tile_n // g.epi_n) * run + sub * run + v % run
+        groups = g.epi_n // 16
+        assert n_sub == 8 * m_rep * groups, (n_sub, m_rep, groups)
+        a, m, j = v % 8, (v // 8) % m_rep, v // (8 * m_rep)
+        return a + 8 * (sub * groups + j) + (g.tile_n // 2) * m
 
     def consumer_state_at(self, count):
         """The consumer's pipeline state after `count` k tiles (index count mod stages, phase flipping per lap)."""
@@ -633,11 +678,11 @@ class ConvKernel:
 
     @cute.jit
     def epilogue_ops(self, rD: cute.Tensor, crd: cute.Tensor, count: cutlass.Constexpr,
-                     sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, sR: cute.Tensor, grp):
+                     sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, grp, rR: cute.Tensor):
         """y = act(scale[k] * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers. scale and
-        bias come from shared memory (staged per tile), the residual from its TMA-loaded shared copy (sub-tile
-        `sub` of the tile), each element at its (m, n) coordinate in the tile. (stmatrix's partition of shared
-        memory is not the registers' element order, so the residual is not read through it.)"""
+        bias come from shared memory (staged per tile) at each element's (m, n) coordinate in the tile; the
+        residual `rR` is sub-tile `sub` of its TMA-loaded shared copy, read by ldmatrix through the stmatrix
+        layout, so in rD's order."""
         g = self.g
         f32 = self.acc_dtype
         if cutlass.const_expr(g.scale or g.bias):
@@ -650,13 +695,11 @@ class ConvKernel:
                     value = value + sBias[col]
                 rD[v] = value
         if cutlass.const_expr(g.residual):
-            for v in cutlass.range_constexpr(count):
-                mm, nn = crd[self.acc_index(sub, v, count)]
-                rv = sR[(mm, nn - sub * g.epi_n, sub + grp * (g.tile_n // g.epi_n))].to(f32)
-                if cutlass.const_expr(g.beta == 1.0):
-                    rD[v] = rD[v] + rv
-                else:
-                    rD[v] = rD[v] + f32(g.beta) * rv
+            res = rR.load().to(f32)  # the sub-tile's residual, ldmatrix'd in rD's order
+            if cutlass.const_expr(g.beta == 1.0):
+                rD.store(rD.load() + res)
+            else:
+                rD.store(rD.load() + f32(g.beta) * res)
         if cutlass.const_expr(g.activation == "relu"):
             vec = rD.load()
             rD.store(cute.where(vec > f32(0.0), vec, cute.full_like(vec, 0.0)))
