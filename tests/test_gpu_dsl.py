@@ -63,6 +63,10 @@ CASES = {
     "gemm_pingpong_bn_residual_relu": (with_epilogue(ConvProblem(n=32, h=32, w=32, c=128, k=128, r=1, s=1),
                                                      "scale+bias+residual+relu"),
                                        {**BASE, "schedule": "pingpong", "tile_q": 0}),
+    # tile N 32 and 16 (layers of few output channels)
+    "conv_n32": (ConvProblem(n=4, h=16, w=16, c=64, k=32, r=3, s=3, pad=1), {**BASE, "tile": "128x32x64"}),
+    "conv_n16_bn_silu": (with_epilogue(ConvProblem(n=4, h=16, w=16, c=64, k=16, r=3, s=3, pad=1), "scale+bias+silu"),
+                         {**BASE, "tile": "64x16x64", "schedule": "single"}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
     "conv_dilated": (dataclasses.replace(CONV, dilation=2, pad=2), BASE),
 }

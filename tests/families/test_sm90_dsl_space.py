@@ -70,6 +70,8 @@ def test_an_unknown_knob_or_value_is_refused():
     ({"schedule": "pingpong", "tile": "64x256x64", "tile_q": 8}, None),
     ({"schedule": "pingpong", "tile": "128x256x64"}, "accumulators"),
     ({"schedule": "pingpong", "tile": "256x64x64"}, "64 or 128"),
+    ({"tile": "128x32x64"}, None),
+    ({"tile": "64x16x64", "schedule": "single", "tile_q": 8}, None),
     ({"cluster": "4x1x1"}, "cluster"),
     ({"stages": 16, "tile": "128x256x64"}, "do not fit"),
     ({"tile_q": 64, "tile": "128x128x64"}, "padding"),
