@@ -1,5 +1,5 @@
 """The C++ example (examples/cpp) configures and builds against an exported header: CPU only, no GPU.
-The example is copied next to a freshly rendered results/<gpu>/best_configs.h in tmp_path, so that its
+The example is copied next to a freshly exported results/<gpu>/best_configs.h in tmp_path, so that its
 default header path (../../results/<TUNED_GPU>/best_configs.h) is the one exercised. To keep CI's time
 in bounds the header holds a few of the H100's layers, the first of each kernel family in best.yaml
 (the whole header is built and run on a GPU host as examples/cpp/README.md says)."""
@@ -25,10 +25,21 @@ needs_toolchain = pytest.mark.skipif(
     shutil.which("cmake") is None or shutil.which("nvcc") is None, reason="needs cmake and nvcc on PATH")
 
 
-def one_layer_per_family(document: dict) -> dict:
-    """The first layer of each family, and the first with an epilogue (its operands in the example)."""
+def dsl_installed() -> bool:
+    try:
+        import cutlass.cute  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def one_layer_per_family(document: dict, with_dsl: bool = True) -> dict:
+    """The first layer of each family, and the first with an epilogue (its operands in the example);
+    sm90_dsl's only `with_dsl` (exporting it builds its kernel with the DSL)."""
     chosen = {}
     for name, entry in sorted(document["layers"].items()):
+        if entry.get("family") == "sm90_dsl" and not with_dsl:
+            continue
         chosen.setdefault(entry.get("family", "sm80"), (name, entry))
         if (entry.get("problem") or {}).get("epilogue"):
             chosen.setdefault("fused", (name, entry))
@@ -36,11 +47,14 @@ def one_layer_per_family(document: dict) -> dict:
 
 
 def _tree(tmp_path: Path) -> Path:
-    """tmp_path/examples/cpp (a copy of the example) and tmp_path/results/<gpu>/best_configs.h."""
+    """tmp_path/examples/cpp (a copy of the example) and tmp_path/results/<gpu>/best_configs.h, exported (with
+    dsl/libtuned_dsl.a where a chosen layer is sm90_dsl's, the DSL installed)."""
+    from test_export_dsl import write_best
+    from tuner.export import export_header
+
     shutil.copytree(EXAMPLE, tmp_path / "examples" / "cpp", ignore=shutil.ignore_patterns("build*"))
-    header = tmp_path / "results" / GPU / HEADER_FILE
-    header.parent.mkdir(parents=True)
-    header.write_text(render_header(one_layer_per_family(read_best(RESULTS))))
+    folder = write_best(tmp_path / "results" / GPU, one_layer_per_family(read_best(RESULTS), dsl_installed()))
+    export_header(folder, cache_dir=tmp_path / "cache")
     return tmp_path / "examples" / "cpp"
 
 
