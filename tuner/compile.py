@@ -194,17 +194,18 @@ class Compiler:
     def _entry(self, key: str) -> Path:
         return self.cache_dir / key[:2] / key
 
-    def _key(self, config: KernelConfig) -> tuple[str, str, list[str]]:
+    def _key(self, config: KernelConfig) -> tuple[str, str, list[str], BuildRequest | None]:
+        """The cache key, the source, nvcc's flags and the family's own build request (None: nvcc)."""
         request = registry.family_of(config).build_request(config.compiled)
         if request is not None:
-            return builder_cache_key(request), request.source, []
+            return builder_cache_key(request), request.source, [], request
         source = candidate_source(config.compiled)
         flags = self.flags(config.compiled)
-        return cache_key(source, flags), source, flags
+        return cache_key(source, flags), source, flags, None
 
     def cached(self, config: KernelConfig) -> CompileResult | None:
         """The cache's answer for a configuration, compiled alone or in a unit with others; None: not built."""
-        key, _, _ = self._key(config)
+        key = self._key(config)[0]
         entry = self._entry(key)
         if (entry / "candidate.so").exists():
             return self._result(config, key, entry, seconds=0.0, cached=True)
@@ -223,9 +224,8 @@ class Compiler:
         found = self.cached(config)
         if found is not None:
             return found
-        key, source, flags = self._key(config)
-        return self._build(config, key, source, flags, self._entry(key),
-                           registry.family_of(config).build_request(config.compiled))
+        key, source, flags, request = self._key(config)
+        return self._build(config, key, source, flags, self._entry(key), request)
 
     def _nvcc(self, source: str, flags: list[str], key: str, entry: Path,
               request: BuildRequest | None = None) -> tuple[Path | None, str, bool, float]:
