@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from string import Template
@@ -161,6 +161,12 @@ def sm90a_device_problem(family: str, device: DeviceFacts) -> str | None:
         return (f"{family} kernels use wgmma, built for sm_90a: they run on compute capability 9.0 only; "
                 f"this GPU is {device.cc_major}.{device.cc_minor}")
     return None
+
+
+def pad_channels(problem: ConvProblem, multiple: int) -> ConvProblem:
+    """The problem with C zero-padded up to a multiple of `multiple` (itself where C already is one)."""
+    padded = -(-problem.c // multiple) * multiple
+    return problem if padded == problem.c else replace(problem, c=padded)
 
 
 def output_alignment(problem: ConvProblem) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from tuner.device import DeviceFacts
 from tuner.epilogue import Epilogue
-from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, param,
+from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
 from tuner.problem import ConvProblem, DataType, dtype_key
 
@@ -122,9 +122,7 @@ def parse_space(document: object) -> SearchSpace:
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
     """The problem as the kernel sees it: an odd C is padded with a zero channel (C=3 -> 4),
     as frameworks do, since sm80's asynchronous copies move at least 4 bytes."""
-    if problem.c % 2 == 0:
-        return problem
-    return replace(problem, c=problem.c + 1)
+    return pad_channels(problem, 2)
 
 
 def _largest_dividing(value: int, widths: tuple[int, ...]) -> int:

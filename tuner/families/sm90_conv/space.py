@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
-                                 param, shape_list, whole)
+                                 pad_channels, param, shape_list, whole)
 from tuner.epilogue import Epilogue
 from tuner.problem import ConvProblem, DataType, dtype_key
 
@@ -137,8 +137,7 @@ def parse_space(document: object, family: str = FAMILY) -> SearchSpace:
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
     """Channels zero-padded to a multiple of 8 (C=3 -> 8): TMA's 16-byte stride alignment."""
-    padded = -(-problem.c // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
-    return problem if padded == problem.c else replace(problem, c=padded)
+    return pad_channels(problem, CHANNEL_MULTIPLE)
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm90ConvConfig:

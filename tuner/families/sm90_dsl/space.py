@@ -5,11 +5,11 @@ layer as an implicit GEMM whose A operand is, per filter tap, one TMA box of the
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tuner.device import DeviceFacts
 from tuner.epilogue import Epilogue
-from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, param,
+from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
 from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box,
                                           phase_extents)
@@ -191,8 +191,7 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
     """Channels zero-padded to a multiple of 8: TMA's 16-byte rows."""
-    padded = -(-problem.c // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
-    return problem if padded == problem.c else replace(problem, c=padded)
+    return pad_channels(problem, CHANNEL_MULTIPLE)
 
 
 def problem_spec(problem: ConvProblem) -> ProblemSpec:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, flag, flag_list, int_list,
-                                 output_alignment, param, shape_list, whole)
+                                 output_alignment, pad_channels, param, shape_list, whole)
 from tuner.epilogue import Epilogue
 # sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
 from tuner.families.sm90_conv.space import EpilogueSchedule, fusion_problem
@@ -179,8 +179,7 @@ def parse_space(document: object) -> SearchSpace:
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
     """Channels (the GEMM's K) zero-padded to a multiple of 8: TMA's 16-byte strides."""
-    padded = -(-problem.c // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
-    return problem if padded == problem.c else replace(problem, c=padded)
+    return pad_channels(problem, CHANNEL_MULTIPLE)
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm90GemmConfig:
