@@ -188,6 +188,19 @@ class Compiler:
         """Ends the long-lived builders (they also end with this process)."""
         self.builders.close()
 
+    def prestart(self, configs: Iterable[KernelConfig]) -> None:
+        """Start the long-lived builders that `configs`' uncached kernels will need, one per job at most."""
+        needed: dict[tuple[str, ...], int] = {}
+        for kernel in dict.fromkeys(config.compiled for config in configs):
+            request = registry.family_of(kernel).build_request(kernel)
+            if request is None or request.serve_command is None or self.cached(kernel) is not None:
+                continue
+            needed[request.serve_command] = needed.get(request.serve_command, 0) + 1
+            if needed[request.serve_command] >= self.jobs:
+                break
+        for command, count in needed.items():
+            self.builders.prestart(command, min(count, self.jobs))
+
     def flags(self, config: KernelConfig) -> list[str]:
         return nvcc_flags(registry.family_of(config).arch_flags(self.device))
 
@@ -357,14 +370,28 @@ class BuilderPool:
         self.lock = threading.Lock()
         self.idle: dict[tuple[str, ...], list[subprocess.Popen]] = {}
 
+    def prestart(self, command: tuple[str, ...], count: int) -> None:
+        """Start builders until `count` of `command` are idle, without waiting for them: their toolchain
+        imports while the study is set up, instead of in front of the first builds."""
+        with self.lock:
+            idle = self.idle.setdefault(command, [])
+            missing = count - len(idle)
+        started = [self._start(command) for _ in range(max(0, missing))]
+        with self.lock:
+            self.idle[command].extend(started)
+
+    @staticmethod
+    def _start(command: tuple[str, ...]) -> subprocess.Popen:
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+
     def build(self, request: BuildRequest, folder: Path, timeout_s: float) -> tuple[str, bool, bool]:
         """(log, failed, transient) of building `request` in `folder`."""
         command = request.serve_command
         with self.lock:
             process = self.idle.get(command, []).pop() if self.idle.get(command) else None
         if process is None:
-            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+            process = self._start(command)
         try:
             process.stdin.write(json.dumps({"folder": str(folder), "source_file": request.source_file}) + "\n")
             process.stdin.flush()

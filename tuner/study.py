@@ -383,6 +383,20 @@ class _Heartbeat:
         self.finished = threading.Event()
 
 
+@dataclass
+class StudyClock:
+    """Where a study's wall time went, in seconds: asking the sampler (and answering the impossible and
+    recorded trials at once), waiting for compiles, and on the GPU worker (validate and time)."""
+
+    asking: float = 0.0
+    waiting_for_compiles: float = 0.0
+    on_gpu: float = 0.0
+
+    def line(self, wall_s: float) -> str:
+        return (f"{wall_s:.1f} s: {self.waiting_for_compiles:.1f} s waiting for compiles, {self.on_gpu:.1f} s "
+                f"validating and timing, {self.asking:.1f} s asking the sampler")
+
+
 class StudyRunner:
     """Runs one layer's study for a number of trials: keeps up to a batch of candidates compiling in
     the background, evaluates each on the GPU worker as soon as its compile finishes, tells Optuna the
@@ -402,6 +416,7 @@ class StudyRunner:
         self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
         self.worker = worker_id()
         self.heartbeat = _Heartbeat(study)
+        self.clock = StudyClock()
 
     def run(self, candidates: int, batch_size: int | None = None) -> int:
         """Ask until `candidates` configurations have been compiled and evaluated under this run id,
@@ -428,7 +443,9 @@ class StudyRunner:
                     if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
                         optuna.storages.fail_stale_trials(self.study)
                     if len(untold) < batch_size and idle_asks < EXHAUSTED_AFTER_ASKS:
+                        asked = time.monotonic()
                         batch, idle = self._fill_batch(self._fill_size(batch_size, len(untold)), candidates)
+                        self.clock.asking += time.monotonic() - asked
                         idle_asks = idle_asks + idle if not batch else 0
                         untold.update((trial.number, trial) for trial, _ in batch)
                         if batch:
@@ -463,8 +480,10 @@ class StudyRunner:
         """Waits for the first compile to finish (of several finished, the oldest trial's), evaluates
         its candidate and tells the outcome; returns the trial's number. Looks for a stop request while
         waiting."""
+        started = time.monotonic()
         while not (finished := wait(compiling, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED).done):
             stop_if_requested()
+        self.clock.waiting_for_compiles += time.monotonic() - started
         future = min(finished, key=lambda done: compiling[done][0].number)
         trial, config = compiling.pop(future)
         result = future.result()
@@ -544,7 +563,9 @@ class StudyRunner:
             self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
             return
         launch = registry.family_of(config).launch_args(config, self.problem)
+        started = time.monotonic()
         evaluation = self.evaluator.evaluate(result.binary, self.problem, launch)
+        self.clock.on_gpu += time.monotonic() - started
         value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
         attrs.update(evaluation_attrs(evaluation, self.problem))
         self._tell(trial, config, evaluation.status, value, attrs)

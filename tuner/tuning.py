@@ -3,6 +3,7 @@ diagnosis, ncu on the finalists, and the layer's entry in results/<gpu>/best.yam
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -300,13 +301,14 @@ class TuningSession:
         if previous and run_id and previous.run == run_id:
             self.console.print(f"[bold]{escape(layer.name)}[/]: finished earlier in run {escape(str(run_id))}")
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
+        started = time.monotonic()
         joint = layer_space(self.spaces, layer.problem, self.device)
         if self.options.prefer_superseding:
             joint, left_out = without_superseded(joint, layer.problem)
             if left_out:
-                self.console.print(f"{', '.join(left_out)} left out: {', '.join(joint.families)} builds the same "
-                                   "kind of kernel for this layer in a second (--family names them to search them)",
-                                   highlight=False)
+                self.console.print(f"{', '.join(left_out)} left out: {', '.join(joint.families)} builds this "
+                                   "layer's kernels in a second and matched or beat them where measured "
+                                   "(--family names them to search them)", highlight=False)
         valid = joint_valid_configs(joint, layer.problem, self.device)
         report.print_space(self.console, layer.name, layer.problem, joint, valid)
         study = open_study(study_name(self.device, layer.name, layer.problem, joint), self.storage, self.options.seed,
@@ -315,16 +317,23 @@ class TuningSession:
         if orphans:
             self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
         reference = reference_config(joint, layer.problem, self.device)
+        self.compiler.prestart(valid)
         seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings,
                    landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device),
                    twin_seeds(self.folder, self.storage, layer.problem, joint, self.device))
         with report.StudyDisplay(self.console, self.options.trials) as display:
             tuner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
                           display.callbacks(), run_id)
+            study_started = time.monotonic()
             measured = tuner.run(self.options.trials)
         self.console.print(f"study {escape(study.study_name)}: {len(study.trials)} trials in all; this run: "
-                           f"{report.outcome_line(display.outcomes)}")
+                           f"{report.outcome_line(display.outcomes)}; "
+                           f"{tuner.clock.line(time.monotonic() - study_started)}", highlight=False)
+        finish_started = time.monotonic()
         entry = self.finish(layer, study, joint, reference, measured, tuner.run_id, previous)
+        self.console.print(f"{escape(layer.name)}: {time.monotonic() - started:.1f} s in all (setting up "
+                           f"{study_started - started:.1f} s, the study {finish_started - study_started:.1f} s, "
+                           f"finalists and results {time.monotonic() - finish_started:.1f} s)", highlight=False)
         if entry is None:
             return LayerOutcome(layer.name, None, previous and previous.runtime_us, None, measured)
         if previous and previous.run != tuner.run_id:

@@ -303,3 +303,15 @@ def test_families_say_which_epilogue_parts_they_fuse():
     fused = dataclasses.replace(CONV_PROBLEM, epilogue=parse_epilogue("scale+bias+residual+relu"))
     for family in ("sm80", "sm90_conv", "sm90_s2d"):
         assert "cannot fuse" not in (registry.get(family).problem_reason(fused) or "")
+
+
+def test_the_cpp_sm90_families_refuse_silu_and_say_why():
+    silu = dataclasses.replace(CONV_PROBLEM, epilogue=parse_epilogue("scale+bias+silu"))
+    gemm_silu = dataclasses.replace(GEMM_PROBLEM, epilogue=parse_epilogue("bias+silu"))
+    for family, problem in (("sm90_conv", silu), ("sm90_gemm", gemm_silu)):
+        reason = registry.get(family).problem_reason(problem)
+        assert reason and "does not fuse silu" in reason and "9 µs slower" in reason, reason
+        gelu = dataclasses.replace(problem, epilogue=parse_epilogue("bias+gelu"))
+        assert registry.get(family).problem_reason(gelu) is None
+    for family in ("sm80", "sm90_dsl"):
+        assert "silu" not in (registry.get(family).problem_reason(silu) or "")

@@ -284,12 +284,26 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
     spaces = tuple(load_space(REPO / "search_spaces" / f"{f}.yaml") for f in ("sm80", "sm90_conv", "sm90_dsl",
                                                                                "sm90_gemm", "sm90_s2d"))
     joint, left_out = without_superseded(layer_space(spaces, GEMM, H100), GEMM)
-    assert joint.families == ("sm80", "sm90_dsl") and left_out == ("sm90_conv", "sm90_gemm")
+    assert joint.families == ("sm90_dsl",) and left_out == ("sm80", "sm90_conv", "sm90_gemm")
     strided = replace(CONV, stride=3)  # the DSL does not run it: nothing is left out
     joint, left_out = without_superseded(layer_space(spaces, strided, H100), strided)
-    assert "sm90_conv" in joint.families and left_out == ()
+    assert {"sm80", "sm90_conv"} <= set(joint.families) and left_out == ()
     stem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)  # few channels: all kept
     joint, left_out = without_superseded(layer_space(spaces, stem, H100), stem)
-    assert {"sm90_conv", "sm90_dsl", "sm90_s2d"} <= set(joint.families) and left_out == ()
+    assert {"sm80", "sm90_conv", "sm90_dsl", "sm90_s2d"} <= set(joint.families) and left_out == ()
     only_cpp = JointSpace(tuple(s for s in spaces if s.family != "sm90_dsl"))
     assert without_superseded(only_cpp, GEMM) == (only_cpp, ())
+
+
+def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(tmp_path, monkeypatch):
+    from tuner.compile import BuilderPool, Compiler
+
+    started = []
+    monkeypatch.setattr(BuilderPool, "_start", staticmethod(lambda command: started.append(command) or command))
+    compiler = Compiler(H100, tmp_path, jobs=3)
+    configs = [make_config(CONV, params(tile=t)) for t in ("128x64x64", "128x128x64", "128x256x64", "128x64x32")]
+    compiler.prestart(configs)
+    assert len(started) == 3 and all(c[-1] == "tuner.families.sm90_dsl.serve" for c in started)
+    compiler.prestart(configs)  # already idle: none started again
+    assert len(started) == 3
+    compiler.builders.idle.clear()

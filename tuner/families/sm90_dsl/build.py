@@ -13,7 +13,6 @@ import argparse
 import ctypes
 import json
 import os
-import shutil
 import string
 import struct
 import subprocess
@@ -109,6 +108,16 @@ def dynamic_smem_bytes(g) -> int:
     return size
 
 
+def import_toolchain() -> Path:
+    """Load the DSL's runtime and import the DSL and the kernel module (seconds on a cold host: a
+    long-lived builder does it once, before its first request). Returns the DSL's library folder."""
+    lib_dir = _dsl_lib_dir()
+    _preload_runtime(lib_dir)
+    import cutlass.cute  # noqa: F401
+    from . import kernel  # noqa: F401
+    return lib_dir
+
+
 def build(spec_text: str, out_dir: Path) -> dict:
     from .spec import BuildSpec, SpecError
     started = time.perf_counter()
@@ -116,11 +125,8 @@ def build(spec_text: str, out_dir: Path) -> dict:
         spec = BuildSpec.from_json(spec_text)
     except SpecError as error:
         raise BuildError(str(error)) from None
-    lib_dir = _dsl_lib_dir()
-    _preload_runtime(lib_dir)
-
+    lib_dir = import_toolchain()
     import cuda.bindings.driver as cuda
-    import cutlass
     import cutlass.cute as cute
     from .kernel import build_launcher
     imported = time.perf_counter()

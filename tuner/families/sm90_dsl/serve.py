@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from tuner.families.sm90_dsl.build import run_build
+from tuner.families.sm90_dsl.build import BuildError, import_toolchain, run_build
 
 
 def answer(job: dict) -> dict:
@@ -27,6 +27,10 @@ def answer(job: dict) -> dict:
 def main() -> int:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the DSL's own prints stay off the answer channel
+    try:
+        import_toolchain()  # before the first request: a builder started ahead of time is warm when it comes
+    except (BuildError, ImportError, OSError):
+        pass  # each build then reports what is missing
     for line in sys.stdin:
         if line.strip():
             try:

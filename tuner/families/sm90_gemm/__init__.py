@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.device import DeviceFacts
-from tuner.families.sm90_conv import Sm90ConvFamily
+from tuner.families.sm90_conv import SLOW_SILU, Sm90ConvFamily
 from tuner.families.base import (CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  sm90a_device_problem)
 from tuner.families.sm90_gemm import codegen, costmodel, space
@@ -26,6 +26,11 @@ class Sm90GemmFamily(Family):
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         return sm90a_device_problem(self.name, device)
+
+    def problem_reason(self, problem: ConvProblem) -> str | None:
+        if "silu" in problem.epilogue.parts:
+            return SLOW_SILU.format(family=self.name)
+        return super().problem_reason(problem)
 
     def layer_problem(self, problem: ConvProblem) -> str | None:
         return space.layer_problem(problem)
