@@ -82,7 +82,7 @@ class _SlowReplay(ReplayEvaluator):
         super().__init__(record, log)
         self.delay = delay
 
-    def evaluate(self, binary, problem, launch):
+    def evaluate(self, binary, problem, launch, seed=None):
         outcome = super().evaluate(binary, problem, launch)  # logs the configuration first
         time.sleep(self.delay)
         return outcome

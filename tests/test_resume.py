@@ -23,7 +23,7 @@ TRIALS = 20
 
 
 class SlowReplay(ReplayEvaluator):
-    def evaluate(self, library, problem, split_k):
+    def evaluate(self, library, problem, split_k, seed=None):
         time.sleep(0.05)  # long enough for the kill to land mid-batch
         return super().evaluate(library, problem, split_k)
 

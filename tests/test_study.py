@@ -160,7 +160,7 @@ class FakeEvaluator:
         self.raise_on_call = raise_on_call
         self.calls = []
 
-    def evaluate(self, library, problem, launch):
+    def evaluate(self, library, problem, launch, seed=None):
         split_k = launch.split_k
         config = dataclasses.replace(self.compiler.kernel_of[library.path], split_k=split_k)
         self.calls.append(config)

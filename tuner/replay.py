@@ -136,7 +136,8 @@ class ReplayEvaluator:
         self.log = log
         self.evaluated: list[str] = []
 
-    def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs) -> Evaluation:
+    def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs,
+                 seed: int | None = None) -> Evaluation:
         name = binary.path.name
         self.evaluated.append(name)
         if self.log:

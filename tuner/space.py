@@ -3,6 +3,7 @@ family that can run it on this device) as the study samples it: a `family` param
 family's knobs under `<family>.<knob>` names, so that the families' knobs never share a name."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -68,11 +69,16 @@ def all_configs(space: SearchSpace, problem: ConvProblem) -> Iterator[KernelConf
 
 
 def valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
+    return list(_valid_configs(space, problem, device))
+
+
+@functools.lru_cache(maxsize=32)  # a layer's study asks twice (its space, the cost model's ranking): seconds each
+def _valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> tuple[KernelConfig, ...]:
     family = registry.get(space.family)
     if registry.why_not(family, problem, device):
-        return []
+        return ()
     # dict.fromkeys: knobs a problem does not use (sm90_dsl's tile_q in a GEMM) make one configuration twice
-    return [c for c in dict.fromkeys(all_configs(space, problem)) if not family.static_problems(c, problem, device)]
+    return tuple(c for c in dict.fromkeys(all_configs(space, problem)) if not family.static_problems(c, problem, device))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ layer as an implicit GEMM whose A operand is, per filter tap, one TMA box of the
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
 from tuner.device import DeviceFacts
@@ -177,6 +178,7 @@ def parse_space(document: object) -> SearchSpace:
     ))
 
 
+@functools.lru_cache(maxsize=1024)
 def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
     """The box width whose boxes compute the fewest padded pixels (wider on a tie), of those the kernel
     builds: dividing tile M, and no side equal to the input's W or H."""

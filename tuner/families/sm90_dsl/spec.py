@@ -4,6 +4,7 @@ build.py reads it in a child process, where the DSL is imported. Nothing here im
 from __future__ import annotations
 
 import json
+import functools
 from dataclasses import asdict, dataclass
 
 from tuner.problem import output_extent
@@ -147,6 +148,7 @@ def phase_extents(extent: int, problem: ProblemSpec) -> set[int]:
     return {-(-(extent - phase) // problem.stride) for phase in range(min(problem.stride, extent))}
 
 
+@functools.lru_cache(maxsize=4096)  # a study's static checks ask it hundreds of thousands of times
 def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
     """rows_p the output rows a box spans: all of P rounded up to a power of two where that fits in the
     tile, else as many as the tile holds; the rest of the tile spans images."""
