@@ -462,11 +462,7 @@ class ConvKernel:
             work = scheduler.initial_work_tile_info()
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
             while work.is_valid_tile:
-                mi, ni = work.tile_idx[0], work.tile_idx[1]
-                q0 = (mi % g.m_tiles_q) * g.tile_q
-                p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-                n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
-                k0 = ni * g.tile_n
+                q0, p0, n0, k0 = self.tile_origin(work)
                 # k tiles phase by phase (the order of the sum does not matter; A and B of a k tile match),
                 # in each phase tap by tap, tile_k channels a time
                 for pi, ph in enumerate(g.phases()):
@@ -581,12 +577,8 @@ class ConvKernel:
             scheduler._current_work_linear_idx += grp * scheduler.num_persistent_clusters
         work = scheduler.initial_work_tile_info()
         while work.is_valid_tile:
-            mi, ni = work.tile_idx[0], work.tile_idx[1]
-            q0 = (mi % g.m_tiles_q) * g.tile_q
-            p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-            n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
-            k0 = ni * g.tile_n
-            gD = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mY), (box_m, g.tile_n), (0, 0))
+            k0 = self.tile_origin(work)[3]
+            gD = self.output_tile(mY, work)
             if cutlass.const_expr(g.scale or g.bias):
                 for i in cutlass.range_constexpr(-(-g.tile_n // (self.num_mma_threads // g.groups))):
                     col = wtid + i * (self.num_mma_threads // g.groups)
@@ -677,12 +669,7 @@ class ConvKernel:
         scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
         work = scheduler.initial_work_tile_info()
         while work.is_valid_tile:
-            mi, ni = work.tile_idx[0], work.tile_idx[1]
-            q0 = (mi % g.m_tiles_q) * g.tile_q
-            p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-            n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
-            k0 = ni * g.tile_n
-            gR = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mR), (box_m, g.tile_n), (0, 0))
+            gR = self.output_tile(mR, work)
             bR_s, bR_g = cute.nvgpu.cpasync.tma_partition(
                 tma_r, 0, cute.make_layout(1), cute.group_modes(sR, 0, 2), cute.zipped_divide(gR, (box_m, g.epi_n)))
             grp = scheduler.num_tiles_executed % g.groups
@@ -696,6 +683,22 @@ class ConvKernel:
                 cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, slot)], tma_bar_ptr=ring_full + slot)
             scheduler.advance_to_next_work()
             work = scheduler.get_current_work()
+
+    def tile_origin(self, work):
+        """The work tile's first output column q0, row p0, image n0 and channel k0."""
+        g = self.g
+        mi, ni = work.tile_idx[0], work.tile_idx[1]
+        q0 = (mi % g.m_tiles_q) * g.tile_q
+        p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
+        n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
+        return q0, p0, n0, ni * g.tile_n
+
+    def output_tile(self, tensor: cute.Tensor, work) -> cute.Tensor:
+        """The work tile's (box of pixels) x tile_n channels of an output-shaped tensor (y or the residual)."""
+        g = self.g
+        q0, p0, n0, k0 = self.tile_origin(work)
+        return cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), tensor), ((g.tile_q, g.bp, g.bn), g.tile_n),
+                               (0, 0))
 
     def ring_position(self, group_tiles, sub: int):
         """(slot, phase) of epilogue subtile `sub` of a consumer group's tile number `group_tiles` (counted from 0)
