@@ -35,6 +35,7 @@ if dsl_version() is None:
 GEMM = ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1)
 CONV = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
 SMALL = ConvProblem(n=4, h=8, w=8, c=64, k=64, r=3, s=3, pad=1)  # boxes must not span all 8 rows or columns
+RING_GEMM = ConvProblem(n=32, h=32, w=32, c=128, k=512, r=1, s=1)  # 32768x512x128
 BASE = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
         "swizzle": 1, "tile_q": 8}
 
@@ -63,6 +64,28 @@ CASES = {
     "gemm_pingpong_bn_residual_relu": (with_epilogue(ConvProblem(n=32, h=32, w=32, c=128, k=128, r=1, s=1),
                                                      "scale+bias+residual+relu"),
                                        {**BASE, "schedule": "pingpong", "tile_q": 0}),
+    # the residual ring (warp 1 of the producer warpgroup loads each tile's residual subtile by subtile into a
+    # ring of at most 4 subtiles a consumer group): 512 to 1024 tiles, 4 to 8 a CTA, so that the ring wraps within
+    # and across tiles; 8 subtiles a tile (tile N 256) and 6 (tile N 192: a subtile's slot changes from tile to
+    # tile, and the last N tile is clipped at K 512)
+    "gemm_ring_cooperative_128x256": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
+                                      {**BASE, "tile": "128x256x64", "tile_q": 0}),
+    "gemm_ring_cooperative_128x192": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
+                                      {**BASE, "tile": "128x192x64", "tile_q": 0}),
+    # pingpong: each consumer warpgroup has its own ring
+    "gemm_ring_pingpong_64x256": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
+                                  {**BASE, "tile": "64x256x64", "schedule": "pingpong", "tile_q": 0}),
+    "conv_ring_pingpong_64x256": (with_epilogue(ConvProblem(n=32, h=32, w=32, c=64, k=256, r=3, s=3, pad=1),
+                                                "scale+bias+residual+relu"),
+                                  {**BASE, "tile": "64x256x64", "schedule": "pingpong", "tile_q": 16}),
+    # clusters: the residual is each CTA's own, never multicast
+    "gemm_ring_cluster_1x2": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
+                              {**BASE, "tile": "128x256x64", "cluster": "1x2x1", "tile_q": 0}),
+    "gemm_ring_pingpong_cluster_2x1": (with_epilogue(RING_GEMM, "residual"),
+                                       {**BASE, "schedule": "pingpong", "cluster": "2x1x1", "tile_q": 0}),
+    # stride 2 (one tile a CTA: the ring wraps within it)
+    "conv_stride2_ring": (with_epilogue(ConvProblem(n=16, h=64, w=64, c=64, k=256, r=3, s=3, pad=1, stride=2),
+                                        "bias+residual*0.5+silu"), {**BASE, "tile": "128x256x64", "tile_q": 0}),
     # tile N 32 and 16 (layers of few output channels)
     "conv_n32": (ConvProblem(n=4, h=16, w=16, c=64, k=32, r=3, s=3, pad=1), {**BASE, "tile": "128x32x64"}),
     "conv_n16_bn_silu": (with_epilogue(ConvProblem(n=4, h=16, w=16, c=64, k=16, r=3, s=3, pad=1), "scale+bias+silu"),
@@ -141,6 +164,8 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     ("conv_bn_silu", "scale+bias", 10),                  # a SiLU the layer does not have
     ("conv_bn_relu", "scale+bias", 10),                  # a ReLU the layer does not have
     ("gemm_bn_residual_relu", "scale+bias+residual+silu", 10),  # ReLU where the layer has SiLU
+    ("gemm_ring_cooperative_128x256", "scale+bias+residual*0.5+relu", 10),  # the residual at the wrong weight
+    ("conv_ring_pingpong_64x256", "scale+bias+residual+silu", 10),  # ReLU where the layer has SiLU
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]

@@ -20,8 +20,13 @@ pipeline, multicast across the cluster: A along cluster N, B along cluster M); o
 two ('cooperative', the M tile split between them) consumer warpgroups issue wgmma and run the fused
 epilogue, then store through shared memory with TMA; or ('pingpong') two consumer warpgroups on alternate
 tiles, each a whole 64- or 128-row tile with its own epilogue buffers, taking turns on the mainloop (an
-mbarrier pair, CUTLASS's OrderedSequenceBarrier) so that one's epilogue runs under the other's wgmma. Tiles are handed out by a static persistent
-scheduler (grid = min(tiles, SMs / cluster) clusters, raster m|n, swizzle groups).
+mbarrier pair, CUTLASS's OrderedSequenceBarrier) so that one's epilogue runs under the other's wgmma. Tiles are
+handed out by a static persistent scheduler (grid = min(tiles, SMs / cluster) clusters, raster m|n, swizzle groups).
+
+The residual, when the epilogue has one, comes in as CUTLASS's TMA warp-specialised epilogue loads its source C:
+warp 1 of warpgroup 0 walks the same tiles and loads each tile's residual one epilogue subtile (tile_m x epi_n)
+a TMA box into a ring of res_stages subtiles per consumer group (full/empty mbarriers a slot), as the consumers
+free the slots; the consumers read each subtile by ldmatrix when their epilogue reaches it.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .spec import BuildSpec, SpecError, conv_box
+from .spec import BuildSpec, SpecError, conv_box, epilogue_columns, residual_ring_slots
 
 SM_COUNT = 132                 # H100 SXM
 SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
@@ -79,6 +84,7 @@ class Geometry:
     stages: int
     epi_n: int
     epi_stages: int
+    res_stages: int            # residual ring slots per consumer group (0 without a residual)
     raster_m: bool
     swizzle: int
     # epilogue
@@ -87,6 +93,11 @@ class Geometry:
     residual: bool
     beta: float
     activation: str
+
+    @property
+    def epi_count(self) -> int:
+        """Epilogue subtiles (tile_m x epi_n) of one tile."""
+        return self.tile_n // self.epi_n
 
     @property
     def m_tiles_q(self) -> int:
@@ -148,8 +159,8 @@ class Geometry:
     def smem_bytes(self, stages: int | None = None) -> int:
         stages = self.stages if stages is None else stages
         ab = (self.tile_m + self.tile_n) * self.tile_k * 2
-        epi = self.tile_m * self.epi_n * 2 * self.epi_stages * self.groups
-        extra = (2 * self.tile_n * 4 + (self.tile_m * self.tile_n * 2 if self.residual else 0)) * self.groups
+        epi = self.tile_m * self.epi_n * 2 * (self.epi_stages + self.res_stages) * self.groups
+        extra = 2 * self.tile_n * 4 * self.groups
         return stages * ab + epi + extra + 1024 + 3 * 1024  # barriers, alignment slack
 
 
@@ -256,14 +267,15 @@ def geometry(spec: BuildSpec) -> Geometry:
         if value >= 1 << 31:
             raise SpecError(f"{name} {value} is too large for TMA coordinates")
     tile_n = t.tile_n
-    epi_n = min(32, tile_n)
+    epi_n = epilogue_columns(tile_n)
     epi_stages = 2
+    res_stages = residual_ring_slots(tile_n) if e.residual else 0
     g = Geometry(xw=xw, xh=xh, xn=xn, c=p.c, k=p.k, yq=yq, yp=yp, r=p.r, s=p.s, pad=p.pad,
                  dilation=p.dilation, stride=p.stride, tile_q=tile_q, bp=bp, bn=bn, tile_m=t.tile_m, tile_n=tile_n,
                  tile_k=t.tile_k, cluster_m=t.cluster_m, cluster_n=t.cluster_n, consumers=consumers, pingpong=pingpong,
-                 stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, raster_m=t.raster == "m",
-                 swizzle=t.swizzle, scale=e.scale, bias=e.bias, residual=e.residual, beta=float(e.beta),
-                 activation=e.activation)
+                 stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
+                 raster_m=t.raster == "m", swizzle=t.swizzle, scale=e.scale, bias=e.bias, residual=e.residual,
+                 beta=float(e.beta), activation=e.activation)
     fit = (SMEM_CAPACITY - g.smem_bytes(0)) // ((g.tile_m + g.tile_n) * g.tile_k * 2)
     stages = fit if t.stages == 0 else t.stages
     if stages < 2:
@@ -330,7 +342,8 @@ class ConvKernel:
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
             (box_m, g.epi_n))
 
-        res_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, g.tile_n // g.epi_n * g.groups)
+        # the residual ring: res_stages subtiles per consumer group, each the TMA box of one epilogue subtile
+        res_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, max(g.res_stages, 1) * g.groups)
         my_res = cute.make_tensor(residual.iterator, y_layout)
         tma_r, tma_res = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), my_res, cute.slice_(res_smem, (None, None, 0)),
@@ -348,7 +361,7 @@ class ConvKernel:
             sD: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(epi_smem)], 1024]
             sScale: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
             sBias: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
-            res_barrier: cute.struct.MemRange[cutlass.Int64, g.groups]
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, max(2 * g.res_stages, 1) * g.groups]
             order_barrier: cute.struct.MemRange[cutlass.Int64, 2]
             sR: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(res_smem) if g.residual else 8], 1024]
 
@@ -398,12 +411,16 @@ class ConvKernel:
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals),
             tx_count=tx_bytes, cta_layout_vmnk=cute.make_layout((1, g.cluster_m, g.cluster_n, 1)),
             defer_sync=True)
-        res_barrier = storage.res_barrier.data_ptr()
+        # the residual ring's barriers, slot i of group grp at grp * res_stages + i: full (the load warp's arrival
+        # and the TMA's bytes) and empty (every consumer thread of the group, once it has read the subtile)
+        ring_full = storage.ring_barriers.data_ptr()
+        ring_empty = ring_full + g.res_stages * g.groups
         if cutlass.const_expr(g.residual):
             if warp_idx == 4:
                 with cute.arch.elect_one():
-                    for i in cutlass.range_constexpr(g.groups):
-                        cute.arch.mbarrier_init(res_barrier + i, 1)
+                    for i in cutlass.range_constexpr(g.res_stages * g.groups):
+                        cute.arch.mbarrier_init(ring_full + i, 1)
+                        cute.arch.mbarrier_init(ring_empty + i, self.num_mma_threads // g.groups)
         # pingpong: the two consumer warpgroups take turns on the mainloop (CUTLASS's OrderedSequenceBarrier in
         # sm90_gemm_tma_warpspecialized_pingpong.hpp): group g waits on order_barrier[g] before its mainloop and
         # arrives on the other group's after its last k tile's wait. Without it group 1 waited on the stage of
@@ -445,11 +462,7 @@ class ConvKernel:
             work = scheduler.initial_work_tile_info()
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
             while work.is_valid_tile:
-                mi, ni = work.tile_idx[0], work.tile_idx[1]
-                q0 = (mi % g.m_tiles_q) * g.tile_q
-                p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-                n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
-                k0 = ni * g.tile_n
+                q0, p0, n0, k0 = self.tile_origin(work)
                 # k tiles phase by phase (the order of the sum does not matter; A and B of a k tile match),
                 # in each phase tap by tap, tile_k channels a time
                 for pi, ph in enumerate(g.phases()):
@@ -478,23 +491,25 @@ class ConvKernel:
                 scheduler.advance_to_next_work()
                 work = scheduler.get_current_work()
             mainloop.producer_tail(state)
+        if cutlass.const_expr(g.residual):
+            if warp_idx == 1:
+                self.load_residual(tma_r, mR, sR, ring_full, ring_empty, sched)
 
         if wg_idx > 0:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
             self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
-                         tma_r, mR, sR, res_barrier, order_barrier, tidx, warp_idx)
+                         sR, ring_full, ring_empty, order_barrier, tidx, warp_idx)
 
     @cute.jit
     def consume(self, tiled_mma: cute.TiledMma, mainloop, sA: cute.Tensor, sB: cute.Tensor, sD: cute.Tensor,
                 tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
                 mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
-                tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, res_barrier, order_barrier, tidx,
-                warp_idx):
+                sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
         ctid = tidx - 128
         # pingpong: consumer warpgroup `grp` takes the CTA's tiles grp, grp + 2, ... alone (its own tile_m x
-        # tile_n accumulators, epilogue buffers, scale/bias and residual copies and named barrier); its epilogue
+        # tile_n accumulators, epilogue buffers, scale/bias copies, residual ring and named barrier); its epilogue
         # runs while the other warpgroup's mainloop uses the tensor cores. Otherwise grp is 0 and the
         # consumers share each tile.
         grp = 0
@@ -508,7 +523,7 @@ class ConvKernel:
         else:
             thr_mma = tiled_mma.get_slice((ctid // 128) * 128)  # A/B: one slice per warpgroup
         epi_barrier = pipeline.NamedBarrier(barrier_id=1 + grp, num_threads=group_threads)
-        lead_warp = warp_idx == 4 + grp * 4  # issues the group's TMA stores and residual loads
+        lead_warp = warp_idx == 4 + grp * 4  # issues the group's TMA stores
         tCsA = thr_mma.partition_A(sA)
         tCsB = thr_mma.partition_B(sB)
         tCrA = tiled_mma.make_fragment_A(tCsA)
@@ -544,7 +559,7 @@ class ConvKernel:
             tSR_sR = s2r.get_slice(wtid).partition_S(sR)
             rR = cute.make_rmem_tensor(rD_shape[:3], f16)
             tSR_rR = s2r.retile(rR)
-        epi_count = g.tile_n // g.epi_n
+        epi_count = g.epi_count
 
         store_pipe = pipeline.PipelineTmaStore.create(
             num_stages=g.epi_stages,
@@ -554,7 +569,6 @@ class ConvKernel:
         read_state = self.consumer_state_at(grp * g.k_tiles)
         release_state = self.consumer_state_at(grp * g.k_tiles)
         box_m = (g.tile_q, g.bp, g.bn)
-        res_bar = res_barrier + grp
         tile_step = g.groups
         order_phase = cutlass.Int32(1) - grp  # group 0's first wait passes, group 1's waits for group 0
 
@@ -563,24 +577,8 @@ class ConvKernel:
             scheduler._current_work_linear_idx += grp * scheduler.num_persistent_clusters
         work = scheduler.initial_work_tile_info()
         while work.is_valid_tile:
-            mi, ni = work.tile_idx[0], work.tile_idx[1]
-            q0 = (mi % g.m_tiles_q) * g.tile_q
-            p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-            n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
-            k0 = ni * g.tile_n
-            gD = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mY), (box_m, g.tile_n), (0, 0))
-            if cutlass.const_expr(g.residual):
-                # the residual tile comes in by TMA while the mainloop runs (the previous tile's epilogue
-                # has read its copy: every consumer thread passed the last epilogue barrier)
-                if lead_warp:
-                    gR = cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), mR), (box_m, g.tile_n), (0, 0))
-                    bR_s, bR_g = cute.nvgpu.cpasync.tma_partition(
-                        tma_r, 0, cute.make_layout(1), cute.group_modes(sR, 0, 2),
-                        cute.zipped_divide(gR, (box_m, g.epi_n)))
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(res_bar, g.tile_m * g.tile_n * 2)
-                    for e in cutlass.range_constexpr(epi_count):
-                        cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, e + grp * epi_count)], tma_bar_ptr=res_bar)
+            k0 = self.tile_origin(work)[3]
+            gD = self.output_tile(mY, work)
             if cutlass.const_expr(g.scale or g.bias):
                 for i in cutlass.range_constexpr(-(-g.tile_n // (self.num_mma_threads // g.groups))):
                     col = wtid + i * (self.num_mma_threads // g.groups)
@@ -629,8 +627,6 @@ class ConvKernel:
 
             if cutlass.const_expr(g.scale or g.bias):
                 epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
-            if cutlass.const_expr(g.residual):
-                cute.arch.mbarrier_wait(res_bar, scheduler.num_tiles_executed % 2)
             gD_epi = cute.zipped_divide(gD, (box_m, g.epi_n))
             bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
                 tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
@@ -639,7 +635,12 @@ class ConvKernel:
                 for v in cutlass.range_constexpr(n_sub):
                     rD[v] = tRS_acc[self.acc_index(e, v, n_sub)]
                 if cutlass.const_expr(g.residual):
-                    cute.copy(s2r, tSR_sR[(None, None, None, e + grp * epi_count)], tSR_rR)
+                    slot, phase = self.ring_position(scheduler.num_tiles_executed, e)
+                    slot = slot + grp * g.res_stages
+                    cute.arch.mbarrier_wait(ring_full + slot, phase)
+                    cute.copy(s2r, tSR_sR[(None, None, None, slot)], tSR_rR)
+                    # the registers hold the subtile: the load warp may refill its slot
+                    cute.arch.mbarrier_arrive(ring_empty + slot)
                 self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR)
                 rD_out.store(rD.load().to(f16))
                 buf = grp * g.epi_stages + (base + e) % g.epi_stages
@@ -654,6 +655,61 @@ class ConvKernel:
             scheduler.advance_to_next_work(advance_count=tile_step)
             work = scheduler.get_current_work()
         store_pipe.producer_tail()
+
+    @cute.jit
+    def load_residual(self, tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, ring_full, ring_empty,
+                      sched: utils.PersistentTileSchedulerParams):
+        """The epilogue-load warp: walks the CTA's tiles as the mainloop producer does and loads each tile's
+        residual, one epilogue subtile a TMA box, into the ring of the consumer group that takes the tile (in
+        pingpong group (tile count) mod 2), as its slots are released. Each group has its own ring: one ring
+        shared by groups that run apart would let a parity wait match a phase two laps behind (see
+        order_barrier). The residual is the CTA's own, never multicast."""
+        g = self.g
+        box_m = (g.tile_q, g.bp, g.bn)
+        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        work = scheduler.initial_work_tile_info()
+        while work.is_valid_tile:
+            gR = self.output_tile(mR, work)
+            bR_s, bR_g = cute.nvgpu.cpasync.tma_partition(
+                tma_r, 0, cute.make_layout(1), cute.group_modes(sR, 0, 2), cute.zipped_divide(gR, (box_m, g.epi_n)))
+            grp = scheduler.num_tiles_executed % g.groups
+            group_tiles = scheduler.num_tiles_executed // g.groups
+            for e in cutlass.range_constexpr(g.epi_count):
+                slot, phase = self.ring_position(group_tiles, e)
+                slot = slot + grp * g.res_stages
+                cute.arch.mbarrier_wait(ring_empty + slot, phase ^ 1)  # the first lap passes at once
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(ring_full + slot, g.tile_m * g.epi_n * 2)
+                cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, slot)], tma_bar_ptr=ring_full + slot)
+            scheduler.advance_to_next_work()
+            work = scheduler.get_current_work()
+
+    def tile_origin(self, work):
+        """The work tile's first output column q0, row p0, image n0 and channel k0."""
+        g = self.g
+        mi, ni = work.tile_idx[0], work.tile_idx[1]
+        q0 = (mi % g.m_tiles_q) * g.tile_q
+        p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
+        n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
+        return q0, p0, n0, ni * g.tile_n
+
+    def output_tile(self, tensor: cute.Tensor, work) -> cute.Tensor:
+        """The work tile's (box of pixels) x tile_n channels of an output-shaped tensor (y or the residual)."""
+        g = self.g
+        q0, p0, n0, k0 = self.tile_origin(work)
+        return cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), tensor), ((g.tile_q, g.bp, g.bn), g.tile_n),
+                               (0, 0))
+
+    def ring_position(self, group_tiles, sub: int):
+        """(slot, phase) of epilogue subtile `sub` of a consumer group's tile number `group_tiles` (counted from 0)
+        in the group's residual ring: the group's subtiles go round the ring in order, position
+        group_tiles * epi_count + sub, slot = position mod res_stages, and the mbarriers' phase flips a lap."""
+        g = self.g
+        if g.epi_count % g.res_stages == 0:  # the slot is static
+            laps = group_tiles * (g.epi_count // g.res_stages) + sub // g.res_stages
+            return sub % g.res_stages, laps % 2
+        position = group_tiles * g.epi_count + sub
+        return position % g.res_stages, (position // g.res_stages) % 2
 
     def acc_index(self, sub: int, v: int, n_sub: int) -> int:
         """The accumulator register (flat index into r2s.retile(acc)) of value v of epilogue sub-tile `sub`.
@@ -681,8 +737,8 @@ class ConvKernel:
                      sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, grp, rR: cute.Tensor):
         """y = act(scale[k] * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers. scale and
         bias come from shared memory (staged per tile) at each element's (m, n) coordinate in the tile; the
-        residual `rR` is sub-tile `sub` of its TMA-loaded shared copy, read by ldmatrix through the stmatrix
-        layout, so in rD's order."""
+        residual `rR` is sub-tile `sub`, TMA-loaded into a slot of the residual ring and read by ldmatrix through
+        the stmatrix layout, so in rD's order."""
         g = self.g
         f32 = self.acc_dtype
         if cutlass.const_expr(g.scale or g.bias):

@@ -13,7 +13,7 @@ from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
 from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box,
-                                          phase_extents)
+                                          epilogue_columns, phase_extents, residual_ring_slots)
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_dsl"
@@ -127,13 +127,13 @@ class Sm90DslConfig:
         return self.input_type.bytes * self.tile.k * (self.tile.m + self.tile.n)
 
     def epilogue_bytes(self) -> int:
-        """The output subtiles staged for the TMA store (a residual's beside them) and the vectors; in
+        """The two output subtiles staged for the TMA store, the residual's ring of subtiles and the vectors; in
         pingpong each consumer warpgroup has its own."""
         groups = 2 if self.schedule is Schedule.pingpong else 1
-        subtile = self.tile.m * min(self.tile.n, 32) * self.output_type.bytes * 2
+        subtile = self.tile.m * epilogue_columns(self.tile.n) * self.output_type.bytes
+        ring = residual_ring_slots(self.tile.n) if self.fusion.residual else 0
         vectors = 2 * self.tile.n * 4 if (self.fusion.scale or self.fusion.bias) else 0
-        residual = self.tile.m * self.tile.n * self.output_type.bytes if self.fusion.residual else 0
-        return (subtile + residual + vectors) * groups
+        return (subtile * (2 + ring) + vectors) * groups
 
     @property
     def auto_stage_count(self) -> int:

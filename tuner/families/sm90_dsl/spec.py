@@ -13,6 +13,8 @@ SPEC_VERSION = 1
 SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two on one tile, two alternating
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
+EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (tile_n where narrower)
+RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
 
 
 class SpecError(ValueError):
@@ -115,6 +117,16 @@ class BuildSpec:
             raise SpecError("C and K must be multiples of 8 (16-byte TMA rows in f16)")
         if not p.is_gemm and (t.tile_q < 1 or t.tile_m % t.tile_q):
             raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
+
+
+def epilogue_columns(tile_n: int) -> int:
+    return min(EPILOGUE_COLUMNS, tile_n)
+
+
+def residual_ring_slots(tile_n: int) -> int:
+    """The residual subtiles in flight for one consumer group: a tile's subtiles, at most RESIDUAL_RING_SLOTS.
+    At most the whole residual tile the kernel once kept, so a kernel that fitted it fits the ring."""
+    return min(tile_n // epilogue_columns(tile_n), RESIDUAL_RING_SLOTS)
 
 
 def next_power_of_two(value: int) -> int:

@@ -1,0 +1,79 @@
+"""The sm90 DSL kernel's geometry, on the CPU: the residual ring's size, its shared memory and the pipeline
+stages it leaves, and the ring slot and mbarrier phase of each epilogue subtile. Skipped where the DSL (the
+[dsl] extra) is not installed; nothing is compiled."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pip install -e '.[dsl]')")
+
+from tuner.epilogue import parse_epilogue  # noqa: E402
+from tuner.families.sm90_dsl.kernel import ConvKernel, geometry  # noqa: E402
+from tuner.families.sm90_dsl.space import make_config  # noqa: E402
+from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
+from tuner.problem import ConvProblem  # noqa: E402
+
+GEMM = ProblemSpec(32, 7, 7, 512, 2048, 1, 1, 0, 1, 1)  # 1568x2048x512
+RESIDUAL = EpilogueSpec(scale=True, bias=True, residual=True, activation="relu")
+BARE = EpilogueSpec(scale=True, bias=True, activation="relu")
+
+
+def gemm(tile_m: int, tile_n: int, schedule: str, epilogue: EpilogueSpec = RESIDUAL):
+    return geometry(BuildSpec(GEMM, epilogue, TileSpec(tile_m, tile_n, 64, schedule=schedule)))
+
+
+@pytest.mark.parametrize("tile_n, epi_count, slots", [(16, 1, 1), (32, 1, 1), (64, 2, 2), (128, 4, 4), (192, 6, 4),
+                                                      (256, 8, 4)])
+def test_the_ring_holds_a_tiles_subtiles_up_to_four(tile_n, epi_count, slots):
+    g = gemm(64, tile_n, "single")
+    assert (g.epi_count, g.res_stages) == (epi_count, slots)
+    assert gemm(64, tile_n, "single", BARE).res_stages == 0
+
+
+@pytest.mark.parametrize("tile_m, tile_n, schedule", [(64, 128, "single"), (128, 256, "cooperative"),
+                                                      (128, 64, "cooperative"), (64, 256, "pingpong"),
+                                                      (128, 128, "pingpong")])
+def test_the_ring_takes_its_subtiles_of_shared_memory_a_group_never_more_than_the_tile(tile_m, tile_n, schedule):
+    ring, bare = gemm(tile_m, tile_n, schedule), gemm(tile_m, tile_n, schedule, BARE)
+    ring_bytes = ring.smem_bytes(0) - bare.smem_bytes(0)
+    assert ring_bytes == ring.groups * ring.res_stages * tile_m * ring.epi_n * 2
+    assert ring_bytes <= ring.groups * tile_m * tile_n * 2  # the whole residual tile the kernel kept before
+    assert ring.smem_bytes() <= 232448
+
+
+@pytest.mark.parametrize("tile_m, tile_n, schedule, stages, bare_stages", [
+    (128, 256, "cooperative", 3, 4),  # the whole residual tile left 2
+    (64, 256, "pingpong", 4, 5),      # 3 before
+    (128, 128, "pingpong", 3, 5),     # the ring is the whole tile here (4 subtiles): 3 as before
+])
+def test_the_ring_gives_the_gemm_back_pipeline_stages(tile_m, tile_n, schedule, stages, bare_stages):
+    assert gemm(tile_m, tile_n, schedule).stages == stages
+    assert gemm(tile_m, tile_n, schedule, BARE).stages == bare_stages
+
+
+# 64 and 256: the ring size divides the tile's subtiles (2 of 2, 4 of 8), the slot is static; 192: 4 slots, 6 subtiles
+@pytest.mark.parametrize("tile_n", [64, 192, 256])
+def test_each_subtile_has_the_next_ring_position_and_a_slot_reused_flips_its_phase(tile_n):
+    kernel = ConvKernel(gemm(64, tile_n, "single"))
+    g = kernel.g
+    seen: dict[int, int] = {}
+    for tile in range(5):
+        for sub in range(g.epi_count):
+            position = tile * g.epi_count + sub
+            slot, phase = kernel.ring_position(tile, sub)
+            assert (slot, phase) == (position % g.res_stages, (position // g.res_stages) % 2)
+            if slot in seen:
+                assert phase == seen[slot] ^ 1
+            seen[slot] = phase
+
+
+def test_the_space_counts_the_ring_as_the_kernel_does():
+    problem = ConvProblem(n=32, h=7, w=7, c=512, k=2048, r=1, s=1)
+    params = {"tile": "128x256x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+              "swizzle": 1, "tile_q": 0}
+    fused = make_config(replace(problem, epilogue=parse_epilogue("scale+bias+residual+relu")), params)
+    bare = make_config(replace(problem, epilogue=parse_epilogue("scale+bias+relu")), params)
+    g = geometry(fused.build_spec())
+    assert fused.epilogue_bytes() - bare.epilogue_bytes() == g.smem_bytes(0) - replace(g, res_stages=0).smem_bytes(0)
