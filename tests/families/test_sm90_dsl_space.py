@@ -49,7 +49,7 @@ def test_a_gemm_ignores_tile_q():
 
 def test_an_unknown_knob_or_value_is_refused():
     document = {"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["cooperative"],
-                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [16]}
+                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [16], "split_k": [1]}
     parse_space(document)
     with pytest.raises(SpaceError, match="schedule"):
         parse_space({**document, "schedule": ["warp"]})
