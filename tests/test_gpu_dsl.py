@@ -36,6 +36,8 @@ GEMM = ConvProblem(n=2, h=16, w=16, c=128, k=128, r=1, s=1)
 CONV = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
 SMALL = ConvProblem(n=4, h=8, w=8, c=64, k=64, r=3, s=3, pad=1)  # boxes must not span all 8 rows or columns
 RING_GEMM = ConvProblem(n=32, h=32, w=32, c=128, k=512, r=1, s=1)  # 32768x512x128
+LATE_GEMM_B1 = ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1)       # 4 tiles of 128x128, 32 k tiles
+LATE_CONV_B1 = ConvProblem(n=1, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 4 tiles, 72 k tiles
 BASE = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
         "swizzle": 1, "tile_q": 8}
 
@@ -90,6 +92,17 @@ CASES = {
     "conv_n32": (ConvProblem(n=4, h=16, w=16, c=64, k=32, r=3, s=3, pad=1), {**BASE, "tile": "128x32x64"}),
     "conv_n16_bn_silu": (with_epilogue(ConvProblem(n=4, h=16, w=16, c=64, k=16, r=3, s=3, pad=1), "scale+bias+silu"),
                          {**BASE, "tile": "64x16x64", "schedule": "single"}),
+    # split-K where the output tiles leave SMs idle (batch 1, late layers): units (tile, split), the last to
+    # finish sums the partials. The worker launches each kernel twice on one workspace before timing: the
+    # second launch validates only if the first set the tile counters back to zero.
+    "gemm_small_grid_split4": (LATE_GEMM_B1, {**BASE, "tile_q": 0, "split_k": 4}),
+    "gemm_small_grid_split3_cluster1x2": (LATE_GEMM_B1, {**BASE, "tile_q": 0, "split_k": 3, "cluster": "1x2x1"}),
+    "conv_small_grid_split8_single": (LATE_CONV_B1, {**BASE, "tile": "64x128x64", "schedule": "single",
+                                                     "split_k": 8}),
+    "conv_small_grid_bn_residual_relu_split4": (with_epilogue(LATE_CONV_B1, "scale+bias+residual+relu"),
+                                                {**BASE, "split_k": 4}),
+    "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
+                            {**BASE, "tile_q": 0, "split_k": 2}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
     "conv_dilated": (dataclasses.replace(CONV, dilation=2, pad=2), BASE),
 }
@@ -173,3 +186,31 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, 
     answer = worker.request(request(compiled[kernel_case], layer))
     assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
     assert answer["error"] > margin * TOLERANCE[layer.output_type]
+
+
+@pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4"])
+def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, compiled, device):
+    """Three launches on one operator and its workspace, the output poisoned before each: each validates only
+    if the launch before it left every tile's arrival counter at zero (a counter left at S makes no unit the
+    last to arrive, and the tile is never stored)."""
+    from tuner.run import KernelLibrary, problem_array
+    from tuner.worker import BoundKernel, Workbench
+
+    problem, config = case_config(case)
+    launch = registry.family_of(config).launch_args(config, problem)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        bench = Workbench.prepare(problem, launch.kernel_channels, 7, device.l2_bytes, stream, timed=False)
+        library = KernelLibrary(compiled[case].binary)
+        args = problem_array(problem, launch)
+        assert library.workspace_bytes(args) > 0
+        bound = BoundKernel(library, args, bench.sets[:1], stream.ptr, problem.epilogue)
+        try:
+            for attempt in range(3):
+                bench.poison(0)
+                bound.launch(0, stream.ptr)
+                stream.synchronize()
+                validation = bench.check(0)
+                assert validation.passed, (attempt, validation.reason)
+        finally:
+            bound.close()

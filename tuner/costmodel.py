@@ -26,6 +26,7 @@ DEFAULT_COPY_GBPS = 3000.0
 LAUNCH_US = 2.0
 ITERATION_LATENCY_US = 0.1
 SPLIT_K_SLICE_US = 1.0
+PARTIAL_BYTES = 4  # an f32 partial accumulator of an in-kernel split-K fixup
 # Warps one SM needs in flight before all its tensor cores work: one per sub-partition. Fewer run
 # the SM at the fraction they fill. On the H100 single-warp blocks measured a median 3.2x the
 # layer's best (48 of them, never within 13 %); 4 ranked measured pairs best (81 % vs 78 % without).
@@ -67,8 +68,13 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     compute_us = waves * (block_flops * sharing / sm_rate * 1e6
                           + iterations * ITERATION_LATENCY_US / terms.stages * 3)
     memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
-    split_k_us = (terms.split_k - 1) * (SPLIT_K_SLICE_US + problem.output_elements * 2 * problem.output_type.bytes
-                                        / (ceilings.copy_gbps * 1e9) * 1e6)
+    if terms.split_k_in_parallel:
+        partial_bytes = 2 * terms.split_k * problem.output_elements * PARTIAL_BYTES
+        split_k_us = 0.0 if terms.split_k == 1 else (SPLIT_K_SLICE_US
+                                                     + partial_bytes / (ceilings.copy_gbps * 1e9) * 1e6)
+    else:
+        split_k_us = (terms.split_k - 1) * (SPLIT_K_SLICE_US + problem.output_elements * 2 * problem.output_type.bytes
+                                            / (ceilings.copy_gbps * 1e9) * 1e6)
     return LAUNCH_US + max(compute_us, memory_us) + split_k_us
 
 

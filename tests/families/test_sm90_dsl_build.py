@@ -94,3 +94,66 @@ def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
     assert lines and reason in lines[-1]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out" / "candidate.so").exists()
+
+
+# --- split-K -------------------------------------------------------------------------------------------------
+from tuner.families.sm90_dsl.kernel import geometry  # noqa: E402
+from tuner.families.sm90_dsl.spec import SpecError, split_k_range, split_k_workspace_bytes  # noqa: E402
+
+LATE_GEMM_B1 = ProblemSpec(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1)
+STRIDE2 = ProblemSpec(1, 28, 28, 256, 256, 3, 3, 1, 2, 1)
+
+
+@pytest.mark.parametrize("problem, tile_k, tile_q, splits", [
+    (STRIDE2, 64, 8, 2), (STRIDE2, 64, 8, 7), (STRIDE2, 32, 8, 5),
+    (ProblemSpec(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 64, 8, 8),
+    (ProblemSpec(2, 15, 15, 96, 64, 3, 3, 1, 2, 1), 64, 16, 3),   # odd extents and C not a multiple of tile K
+    (ProblemSpec(2, 16, 16, 64, 64, 5, 5, 4, 2, 2), 64, 16, 4),   # dilated: taps fall into fewer phases
+])
+def test_the_producer_walks_each_units_k_tiles_exactly_once_over_the_stride_phases(problem, tile_k, tile_q, splits):
+    """kernel.py's producer clips each phase's own k tiles to the unit's global range (phase_k_bounds); the
+    consumers count end - begin. Mirrored here: every (phase, tap, channel block) of the tile is loaded once
+    over the splits, and each unit loads as many k tiles as its consumers wait for."""
+    spec = BuildSpec(problem, EpilogueSpec(), TileSpec(128, 128, tile_k, tile_q=tile_q, split_k=splits))
+    g = geometry(spec)
+    offsets, phases = g.phase_k_offsets(), g.phases()
+    loaded = []
+    for split in range(splits):
+        begin, end = split_k_range(g.k_tiles, splits, split)
+        unit = []
+        for offset, ph in zip(offsets, phases):
+            count = ph.nr * ph.ns * g.k_blocks_per_tap
+            unit += [(offset, kt) for kt in range(max(begin, offset) - offset, min(end, offset + count) - offset)]
+        assert len(unit) == end - begin >= 1
+        loaded += unit
+    assert len(loaded) == len(set(loaded)) == g.k_tiles == sum(ph.nr * ph.ns for ph in phases) * g.k_blocks_per_tap
+
+
+def test_split_k_geometry_workspace_and_refusals():
+    g = geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=8)))
+    assert g.workspace_bytes == split_k_workspace_bytes(4, 8, 128, 128) and g.grid == (1, 1, 32)
+    assert geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64))).workspace_bytes == 0
+    with pytest.raises(SpecError, match="pingpong"):
+        geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, schedule="pingpong", split_k=2)))
+    with pytest.raises(SpecError, match="k tiles"):
+        geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=33)))
+    with pytest.raises(SpecError, match="split_k"):
+        BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=0)).check()
+
+
+def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_path):
+    import ctypes
+    spec = BuildSpec(LATE_GEMM_B1, EpilogueSpec(scale=True, bias=True, residual=True, activation="relu"),
+                     TileSpec(64, 128, 64, schedule="single", split_k=4))
+    result = run_build(spec.to_json(), tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    info = json.loads((tmp_path / "out" / "build.json").read_text())
+    assert info["split_k"] == 4 and info["grid"] == [1, 1, 4 * 4]  # 1 x 4 tiles of 64x128, 4 units each
+    lib = ctypes.CDLL(str(tmp_path / "out" / "candidate.so"))
+    lib.tuner_k0_workspace_bytes.restype = ctypes.c_int64
+    p = spec.problem
+    problem = (ctypes.c_int32 * 16)(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation, 4, p.p, p.q, 0, 1, 0)
+    assert lib.tuner_k0_can_implement(problem) == 0
+    assert lib.tuner_k0_workspace_bytes(problem) == info["workspace_bytes"] == split_k_workspace_bytes(4, 4, 64, 128)
+    problem[10] = 1
+    assert lib.tuner_k0_can_implement(problem) == 20

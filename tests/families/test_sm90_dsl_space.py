@@ -49,7 +49,7 @@ def test_a_gemm_ignores_tile_q():
 
 def test_an_unknown_knob_or_value_is_refused():
     document = {"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["cooperative"],
-                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [16]}
+                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [16], "split_k": [1]}
     parse_space(document)
     with pytest.raises(SpaceError, match="schedule"):
         parse_space({**document, "schedule": ["warp"]})
@@ -307,3 +307,69 @@ def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(t
     compiler.prestart(configs)  # already idle: none started again
     assert len(started) == 3
     compiler.builders.idle.clear()
+
+
+# --- split-K -------------------------------------------------------------------------------------------------
+from tuner.families.sm90_dsl.spec import scheduled_tiles, split_k_range, split_k_workspace_bytes  # noqa: E402
+
+LATE_GEMM_B1 = ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1)       # M=49: 4 tiles of 128x128
+LATE_CONV_B1 = ConvProblem(n=1, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 72 k tiles of 64
+
+
+def test_split_k_is_a_knob_of_the_name_the_spec_and_the_launch():
+    plain, split = make_config(LATE_GEMM_B1, params()), make_config(LATE_GEMM_B1, params(split_k=4))
+    assert plain.split_k == 1 and "_sk" not in plain.name and "_sk4_" in split.name
+    assert split.search_params["split_k"] == 4 and split.build_spec().tile.split_k == 4
+    assert plain.build_spec().tile.split_k == 1
+    assert FAMILY.launch_args(split, LATE_GEMM_B1).split_k == 4
+    shape = FAMILY.launch_shape(split, LATE_GEMM_B1, H100)
+    assert shape.can_split_k and shape.split_k_slices == 4 and shape.work_tiles == 4 * 4
+    assert "sk4" in FAMILY.describe(split) and "sk" not in FAMILY.describe(plain)
+    # trials stored before the knob existed ran without a split
+    stored = {k: v for k, v in params().items() if k != "split_k"}
+    assert make_config(LATE_GEMM_B1, stored) == plain
+    with pytest.raises(SpaceError, match="split_k"):
+        parse_space({"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
+                     "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [0]})
+
+
+def test_split_k_static_checks():
+    def problems(problem, **changes):
+        return static_problems(make_config(problem, params(**changes)), problem, H100)
+    assert problems(LATE_GEMM_B1, split_k=16) == []          # 32 k tiles: 2 a split
+    assert any("fewer than 2" in r for r in problems(LATE_GEMM_B1, split_k=32))
+    assert problems(LATE_CONV_B1, split_k=16, tile_q=8) == []  # 72 k tiles
+    assert any("pingpong" in r for r in problems(LATE_GEMM_B1, split_k=2, schedule="pingpong"))
+    # 13 x 16 = 208 tiles of 128x128 fill the 132 SMs already: no split
+    assert any("fill" in r for r in problems(GEMM, split_k=2))
+    assert problems(GEMM, split_k=1) == []
+
+
+def test_the_space_offers_split_k_only_where_the_grid_leaves_sms_idle():
+    space = load_space(SPACE_FILE)
+    for problem in (LATE_GEMM_B1, LATE_CONV_B1):
+        assert {c.split_k for c in valid_configs(space, problem, H100)} == {1, 2, 4, 8, 16}
+    for config in valid_configs(space, CONV, H100):  # 28x28 b32: every tile shape fills the SMs
+        assert config.split_k == 1 or config.cluster_tiles < H100.sm_count
+
+
+def test_split_k_workspace_holds_a_partial_a_tile_and_split_and_a_counter_a_tile():
+    assert split_k_workspace_bytes(4, 1, 128, 128) == 0
+    assert split_k_workspace_bytes(4, 8, 128, 128) == 8 * 4 * 128 * 128 * 4 + 4 * 4
+    config = make_config(LATE_GEMM_B1, params(split_k=8))
+    assert config.workspace_bytes == split_k_workspace_bytes(4, 8, 128, 128)
+    # the scheduler hands out whole clusters and swizzle groups: each of those tiles has a slot
+    assert scheduled_tiles(1, 4, 2, 1, 1, True) == (2, 4)
+    assert scheduled_tiles(1, 4, 1, 1, 8, True) == (1, 8)
+    assert scheduled_tiles(3, 4, 1, 1, 2, False) == (4, 4)
+    swizzled = make_config(LATE_GEMM_B1, params(split_k=2, cluster="2x1x1", swizzle=8))
+    assert swizzled.workspace_bytes == split_k_workspace_bytes(2 * 8, 2, 128, 128)
+
+
+@pytest.mark.parametrize("k_tiles", [2, 3, 7, 8, 32, 36, 72, 73, 144])
+def test_split_k_ranges_cover_every_k_tile_once(k_tiles):
+    for splits in range(1, k_tiles // 2 + 1):
+        covered = [kt for split in range(splits) for kt in range(*split_k_range(k_tiles, splits, split))]
+        assert covered == list(range(k_tiles)), (k_tiles, splits)
+        sizes = [end - begin for begin, end in (split_k_range(k_tiles, splits, s) for s in range(splits))]
+        assert min(sizes) >= 2 and max(sizes) - min(sizes) <= 1

@@ -93,6 +93,9 @@ class CostTerms:
     split_k: int = 1
     persistent: bool = False  # a grid of one wave of CTAs that loop over the output tiles
     cluster_size: int = 1
+    # the splits' partials summed at once by the last to finish (f32 written by each, read back), not one
+    # slice after another
+    split_k_in_parallel: bool = False
 
 
 @dataclass(frozen=True)

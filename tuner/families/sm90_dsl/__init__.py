@@ -55,7 +55,7 @@ class Sm90DslFamily(Family):
     folder = Path(__file__).parent
     groupable = False
     emits_cpp = False  # its kernels are DSL-exported objects, not templates
-    knobs = ("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q")
+    knobs = ("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k")
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         return sm90a_device_problem(self.name, device)
@@ -118,15 +118,16 @@ class Sm90DslFamily(Family):
 
     def launch_shape(self, config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
         return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
-                           filter_taps=config.shape.r * config.shape.s, split_k_slices=1,
-                           work_tiles=config.work_tiles, persistent=True,
-                           cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=False, warp_specialized=True)
+                           filter_taps=config.shape.r * config.shape.s, split_k_slices=config.split_k,
+                           work_tiles=config.work_tiles * config.split_k, persistent=True,
+                           cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=True, warp_specialized=True)
 
     def describe(self, config: Sm90DslConfig) -> str:
         stages = "auto" if config.stages == AUTO_STAGES else config.stages
         box = "" if config.shape.is_gemm else f" q{config.tile_q or 'auto'}"
+        split = f" sk{config.split_k}" if config.split_k > 1 else ""
         return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
-                f"r{config.raster.value} sw{config.swizzle}")
+                f"r{config.raster.value} sw{config.swizzle}{split}")
 
 
 FAMILY = Sm90DslFamily()

@@ -155,7 +155,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
 
     p = spec.problem
     dyn_smem = getattr(launcher, "smem_bytes", None) or dynamic_smem_bytes(g)
-    clusters = min(g.tiles // g.cluster_size, 132 // g.cluster_size)
+    clusters = min(g.tiles * g.split_k // g.cluster_size, 132 // g.cluster_size)
     grid = (g.cluster_m, g.cluster_n, clusters, g.cluster_m, g.cluster_n, 1)
     attributes = (resources["registers"], resources["static_smem"], dyn_smem, resources["stack"], g.threads, 1)
     e = spec.epilogue
@@ -168,6 +168,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "attributes": ", ".join(str(v) for v in attributes),
         "has_scale": int(e.scale), "has_bias": int(e.bias), "has_residual": int(e.residual),
         "beta": repr(float(e.beta)),
+        "split_k": g.split_k, "partial_bytes": g.partial_elements * 4, "counters": g.workspace_tiles,
     }
     entry = string.Template((HERE / "entry.c.in").read_text()).substitute(fields)
     (out_dir / "entry.c").write_text(entry)
@@ -197,11 +198,13 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "dsl_version": _dsl_version(),
         "kernel_symbol": resources["kernel"],
         "entry_prefix": PREFIX,
-        "grid_rule": "grid = (cluster_m, cluster_n, min(tiles, 132 // cluster) clusters); tiles rounded to clusters",
+        "grid_rule": "grid = (cluster_m, cluster_n, min(tiles * split_k, 132) // cluster clusters); tiles rounded "
+                     "to clusters",
         "grid": list(grid[:3]), "cluster": list(grid[3:]),
         "threads": g.threads, "registers": resources["registers"], "dynamic_smem_bytes": dyn_smem,
         "static_smem_bytes": resources["static_smem"], "stages": g.stages,
         "m_box": [g.tile_q, g.bp, g.bn], "tiles_mn": [g.m_tiles, g.n_tiles],
+        "split_k": g.split_k, "workspace_bytes": g.workspace_bytes,
         "seconds": {"import": round(imported - started, 3), "compile": round(compiled_at - imported, 3),
                     "export": round(exported - compiled_at, 3), "link": round(linked - exported, 3),
                     "total": round(linked - started, 3)},

@@ -1,6 +1,7 @@
 """The sm90_dsl family's cost-model terms: persistent kernels (one wave of CTAs that loop over the
 tiles), one or two consumer warpgroups, and for a conv the share of each box of pixels that falls on
-the output (a box past the edge of P or Q computes padding)."""
+the output (a box past the edge of P or Q computes padding); split-K's units are more CTAs at work, each on
+fewer k tiles, and its fixup reads back the partials every split wrote."""
 from __future__ import annotations
 
 from tuner.device import DeviceFacts, block_limits
@@ -35,6 +36,8 @@ def cost_terms(config: Sm90DslConfig, device: DeviceFacts) -> CostTerms:
         stages=config.stage_count,
         persistent=True,
         cluster_size=config.cluster.m * config.cluster.n,
+        split_k=config.split_k,
+        split_k_in_parallel=True,
     )
 
 

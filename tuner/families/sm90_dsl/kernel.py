@@ -42,7 +42,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .spec import BuildSpec, SpecError, conv_box, epilogue_columns, residual_ring_slots
+from .spec import (BuildSpec, SpecError, conv_box, epilogue_columns, residual_ring_slots, scheduled_tiles,
+                    split_k_workspace_bytes)
 
 SM_COUNT = 132                 # H100 SXM
 SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
@@ -87,6 +88,7 @@ class Geometry:
     res_stages: int            # residual ring slots per consumer group (0 without a residual)
     raster_m: bool
     swizzle: int
+    split_k: int               # work units a tile: each sums a contiguous range of its k tiles
     # epilogue
     scale: bool
     bias: bool
@@ -152,8 +154,37 @@ class Geometry:
         return mt * nt
 
     @property
+    def scheduled_tiles(self) -> tuple[int, int]:
+        """The (m, n) tile extents the scheduler hands out (clusters and swizzle groups rounded up)."""
+        return scheduled_tiles(self.m_tiles, self.n_tiles, self.cluster_m, self.cluster_n, self.swizzle,
+                               self.raster_m)
+
+    @property
+    def workspace_tiles(self) -> int:
+        m, n = self.scheduled_tiles
+        return m * n
+
+    @property
+    def partial_elements(self) -> int:
+        """f32 partial accumulators in the split-K workspace, before the tiles' counters."""
+        return self.split_k * self.workspace_tiles * self.tile_m * self.tile_n if self.split_k > 1 else 0
+
+    @property
+    def workspace_bytes(self) -> int:
+        return split_k_workspace_bytes(self.workspace_tiles, self.split_k, self.tile_m, self.tile_n)
+
+    def phase_k_offsets(self) -> list[int]:
+        """The global k tile index of each phase's first k tile: phase by phase, tap by tap, channel block."""
+        offsets, total = [], 0
+        for ph in self.phases():
+            offsets.append(total)
+            total += ph.nr * ph.ns * self.k_blocks_per_tap
+        assert total == self.k_tiles, (total, self.k_tiles)
+        return offsets
+
+    @property
     def grid(self) -> tuple[int, int, int]:
-        clusters = min(self.tiles // self.cluster_size, SM_COUNT // self.cluster_size)
+        clusters = min(self.tiles * self.split_k // self.cluster_size, SM_COUNT // self.cluster_size)
         return (self.cluster_m, self.cluster_n, clusters)  # refined by the scheduler's own rule
 
     def smem_bytes(self, stages: int | None = None) -> int:
@@ -232,6 +263,9 @@ def geometry(spec: BuildSpec) -> Geometry:
         raise SpecError(f"cluster {t.cluster_m}x{t.cluster_n}: each side must be 1 or 2")
     if t.swizzle < 1:
         raise SpecError(f"swizzle {t.swizzle} must be >= 1")
+    if t.split_k > 1 and pingpong:
+        # a pingpong group skips the other group's k tiles by count, which split-K makes vary by unit
+        raise SpecError("split_k > 1 is not built with the pingpong schedule (single or cooperative are)")
     if p.stride not in (1, 2):
         raise SpecError(f"stride {p.stride} is not built in the sm90 DSL kernel (strides 1 and 2 are)")
     if p.is_gemm:
@@ -274,8 +308,10 @@ def geometry(spec: BuildSpec) -> Geometry:
                  dilation=p.dilation, stride=p.stride, tile_q=tile_q, bp=bp, bn=bn, tile_m=t.tile_m, tile_n=tile_n,
                  tile_k=t.tile_k, cluster_m=t.cluster_m, cluster_n=t.cluster_n, consumers=consumers, pingpong=pingpong,
                  stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
-                 raster_m=t.raster == "m", swizzle=t.swizzle, scale=e.scale, bias=e.bias, residual=e.residual,
-                 beta=float(e.beta), activation=e.activation)
+                 raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
+                 residual=e.residual, beta=float(e.beta), activation=e.activation)
+    if g.split_k > g.k_tiles:
+        raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
     fit = (SMEM_CAPACITY - g.smem_bytes(0)) // ((g.tile_m + g.tile_n) * g.tile_k * 2)
     stages = fit if t.stages == 0 else t.stages
     if stages < 2:
@@ -301,7 +337,8 @@ class ConvKernel:
     # ----------------------------------------------------------------------------------------- host
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, y: cute.Tensor, scale: cute.Tensor,
-                 bias: cute.Tensor, residual: cute.Tensor, stream: cuda.CUstream):
+                 bias: cute.Tensor, residual: cute.Tensor, partials: cute.Tensor, counters: cute.Tensor,
+                 stream: cuda.CUstream):
         g = self.g
         f16 = self.dtype
         tile_mnk = (g.tile_m, g.tile_n, g.tile_k)
@@ -350,7 +387,7 @@ class ConvKernel:
             (box_m, g.epi_n))
 
         sched = utils.PersistentTileSchedulerParams(
-            (g.m_tiles, g.n_tiles, 1), (g.cluster_m, g.cluster_n, 1), g.swizzle, g.raster_m)
+            (g.m_tiles, g.n_tiles, g.split_k), (g.cluster_m, g.cluster_n, 1), g.swizzle, g.raster_m)
         grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, SM_COUNT // g.cluster_size)
 
         @cute.struct
@@ -363,13 +400,14 @@ class ConvKernel:
             sBias: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
             ring_barriers: cute.struct.MemRange[cutlass.Int64, max(2 * g.res_stages, 1) * g.groups]
             order_barrier: cute.struct.MemRange[cutlass.Int64, 2]
+            split_arrivals: cute.struct.MemRange[cutlass.Int32, g.groups]
             sR: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(res_smem) if g.residual else 8], 1024]
 
         self.shared_storage = SharedStorage
         self.smem_bytes = SharedStorage.size_in_bytes()
         self.kernel(a_atoms[0][0], a_atoms[0][1], a_atoms[1][0], a_atoms[1][1], a_atoms[2][0], a_atoms[2][1],
                     a_atoms[3][0], a_atoms[3][1], tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
-                    res_smem, sched, scale, bias).launch(
+                    res_smem, sched, scale, bias, partials, counters).launch(
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
             min_blocks_per_mp=1, stream=stream)
 
@@ -380,7 +418,8 @@ class ConvKernel:
                tma_d: cute.CopyAtom, mY: cute.Tensor, tma_r: cute.CopyAtom, mR: cute.Tensor,
                tiled_mma: cute.TiledMma, a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
                epi_smem: cute.ComposedLayout, res_smem: cute.ComposedLayout,
-               sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor):
+               sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor,
+               mPart: cute.Tensor, mCount: cute.Tensor):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
         tidx, _, _ = cute.arch.thread_idx()
@@ -463,11 +502,13 @@ class ConvKernel:
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
             while work.is_valid_tile:
                 q0, p0, n0, k0 = self.tile_origin(work)
+                k_begin, k_end = self.split_k_range(work.tile_idx[2])
                 # k tiles phase by phase (the order of the sum does not matter; A and B of a k tile match),
                 # in each phase tap by tap, tile_k channels a time
                 for pi, ph in enumerate(g.phases()):
                     tma_a, mX = ((tma_a0, mX0), (tma_a1, mX1), (tma_a2, mX2), (tma_a3, mX3))[pi]
-                    for kt in cutlass.range(ph.nr * ph.ns * kb, unroll=1):
+                    kt_first, kt_stop = self.phase_k_bounds(pi, ph, k_begin, k_end)
+                    for kt in cutlass.range(kt_first, kt_stop, unroll=1):
                         tap_i = kt // kb
                         c0 = (kt - tap_i * kb) * g.tile_k
                         ri = tap_i // ph.ns
@@ -498,13 +539,15 @@ class ConvKernel:
         if wg_idx > 0:
             cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
             self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
-                         sR, ring_full, ring_empty, order_barrier, tidx, warp_idx)
+                         sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
+                         storage.split_arrivals.get_tensor(cute.make_layout(g.groups)))
 
     @cute.jit
     def consume(self, tiled_mma: cute.TiledMma, mainloop, sA: cute.Tensor, sB: cute.Tensor, sD: cute.Tensor,
                 tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
                 mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
-                sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx):
+                sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart: cute.Tensor,
+                mCount: cute.Tensor, sArrivals: cute.Tensor):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
         ctid = tidx - 128
@@ -577,7 +620,8 @@ class ConvKernel:
             scheduler._current_work_linear_idx += grp * scheduler.num_persistent_clusters
         work = scheduler.initial_work_tile_info()
         while work.is_valid_tile:
-            k0 = self.tile_origin(work)[3]
+            q0, p0, n0, k0 = self.tile_origin(work)
+            k_begin, k_end = self.split_k_range(work.tile_idx[2])
             gD = self.output_tile(mY, work)
             if cutlass.const_expr(g.scale or g.bias):
                 for i in cutlass.range_constexpr(-(-g.tile_n // (self.num_mma_threads // g.groups))):
@@ -605,7 +649,7 @@ class ConvKernel:
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             cute.nvgpu.warpgroup.commit_group()
             read_state.advance()
-            for kt in cutlass.range(1, g.k_tiles, unroll=1):
+            for kt in cutlass.range(1, k_end - k_begin, unroll=1):
                 mainloop.consumer_wait(read_state)
                 for kb in cutlass.range_constexpr(k_blocks):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
@@ -624,6 +668,15 @@ class ConvKernel:
             if cutlass.const_expr(g.pingpong):
                 read_state = self.consumer_state_at(read_state.count + g.k_tiles)
                 release_state = self.consumer_state_at(release_state.count + g.k_tiles)
+            if cutlass.const_expr(g.split_k > 1):
+                # every unit runs the epilogue (the residual and store pipelines keep their rhythm), but only the
+                # tile's last unit to arrive, holding the full sum, stores: the others' store boxes are moved
+                # past the output (q and n beyond it, out of bounds however TMA merges the modes) and clipped
+                tile = work.tile_idx[0] * g.scheduled_tiles[1] + work.tile_idx[1]
+                outside = self.reduce_splits(acc, mPart, mCount, sArrivals, tile, work.tile_idx[2], wtid,
+                                             group_threads, epi_barrier, grp)
+                gD = cute.local_tile(cute.domain_offset(((q0 + outside * g.yq, p0, n0 + outside * g.xn), k0), mY),
+                                     (box_m, g.tile_n), (0, 0))
 
             if cutlass.const_expr(g.scale or g.bias):
                 epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
@@ -710,6 +763,64 @@ class ConvKernel:
             return sub % g.res_stages, laps % 2
         position = group_tiles * g.epi_count + sub
         return position % g.res_stages, (position // g.res_stages) % 2
+
+    def split_k_range(self, split):
+        """The k tiles [begin, end) of split `split` of a tile (spec.split_k_range): all of them without a split."""
+        g = self.g
+        if cutlass.const_expr(g.split_k == 1):
+            return 0, g.k_tiles
+        return split * g.k_tiles // g.split_k, (split + 1) * g.k_tiles // g.split_k
+
+    def phase_k_bounds(self, pi: int, ph: Phase, k_begin, k_end) -> tuple:
+        """cutlass.range's bounds over phase pi's own k tiles for the unit's global k tiles [k_begin, k_end):
+        the phase holds global k tiles [offset, offset + count); an empty intersection runs no iteration."""
+        g = self.g
+        count = ph.nr * ph.ns * g.k_blocks_per_tap
+        if cutlass.const_expr(g.split_k == 1):
+            return 0, count
+        offset = g.phase_k_offsets()[pi]
+        return (cutlass.max(k_begin, offset) - offset, cutlass.min(k_end, offset + count) - offset)
+
+    @cute.jit
+    def reduce_splits(self, acc: cute.Tensor, mPart: cute.Tensor, mCount: cute.Tensor, sArrivals: cute.Tensor,
+                      tile, split, wtid, group_threads: cutlass.Constexpr, epi_barrier, grp):
+        """Split-K's fixup, with no wait on another CTA: the unit stores its f32 accumulators in its workspace
+        slot (tile, split), element-major across the group's threads (16 bytes a thread, coalesced), and after
+        a barrier and a gpu-scope release one thread counts the arrival on the tile's counter. The unit that
+        counts last (split_k - 1 arrived before it) acquires, sums the split_k partials, its own included, in
+        split order (the same sum whichever unit arrives last) and sets the counter back to zero for the next
+        launch. Returns 0 for that unit, 1 for the others (which must not store the tile)."""
+        g = self.g
+        f32 = self.acc_dtype
+        vectors = cute.size(acc) // 4
+        frag = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
+        slot = g.tile_m * g.tile_n
+        thread_layout = cute.make_layout((4, vectors), stride=(1, group_threads * 4))
+        store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f32, num_bits_per_copy=128)
+        # partials written by other CTAs in this launch: read from L2 (.cg), never from a stale L1 line
+        load = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), f32, num_bits_per_copy=128,
+                                   load_cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL)
+        base = tile * (g.split_k * slot) + wtid * 4
+        cute.copy(store, frag, cute.make_tensor(mPart.iterator + cute.assume(base + split * slot, divby=4),
+                                                thread_layout))
+        epi_barrier.arrive_and_wait()  # every thread's partial stored before the release below
+        if wtid == 0:
+            cute.arch.fence_acq_rel_gpu()
+            sArrivals[grp] = cute.arch.atomic_add(mCount.iterator + tile, cutlass.Int32(1), sem="acq_rel",
+                                                  scope="gpu")
+            cute.arch.fence_acq_rel_gpu()
+        epi_barrier.arrive_and_wait()
+        arrived = sArrivals[grp]
+        if arrived == g.split_k - 1:
+            cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base, divby=4), thread_layout), frag)
+            other = cute.make_rmem_tensor((4, vectors), f32)
+            for s in cutlass.range(1, g.split_k, unroll=1):
+                cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base + s * slot, divby=4),
+                                                 thread_layout), other)
+                frag.store(frag.load() + other.load())
+            if wtid == 0:
+                mCount[tile] = cutlass.Int32(0)
+        return cutlass.min(g.split_k - 1 - arrived, 1)
 
     def acc_index(self, sub: int, v: int, n_sub: int) -> int:
         """The accumulator register (flat index into r2s.retile(acc)) of value v of epilogue sub-tile `sub`.
@@ -810,4 +921,6 @@ def build_launcher(spec: BuildSpec):
     scale = make_fake_compact_tensor(f32, (p.k,), assumed_align=16)
     bias = make_fake_compact_tensor(f32, (p.k,), assumed_align=16)
     residual = make_fake_compact_tensor(f16, (p.n * p.p * p.q * p.k,), assumed_align=16)
-    return ConvKernel(g), (x, w, y, scale, bias, residual), g
+    partials = make_fake_compact_tensor(f32, (max(g.partial_elements, 4),), assumed_align=16)
+    counters = make_fake_compact_tensor(cutlass.Int32, (g.workspace_tiles,), assumed_align=4)
+    return ConvKernel(g), (x, w, y, scale, bias, residual, partials, counters), g

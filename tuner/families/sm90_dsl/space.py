@@ -13,7 +13,8 @@ from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
 from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box,
-                                          epilogue_columns, phase_extents, residual_ring_slots)
+                                          epilogue_columns, phase_extents, residual_ring_slots, scheduled_tiles,
+                                          split_k_workspace_bytes)
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_dsl"
@@ -26,6 +27,8 @@ BARRIER_BYTES = 1024      # mbarriers and the scheduler's state, beside the stag
 SWIZZLES = (1, 2, 4, 8)
 TILE_QS = (8, 16, 32, 64, 128)
 AUTO_TILE_Q = 0  # the box width that computes the fewest padded pixels; the only value a GEMM takes
+MAX_SPLIT_K = 32
+MIN_K_TILES_PER_SPLIT = 2  # fewer leave a split's mainloop too short to pay for its partials' round trip
 
 
 class Schedule(enum.Enum):
@@ -62,6 +65,7 @@ class Sm90DslConfig:
     output_type: DataType
     accumulator_type: DataType
     fusion: Epilogue = Epilogue()
+    split_k: int = 1  # work units a tile, each summing a range of its k tiles; the last to finish stores it
 
     @property
     def family(self) -> str:
@@ -80,14 +84,16 @@ class Sm90DslConfig:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
         box = "" if self.shape.is_gemm else f"_q{self.tile_q or 'auto'}"
         s = self.shape
+        split = f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
-                f"_r{self.raster.value}_sw{self.swizzle}_{self.dtype_key}{self.fusion.short}"
+                f"_r{self.raster.value}_sw{self.swizzle}{split}_{self.dtype_key}{self.fusion.short}"
                 f"_n{s.n}h{s.h}w{s.w}c{s.c}k{s.k}r{s.r}s{s.s}p{s.pad}u{s.stride}d{s.dilation}")
 
     @property
     def search_params(self) -> dict:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
-                "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q}
+                "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q,
+                "split_k": self.split_k}
 
     @property
     def persistent(self) -> bool:
@@ -111,6 +117,20 @@ class Sm90DslConfig:
     @property
     def work_tiles(self) -> int:
         return self.m_tiles * -(-self.shape.k // self.tile.n)
+
+    @property
+    def cluster_tiles(self) -> int:
+        """CTAs the output tiles occupy: both tile counts rounded up to whole clusters."""
+        m, n = scheduled_tiles(self.m_tiles, -(-self.shape.k // self.tile.n), self.cluster.m, self.cluster.n, 1, True)
+        return m * n
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The split-K workspace: a partial a (tile, split) and a counter a tile, over every tile the scheduler
+        hands out (whole clusters and swizzle groups)."""
+        m, n = scheduled_tiles(self.m_tiles, -(-self.shape.k // self.tile.n), self.cluster.m, self.cluster.n,
+                               self.swizzle, self.raster is Raster.m)
+        return split_k_workspace_bytes(m * n, self.split_k, self.tile.m, self.tile.n)
 
     @property
     def k_steps(self) -> int:
@@ -156,12 +176,12 @@ class Sm90DslConfig:
             tile=TileSpec(tile_m=self.tile.m, tile_n=self.tile.n, tile_k=self.tile.k, cluster_m=self.cluster.m,
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
-                          tile_q=0 if self.shape.is_gemm else self.columns))
+                          tile_q=0 if self.shape.is_gemm else self.columns, split_k=self.split_k))
 
 
 def parse_space(document: object) -> SearchSpace:
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
-                                             "tile_q"})
+                                             "tile_q", "split_k"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -175,6 +195,8 @@ def parse_space(document: object) -> SearchSpace:
                                                          lambda v: v == AUTO_TILE_Q or v in TILE_QS,
                                                          "output columns of a conv tile: 0 for automatic, or "
                                                          + ", ".join(map(str, TILE_QS)))}))),
+        ("split_k", int_list(FAMILY, "split_k", document["split_k"], lambda v: 1 <= v <= MAX_SPLIT_K,
+                             f"1 to {MAX_SPLIT_K}")),
     ))
 
 
@@ -213,6 +235,8 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         swizzle=param(params, "swizzle", whole),
         # a GEMM has no box of pixels: every tile_q is the same kernel there
         tile_q=0 if shape.is_gemm else param(params, "tile_q", whole),
+        # trials stored before the knob existed ran without a split
+        split_k=param(params, "split_k", whole) if "split_k" in params else 1,
         shape=shape,
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,
@@ -221,7 +245,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
 
 
 def launch_args(config: Sm90DslConfig, problem: ConvProblem) -> LaunchArgs:
-    return LaunchArgs(kernel_problem(problem).c)
+    return LaunchArgs(kernel_problem(problem).c, split_k=config.split_k)
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
@@ -291,9 +315,23 @@ def _check_shared_memory(config: Sm90DslConfig, device: DeviceFacts) -> str | No
     return None
 
 
+def _check_split_k(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    if config.split_k == 1:
+        return None
+    if config.schedule is Schedule.pingpong:
+        return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"
+    if config.split_k * MIN_K_TILES_PER_SPLIT > config.k_steps:
+        return (f"split-K {config.split_k} leaves a split fewer than {MIN_K_TILES_PER_SPLIT} of the "
+                f"{config.k_steps} k tiles of a tile")
+    if device.sm_count and config.cluster_tiles >= device.sm_count:
+        return (f"split-K {config.split_k}: the {config.cluster_tiles} CTAs of the output tiles already fill the "
+                f"{device.sm_count} SMs")
+    return None
+
+
 # (pingpong is no longer refused: with the mainloop order barrier it validated on the H100, 2026-11-24: 13
 # kernels, 64- and 128-row tiles, N 32..256, a 2x1 cluster, residual, a planted shifted tap failing)
-RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory)
+RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory, _check_split_k)
 
 
 def static_problems(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:

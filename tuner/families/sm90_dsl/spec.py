@@ -77,6 +77,7 @@ class TileSpec:
     raster: str = "m"        # the persistent scheduler walks tiles along M first, or along N
     swizzle: int = 1         # tiles walked in groups of this many along the other axis
     tile_q: int = 0          # conv only: output columns of the M box (0 in a GEMM)
+    split_k: int = 1         # GEMM-K split over this many work units a tile, summed in the kernel (1: no split)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,37 @@ class BuildSpec:
             raise SpecError("C and K must be multiples of 8 (16-byte TMA rows in f16)")
         if not p.is_gemm and (t.tile_q < 1 or t.tile_m % t.tile_q):
             raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
+        if not isinstance(t.split_k, int) or t.split_k < 1:
+            raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1")
+
+
+def split_k_range(k_tiles: int, splits: int, split: int) -> tuple[int, int]:
+    """The k tiles [begin, end) that split `split` of `splits` sums, of a tile's `k_tiles` (the kernel's
+    producer and consumers compute the same, on the global k tile index over phases, taps and channel blocks)."""
+    return split * k_tiles // splits, (split + 1) * k_tiles // splits
+
+
+def scheduled_tiles(m_tiles: int, n_tiles: int, cluster_m: int, cluster_n: int, swizzle: int,
+                    raster_m: bool) -> tuple[int, int]:
+    """The (m, n) tile extents the persistent scheduler hands out: whole clusters, and along the axis it walks
+    second whole swizzle groups of clusters (utils.PersistentTileSchedulerParams). The tiles past the output
+    are computed on TMA's zero fill and their stores clipped; a split-K workspace has a slot for each."""
+    clusters_m, clusters_n = -(-m_tiles // cluster_m), -(-n_tiles // cluster_n)
+    if swizzle > 1:
+        if raster_m:
+            clusters_n = -(-clusters_n // swizzle) * swizzle
+        else:
+            clusters_m = -(-clusters_m // swizzle) * swizzle
+    return clusters_m * cluster_m, clusters_n * cluster_n
+
+
+def split_k_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -> int:
+    """Split-K's global workspace: each (tile, split)'s f32 partial accumulators, then one int32 arrival
+    counter a tile (zero before the first launch; the last unit of a tile to arrive sets it back to zero).
+    Nothing without a split."""
+    if splits == 1:
+        return 0
+    return splits * tiles * tile_m * tile_n * 4 + tiles * 4
 
 
 def epilogue_columns(tile_n: int) -> int:
