@@ -100,7 +100,7 @@ CASES = {
     "conv_small_grid_split8_single": (LATE_CONV_B1, {**BASE, "tile": "64x128x64", "schedule": "single",
                                                      "split_k": 8}),
     "conv_small_grid_bn_residual_relu_split4": (with_epilogue(LATE_CONV_B1, "scale+bias+residual+relu"),
-                                                {**BASE, "split_k": 4}),
+                                                {**BASE, "split_k": 4, "tile_q": 16}),
     "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
                             {**BASE, "tile_q": 0, "split_k": 2}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)

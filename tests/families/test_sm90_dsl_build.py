@@ -106,7 +106,7 @@ STRIDE2 = ProblemSpec(1, 28, 28, 256, 256, 3, 3, 1, 2, 1)
 
 @pytest.mark.parametrize("problem, tile_k, tile_q, splits", [
     (STRIDE2, 64, 8, 2), (STRIDE2, 64, 8, 7), (STRIDE2, 32, 8, 5),
-    (ProblemSpec(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 64, 8, 8),
+    (ProblemSpec(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 64, 16, 8),
     (ProblemSpec(2, 15, 15, 96, 64, 3, 3, 1, 2, 1), 64, 16, 3),   # odd extents and C not a multiple of tile K
     (ProblemSpec(2, 16, 16, 64, 64, 5, 5, 4, 2, 2), 64, 16, 4),   # dilated: taps fall into fewer phases
 ])

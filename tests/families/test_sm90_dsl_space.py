@@ -15,7 +15,7 @@ from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
 from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
 from tuner.families.sm90_dsl.space import (Schedule, Sm90DslConfig, kernel_problem, layer_problem, make_config,
-                                           parse_space, static_problems)
+                                           parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
 from tuner.problem import ConvProblem, DataType
 from tuner.space import load_space, valid_configs
@@ -338,7 +338,7 @@ def test_split_k_static_checks():
         return static_problems(make_config(problem, params(**changes)), problem, H100)
     assert problems(LATE_GEMM_B1, split_k=16) == []          # 32 k tiles: 2 a split
     assert any("fewer than 2" in r for r in problems(LATE_GEMM_B1, split_k=32))
-    assert problems(LATE_CONV_B1, split_k=16, tile_q=8) == []  # 72 k tiles
+    assert problems(LATE_CONV_B1, split_k=16, tile_q=16) == []  # 72 k tiles
     assert any("pingpong" in r for r in problems(LATE_GEMM_B1, split_k=2, schedule="pingpong"))
     # 13 x 16 = 208 tiles of 128x128 fill the 132 SMs already: no split
     assert any("fill" in r for r in problems(GEMM, split_k=2))
@@ -373,3 +373,11 @@ def test_split_k_ranges_cover_every_k_tile_once(k_tiles):
         assert covered == list(range(k_tiles)), (k_tiles, splits)
         sizes = [end - begin for begin, end in (split_k_range(k_tiles, splits, s) for s in range(splits))]
         assert min(sizes) >= 2 and max(sizes) - min(sizes) <= 1
+
+
+def test_a_box_never_spans_images_of_a_one_image_batch():
+    one_image = ConvProblem(n=1, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)
+    assert conv_box(problem_spec(one_image), 128, 16).images_n == 1
+    reasons = static_problems(make_config(one_image, params(tile_q=8)), one_image, H100)
+    assert any("pick a wider tile_q" in r for r in reasons), reasons
+    assert static_problems(make_config(one_image, params(tile_q=16)), one_image, H100) == []

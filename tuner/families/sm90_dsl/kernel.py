@@ -42,8 +42,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .spec import (BuildSpec, SpecError, conv_box, epilogue_columns, residual_ring_slots, scheduled_tiles,
-                    split_k_workspace_bytes)
+from .spec import (BuildSpec, SpecError, conv_box, epilogue_columns, next_power_of_two, residual_ring_slots,
+                    scheduled_tiles, split_k_workspace_bytes)
 
 SM_COUNT = 132                 # H100 SXM
 SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
@@ -287,6 +287,8 @@ def geometry(spec: BuildSpec) -> Geometry:
         # validated.
         box = conv_box(p, t.tile_m, tile_q)  # rows = bp output rows x bn images
         bp, bn = box.rows_p, box.images_n
+        if bp > next_power_of_two(p.p):
+            raise SpecError(f"tile_m/tile_q = {rows} rows: more than the output's {p.p} rows of one image")
         for (_, view_h, *_rest) in _axis_phases(p.r, p.dilation, p.pad, p.stride, xh):
             if bp == view_h:
                 raise SpecError(f"tile_m/tile_q = {rows} rows cannot be split into output rows other than the "

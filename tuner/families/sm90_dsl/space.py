@@ -13,8 +13,8 @@ from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
 from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box,
-                                          epilogue_columns, phase_extents, residual_ring_slots, scheduled_tiles,
-                                          split_k_workspace_bytes)
+                                          epilogue_columns, next_power_of_two, phase_extents, residual_ring_slots,
+                                          scheduled_tiles, split_k_workspace_bytes)
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_dsl"
@@ -23,7 +23,10 @@ CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in f16
 MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
 MAX_TMA_BOX = 256         # elements along any dimension of a TMA box
 AUTO_STAGES = 0
-BARRIER_BYTES = 1024      # mbarriers and the scheduler's state, beside the stages
+# mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: kernel.Geometry.smem_bytes's
+# slack, so that a configuration these checks pass is one the kernel builds (with 1 KB, a pingpong 128x128
+# residual kernel passed here and failed to build: 235520 bytes for 4 stages)
+BARRIER_BYTES = 4096
 SWIZZLES = (1, 2, 4, 8)
 TILE_QS = (8, 16, 32, 64, 128)
 AUTO_TILE_Q = 0  # the box width that computes the fewest padded pixels; the only value a GEMM takes
@@ -152,7 +155,7 @@ class Sm90DslConfig:
         groups = 2 if self.schedule is Schedule.pingpong else 1
         subtile = self.tile.m * epilogue_columns(self.tile.n) * self.output_type.bytes
         ring = residual_ring_slots(self.tile.n) if self.fusion.residual else 0
-        vectors = 2 * self.tile.n * 4 if (self.fusion.scale or self.fusion.bias) else 0
+        vectors = 2 * self.tile.n * 4  # scale and bias, staged per tile (allocated with or without them)
         return (subtile * (2 + ring) + vectors) * groups
 
     @property
@@ -289,6 +292,9 @@ def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         return (f"a box of {config.columns} columns x {config.box.rows_p} rows has a side equal to the input's "
                 f"{config.shape.w}x{config.shape.h} (or a stride-{config.shape.stride} view of it): its TMA "
                 "dimensions would merge and lose the padding")
+    if config.box.rows_p > next_power_of_two(config.shape.p):
+        return (f"tile M={config.tile.m} in boxes of {config.columns} columns needs {config.box.rows_p} output rows, "
+                f"more than the output's {config.shape.p} (one image cannot be spanned): pick a wider tile_q")
     if max(config.columns, config.box.rows_p, config.box.images_n) > MAX_TMA_BOX:
         return f"a TMA box spans at most {MAX_TMA_BOX} elements a dimension"
     if config.columns >= 4 * config.shape.q and config.columns > 8:

@@ -198,8 +198,11 @@ def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
     tile, else as many as the tile holds; the rest of the tile spans images."""
     rows = tile_m // tile_q
     heights = phase_extents(problem.h, problem)
+    # one image: no box spans images (a box of 2 images of N=1 faulted on the H100, cudaErrorIllegalInstruction,
+    # 7x7 C512 3x3 with 128x128 tiles of 8 columns; CuTe drops the size-1 mode from the TMA view)
     splits = [(1 << i, rows >> i) for i in range(rows.bit_length())
-              if (1 << i) <= next_power_of_two(problem.p) and (1 << i) not in heights]
+              if (1 << i) <= next_power_of_two(problem.p) and (1 << i) not in heights
+              and (problem.n > 1 or rows >> i == 1)]
     if not splits:
         return ConvBox(tile_q, rows, 1)  # the kernel refuses it: the static check says so first
     # the split that computes the fewest padded pixels, larger rows_p on a tie (as the kernel lays it out)
