@@ -1558,6 +1558,21 @@ using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel
 
 using conv_1_runner = Sm90ConvRunner<conv_1>;
 
+// Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b8;
+using deeplabv3_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_layer3_1_conv2_b8_runner = DslRunner<deeplabv3_backbone_layer3_1_conv2_b8>;
+
+// Config: dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3_classifier_0_convs_1_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b1;
+using deeplabv3_classifier_0_convs_1_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_classifier_0_convs_1_0_b1_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b32;
+using deeplabv3f_backbone_layer3_1_conv2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_backbone_layer3_1_conv2_b32_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b32>;
+
 // Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b8;
 using deeplabv3f_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1590,6 +1605,16 @@ using densenet121_features_denseblock1_denselayer1_conv2_b32 = cutlass::conv::de
 
 using densenet121_features_denseblock1_denselayer1_conv2_b32_runner = Sm80Runner<densenet121_features_denseblock1_denselayer1_conv2_b32>;
 
+// Config: dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer1_conv2_b8;
+using densenet121_features_denseblock1_denselayer1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer1_conv2_b8_runner = DslRunner<densenet121_features_denseblock1_denselayer1_conv2_b8>;
+
+// Config: dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b8;
+using densenet121_features_denseblock1_denselayer2_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer2_conv1_b8_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b8>;
+
 // Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b32;
 using densenet121_features_denseblock3_denselayer16_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1600,30 +1625,110 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using densenet121_features_denseblock3_denselayer1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_features_denseblock3_denselayer1_conv2_b1_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b1>;
 
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b8;
+using densenet121_features_denseblock3_denselayer1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer1_conv2_b8_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b8>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b32;
+using densenet121f_features_denseblock1_denselayer2_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock1_denselayer2_conv1_b32_runner = DslRunner<densenet121f_features_denseblock1_denselayer2_conv1_b32>;
+
+// Config: dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b8;
+using densenet121f_features_denseblock1_denselayer2_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock1_denselayer2_conv1_b8_runner = DslRunner<densenet121f_features_denseblock1_denselayer2_conv1_b8>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock3_denselayer16_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b1;
+using densenet121f_features_denseblock3_denselayer16_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock3_denselayer16_conv1_b1_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b1>;
+
+// Config: dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b32;
+using effnetb0_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0_features_4_1_block_0_0_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b1;
+using effnetb0_features_8_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_8_0_b1_runner = DslRunner<effnetb0_features_8_0_b1>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b8;
+using effnetb0_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_8_0_b8_runner = DslRunner<effnetb0_features_8_0_b8>;
+
+// Config: dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b8;
+using effnetb0f_features_2_0_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_2_0_block_0_0_b8_runner = DslRunner<effnetb0f_features_2_0_block_0_0_b8>;
+
 // Config: dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b1;
 using effnetb0f_features_4_1_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_4_1_block_0_0_b1_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b1>;
 
-// Config: dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b32;
 using effnetb0f_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b32>;
 
-// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b32.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b32;
 using effnetb0f_features_8_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_8_0_b32_runner = DslRunner<effnetb0f_features_8_0_b32>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b8;
+using effnetb0f_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_8_0_b8_runner = DslRunner<effnetb0f_features_8_0_b8>;
 
 // Config: dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1;
 using inception3_Conv2d_4a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3_Conv2d_4a_3x3_conv_b1_runner = DslRunner<inception3_Conv2d_4a_3x3_conv_b1>;
 
+// Config: dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b8;
+using inception3_Conv2d_4a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_4a_3x3_conv_b8_runner = DslRunner<inception3_Conv2d_4a_3x3_conv_b8>;
+
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3_Mixed_5b_branch5x5_2_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b1;
+using inception3_Mixed_5b_branch5x5_2_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_5b_branch5x5_2_conv_b1_runner = DslRunner<inception3_Mixed_5b_branch5x5_2_conv_b1>;
+
+// Config: dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3_Mixed_5b_branch5x5_2_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b8;
+using inception3_Mixed_5b_branch5x5_2_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_5b_branch5x5_2_conv_b8_runner = DslRunner<inception3_Mixed_5b_branch5x5_2_conv_b8>;
+
+// Config: dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b1;
+using inception3_Mixed_6b_branch1x1_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_6b_branch1x1_conv_b1_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b1>;
+
 // Config: dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b32;
 using inception3_Mixed_6b_branch1x1_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3_Mixed_6b_branch1x1_conv_b32_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b32>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b8;
+using inception3_Mixed_6b_branch1x1_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_6b_branch1x1_conv_b8_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b8>;
+
+// Config: dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3f_Conv2d_4a_3x3_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b32;
+using inception3f_Conv2d_4a_3x3_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Conv2d_4a_3x3_conv_b32_runner = DslRunner<inception3f_Conv2d_4a_3x3_conv_b32>;
+
+// Config: dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3f_Conv2d_4a_3x3_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b8;
+using inception3f_Conv2d_4a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Conv2d_4a_3x3_conv_b8_runner = DslRunner<inception3f_Conv2d_4a_3x3_conv_b8>;
 
 // Config: dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b32;
@@ -1674,44 +1779,10 @@ using r50_s2_1x1_256to64_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s2
 
 using r50_s2_1x1_256to64_b1_runner = Sm90ConvRunner<r50_s2_1x1_256to64_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
-namespace r50_s2_1x1_256to64_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s2_1x1_256to64_b32_detail
-using r50_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s2_1x1_256to64_b32_detail::GemmKernel>;
-
-using r50_s2_1x1_256to64_b32_runner = Sm90GemmRunner<r50_s2_1x1_256to64_b32>;
+// Config: dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1 (CuTe DSL; object r50_s2_1x1_256to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s2_1x1_256to64_b32;
+using r50_s2_1x1_256to64_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s2_1x1_256to64_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s2_1x1_256to64_b32_runner = DslRunner<r50_s2_1x1_256to64_b32>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -1918,49 +1989,10 @@ using r50_s2_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_3x3_b1_
 
 using r50_s2_3x3_b1_runner = Sm90ConvRunner<r50_s2_3x3_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32
-namespace r50_s2_3x3_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s2_3x3_b32_detail
-using r50_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s2_3x3_b32_detail::Kernel>;
-
-using r50_s2_3x3_b32_runner = Sm90ConvRunner<r50_s2_3x3_b32>;
+// Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object r50_s2_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s2_3x3_b32;
+using r50_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s2_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s2_3x3_b32_runner = DslRunner<r50_s2_3x3_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -2343,49 +2375,10 @@ using r50_s3_3x3_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_
 
 using r50_s3_3x3_s2_b1_runner = Sm90ConvRunner<r50_s3_3x3_s2_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
-namespace r50_s3_3x3_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s3_3x3_s2_b32_detail
-using r50_s3_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_3x3_s2_b32_detail::Kernel>;
-
-using r50_s3_3x3_s2_b32_runner = Sm90ConvRunner<r50_s3_3x3_s2_b32>;
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1 (CuTe DSL; object r50_s3_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s3_3x3_s2_b32;
+using r50_s3_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s3_3x3_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s3_3x3_s2_b32_runner = DslRunner<r50_s3_3x3_s2_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -2431,49 +2424,10 @@ using r50_s3_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_dow
 
 using r50_s3_down_s2_b1_runner = Sm90ConvRunner<r50_s3_down_s2_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x256x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32
-namespace r50_s3_down_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<5>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s3_down_s2_b32_detail
-using r50_s3_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s3_down_s2_b32_detail::Kernel>;
-
-using r50_s3_down_s2_b32_runner = Sm90ConvRunner<r50_s3_down_s2_b32>;
+// Config: dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object r50_s3_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s3_down_s2_b32;
+using r50_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s3_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s3_down_s2_b32_runner = DslRunner<r50_s3_down_s2_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -2685,44 +2639,10 @@ using r50_s4_1x1_512to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s
 
 using r50_s4_1x1_512to256_b1_runner = Sm90ConvRunner<r50_s4_1x1_512to256_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
-namespace r50_s4_1x1_512to256_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s4_1x1_512to256_b32_detail
-using r50_s4_1x1_512to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s4_1x1_512to256_b32_detail::GemmKernel>;
-
-using r50_s4_1x1_512to256_b32_runner = Sm90GemmRunner<r50_s4_1x1_512to256_b32>;
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k256r1s1p0u1d1 (CuTe DSL; object r50_s4_1x1_512to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s4_1x1_512to256_b32;
+using r50_s4_1x1_512to256_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s4_1x1_512to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s4_1x1_512to256_b32_runner = DslRunner<r50_s4_1x1_512to256_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -3203,49 +3123,10 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using r50_s5_1x1_512to2048_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s5_1x1_512to2048_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_s5_1x1_512to2048_b32_runner = DslRunner<r50_s5_1x1_512to2048_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
-namespace r50_s5_3x3_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s5_3x3_b1_detail
-using r50_s5_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_b1_detail::Kernel>;
-
-using r50_s5_3x3_b1_runner = Sm90ConvRunner<r50_s5_3x3_b1>;
+// Config: dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object r50_s5_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s5_3x3_b1;
+using r50_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s5_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s5_3x3_b1_runner = DslRunner<r50_s5_3x3_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -3826,49 +3707,10 @@ using r50f_s2_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s2_3x3_b
 
 using r50f_s2_3x3_b1_runner = Sm90ConvRunner<r50f_s2_3x3_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s2_3x3_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_3x3_b32_detail
-using r50f_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s2_3x3_b32_detail::Kernel>;
-
-using r50f_s2_3x3_b32_runner = Sm90ConvRunner<r50f_s2_3x3_b32>;
+// Config: dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object r50f_s2_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_3x3_b32;
+using r50f_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_3x3_b32_runner = DslRunner<r50f_s2_3x3_b32>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -3948,88 +3790,15 @@ using r50f_s2_down_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s2_dow
 
 using r50f_s2_down_b32_runner = Sm90GemmRunner<r50f_s2_down_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_s6_tma_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s3_1x1_128to512_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<6>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::gemm::kernel::TunerEarlyResidual<cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler>> {};
-}  // namespace r50f_s3_1x1_128to512_b1_detail
-using r50f_s3_1x1_128to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_1x1_128to512_b1_detail::Kernel>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_128to512_b1;
+using r50f_s3_1x1_128to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_128to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_128to512_b1_runner = DslRunner<r50f_s3_1x1_128to512_b1>;
 
-using r50f_s3_1x1_128to512_b1_runner = Sm90ConvRunner<r50f_s3_1x1_128to512_b1>;
-
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s3_1x1_128to512_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<128>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_1x1_128to512_b32_detail
-using r50f_s3_1x1_128to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s3_1x1_128to512_b32_detail::GemmKernel>;
-
-using r50f_s3_1x1_128to512_b32_runner = Sm90GemmRunner<r50f_s3_1x1_128to512_b32>;
+// Config: dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_128to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_128to512_b32;
+using r50f_s3_1x1_128to512_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_128to512_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_128to512_b32_runner = DslRunner<r50f_s3_1x1_128to512_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4417,46 +4186,10 @@ using r50f_s3_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_d
 
 using r50f_s3_down_s2_b1_runner = Sm90ConvRunner<r50f_s3_down_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration with the layer's epilogue fused:
-// y = act(scale[k] * acc + bias[k] + beta * residual), through templates/conv2d_fprop_evt.h.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel_evt.h.in: do not edit.
-// Config: 128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32_esb
-namespace r50f_s3_down_s2_b32_detail {
-using Fusion = sm80_fusion::ConvFusedEpilogue<
-    cutlass::epilogue::threadblock::OutputTileThreadLayout<
-      cutlass::gemm::GemmShape<128, 128, 64>,
-      cutlass::gemm::GemmShape<64, 64, 64>,
-      cutlass::half_t, 8, 1>,
-    cutlass::half_t,
-    void,
-    float,
-    float,
-    true, true,
-    cutlass::epilogue::thread::Identity>;
-}  // namespace r50f_s3_down_s2_b32_detail
-using r50f_s3_down_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename sm80_fusion::DefaultConv2dFpropWithVisitor<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 64>,
-    cutlass::gemm::GemmShape<64, 64, 64>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    r50f_s3_down_s2_b32_detail::Fusion,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8,
-    8
-  >::Kernel>;
-
-using r50f_s3_down_s2_b32_runner = Sm80Runner<r50f_s3_down_s2_b32>;
+// Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object r50f_s3_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_down_s2_b32;
+using r50f_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_down_s2_b32_runner = DslRunner<r50f_s3_down_s2_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4502,44 +4235,10 @@ using r50f_s4_1x1_1024to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50
 
 using r50f_s4_1x1_1024to256_b1_runner = Sm90ConvRunner<r50f_s4_1x1_1024to256_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c2x2x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s4_1x1_1024to256_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecialized
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_1x1_1024to256_b32_detail
-using r50f_s4_1x1_1024to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s4_1x1_1024to256_b32_detail::GemmKernel>;
-
-using r50f_s4_1x1_1024to256_b32_runner = Sm90GemmRunner<r50f_s4_1x1_1024to256_b32>;
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_1024to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_1024to256_b32;
+using r50f_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_1024to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_1024to256_b32_runner = DslRunner<r50f_s4_1x1_1024to256_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4927,49 +4626,10 @@ using r50f_s4_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_d
 
 using r50f_s4_down_s2_b1_runner = Sm90ConvRunner<r50f_s4_down_s2_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb
-namespace r50f_s4_down_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::Identity, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_down_s2_b32_detail
-using r50f_s4_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_down_s2_b32_detail::Kernel>;
-
-using r50f_s4_down_s2_b32_runner = Sm90ConvRunner<r50f_s4_down_s2_b32>;
+// Config: dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object r50f_s4_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_down_s2_b32;
+using r50f_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_down_s2_b32_runner = DslRunner<r50f_s4_down_s2_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5054,49 +4714,10 @@ using r50f_s5_1x1_1024to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r5
 
 using r50f_s5_1x1_1024to512_b32_runner = Sm90GemmRunner<r50f_s5_1x1_1024to512_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s5_1x1_2048to512_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_1x1_2048to512_b1_detail
-using r50f_s5_1x1_2048to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_1x1_2048to512_b1_detail::Kernel>;
-
-using r50f_s5_1x1_2048to512_b1_runner = Sm90ConvRunner<r50f_s5_1x1_2048to512_b1>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_2048to512_b1;
+using r50f_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_2048to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_2048to512_b1_runner = DslRunner<r50f_s5_1x1_2048to512_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -5181,44 +4802,10 @@ using r50f_s5_1x1_512to2048_b1 = cutlass::conv::device::ConvUniversalAdapter<r50
 
 using r50f_s5_1x1_512to2048_b1_runner = Sm90ConvRunner<r50f_s5_1x1_512to2048_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x256x64_c1x4x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s5_1x1_512to2048_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<256>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<4>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_1x1_512to2048_b32_detail
-using r50f_s5_1x1_512to2048_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s5_1x1_512to2048_b32_detail::GemmKernel>;
-
-using r50f_s5_1x1_512to2048_b32_runner = Sm90GemmRunner<r50f_s5_1x1_512to2048_b32>;
+// Config: dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_512to2048_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_512to2048_b32;
+using r50f_s5_1x1_512to2048_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_512to2048_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_512to2048_b32_runner = DslRunner<r50f_s5_1x1_512to2048_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5440,49 +5027,10 @@ using r50f_s5_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_d
 
 using r50f_s5_down_s2_b1_runner = Sm90ConvRunner<r50f_s5_down_s2_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb
-namespace r50f_s5_down_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::Identity, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_down_s2_b32_detail
-using r50f_s5_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_down_s2_b32_detail::Kernel>;
-
-using r50f_s5_down_s2_b32_runner = Sm90ConvRunner<r50f_s5_down_s2_b32>;
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object r50f_s5_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_down_s2_b32;
+using r50f_s5_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_down_s2_b32_runner = DslRunner<r50f_s5_down_s2_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5572,17 +5120,42 @@ using r50f_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_stem_b32_
 
 using r50f_stem_b32_runner = Sm90S2dRunner<r50f_stem_b32>;
 
+// Config: dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b32;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b32>;
+
+// Config: dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b32;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b32>;
+
 // Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b32;
 using regnety400_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b8>;
 
 // Config: dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b32;
 using regnety400f_trunk_output_block2_block2_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b32>;
 
-// Config: dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b8;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b8>;
+
+// Config: dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b1;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b1>;
+
+// Config: dsl_128x64x64_q8_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b32;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b32>;
@@ -5902,10 +5475,40 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using vgg16_features_12_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using vgg16_features_12_b32_runner = DslRunner<vgg16_features_12_b32>;
 
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16_features_12_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b8;
+using vgg16_features_12_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_12_b8_runner = DslRunner<vgg16_features_12_b8>;
+
+// Config: dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1 (CuTe DSL; object vgg16_features_24_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b1;
+using vgg16_features_24_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_24_b1_runner = DslRunner<vgg16_features_24_b1>;
+
 // Config: dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1 (CuTe DSL; object vgg16_features_24_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b32;
 using vgg16_features_24_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using vgg16_features_24_b32_runner = DslRunner<vgg16_features_24_b32>;
+
+// Config: dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1 (CuTe DSL; object vgg16_features_24_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b8;
+using vgg16_features_24_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_24_b8_runner = DslRunner<vgg16_features_24_b8>;
+
+// Config: dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16f_features_12_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1;
+using vgg16f_features_12_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_12_b1_runner = DslRunner<vgg16f_features_12_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16f_features_12_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b32;
+using vgg16f_features_12_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_12_b32_runner = DslRunner<vgg16f_features_12_b32>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16f_features_12_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b8;
+using vgg16f_features_12_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_12_b8_runner = DslRunner<vgg16f_features_12_b8>;
 
 
 struct TunedLayer {
@@ -5931,24 +5534,45 @@ struct TunedLayer {
 
 constexpr TunedLayer kLayers[] = {
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 76.177, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-24T22:45:58+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 1, 12, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 99.751, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T00:48:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 267.228, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T00:40:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 77.250, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:41:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.102, "dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-25T00:16:46+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.474, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:17:33+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.860, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-25T00:47:21+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 18.293, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.580, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 256, 32, 6.526, "dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-24T22:54:23+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.689, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-24T22:41:24+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.455, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:40:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.576, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T00:47:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.129, "dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T00:16:30+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.838, "dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-25T00:47:40+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.795, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-24T22:53:10+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.135, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-25T00:16:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 138.068, "dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T00:38:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 42.241, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:37:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 24.657, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:50+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.467, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:29+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 28.841, "sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:08:30+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 23.335, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:49:40+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.386, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:00+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.568, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:13+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.993, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:57+00:00", "none", false, false, false, 1.0, "none"},
@@ -5958,15 +5582,15 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.783, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:11+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.782, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:44+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 20.169, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:11:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.922, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-25T00:50:38+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 27.291, "sm90c_64x256x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32", "2026-11-23T02:52:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.252, "dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:49:49+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 9.542, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:33+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.885, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.608, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:22:06+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.174, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-25T00:49:56+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.607, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:16:00+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.562, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:52+00:00", "none", false, false, false, 1.0, "none"},
@@ -5979,7 +5603,7 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.486, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:18+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.427, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-25T00:50:48+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.494, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:34+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00", "none", false, false, false, 1.0, "none"},
@@ -5994,11 +5618,11 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.917, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.006, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.766, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 29.767, "sm90c_256x64x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:47+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 22.812, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:52:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 4.402, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T04:47:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
     {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 23.726, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T03:21:33+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.750, "sm90c_64x32x64_c1x2x1_s6_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:06+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 128, 24.734, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:22:55+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.576, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-25T00:52:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.407, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-25T00:51:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.034, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.701, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.635, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
@@ -6008,9 +5632,9 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.642, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 21.420, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.830, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:48:34+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm80", 1, 0, 1, 128, 128, 64, 29.341, "128x128x64_w2x2x1_s3_sw1_optimized_sk1_a8x8_f16_f16_f16_f32_esb", "2026-11-23T03:22:33+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.837, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:51:55+00:00", "scale+bias", true, true, false, 1.0, "none"},
     {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.372, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:13+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 128, 64, 10.559, "sm90g_128x128x64_c2x2x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:37:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.021, "dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-25T00:52:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.725, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 128, 14.854, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:36:20+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.822, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
@@ -6020,24 +5644,29 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.532, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.807, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.278, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:49:39+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 20.940, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T03:25:16+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.511, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-25T00:52:08+00:00", "scale+bias", true, true, false, 1.0, "none"},
     {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 14.573, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.262, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.491, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-25T00:52:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 9.702, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.027, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:18:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 256, 64, 13.771, "sm90g_128x256x64_c1x4x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T04:46:21+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.870, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-25T00:51:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.555, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.999, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.545, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.413, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.168, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:50:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.404, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:46:04+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none"},
     {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 128, 64, 16, 9.670, "s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 192, 64, 16, 97.502, "s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none"},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 11.280, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-24T22:42:17+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.073, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:55:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.190, "dsl_128x64x64_q8_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T00:41:30+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu"},
@@ -6047,130 +5676,168 @@ constexpr TunedLayer kLayers[] = {
     {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none"},
     {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.503, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:16:20+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_24_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.829, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1", "2026-11-25T00:47:10+00:00", "none", false, false, false, 1.0, "none"},
     {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_24_b8", 8, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 19.217, "dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1", "2026-11-25T00:15:52+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu"},
 };
-constexpr int kLayerCount = 118;
+constexpr int kLayerCount = 150;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
   X(conv_1_runner, 0) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 1) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 2) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 3) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 4) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 5) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 6) \
-  X(effnetb0f_features_8_0_b32_runner, 7) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 8) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 9) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 10) \
-  X(r50_s2_1x1_256to64_b1_runner, 11) \
-  X(r50_s2_1x1_256to64_b32_runner, 12) \
-  X(r50_s2_1x1_64to256_b1_runner, 13) \
-  X(r50_s2_1x1_64to256_b32_runner, 14) \
-  X(r50_s2_1x1_64to64_b1_runner, 15) \
-  X(r50_s2_1x1_64to64_b32_runner, 16) \
-  X(r50_s2_3x3_b1_runner, 17) \
-  X(r50_s2_3x3_b32_runner, 18) \
-  X(r50_s3_1x1_128to512_b1_runner, 19) \
-  X(r50_s3_1x1_128to512_b32_runner, 20) \
-  X(r50_s3_1x1_256to128_b1_runner, 21) \
-  X(r50_s3_1x1_256to128_b32_runner, 22) \
-  X(r50_s3_1x1_512to128_b1_runner, 23) \
-  X(r50_s3_1x1_512to128_b32_runner, 24) \
-  X(r50_s3_3x3_b1_runner, 25) \
-  X(r50_s3_3x3_b32_runner, 26) \
-  X(r50_s3_3x3_s2_b1_runner, 27) \
-  X(r50_s3_3x3_s2_b32_runner, 28) \
-  X(r50_s3_down_s2_b1_runner, 29) \
-  X(r50_s3_down_s2_b32_runner, 30) \
-  X(r50_s4_1x1_1024to256_b1_runner, 31) \
-  X(r50_s4_1x1_1024to256_b32_runner, 32) \
-  X(r50_s4_1x1_256to1024_b1_runner, 33) \
-  X(r50_s4_1x1_256to1024_b32_runner, 34) \
-  X(r50_s4_1x1_512to256_b1_runner, 35) \
-  X(r50_s4_1x1_512to256_b32_runner, 36) \
-  X(r50_s4_3x3_b1_runner, 37) \
-  X(r50_s4_3x3_b32_runner, 38) \
-  X(r50_s4_3x3_s2_b1_runner, 39) \
-  X(r50_s4_3x3_s2_b32_runner, 40) \
-  X(r50_s4_down_s2_b1_runner, 41) \
-  X(r50_s4_down_s2_b32_runner, 42) \
-  X(r50_s5_1x1_1024to512_b1_runner, 43) \
-  X(r50_s5_1x1_1024to512_b32_runner, 44) \
-  X(r50_s5_1x1_2048to512_b1_runner, 45) \
-  X(r50_s5_1x1_2048to512_b32_runner, 46) \
-  X(r50_s5_1x1_512to2048_b1_runner, 47) \
-  X(r50_s5_1x1_512to2048_b32_runner, 48) \
-  X(r50_s5_3x3_b1_runner, 49) \
-  X(r50_s5_3x3_b32_runner, 50) \
-  X(r50_s5_3x3_s2_b1_runner, 51) \
-  X(r50_s5_3x3_s2_b32_runner, 52) \
-  X(r50_s5_down_s2_b1_runner, 53) \
-  X(r50_s5_down_s2_b32_runner, 54) \
-  X(r50_stem_b1_runner, 55) \
-  X(r50_stem_b32_runner, 56) \
-  X(r50f_s2_1x1_256to64_b1_runner, 57) \
-  X(r50f_s2_1x1_256to64_b32_runner, 58) \
-  X(r50f_s2_1x1_64to256_b1_runner, 59) \
-  X(r50f_s2_1x1_64to256_b32_runner, 60) \
-  X(r50f_s2_1x1_64to64_b1_runner, 61) \
-  X(r50f_s2_1x1_64to64_b32_runner, 62) \
-  X(r50f_s2_3x3_b1_runner, 63) \
-  X(r50f_s2_3x3_b32_runner, 64) \
-  X(r50f_s2_down_b1_runner, 65) \
-  X(r50f_s2_down_b32_runner, 66) \
-  X(r50f_s3_1x1_128to512_b1_runner, 67) \
-  X(r50f_s3_1x1_128to512_b32_runner, 68) \
-  X(r50f_s3_1x1_256to128_b1_runner, 69) \
-  X(r50f_s3_1x1_256to128_b32_runner, 70) \
-  X(r50f_s3_1x1_512to128_b1_runner, 71) \
-  X(r50f_s3_1x1_512to128_b32_runner, 72) \
-  X(r50f_s3_3x3_b1_runner, 73) \
-  X(r50f_s3_3x3_b32_runner, 74) \
-  X(r50f_s3_3x3_s2_b1_runner, 75) \
-  X(r50f_s3_3x3_s2_b32_runner, 76) \
-  X(r50f_s3_down_s2_b1_runner, 77) \
-  X(r50f_s3_down_s2_b32_runner, 78) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 79) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 80) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 81) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 82) \
-  X(r50f_s4_1x1_512to256_b1_runner, 83) \
-  X(r50f_s4_1x1_512to256_b32_runner, 84) \
-  X(r50f_s4_3x3_b1_runner, 85) \
-  X(r50f_s4_3x3_b32_runner, 86) \
-  X(r50f_s4_3x3_s2_b1_runner, 87) \
-  X(r50f_s4_3x3_s2_b32_runner, 88) \
-  X(r50f_s4_down_s2_b1_runner, 89) \
-  X(r50f_s4_down_s2_b32_runner, 90) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 91) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 92) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 93) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 94) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 95) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 96) \
-  X(r50f_s5_3x3_b1_runner, 97) \
-  X(r50f_s5_3x3_b32_runner, 98) \
-  X(r50f_s5_3x3_s2_b1_runner, 99) \
-  X(r50f_s5_3x3_s2_b32_runner, 100) \
-  X(r50f_s5_down_s2_b1_runner, 101) \
-  X(r50f_s5_down_s2_b32_runner, 102) \
-  X(r50f_stem_b1_runner, 103) \
-  X(r50f_stem_b32_runner, 104) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 105) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 106) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 107) \
-  X(vgg11_b32_features_0_runner, 108) \
-  X(vgg11_b32_features_11_runner, 109) \
-  X(vgg11_b32_features_13_runner, 110) \
-  X(vgg11_b32_features_16_runner, 111) \
-  X(vgg11_b32_features_3_runner, 112) \
-  X(vgg11_b32_features_6_runner, 113) \
-  X(vgg11_b32_features_8_runner, 114) \
-  X(vgg16_features_12_b1_runner, 115) \
-  X(vgg16_features_12_b32_runner, 116) \
-  X(vgg16_features_24_b32_runner, 117)
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 1) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 2) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 3) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 4) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 5) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 6) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 7) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 8) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 9) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 10) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 11) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 12) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 13) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 14) \
+  X(effnetb0_features_8_0_b1_runner, 15) \
+  X(effnetb0_features_8_0_b8_runner, 16) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 17) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 18) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 19) \
+  X(effnetb0f_features_8_0_b32_runner, 20) \
+  X(effnetb0f_features_8_0_b8_runner, 21) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 22) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 23) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 24) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 25) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 26) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 27) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 28) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 29) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 30) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 31) \
+  X(r50_s2_1x1_256to64_b1_runner, 32) \
+  X(r50_s2_1x1_256to64_b32_runner, 33) \
+  X(r50_s2_1x1_64to256_b1_runner, 34) \
+  X(r50_s2_1x1_64to256_b32_runner, 35) \
+  X(r50_s2_1x1_64to64_b1_runner, 36) \
+  X(r50_s2_1x1_64to64_b32_runner, 37) \
+  X(r50_s2_3x3_b1_runner, 38) \
+  X(r50_s2_3x3_b32_runner, 39) \
+  X(r50_s3_1x1_128to512_b1_runner, 40) \
+  X(r50_s3_1x1_128to512_b32_runner, 41) \
+  X(r50_s3_1x1_256to128_b1_runner, 42) \
+  X(r50_s3_1x1_256to128_b32_runner, 43) \
+  X(r50_s3_1x1_512to128_b1_runner, 44) \
+  X(r50_s3_1x1_512to128_b32_runner, 45) \
+  X(r50_s3_3x3_b1_runner, 46) \
+  X(r50_s3_3x3_b32_runner, 47) \
+  X(r50_s3_3x3_s2_b1_runner, 48) \
+  X(r50_s3_3x3_s2_b32_runner, 49) \
+  X(r50_s3_down_s2_b1_runner, 50) \
+  X(r50_s3_down_s2_b32_runner, 51) \
+  X(r50_s4_1x1_1024to256_b1_runner, 52) \
+  X(r50_s4_1x1_1024to256_b32_runner, 53) \
+  X(r50_s4_1x1_256to1024_b1_runner, 54) \
+  X(r50_s4_1x1_256to1024_b32_runner, 55) \
+  X(r50_s4_1x1_512to256_b1_runner, 56) \
+  X(r50_s4_1x1_512to256_b32_runner, 57) \
+  X(r50_s4_3x3_b1_runner, 58) \
+  X(r50_s4_3x3_b32_runner, 59) \
+  X(r50_s4_3x3_s2_b1_runner, 60) \
+  X(r50_s4_3x3_s2_b32_runner, 61) \
+  X(r50_s4_down_s2_b1_runner, 62) \
+  X(r50_s4_down_s2_b32_runner, 63) \
+  X(r50_s5_1x1_1024to512_b1_runner, 64) \
+  X(r50_s5_1x1_1024to512_b32_runner, 65) \
+  X(r50_s5_1x1_2048to512_b1_runner, 66) \
+  X(r50_s5_1x1_2048to512_b32_runner, 67) \
+  X(r50_s5_1x1_512to2048_b1_runner, 68) \
+  X(r50_s5_1x1_512to2048_b32_runner, 69) \
+  X(r50_s5_3x3_b1_runner, 70) \
+  X(r50_s5_3x3_b32_runner, 71) \
+  X(r50_s5_3x3_s2_b1_runner, 72) \
+  X(r50_s5_3x3_s2_b32_runner, 73) \
+  X(r50_s5_down_s2_b1_runner, 74) \
+  X(r50_s5_down_s2_b32_runner, 75) \
+  X(r50_stem_b1_runner, 76) \
+  X(r50_stem_b32_runner, 77) \
+  X(r50f_s2_1x1_256to64_b1_runner, 78) \
+  X(r50f_s2_1x1_256to64_b32_runner, 79) \
+  X(r50f_s2_1x1_64to256_b1_runner, 80) \
+  X(r50f_s2_1x1_64to256_b32_runner, 81) \
+  X(r50f_s2_1x1_64to64_b1_runner, 82) \
+  X(r50f_s2_1x1_64to64_b32_runner, 83) \
+  X(r50f_s2_3x3_b1_runner, 84) \
+  X(r50f_s2_3x3_b32_runner, 85) \
+  X(r50f_s2_down_b1_runner, 86) \
+  X(r50f_s2_down_b32_runner, 87) \
+  X(r50f_s3_1x1_128to512_b1_runner, 88) \
+  X(r50f_s3_1x1_128to512_b32_runner, 89) \
+  X(r50f_s3_1x1_256to128_b1_runner, 90) \
+  X(r50f_s3_1x1_256to128_b32_runner, 91) \
+  X(r50f_s3_1x1_512to128_b1_runner, 92) \
+  X(r50f_s3_1x1_512to128_b32_runner, 93) \
+  X(r50f_s3_3x3_b1_runner, 94) \
+  X(r50f_s3_3x3_b32_runner, 95) \
+  X(r50f_s3_3x3_s2_b1_runner, 96) \
+  X(r50f_s3_3x3_s2_b32_runner, 97) \
+  X(r50f_s3_down_s2_b1_runner, 98) \
+  X(r50f_s3_down_s2_b32_runner, 99) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 100) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 101) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 102) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 103) \
+  X(r50f_s4_1x1_512to256_b1_runner, 104) \
+  X(r50f_s4_1x1_512to256_b32_runner, 105) \
+  X(r50f_s4_3x3_b1_runner, 106) \
+  X(r50f_s4_3x3_b32_runner, 107) \
+  X(r50f_s4_3x3_s2_b1_runner, 108) \
+  X(r50f_s4_3x3_s2_b32_runner, 109) \
+  X(r50f_s4_down_s2_b1_runner, 110) \
+  X(r50f_s4_down_s2_b32_runner, 111) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 112) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 113) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 114) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 115) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 116) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 117) \
+  X(r50f_s5_3x3_b1_runner, 118) \
+  X(r50f_s5_3x3_b32_runner, 119) \
+  X(r50f_s5_3x3_s2_b1_runner, 120) \
+  X(r50f_s5_3x3_s2_b32_runner, 121) \
+  X(r50f_s5_down_s2_b1_runner, 122) \
+  X(r50f_s5_down_s2_b32_runner, 123) \
+  X(r50f_stem_b1_runner, 124) \
+  X(r50f_stem_b32_runner, 125) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 126) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 127) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 128) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 129) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 130) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 131) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 132) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 133) \
+  X(vgg11_b32_features_0_runner, 134) \
+  X(vgg11_b32_features_11_runner, 135) \
+  X(vgg11_b32_features_13_runner, 136) \
+  X(vgg11_b32_features_16_runner, 137) \
+  X(vgg11_b32_features_3_runner, 138) \
+  X(vgg11_b32_features_6_runner, 139) \
+  X(vgg11_b32_features_8_runner, 140) \
+  X(vgg16_features_12_b1_runner, 141) \
+  X(vgg16_features_12_b32_runner, 142) \
+  X(vgg16_features_12_b8_runner, 143) \
+  X(vgg16_features_24_b1_runner, 144) \
+  X(vgg16_features_24_b32_runner, 145) \
+  X(vgg16_features_24_b8_runner, 146) \
+  X(vgg16f_features_12_b1_runner, 147) \
+  X(vgg16f_features_12_b32_runner, 148) \
+  X(vgg16f_features_12_b8_runner, 149)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
