@@ -24,6 +24,7 @@ from tuner.compile import Compiler
 from tuner.epilogue import Epilogue
 from tuner.families import registry
 from tuner.messages import EvaluateRequest
+from tuner.profile import KERNEL_FILTER
 from tuner.ncu import NcuReportError, parse_csv_report
 from tuner.space import make_config
 from tuner.worker import worker_env
@@ -119,7 +120,7 @@ def main() -> int:
                                   validate_only=True).to_dict()
         return {"kernel": config.name, "launches": ncu([sys.executable, "-m", "tuner.worker", "--once",
                                                         json.dumps(request)], report,
-                                                       "-k", "regex:device_kernel|Implicit|fold", "--launch-count", "2",
+                                                       "-k", KERNEL_FILTER + "|Implicit|fold", "--launch-count", "2",
                                                        sections=sections, every_metric=args.warp_states)}
 
     for name, (p, entry) in layers.items():

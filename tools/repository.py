@@ -12,7 +12,7 @@ sys.path.insert(0, str(REPO))
 
 from tuner.device import DeviceFacts, device_from_dict  # noqa: E402
 from tuner.evaluate import GpuUnavailable, WorkerProcess, query_device_facts  # noqa: E402
-from tuner.problem import ConvProblem, ProblemError, find_layer, load_layers  # noqa: E402
+from tuner.problem import ConvProblem, ProblemError  # noqa: E402
 from tuner.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
@@ -33,15 +33,14 @@ def this_gpu() -> DeviceFacts:
 
 def tuned_layers(parser: argparse.ArgumentParser, names: list[str],
                  gpu_slug: str) -> dict[str, tuple[ConvProblem, BestEntry]]:
-    """Each named layer's problem (from the layer table) and its best.yaml entry for the GPU; a name
-    that is not in both ends the tool through parser.error (one line, exit 2)."""
+    """Each named layer's best.yaml entry for the GPU and its problem (as the entry records it: layers of any
+    layer table, the generalisation suite's too); a name without an entry ends the tool through parser.error
+    (one line, exit 2)."""
     try:
-        table = load_layers(LAYERS_FILE)
         entries = best_entries(recorded_gpu_dir(RESULTS_DIR, gpu_slug))
-        problems = {name: find_layer(table, name).problem for name in names}
     except (ProblemError, ResultsError) as error:
         parser.error(str(error))
     missing = [name for name in names if name not in entries]
     if missing:
         parser.error(f"no best.yaml entry on {gpu_slug} for {', '.join(missing)}: tune them first")
-    return {name: (problems[name], entries[name]) for name in names}
+    return {name: (entries[name].problem, entries[name]) for name in names}

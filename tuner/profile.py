@@ -21,9 +21,11 @@ from tuner.worker import worker_env
 
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
 NCU_TIMEOUT_S = 300
-# The kernels every family launches: CUTLASS 2.x convs (cutlass::Kernel<ImplicitGemmConvolution<...>>) and
-# 3.x GEMMs and convs (cutlass::device_kernel<...>, whose named kernel struct hides GemmUniversal).
-KERNEL_FILTER = "regex:ImplicitGemmConvolution|device_kernel"
+# The kernels every family launches: CUTLASS 2.x convs (cutlass::Kernel<ImplicitGemmConvolution<...>>),
+# 3.x GEMMs and convs (cutlass::device_kernel<...>, whose named kernel struct hides GemmUniversal) and the
+# CuTe DSL's (kernel_cutlass_kernel_tunerfamiliessm90_dslkernelConvKernel_...: without it ncu profiled nothing
+# of an sm90_dsl layer on the H100).
+KERNEL_FILTER = "regex:ImplicitGemmConvolution|device_kernel|sm90_dslkernelConvKernel"
 
 
 class ProfilerUnavailable(RuntimeError):

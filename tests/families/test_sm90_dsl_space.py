@@ -381,3 +381,12 @@ def test_a_box_never_spans_images_of_a_one_image_batch():
     reasons = static_problems(make_config(one_image, params(tile_q=8)), one_image, H100)
     assert any("pick a wider tile_q" in r for r in reasons), reasons
     assert static_problems(make_config(one_image, params(tile_q=16)), one_image, H100) == []
+
+
+def test_pingpong_with_a_residual_in_a_cluster_is_refused_until_its_race_is_found():
+    fused = replace(GEMM, epilogue=parse_epilogue("scale+bias+residual+relu"))
+    refused = static_problems(make_config(fused, params(schedule="pingpong", cluster="1x2x1")), fused, H100)
+    assert any("race" in reason for reason in refused), refused
+    for changes in ({"schedule": "pingpong"}, {"cluster": "1x2x1"}):
+        assert static_problems(make_config(fused, params(**changes)), fused, H100) == []
+    assert static_problems(make_config(GEMM, params(schedule="pingpong", cluster="1x2x1")), GEMM, H100) == []
