@@ -21,6 +21,8 @@ EXAMPLE = REPO / "examples" / "cpp"
 GPU = "nvidia-h100-80gb-hbm3"
 RESULTS = REPO / "results" / GPU
 
+# CMake checks its CUDA compiler and every build runs nvcc on the header: minutes on 2 cores.
+pytestmark = pytest.mark.nvcc
 needs_toolchain = pytest.mark.skipif(
     shutil.which("cmake") is None or shutil.which("nvcc") is None, reason="needs cmake and nvcc on PATH")
 

@@ -280,6 +280,7 @@ def test_a_dsl_only_header_passes_gcc_syntax_check(exported, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.nvcc
 @needs_dsl
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_header_links_with_its_library_and_answers_without_a_gpu(exported, tmp_path):
