@@ -52,6 +52,7 @@ def ratios_at_32(layer, space, device, ceilings) -> list[float]:
             for seed in (0, 1, 2)]
 
 
+@pytest.mark.slow
 def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_space):
     device = device_from_dict(measured["device"])
     ceilings = bench.bench_ceilings(measured)
@@ -76,6 +77,7 @@ def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
         assert sum(record[n].status is Status.ok for n in valid) >= 50
 
 
+@pytest.mark.slow
 def test_replayed_bench_prints_the_table(capsys):
     console = Console(width=220, force_terminal=False)
     assert bench.main(["--replay-only", "--seeds", "1", "--layers", "conv_1,r50_s4_3x3_b32"], console) == 0

@@ -177,6 +177,7 @@ def built(tmp_path_factory, small_config):
     return compiler, result, time.monotonic() - started
 
 
+@pytest.mark.nvcc
 def test_real_compile(built, small_config):
     compiler, result, _ = built
     assert result.ok, result.error
@@ -196,6 +197,7 @@ def test_real_compile(built, small_config):
     assert [p.name for p in (compiler.cache_dir / result.key[:2]).iterdir()] == [result.key]
 
 
+@pytest.mark.nvcc
 def test_compiled_library_answers_its_host_entry_points(built, conv_1):
     """The C ABI that tuner.run loads, called without a GPU: can_implement, workspace and grid are host code."""
     _, result, _ = built
@@ -210,6 +212,7 @@ def test_compiled_library_answers_its_host_entry_points(built, conv_1):
     assert library.can_implement(problem_array(misaligned, LaunchArgs(36))) != 0  # C=36 is not a multiple of 8
 
 
+@pytest.mark.nvcc
 def test_second_compile_comes_from_the_cache(built, small_config, monkeypatch):
     compiler, first, _ = built
     forbid_nvcc(monkeypatch)
@@ -220,6 +223,7 @@ def test_second_compile_comes_from_the_cache(built, small_config, monkeypatch):
     assert (again.library, again.key, again.ptxas) == (first.library, first.key, first.ptxas)
 
 
+@pytest.mark.nvcc
 def test_split_k_variant_shares_the_kernel(built, small_config, monkeypatch):
     compiler, first, _ = built
     forbid_nvcc(monkeypatch)
@@ -229,6 +233,7 @@ def test_split_k_variant_shares_the_kernel(built, small_config, monkeypatch):
     assert result.config == variant and result.config.split_k == 4
 
 
+@pytest.mark.nvcc
 def test_compile_many_from_the_cache(built, small_config, monkeypatch):
     compiler, first, _ = built
     forbid_nvcc(monkeypatch)
@@ -240,6 +245,7 @@ def test_compile_many_from_the_cache(built, small_config, monkeypatch):
     assert all(r.cached and r.library == first.library for r in results)
 
 
+@pytest.mark.nvcc
 def test_broken_source_fails_and_the_failure_is_cached(tmp_path, small_config, monkeypatch):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
@@ -403,6 +409,7 @@ def test_a_unit_that_fails_is_built_again_kernel_by_kernel(tmp_path, monkeypatch
     assert all(r.ok and r.index == 0 and r.unit_size == 1 for r in results)
 
 
+@pytest.mark.nvcc
 @needs_nvcc
 def test_real_unit_of_two_kernels_answers_each(tmp_path, conv_1):
     """Two kernels in one real translation unit (sm80, quick to build): each answers through its own

@@ -103,12 +103,14 @@ def assert_picks_are_sound(picks, problem, device) -> None:
         assert max(tiles.count(tile) for tile in tiles) <= 2, family
 
 
+# The joint prior over three families' whole spaces: about 12 s on 2 cores, so its tests are marked slow.
 @pytest.fixture(scope="module")
 def one_by_one_picks(layers, joint_space):
     problem = layers["r50_s3_1x1_256to128_b32"].problem
     return problem, joint_prior_picks(joint_space, problem, H100, 8)
 
 
+@pytest.mark.slow
 def test_joint_prior_picks_for_a_1x1_layer_take_every_family(one_by_one_picks, h100):
     problem, picks = one_by_one_picks
     each = picks_per_family(8, 3)
@@ -124,6 +126,7 @@ def test_joint_prior_picks_for_a_3x3_layer_have_no_gemm(layers, joint_space, h10
     assert_picks_are_sound(picks, problem, h100)
 
 
+@pytest.mark.slow
 def test_sm90_prior_picks_keep_unmodelled_knobs_at_the_generator_values(one_by_one_picks):
     _, picks = one_by_one_picks
     for pick in picks:
@@ -148,6 +151,7 @@ def test_predicted_us_is_finite_and_positive_on_the_sm90_landscapes(layers, h100
     assert checked >= landscape.size  # every configuration on at least one layer's worth
 
 
+@pytest.mark.slow
 def test_sm90_gemm_prior_keeps_the_auto_epilogue_subtile(layers, h100):
     """A space offering explicit subtiles (the cost model cannot see them) still gets CUTLASS's auto one."""
     document = yaml.safe_load(default_space_file("sm90_gemm").read_text())

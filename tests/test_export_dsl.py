@@ -108,6 +108,8 @@ def test_a_committed_header_with_dsl_layers_is_what_export_renders_and_its_libra
         f"{folder / HEADER_FILE} differs from `python tune.py export --gpu {folder.name}`'s: export it again"
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) reads the library")
+    if not (folder / LIBRARY).is_file():  # not tracked: `tune.py export` builds it after a clone
+        pytest.skip(f"{folder.name}'s {LIBRARY} is not built (python tune.py export --gpu {folder.name})")
     declared = re.findall(r'^extern "C" const TunerDslEntryPoints (\w+);', header, re.M)
     assert declared and sorted(_defined_globals(folder / LIBRARY)) == sorted(declared)
 
@@ -278,6 +280,7 @@ def test_a_dsl_only_header_passes_gcc_syntax_check(exported, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.nvcc
 @needs_dsl
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_header_links_with_its_library_and_answers_without_a_gpu(exported, tmp_path):

@@ -97,6 +97,7 @@ def _host(url: str, host: str, log: str, seed: int, delay: float, problem, space
     StudyRunner(study, problem, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
 
 
+@pytest.mark.slow
 def test_two_hosts_one_killed(tmp_path, postgres_url, conv_1, sm80_space, h100):
     context = multiprocessing.get_context("spawn")
     logs = {host: tmp_path / f"{host}.log" for host in ("host-a", "host-b")}

@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
@@ -49,6 +50,7 @@ def _worker(journal: str, log: str, seed: int, conv_1, space, device) -> None:
     StudyRunner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):
     journal = str(tmp_path / "optuna.journal")
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
@@ -74,8 +76,6 @@ def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):
 
 
 def test_a_damaged_record_row_is_named_by_its_line(tmp_path, conv_1):
-    import pytest
-
     from tuner.replay import fastest_recorded
     from tuner.results import ResultsError
 

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -16,6 +17,9 @@ from optuna.trial import TrialState
 from tuner.space import JointSpace
 from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.study import StudyRunner, counted_in_run, fail_orphans, open_study
+
+# Each run is a process of its own, and a resume after a kill waits out the dead worker's heartbeat.
+pytestmark = pytest.mark.slow
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-resume"

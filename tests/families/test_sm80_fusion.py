@@ -184,6 +184,7 @@ BIAS_SILU = fused(LAYER, "bias+silu")
 OK, MISALIGNED, NOT_SUPPORTED = 0, 1, 5  # cutlass::Status
 
 
+# Two real nvcc builds (about 20-30 s on 2 cores): the tests that take them are marked nvcc.
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     if shutil.which("nvcc") is None:
@@ -193,6 +194,7 @@ def compiled(tmp_path_factory):
     return {result.config.fusion.key: result for result in results}
 
 
+@pytest.mark.nvcc
 def test_fused_candidates_compile_without_spills(compiled):
     for key, result in compiled.items():
         assert result.ok, f"{key}: {result.error}"
@@ -211,6 +213,7 @@ def create_status(library: KernelLibrary, problem: ConvProblem, operands: Epilog
     return OK
 
 
+@pytest.mark.nvcc
 def test_a_fused_kernel_refuses_split_k(compiled):
     library = KernelLibrary(compiled["residual+relu"].binary)
     assert library.can_implement(problem_array(RESIDUAL_RELU, LaunchArgs(64))) == OK
@@ -218,6 +221,7 @@ def test_a_fused_kernel_refuses_split_k(compiled):
     assert library.workspace_bytes(problem_array(RESIDUAL_RELU, LaunchArgs(64))) == 0
 
 
+@pytest.mark.nvcc
 def test_a_residual_kernel_takes_exactly_a_residual(compiled):
     library = KernelLibrary(compiled["residual+relu"].binary)
     residual = EpilogueOperands(None, None, 0x40000, 1.0)
@@ -229,6 +233,7 @@ def test_a_residual_kernel_takes_exactly_a_residual(compiled):
     assert create_status(library, RESIDUAL_RELU, residual, split_k=2) == NOT_SUPPORTED
 
 
+@pytest.mark.nvcc
 def test_a_bias_kernel_takes_a_bias_or_none(compiled):
     library = KernelLibrary(compiled["bias+silu"].binary)
     assert create_status(library, BIAS_SILU, EpilogueOperands(None, 0x50000, None, 0.0)) == OK

@@ -387,6 +387,7 @@ def test_compiled_drops_the_run_time_knobs():
     assert config(scheduler="stream_k").compiled != config().compiled
 
 
+@pytest.mark.slow
 def test_config_names_are_unique_and_round_trip():
     space = load_space(SPACE_FILE)
     prob = problem()
@@ -416,6 +417,7 @@ def test_make_config_from_stored_params():
             make_config(problem(), {**params(), **bad})
 
 
+@pytest.mark.slow
 def test_valid_configs_of_the_space(h100, layers):
     space = load_space(SPACE_FILE)
     prob = layers["r50_s3_1x1_256to128_b32"].problem
