@@ -16,10 +16,11 @@ from tuner import nightly
 from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
 from tuner.compile import ToolchainError, nvcc_version
 from tuner.costmodel import PRIOR_PICKS
+from tuner.device import missing_gpu
 from tuner import gpus
 from tuner.diagnose import explain_report, render_explanation
 from tuner.epilogue import EpilogueError, parse_epilogue
-from tuner.evaluate import GpuUnavailable
+from tuner.evaluate import GpuUnavailable, NoGpu
 from tuner.export import export_header
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
@@ -235,6 +236,8 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
             gpus = nightly.parse_gpus(args.gpus)
         except ValueError as error:
             raise UsageError(str(error)) from None
+        if (why := missing_gpu()) is not None:  # said once here, not once by each GPU's process
+            raise NoGpu(why)
         return nightly.run_on_gpus(argv, gpus, run_id, REPO / "tune.py")
     session = TuningSession(options, spaces, console)
     try:
@@ -405,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:], console)
         return tune(build_parser().parse_args(argv), argv, console)
-    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError) as error:
+    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError, NoGpu) as error:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)
