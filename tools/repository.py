@@ -10,8 +10,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tuner.device import DeviceFacts, device_from_dict  # noqa: E402
-from tuner.evaluate import GpuUnavailable, NoGpu, WorkerProcess, query_device_facts  # noqa: E402
+from tuner.device import DeviceFacts  # noqa: E402
+from tuner.evaluate import GpuUnavailable, NoGpu, local_device  # noqa: E402
 from tuner.problem import ConvProblem, ProblemError  # noqa: E402
 from tuner.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
 
@@ -22,14 +22,11 @@ RESULTS_DIR = REPO / "results"
 def this_gpu() -> DeviceFacts:
     """The GPU's facts, asked of a worker process (this one never opens a CUDA context); without a
     usable GPU the tool stops with one line, exit status 2 where the host has no GPU at all, else 1."""
-    worker = WorkerProcess(timeout_s=120)
     try:
-        return device_from_dict(query_device_facts(worker))
+        return local_device()
     except GpuUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2 if isinstance(error, NoGpu) else 1)
-    finally:
-        worker.close()
 
 
 def tuned_layers(parser: argparse.ArgumentParser, names: list[str],

@@ -29,7 +29,7 @@ from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
-                           gpu_slugs, names_by_problem, recorded_gpu_dir)
+                           gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
 from tuner.yamlfile import brief
 from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
@@ -326,8 +326,9 @@ def build_export_parser() -> argparse.ArgumentParser:
         description="Turn results/<gpu>/best.yaml into results/<gpu>/best_configs.h: one alias per layer of exactly "
                     "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name. "
                     "sm90_dsl layers' CuTe DSL kernels are built again into results/<gpu>/dsl/libtuned_dsl.a.")
-    parser.add_argument("--gpu", action="append", help="GPU slug under results/ (repeatable; default: every GPU "
-                                                        "folder that has a best.yaml)")
+    parser.add_argument("--gpu", action="append", help="GPU slug under results/, or a GPU's name from tuner/gpus.py "
+                                                        "(h100: results/nvidia-h100-80gb-hbm3/); repeatable; default: "
+                                                        "every GPU folder that has a best.yaml. No GPU need be present")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
     parser.add_argument("--cache-dir", type=Path, help="compile cache that sm90_dsl layers' kernels are built "
                                                        "through (default as for tuning)")
@@ -337,7 +338,7 @@ def build_export_parser() -> argparse.ArgumentParser:
 
 def export_command(argv: list[str], console: Console) -> int:
     args = build_export_parser().parse_args(argv)
-    slugs = args.gpu or gpu_slugs(args.results_dir)
+    slugs = [results_slug(args.results_dir, name) for name in args.gpu] if args.gpu else gpu_slugs(args.results_dir)
     if not slugs:
         raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
     network = imported_network(args)

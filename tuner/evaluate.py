@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from queue import Empty, Queue
 
-from tuner.device import volume
+from tuner.device import DeviceFacts, device_from_dict, volume
 from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
 from tuner.messages import EvaluateRequest
@@ -179,3 +179,12 @@ def query_device_facts(worker: WorkerProcess) -> dict:
     if "status" in response:
         raise GpuUnavailable(f"no usable CUDA GPU: {response.get('reason')}")
     return response
+
+
+def local_device() -> DeviceFacts:
+    """This host's GPU, asked of a worker that ends right after: the caller never opens a CUDA context."""
+    worker = WorkerProcess(timeout_s=DEFAULT_TIMEOUT_S)
+    try:
+        return device_from_dict(query_device_facts(worker))
+    finally:
+        worker.close()
