@@ -2,6 +2,7 @@
 for it; measuring without one is refused in one line (tests/test_cli.py holds the tuning commands)."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -95,3 +96,16 @@ def test_export_takes_a_gpus_name_and_needs_no_gpu(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (results / "nvidia-h200" / "best_configs.h").read_text() == \
         (REPO / "results" / "nvidia-h200" / "best_configs.h").read_text()
+
+
+def test_the_no_gpu_message_names_every_command_of_the_readmes_offline_section():
+    from tuner.evaluate import OFFLINE_FEATURES
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Without a GPU"):]
+    block = section[section.index("```sh\n") + 6:section.index("```\n", section.index("```sh\n") + 6)]
+    commands = [line.split("#")[0].split()[2:] for line in block.splitlines() if line.startswith("python tune.py")]
+    assert len(commands) >= 8
+    for words in commands:
+        what = words[1] if words[0] == "bench" else words[0]  # bench's offline modes are its flags
+        assert re.search(rf"(?<![\w-]){re.escape(what)}(?![\w-])", OFFLINE_FEATURES), what
