@@ -79,6 +79,7 @@ def test_compile_only_builds_for_the_named_gpus_arch_without_touching_a_gpu(tmp_
 @pytest.mark.parametrize("args, words", [
     (["--compile-only", "--gpu", "h100", "--steps", "cudnn"], "--compile-only compiles the landscapes and stops"),
     (["--compile-only", "--gpu", "h100", "--replay-only"], "--compile-only compiles the landscapes and stops"),
+    (["--compile-only", "--gpu", "h100", "--measure-only"], "--compile-only compiles the landscapes and stops"),
     (["--compile-only", "--gpu", "no-such-gpu"], "--gpu 'no-such-gpu': no results/<gpu>/ folder"),
     (["--gpu", "h100", "--steps", "cudnn"], "--gpu goes with --replay-only, --summary or --compile-only"),
 ])

@@ -681,9 +681,9 @@ def main(argv: list[str], console: Console) -> int:
             positive(option, value)
     table = load_layers(args.layers_file)
     spaces = landscape_spaces(args.family, args.space_file)  # a typo fails before any GPU work
-    if args.compile_only and (args.replay_only or args.measure_only or args.steps != DEFAULT_STEPS):
-        raise UsageError("--compile-only compiles the landscapes and stops: it takes no --replay-only, "
-                         "--measure-only or --steps")
+    if args.compile_only and (args.replay_only or args.measure_only or "landscape" not in args.steps):
+        raise UsageError("--compile-only compiles the landscapes and stops: it takes no --replay-only or "
+                         "--measure-only, and no --steps without landscape")
     if args.gpu is not None and not (args.replay_only or args.compile_only):
         raise UsageError("--gpu goes with --replay-only, --summary or --compile-only: measuring takes this host's GPU")
     if args.replay_only:
