@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tuner.cli import build_parser
+from tuner.device import missing_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
@@ -109,15 +110,22 @@ def test_malformed_space_file(tmp_path):
     assert "swizzle value 3" in one_error_line(result)
 
 
-@pytest.mark.skipif(HAS_CUPY, reason="checks the answer where there is no CuPy (and no GPU)")
-def test_without_a_gpu_exits_1_and_writes_nothing(tmp_path):
+NO_GPU_HERE = missing_gpu()
+NEEDS_GPU_LINE = "error: this command needs an NVIDIA GPU and a driver; without one you can: "
+
+
+@pytest.mark.skipif(NO_GPU_HERE is None, reason="checks the answer of a host without a GPU")
+@pytest.mark.parametrize("args", [["--layer", "conv_1", "--trials", "2"], ["--layer", "conv_1", "--gpus", "0,1"],
+                                  ["bench", "--layers", "conv_1", "--steps", "cudnn"]],
+                         ids=["tune", "tune --gpus", "bench"])
+def test_without_a_gpu_exits_2_with_the_offline_commands_and_writes_nothing(tmp_path, args):
     results = tmp_path / "results"
     cache = tmp_path / "cache"
-    result = tune("--layer", "conv_1", "--trials", "2", "--results-dir", str(results), "--cache-dir", str(cache),
-                  tmp_path=tmp_path)
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = tune(*args, "--results-dir", str(results), "--cache-dir", str(cache), tmp_path=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
     line = one_error_line(result)
-    assert "GPU" in line or "CuPy" in line
+    assert line.startswith(NEEDS_GPU_LINE) and "bench --replay-only" in line and NO_GPU_HERE in line
+    assert "cudaError" not in line and "Traceback" not in result.stdout
     assert not results.exists() or not any(results.rglob("*"))
     assert not cache.exists() or not any(cache.rglob("*"))
     assert not (tmp_path / "tuner-cache").exists()

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 import tuner.evaluate as evaluate_module
+from tuner.device import missing_gpu
 from tuner.evaluate import (
     Evaluation,
     GpuEvaluator,
     GpuUnavailable,
+    NoGpu,
     WorkerProcess,
     evaluation_from_response,
     query_device_facts,
@@ -23,7 +25,7 @@ from tuner.measure import Measurement
 from tuner.messages import EvaluateRequest
 from tuner.run import KernelAttributes, KernelBinary
 from tuner.status import Status
-from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX
+from tuner.worker import CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -240,15 +242,30 @@ def test_gpu_evaluator_request(conv_1):
 def test_query_device_facts():
     facts = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132}
     assert query_device_facts(RecordingWorker(facts)) == facts
-    with pytest.raises(GpuUnavailable, match="CuPy is not installed"):
+    with pytest.raises(GpuUnavailable, match="CuPy is not installed") as raised:
         query_device_facts(RecordingWorker({"status": "infra_error", "reason": "CuPy is not installed"}))
+    assert not isinstance(raised.value, NoGpu)
+
+
+def test_a_host_without_a_gpu_gets_the_one_message_with_the_offline_commands():
+    answer = {"status": "infra_error", "reason": "no NVIDIA driver: libcuda.so.1 not found", NO_GPU: True}
+    with pytest.raises(NoGpu) as raised:
+        query_device_facts(RecordingWorker(answer))
+    message = str(raised.value)
+    assert message.startswith("this command needs an NVIDIA GPU and a driver; without one you can: diagnose, ")
+    assert message.endswith("Here: no NVIDIA driver: libcuda.so.1 not found") and "\n" not in message
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="checks the real worker on a machine without CuPy")
 def test_real_worker_without_cupy_says_so():
+    """A host without a GPU hears that first; a GPU host without CuPy, that CuPy is missing."""
     worker = WorkerProcess(timeout_s=60)
     try:
-        with pytest.raises(GpuUnavailable, match="CuPy"):
+        with pytest.raises(GpuUnavailable) as raised:
             query_device_facts(worker)
     finally:
         worker.kill()
+    if missing_gpu() is None:
+        assert "CuPy" in str(raised.value) and not isinstance(raised.value, NoGpu)
+    else:
+        assert isinstance(raised.value, NoGpu) and missing_gpu() in str(raised.value)

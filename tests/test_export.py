@@ -149,6 +149,13 @@ def test_for_each_layer_macro(header):
     assert 'constexpr char kNvccVersion[] = "13.0.88";' in header
 
 
+def test_matches_device_takes_the_device_name_besides_the_numbers(header):
+    # An H100 SXM and an H200 are both 9.0 with 132 SMs (tests/test_docs_cpp.py compiles the check).
+    assert "constexpr bool matches_device(int compute_capability, int sm_count, const char *device_name)" in header
+    assert "sm_count == kSmCount && same_name(device_name, kGpuName)" in header
+    assert 'constexpr char kGpuName[] = "NVIDIA H100 80GB HBM3";' in header
+
+
 def test_the_sm90_families_share_one_preamble_at_global_scope(header):
     # sm90_conv, sm90_gemm and sm90_s2d name the same fused-epilogue extension of CUTLASS: emitted once,
     # before the tuner's namespace (it specializes a template in CUTLASS's own)

@@ -10,8 +10,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tuner.device import DeviceFacts, device_from_dict  # noqa: E402
-from tuner.evaluate import GpuUnavailable, WorkerProcess, query_device_facts  # noqa: E402
+from tuner.device import DeviceFacts  # noqa: E402
+from tuner.evaluate import GpuUnavailable, NoGpu, local_device  # noqa: E402
 from tuner.problem import ConvProblem, ProblemError  # noqa: E402
 from tuner.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
 
@@ -21,14 +21,12 @@ RESULTS_DIR = REPO / "results"
 
 def this_gpu() -> DeviceFacts:
     """The GPU's facts, asked of a worker process (this one never opens a CUDA context); without a
-    usable GPU the tool stops with one line and exit status 1."""
-    worker = WorkerProcess(timeout_s=120)
+    usable GPU the tool stops with one line, exit status 2 where the host has no GPU at all, else 1."""
     try:
-        return device_from_dict(query_device_facts(worker))
+        return local_device()
     except GpuUnavailable as error:
-        sys.exit(f"error: {error}")
-    finally:
-        worker.close()
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2 if isinstance(error, NoGpu) else 1)
 
 
 def tuned_layers(parser: argparse.ArgumentParser, names: list[str],

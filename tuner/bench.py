@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.choices import chosen_spaces, matching_layers, positive
+from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
 from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
 from tuner.device import DeviceFacts, device_from_dict
 from tuner.epilogue import Epilogue
@@ -40,7 +40,7 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.results import (BENCH_FILE, BEST_FILE, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
+from tuner.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
                            layer_file_stem, read_bench)
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
@@ -110,19 +110,25 @@ def is_gemm_layer(problem: ConvProblem) -> bool:
     return (problem.r, problem.s, problem.stride, problem.pad) == (1, 1, 1, 0)
 
 
-def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFacts, compiler, evaluator,
-                      folder: Path, console: Console, compile_only: bool = False) -> None:
-    """Compile every kernel of one family the suite needs once, then time every candidate on every
-    layer the family can run."""
+def compile_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFacts, compiler,
+                      console: Console) -> tuple[dict[str, list], dict]:
+    """Every kernel of one family's landscape that the layers need, compiled once (or found in the cache):
+    each layer's valid configurations, and each kernel's compile result."""
     per_layer = {layer.name: valid_configs(space, layer.problem, device) for layer in layers}
     kernels = sorted({c.compiled for configs in per_layer.values() for c in configs}, key=lambda c: c.name)
     console.print(f"{space.family} landscape: {len(kernels)} kernels to compile, "
-                  f"{sum(len(c) for c in per_layer.values())} candidates to time")
+                  f"{sum(len(c) for c in per_layer.values())} candidates on the layers")
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
     failed = sum(not r.ok for r in compiled.values())
     console.print(f"  {len(compiled) - failed} kernels compiled or cached, {failed} failed")
-    if compile_only:
-        return
+    return per_layer, compiled
+
+
+def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFacts, compiler, evaluator,
+                      folder: Path, console: Console) -> None:
+    """Compile every kernel of one family the suite needs once, then time every candidate on every
+    layer the family can run."""
+    per_layer, compiled = compile_landscape(layers, space, device, compiler, console)
     family = registry.get(space.family)
     for index, layer in enumerate(layers):
         if not per_layer[layer.name]:
@@ -469,6 +475,40 @@ def kept_measurements(folder: Path) -> dict:
     return read_bench(folder)
 
 
+def compile_target(results_root: Path, name: str) -> DeviceFacts:
+    """The GPU that `--compile-only --gpu NAME` compiles for, none need be present: the facts measured on it
+    (results/<NAME>/bench.yaml), else the GPU table's (tuner/gpus.py: h100, nvidia-h200, ...), else what
+    results/<NAME>/best.yaml records of it."""
+    from tuner import gpus
+    from tuner.export import best_device
+    from tuner.results import read_best, results_slug
+
+    slug = results_slug(results_root, name, BENCH_FILE)
+    folder = results_root / slug
+    if SLUG.fullmatch(slug) and "device" in read_bench(folder):
+        return device_from_dict(read_bench(folder)["device"])
+    try:
+        return gpus.device_facts(gpus.lookup(name))
+    except gpus.UnknownGpu:
+        pass
+    if SLUG.fullmatch(name) and (results_root / name / BEST_FILE).is_file():
+        return best_device(read_best(results_root / name))
+    raise UsageError(f"--gpu {name!r}: no results/<gpu>/ folder of that name with a bench.yaml or best.yaml "
+                     f"({', '.join(gpu_slugs(results_root)) or 'none'}) and no GPU of that name in the table "
+                     f"({gpus.known_names()})")
+
+
+def compile_landscapes(layers: list[Layer], landscape_spaces: dict[str, SearchSpace], device: DeviceFacts, args,
+                       console: Console) -> None:
+    """Every kernel of the landscapes of the families `device` can run, compiled into the cache; nothing timed."""
+    from tuner.compile import Compiler
+
+    console.print(f"compiling for {device.name} (sm_{device.cc})")
+    for space in landscape_spaces.values():
+        if registry.get(space.family).device_problem(device) is None:
+            compile_landscape(layers, space, device, Compiler(device, args.cache_dir, args.jobs), console)
+
+
 def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace],
                    product_spaces: tuple[SearchSpace, ...], args, console: Console) -> tuple[DeviceFacts, dict]:
     """Steps that need the GPU, all through one worker; earlier layers' figures in bench.yaml are kept."""
@@ -495,7 +535,7 @@ def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace]
         for space in landscape_spaces.values() if "landscape" in args.steps else ():
             if registry.get(space.family).device_problem(device) is None:
                 measure_landscape(layers, space, device, Compiler(device, args.cache_dir, args.jobs),
-                                  evaluator, folder, console, compile_only=args.compile_only)
+                                  evaluator, folder, console)
         for layer in layers if "cudnn" in args.steps else []:
             time_baselines(worker, layer, device, measured, console)
             save()
@@ -540,7 +580,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results-dir", type=Path, default=REPO / "results",
                         help="where results/<gpu>/landscape/ and bench.yaml are read and written (default results/)")
     parser.add_argument("--gpu", help="with --replay-only: GPU slug under results/ (default: the only one); with "
-                                      "--summary: the one GPU to summarise (default: every GPU with a best.yaml)")
+                                      "--summary: the one GPU to summarise (default: every GPU with a best.yaml); "
+                                      "with --compile-only: the GPU to compile for, none need be present (a "
+                                      "results/<gpu>/ folder, or a GPU of tuner/gpus.py such as h100; default: "
+                                      "this host's GPU)")
     parser.add_argument("--summary", action="store_true",
                         help="no GPU: write the results summary generated from results/<gpu>/bench.yaml and "
                              "best.yaml (--summary-file, and the README's lines between its summary markers), "
@@ -561,8 +604,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--product-trials", type=int, default=PRODUCT_TRIALS,
                         help=f"candidates per layer in the 'search' step (default {PRODUCT_TRIALS})")
     parser.add_argument("--compile-only", action="store_true",
-                        help="with the 'landscape' step: compile every kernel of the landscapes into the cache and "
-                             "stop (warms a GPU host's cache for the tuner); times nothing")
+                        help="compile every kernel of the landscapes into the cache and stop (warms a GPU host's "
+                             "cache for the tuner, or fills one on a build host without a GPU, given --gpu); "
+                             "times nothing")
     parser.add_argument("--measure-only", action="store_true",
                         help="measure on the GPU and write results/<gpu>/, but replay no search (do that "
                              "later with --replay-only, on any machine)")
@@ -637,6 +681,11 @@ def main(argv: list[str], console: Console) -> int:
             positive(option, value)
     table = load_layers(args.layers_file)
     spaces = landscape_spaces(args.family, args.space_file)  # a typo fails before any GPU work
+    if args.compile_only and (args.replay_only or args.measure_only or "landscape" not in args.steps):
+        raise UsageError("--compile-only compiles the landscapes and stops: it takes no --replay-only or "
+                         "--measure-only, and no --steps without landscape")
+    if args.gpu is not None and not (args.replay_only or args.compile_only):
+        raise UsageError("--gpu goes with --replay-only, --summary or --compile-only: measuring takes this host's GPU")
     if args.replay_only:
         device, measured = recorded_measurements(args)
         recorded = recorded_layer_names(gpu_dir(args.results_dir, device.slug))
@@ -646,6 +695,12 @@ def main(argv: list[str], console: Console) -> int:
     names = args.layers.split(",") if args.layers else default
     layers = list({layer.name: layer for name in names if name.strip()
                    for layer in matching_layers(table, name.strip())}.values())
+    if args.compile_only:
+        from tuner.evaluate import local_device
+
+        device = compile_target(args.results_dir, args.gpu) if args.gpu else local_device()
+        compile_landscapes(layers, spaces, device, args, console)
+        return 0
     if not args.replay_only:
         product = tuple(load_space(default_space_file(family)) for family in spaces)
         device, measured = measure_on_gpu(layers, spaces, product, args, console)
@@ -655,7 +710,7 @@ def main(argv: list[str], console: Console) -> int:
             if set(measured.get("one_run") or {}) - chosen:  # earlier runs' layers too: these alone as well
                 for line in one_run_summary(measured, chosen):
                     console.print(line)
-    if args.measure_only or args.compile_only:
+    if args.measure_only:
         return 0
     ceilings = bench_ceilings(measured)
     console.print(f"{device.name}: measured ceilings {ceilings.matmul_tflops:.0f} TFLOP/s f16 matmul, "

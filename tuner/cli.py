@@ -16,10 +16,11 @@ from tuner import nightly
 from tuner.choices import UsageError, chosen_spaces, matching_layers, positive
 from tuner.compile import ToolchainError, nvcc_version
 from tuner.costmodel import PRIOR_PICKS
+from tuner.device import missing_gpu
 from tuner import gpus
 from tuner.diagnose import explain_report, render_explanation
 from tuner.epilogue import EpilogueError, parse_epilogue
-from tuner.evaluate import GpuUnavailable
+from tuner.evaluate import GpuUnavailable, NoGpu
 from tuner.export import export_header
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
@@ -28,7 +29,7 @@ from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
-                           gpu_slugs, names_by_problem, recorded_gpu_dir)
+                           gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
 from tuner.yamlfile import brief
 from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
@@ -235,6 +236,8 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
             gpus = nightly.parse_gpus(args.gpus)
         except ValueError as error:
             raise UsageError(str(error)) from None
+        if (why := missing_gpu()) is not None:  # said once here, not once by each GPU's process
+            raise NoGpu(why)
         return nightly.run_on_gpus(argv, gpus, run_id, REPO / "tune.py")
     session = TuningSession(options, spaces, console)
     try:
@@ -323,8 +326,9 @@ def build_export_parser() -> argparse.ArgumentParser:
         description="Turn results/<gpu>/best.yaml into results/<gpu>/best_configs.h: one alias per layer of exactly "
                     "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name. "
                     "sm90_dsl layers' CuTe DSL kernels are built again into results/<gpu>/dsl/libtuned_dsl.a.")
-    parser.add_argument("--gpu", action="append", help="GPU slug under results/ (repeatable; default: every GPU "
-                                                        "folder that has a best.yaml)")
+    parser.add_argument("--gpu", action="append", help="GPU slug under results/, or a GPU's name from tuner/gpus.py "
+                                                        "(h100: results/nvidia-h100-80gb-hbm3/); repeatable; default: "
+                                                        "every GPU folder that has a best.yaml. No GPU need be present")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
     parser.add_argument("--cache-dir", type=Path, help="compile cache that sm90_dsl layers' kernels are built "
                                                        "through (default as for tuning)")
@@ -334,7 +338,7 @@ def build_export_parser() -> argparse.ArgumentParser:
 
 def export_command(argv: list[str], console: Console) -> int:
     args = build_export_parser().parse_args(argv)
-    slugs = args.gpu or gpu_slugs(args.results_dir)
+    slugs = [results_slug(args.results_dir, name) for name in args.gpu] if args.gpu else gpu_slugs(args.results_dir)
     if not slugs:
         raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
     network = imported_network(args)
@@ -405,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:], console)
         return tune(build_parser().parse_args(argv), argv, console)
-    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError) as error:
+    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError, NoGpu) as error:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)

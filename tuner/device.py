@@ -1,6 +1,7 @@
 """Facts about the GPU at hand that the search space and the diagnosis depend on."""
 from __future__ import annotations
 
+import ctypes
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -76,6 +77,31 @@ def query_device(ordinal: int = 0) -> DeviceFacts:
         driver_version=_cuda_version_text(runtime.driverGetVersion()),
         runtime_version=_cuda_version_text(runtime.runtimeGetVersion()),
     )
+
+
+# cuInit's answer where the host has the driver library but no device it may use (none installed, or none
+# visible through CUDA_VISIBLE_DEVICES).
+CUDA_ERROR_NO_DEVICE = 100
+NO_DEVICE = "the NVIDIA driver sees no GPU: none is installed, or CUDA_VISIBLE_DEVICES hides them"
+
+
+def missing_gpu() -> str | None:
+    """Why this host cannot run a CUDA kernel at all (no driver, no device), or None where it has one. Asks the
+    driver itself, not CuPy: without a driver CuPy's runtime reports cudaErrorInsufficientDriver, which reads as
+    "update the driver"."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no NVIDIA driver: libcuda.so.1 not found"
+    status = driver.cuInit(0)
+    if status == CUDA_ERROR_NO_DEVICE:
+        return NO_DEVICE
+    if status != 0:
+        return None  # a driver and a device that fail otherwise: CuPy's error says how, with its name
+    count = ctypes.c_int(0)
+    if driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value == 0:
+        return NO_DEVICE
+    return None
 
 
 def device_from_dict(values: dict) -> DeviceFacts:

@@ -9,14 +9,14 @@ import threading
 from dataclasses import dataclass
 from queue import Empty, Queue
 
-from tuner.device import volume
+from tuner.device import DeviceFacts, device_from_dict, volume
 from tuner.families.base import LaunchArgs
 from tuner.measure import Measurement
 from tuner.messages import EvaluateRequest
 from tuner.problem import ConvProblem
 from tuner.run import KernelAttributes, KernelBinary
 from tuner.status import Status
-from tuner.worker import CONTEXT_LOST, RESPONSE_PREFIX, worker_env
+from tuner.worker import CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX, worker_env
 
 DEFAULT_TIMEOUT_S = 120.0
 STDERR_TAIL_LINES = 5
@@ -155,12 +155,36 @@ class GpuEvaluator:
         self.worker.close()
 
 
+# What works on a host without a GPU; README.md's "Without a GPU" shows a command of each (tests/test_without_gpu.py).
+OFFLINE_FEATURES = ("diagnose, predict, export, report, bench --replay-only / --summary / --compile-only --gpu NAME, "
+                    "--list-layers, the --onnx / --torchvision imports, results pack / unpack")
+NEEDS_GPU = f"this command needs an NVIDIA GPU and a driver; without one you can: {OFFLINE_FEATURES}"
+
+
 class GpuUnavailable(RuntimeError):
     """No usable CUDA GPU (or no CuPy) in the worker process."""
 
 
+class NoGpu(GpuUnavailable):
+    """The host has no NVIDIA driver or no device: a usage matter, not a broken environment."""
+
+    def __init__(self, why: str):
+        super().__init__(f"{NEEDS_GPU}. Here: {why}")
+
+
 def query_device_facts(worker: WorkerProcess) -> dict:
     response = worker.request({"op": "device"})
+    if response.get(NO_GPU):
+        raise NoGpu(str(response.get("reason")))
     if "status" in response:
         raise GpuUnavailable(f"no usable CUDA GPU: {response.get('reason')}")
     return response
+
+
+def local_device() -> DeviceFacts:
+    """This host's GPU, asked of a worker that ends right after: the caller never opens a CUDA context."""
+    worker = WorkerProcess(timeout_s=DEFAULT_TIMEOUT_S)
+    try:
+        return device_from_dict(query_device_facts(worker))
+    finally:
+        worker.close()

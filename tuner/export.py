@@ -118,6 +118,19 @@ def recorded_device(device: dict, major: int, minor: int) -> DeviceFacts:
                        arch.max_blocks_per_sm)
 
 
+def best_device(document: dict) -> DeviceFacts:
+    """The facts of the GPU a best.yaml document was tuned on (recorded_device)."""
+    device = document.get("device")
+    if not isinstance(device, dict):
+        raise ResultsError("best.yaml: device must be a mapping")
+    try:
+        major, minor = (int(part) for part in str(device["compute_capability"]).split("."))
+    except (KeyError, ValueError):
+        raise ResultsError(f"best.yaml: device compute_capability {brief(device.get('compute_capability'))} "
+                           "is not MAJOR.MINOR") from None
+    return recorded_device(device, major, minor)
+
+
 def checked_config(name: str, entry: BestEntry, facts: DeviceFacts) -> KernelConfig:
     """The entry's kernel, checked as the study checked it before measuring: no knob the family does not
     have, the kernel name the parameters make, and none of the family's static problems on this GPU
@@ -154,12 +167,8 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         raise ResultsError("best.yaml has no device or no layers: tune a layer first")
     if not isinstance(device, dict) or not isinstance(toolchain, dict):
         raise ResultsError("best.yaml: device and toolchain must be mappings")
-    try:
-        major, minor = (int(part) for part in str(device["compute_capability"]).split("."))
-    except (KeyError, ValueError):
-        raise ResultsError(f"best.yaml: device compute_capability {brief(device.get('compute_capability'))} "
-                           "is not MAJOR.MINOR") from None
-    facts = recorded_device(device, major, minor)
+    facts = best_device(document)
+    major, minor = facts.cc_major, facts.cc_minor
     aliases, rows, for_each, families, configs, problems = [], [], [], {}, {}, []
     dsl_layers = 0
     alias_of = layer_aliases(sorted(map(str, layers)))

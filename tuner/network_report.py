@@ -22,7 +22,8 @@ from tuner.epilogue import Epilogue
 from tuner.network import ImportedLayer, Network
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import ConvProblem
-from tuner.results import BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir
+from tuner.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
+                           results_slug)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -195,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "PyTorch eager and torch.compile (with the epilogues the network applies): per layer and "
                     "total, count x µs from results/<gpu>/bench.yaml's one run. Needs no GPU.")
     add_network_arguments(parser)
-    parser.add_argument("--gpu", help="GPU slug under results/ (default: the only one with a best.yaml)")
+    parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/gpus.py (h100); "
+                                      "default: the only one with a best.yaml")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
     parser.add_argument("--png", type=Path, help="where to draw the bar chart (default "
                                                   "results/<gpu>/plots/report_<network>_b<batch>.png)")
@@ -209,7 +211,7 @@ def main(argv: list[str], console: Console) -> int:
     network = imported_network(args)
     if network is None:
         raise UsageError("report needs a network: --onnx MODEL or --torchvision NAME, with --batch N")
-    slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir)
+    slugs = [results_slug(args.results_dir, args.gpu)] if args.gpu else gpu_slugs(args.results_dir)
     if len(slugs) != 1:
         raise UsageError(f"report: pass --gpu (one of: {', '.join(slugs) or 'none tuned yet'})")
     folder = recorded_gpu_dir(args.results_dir, slugs[0])

@@ -13,7 +13,7 @@ from rich.markup import escape
 from tuner.costmodel import measured_ceilings
 from tuner.families import registry
 from tuner.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, check_storage_url, gpu_slugs,
-                           layer_file_stem, read_best, readable_journal, recorded_gpu_dir)
+                           layer_file_stem, read_best, readable_journal, recorded_gpu_dir, results_slug)
 
 REPO = Path(__file__).resolve().parents[1]
 MIN_TRIALS_FOR_IMPORTANCE = 10
@@ -128,7 +128,8 @@ def summary_plot(best: dict[str, BestEntry], ceilings, path: Path, gpu_name: str
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tune.py plots", description=__doc__.split("\n")[0])
-    parser.add_argument("--gpu", help="GPU slug under results/ (default: the only one with a best.yaml)")
+    parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/gpus.py (h100); "
+                                      "default: the only one with a best.yaml")
     parser.add_argument("--layers", help="comma-separated layers to draw (default: every layer in best.yaml)")
     parser.add_argument("--storage", help="Optuna storage URL (default: the journal in results/<gpu>/)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results")
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], console) -> int:
     args = build_parser().parse_args(argv)
-    slugs = [args.gpu] if args.gpu else gpu_slugs(args.results_dir)
+    slugs = [results_slug(args.results_dir, args.gpu)] if args.gpu else gpu_slugs(args.results_dir)
     if len(slugs) != 1:
         raise ResultsError(f"say which GPU with --gpu (found {slugs or 'no results/<gpu>/best.yaml'})")
     folder = recorded_gpu_dir(args.results_dir, slugs[0])

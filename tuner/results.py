@@ -18,6 +18,8 @@ from typing import IO, Iterator
 import yaml
 from optuna.storages.journal import JournalFileBackend
 
+from tuner import gpus
+from tuner.device import slugify
 from tuner.problem import ConvProblem, ProblemError, layer_name_problem, problem_from_dict
 from tuner.yamlfile import YamlFileError, brief, read_yaml
 
@@ -67,6 +69,17 @@ def gpu_dir(results_root: Path, slug: str) -> Path:
         raise ResultsError(f"GPU {slug!r} is not a results folder name (lowercase letters, digits, '.', '_', '-', "
                            f"as results/ names them: {', '.join(gpu_slugs(results_root)) or 'none yet'})")
     return results_root / slug
+
+
+def results_slug(results_root: Path, name: str, holding: str = BEST_FILE) -> str:
+    """--gpu NAME as results/ names the GPU: a folder's own name where it holds `holding`, else a GPU of the
+    table's (h100 -> nvidia-h100-80gb-hbm3, the slug of its device name); else NAME as given."""
+    if SLUG.fullmatch(name) and (results_root / name / holding).is_file():
+        return name
+    try:
+        return slugify(gpus.lookup(name).name)
+    except gpus.UnknownGpu:
+        return name
 
 
 def recorded_gpu_dir(results_root: Path, slug: str, holding: str = BEST_FILE) -> Path:

@@ -26,6 +26,8 @@ RESPONSE_PREFIX = "@@TUNER@@ "
 EXIT_CONTEXT_LOST = 3
 # Set in a response after which the worker exits: the parent waits for that exit.
 CONTEXT_LOST = "context_lost"
+# Set in the answer to a device request where the host has no driver or no device (tuner/evaluate.py).
+NO_GPU = "no_gpu"
 
 
 def worker_env(base: dict) -> dict:
@@ -180,6 +182,12 @@ def describe_device() -> dict:
 
 def handle(request: dict) -> tuple[dict, bool]:
     """The response, and whether the CUDA context is still usable afterwards."""
+    if request.get("op") == "device":  # every GPU command's first request: no GPU is said before no CuPy
+        from tuner.device import missing_gpu
+
+        why = missing_gpu()
+        if why is not None:
+            return {"status": Status.infra_error.value, "reason": why, NO_GPU: True}, False
     try:
         import cupy
     except ImportError:

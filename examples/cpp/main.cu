@@ -533,7 +533,7 @@ int main(int argc, char **argv) {
               device.name.c_str(), device.compute_capability / 10, device.compute_capability % 10,
               device.sm_count, device.l2_bytes / 1048576.0, tuned::kGpuName, tuned::kComputeCapability / 10,
               tuned::kComputeCapability % 10, tuned::kSmCount, tuned::kNvccVersion, tuned::kCutlassVersion);
-  if (!tuned::matches_device(device.compute_capability, device.sm_count)) {
+  if (!tuned::matches_device(device.compute_capability, device.sm_count, device.name.c_str())) {
     std::printf("WARNING: this table was tuned on %s (cc %d.%d, %d SMs), not on this GPU: the kernels run, "
                 "but the tuned times are not this GPU's and the choices may not be its best; "
                 "tune here and export its own header.\n",

@@ -258,9 +258,17 @@ inline const TunedLayer *find_node(const char *node) {
   return nullptr;
 }
 
-// True when the running GPU is the kind this table was tuned on.
-inline bool matches_device(int compute_capability, int sm_count) {
-  return compute_capability == kComputeCapability && sm_count == kSmCount;
+constexpr bool same_name(const char *a, const char *b) {
+  if (a == nullptr || b == nullptr) return false;
+  while (*a != '\0' && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+
+// True when the running GPU is the kind this table was tuned on: cudaDeviceProp's major * 10 + minor,
+// multiProcessorCount and name. The name tells apart GPUs of one compute capability and SM count (an H100
+// SXM and an H200 both have 9.0 and 132 SMs).
+constexpr bool matches_device(int compute_capability, int sm_count, const char *device_name) {
+  return compute_capability == kComputeCapability && sm_count == kSmCount && same_name(device_name, kGpuName);
 }
 
 // The problem array a runner takes (see TunerProblem): the layer's problem at the kernel's channels.
