@@ -390,3 +390,9 @@ def test_pingpong_with_a_residual_in_a_cluster_is_refused_until_its_race_is_foun
     for changes in ({"schedule": "pingpong"}, {"cluster": "1x2x1"}):
         assert static_problems(make_config(fused, params(**changes)), fused, H100) == []
     assert static_problems(make_config(GEMM, params(schedule="pingpong", cluster="1x2x1")), GEMM, H100) == []
+
+
+def test_a_tile_n_the_epilogue_cannot_store_whole_is_refused():
+    for n, refused in ((16, False), (32, False), (48, True), (80, True), (96, False), (192, False)):
+        reasons = static_problems(make_config(GEMM, params(tile=f"128x{n}x64")), GEMM, H100)
+        assert any("store steps" in r for r in reasons) == refused, (n, reasons)

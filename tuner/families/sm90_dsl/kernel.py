@@ -255,8 +255,9 @@ def geometry(spec: BuildSpec) -> Geometry:
     elif t.tile_m != 64 * consumers:
         raise SpecError(f"schedule {t.schedule!r} needs tile_m {64 * consumers} (64 per consumer warpgroup), "
                         f"got {t.tile_m}")
-    if t.tile_n not in (64, 128, 256) and not (t.tile_n % 16 == 0 and 16 <= t.tile_n <= 256):
-        raise SpecError(f"tile_n {t.tile_n} must be a multiple of 16 in 16..256")
+    if t.tile_n != 16 and not (t.tile_n % 32 == 0 and 32 <= t.tile_n <= 256):
+        # the epilogue stores 32-column subtiles: a 48-column tile would leave its last 16 columns unstored
+        raise SpecError(f"tile_n {t.tile_n} must be 16 or a multiple of 32 in 32..256")
     if t.tile_k not in (32, 64):
         raise SpecError(f"tile_k {t.tile_k} must be 32 or 64")
     if t.cluster_m not in (1, 2) or t.cluster_n not in (1, 2):

@@ -274,6 +274,9 @@ def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
                 "each consumer warpgroup 64 rows (one wgmma)")
     if n % 16 or not 16 <= n <= 256:
         return f"tile N={n} must be a multiple of 16 up to 256 (a wgmma's N; the TMA box is at most 256)"
+    if n > 16 and n % 32:
+        return (f"tile N={n}: above 16 it must be a multiple of 32, the epilogue's store steps (the last 16 columns "
+                "of a 48- or 80-column tile would not be stored)")
     if k not in (32, 64):
         return f"tile K={k} must be 32 or 64 (one 64- or 128-byte swizzled row of f16)"
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
