@@ -62,3 +62,18 @@ def test_family_study_keeps_one_familys_knobs_under_their_own_names():
     sub = plots.family_study(study, "sm90_conv")
     assert [t.params for t in sub.trials] == [{"tile": "128x128x64"}, {"tile": "64x64x64"}]
     assert [t.value for t in sub.trials] == [3.0, 4.0]
+
+
+def test_without_gpu_every_gpu_with_results_gets_its_summary(tmp_path, h100, conv_1):
+    from tuner.results import ResultsError
+
+    for slug, name in ((h100.slug, h100.name), ("nvidia-h200", "NVIDIA H200")):
+        update_best(gpu_dir(tmp_path, slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
+                                                        "params": {"tile": "64x64x32"}, "kernel": "k",
+                                                        "runtime_us": 4.0, "study": {"name": "x"}},
+                    {"device": {"name": name, "slug": slug}})
+    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    for slug in (h100.slug, "nvidia-h200"):
+        assert (gpu_dir(tmp_path, slug) / "plots" / "summary.png").is_file()
+    with pytest.raises(ResultsError, match="say which with --gpu"):
+        plots.main(["--results-dir", str(tmp_path), "--layers", "conv_1"], Console())

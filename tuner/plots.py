@@ -146,9 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str], console) -> int:
     args = build_parser().parse_args(argv)
     slugs = [results_slug(args.results_dir, args.gpu)] if args.gpu else gpu_slugs(args.results_dir)
-    if len(slugs) != 1:
-        raise ResultsError(f"say which GPU with --gpu (found {slugs or 'no results/<gpu>/best.yaml'})")
-    folder = recorded_gpu_dir(args.results_dir, slugs[0])
+    if not slugs:
+        raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
+    if len(slugs) > 1 and (args.layers or args.storage):
+        raise ResultsError(f"--layers and --storage name one GPU's layers: say which with --gpu (found {slugs})")
+    for slug in slugs:  # without --gpu, every GPU with results
+        draw_gpu(recorded_gpu_dir(args.results_dir, slug), args, console)
+    return 0
+
+
+def draw_gpu(folder: Path, args: argparse.Namespace, console) -> None:
+    """One GPU's per-layer plots (where its studies are in the storage) and its summary."""
     best = best_entries(folder)
     wanted = args.layers.split(",") if args.layers else sorted(best)
     for layer in wanted:
@@ -180,4 +188,3 @@ def main(argv: list[str], console) -> int:
     gpu_name = (read_best(folder).get("device") or {}).get("name", "unknown GPU")
     summary = summary_plot(best, measured_ceilings(folder), folder / "plots" / "summary.png", gpu_name)
     console.print(f"wrote {escape(str(summary))}")
-    return 0
