@@ -28,6 +28,7 @@ from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.tables import add_output_arguments
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
 from tuner.yamlfile import brief
@@ -53,15 +54,6 @@ COMMAND_SUMMARIES = {
     "predict": "rank a layer's space for a GPU that need not be present, and show a configuration's waste",
     "results": "pack or unpack results/<gpu>/'s untracked studies, history, logs and plots to move them between hosts",
 }
-
-
-def add_output_arguments(parser: argparse.ArgumentParser, csv: bool = True) -> None:
-    form = parser.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
-                                                          "tables (messages go to stderr)")
-    if csv:
-        form.add_argument("--csv", action="store_true", help="print the table as CSV on stdout (messages go to "
-                                                             "stderr)")
 
 
 def build_parser() -> argparse.ArgumentParser:

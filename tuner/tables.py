@@ -6,6 +6,7 @@ full width (their headers wrap at spaces) and names fold; where even that does n
 split over several tables, each led by the first (naming) column. No figure is ever cut short."""
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import io
@@ -50,10 +51,18 @@ def _min_width(console: Console, column, header: str) -> int:
     return max(Measurement.get(console, _unbounded(console), cell).minimum for cell in cells)
 
 
+def _floor(console: Console, column) -> int:
+    """The narrowest a folded column goes: NAME_MIN_WIDTH, or less where all it holds is narrower, and
+    never under its header's longest word (a header wraps, it is not cut)."""
+    header = str(column.header)
+    return max(min(NAME_MIN_WIDTH, _max_width(console, column, header)),
+               max((len(word) for word in header.split()), default=0))
+
+
 def _fixed_width(console: Console, table: Table, numbers: Collection[str]) -> int:
     """The width the table needs with its figures whole and each other column NAME_MIN_WIDTH wide."""
     widths = [_min_width(console, c, str(c.header)) if str(c.header) in numbers
-              else min(NAME_MIN_WIDTH, _max_width(console, c, str(c.header))) for c in table.columns]
+              else _floor(console, c) for c in table.columns]
     return sum(widths) + 2 * len(widths) + 1  # a space of padding and a rule per column, collapsed
 
 
@@ -68,7 +77,7 @@ def _compact(console: Console, table: Table, numbers: Collection[str]) -> Table:
     columns = table.columns
     fixed = {i: _min_width(console, c, str(c.header)) for i, c in enumerate(columns) if str(c.header) in numbers}
     natural = {i: _max_width(console, c, str(c.header)) for i, c in enumerate(columns) if i not in fixed}
-    floor = {i: min(NAME_MIN_WIDTH, width) for i, width in natural.items()}
+    floor = {i: _floor(console, columns[i]) for i in natural}
     spare = max(0, console.width - _fixed_width(console, table, numbers))
     wanted = sum(natural[i] - floor[i] for i in natural) or 1
     for index, column in enumerate(columns):
@@ -111,6 +120,15 @@ def print_table(console: Console, table: Table, numbers: Collection[str]) -> Non
     tables = [table] if _fixed_width(console, table, numbers) <= console.width else _split(console, table, numbers)
     for part in tables:
         console.print(_compact(console, part, numbers))
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, csv: bool = True) -> None:
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
+                                                          "tables (messages go to stderr)")
+    if csv:
+        form.add_argument("--csv", action="store_true", help="print the table as CSV on stdout (messages go to "
+                                                             "stderr)")
 
 
 def geometric_mean(values: Sequence[float]) -> float:
