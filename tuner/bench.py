@@ -45,6 +45,7 @@ from tuner.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_wri
 from tuner.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.status import Status
+from tuner.tables import geometric_mean
 from tuner.study import StudyRunner, open_study, ranked, recorded_trials
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +58,6 @@ STEPS = ("landscape", "cudnn", "search", "tuned")
 DEFAULT_STEPS = ("landscape", "cudnn", "search")
 ABOVE = 1.25  # the issue's bar for a single layer against cuDNN
 LANDSCAPE_DIR = "landscape"
-TABLE_WIDTH = 250
 
 
 @dataclass(frozen=True)
@@ -217,10 +217,6 @@ def replay_layers(layers: list[Layer], landscapes: dict[str, dict[str, dict[str,
     return searches
 
 
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
-
-
 def _us(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
 
@@ -242,6 +238,7 @@ def bench_table(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, R
     for column in columns:
         table.add_column(column, justify="left" if column == "layer" else "right", no_wrap=column == "layer")
     product = measured.get("product_search") or {}
+    rows = []
     for layer in layers:
         per_family = {family: exhaustive_best(record) for family, record in landscapes[layer.name].items()}
         best = min(per_family.values(), default=math.inf)
@@ -264,6 +261,15 @@ def bench_table(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, R
                 f"{100 * layer.problem.bytes_moved / (fastest * 1e-6) / (ceilings.copy_gbps * 1e9):.1f}"
                 if math.isfinite(fastest) else "-"]
         table.add_row(*row)
+        rows.append(row)
+    ratio_columns = {index for index, column in enumerate(columns) if "/" in column or column.startswith("TPE")}
+    means = []
+    for index in range(1, len(columns)):
+        values = [float(row[index].split()[0]) for row in rows if index in ratio_columns
+                  and re.match(r"[0-9.]+", row[index])]
+        means.append(f"{geometric_mean(values):.3f}" if values else "")
+    table.add_section()
+    table.add_row(f"total: {len(layers)} layers (geomean)", *means)
     return table
 
 
@@ -434,10 +440,16 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         save()
 
 
-def fused_table(measured: dict) -> Table | None:
-    """The one run's layers with an epilogue: the tuned fused kernel against the layer as PyTorch runs
-    it (eager, torch.compile) and against the same kernel built without the epilogue."""
-    rows = {name: row for name, row in (measured.get("one_run") or {}).items() if row.get("epilogue")}
+FUSED_NUMBERS = ("tuned", "PyTorch eager", "torch.compile", "bare kernel", "tuned/eager", "tuned/compile",
+                 "tuned/bare")
+
+
+def fused_table(measured: dict, only: set[str] | None = None) -> Table | None:
+    """The one run's layers with an epilogue (of those `only` names, where given): the tuned fused kernel
+    against the layer as PyTorch runs it (eager, torch.compile) and against the same kernel built without
+    the epilogue."""
+    rows = {name: row for name, row in (measured.get("one_run") or {}).items()
+            if row.get("epilogue") and (only is None or name in only)}
     if not rows:
         return None
     table = Table(title="fused layers, one run (µs, graph replay, inputs rotated past L2)")
@@ -451,6 +463,13 @@ def fused_table(measured: dict) -> Table | None:
         table.add_row(escape(name), row["epilogue"], row.get("family", "-"), _us(row.get("tuned_us")), _us(row.get("eager_us")),
                       _us(row.get("compiled_us")), _us(row.get("bare_kernel_us")), ratio(row, "eager_us"),
                       ratio(row, "compiled_us"), ratio(row, "bare_kernel_us"))
+
+    def mean(baseline: str) -> str:
+        ratios = [row["tuned_us"] / row[baseline] for row in rows.values() if row.get("tuned_us") and row.get(baseline)]
+        return f"{geometric_mean(ratios):.3f}" if ratios else "-"
+    table.add_section()
+    table.add_row(f"total: {len(rows)} layers", "", "", "", "", "", "geomean", mean("eager_us"), mean("compiled_us"),
+                  mean("bare_kernel_us"))
     return table
 
 
@@ -618,6 +637,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path,
                         help="compile cache of the landscape step (default: the tuner's; the 'search' step "
                              "always compiles into an empty one, to time a cold start)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
+                                                            "tables: each layer's figures, the summary lines and "
+                                                            "the one run's rows (messages go to stderr)")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs; with --replay-only, layers replayed at once "
                                                  "(default: the cores)")
     return parser
@@ -704,13 +726,18 @@ def main(argv: list[str], console: Console) -> int:
     if not args.replay_only:
         product = tuple(load_space(default_space_file(family)) for family in spaces)
         device, measured = measure_on_gpu(layers, spaces, product, args, console)
-        if "tuned" in args.steps:
+        if "tuned" in args.steps and not args.json:
             print_one_run(measured, console)
             chosen = {layer.name for layer in layers}
             if set(measured.get("one_run") or {}) - chosen:  # earlier runs' layers too: these alone as well
                 for line in one_run_summary(measured, chosen):
                     console.print(line)
     if args.measure_only:
+        if args.json:
+            from tuner.tables import json_document
+
+            print(json_document({"device": device.name, "one_run": one_run_rows(measured),
+                                 "one_run_summary": one_run_summary(measured)}))
         return 0
     ceilings = bench_ceilings(measured)
     console.print(f"{device.name}: measured ceilings {ceilings.matmul_tflops:.0f} TFLOP/s f16 matmul, "
@@ -721,16 +748,49 @@ def main(argv: list[str], console: Console) -> int:
                              ceilings, args.budgets, tuple(range(args.seeds)), args.jobs or os.cpu_count() or 1,
                              console)
     tuned = tuned_times(folder)
-    # Twenty columns: wider than a terminal's default, and a log's 160 would cut every figure short.
-    wide = Console(width=max(console.width, TABLE_WIDTH), file=console.file, force_terminal=console.is_terminal)
-    wide.print(bench_table(layers, landscapes, searches, measured, ceilings, tuned))
-    for line in search_summary(searches) + ratio_summary(layers, landscapes, measured, tuned):
+    chosen = {layer.name for layer in layers} if args.layers else None
+    summary = search_summary(searches) + ratio_summary(layers, landscapes, measured, tuned)
+    product_line = product_summary(layers, landscapes, measured)
+    if args.json:
+        from tuner.tables import json_document
+
+        print(json_document({"device": device.name, "ceilings": measured.get("ceilings"),
+                             "layers": bench_rows(layers, landscapes, searches, measured, tuned),
+                             "summary": summary + ([product_line] if product_line else []),
+                             "one_run": one_run_rows(measured, chosen),
+                             "one_run_summary": one_run_summary(measured, chosen)}))
+        return 0
+    from tuner.tables import print_table
+
+    table = bench_table(layers, landscapes, searches, measured, ceilings, tuned)
+    print_table(console, table, [str(column.header) for column in table.columns[1:]])
+    for line in summary:
         console.print(line)
-    print_one_run(measured, console)
-    line = product_summary(layers, landscapes, measured)
-    if line:
-        console.print(line)
+    print_one_run(measured, console, chosen)
+    if product_line:
+        console.print(product_line)
     return 0
+
+
+def bench_rows(layers: list[Layer], landscapes: dict[str, dict[str, dict[str, Recorded]]],
+               searches: dict[str, list[SearchResult]], measured: dict, tuned: dict[str, float]) -> list[dict]:
+    """What the bench table shows of each layer, as `bench --json` gives it (µs; ratios to the landscapes' best)."""
+    rows = []
+    for layer in layers:
+        per_family = {family: exhaustive_best(record) for family, record in landscapes[layer.name].items()}
+        rows.append({"layer": layer.name, "landscape_best_us": per_family,
+                     "best_us": min(per_family.values(), default=math.inf),
+                     "replayed_search": [{"budget": r.budget, "with_prior": r.with_prior, "ratios": list(r.ratios),
+                                          "kernels": list(r.kernels), "median_ratio": r.median_ratio}
+                                         for r in searches.get(layer.name, [])],
+                     "gpu_tuner": (measured.get("product_search") or {}).get(layer.name),
+                     "tuned_us": tuned.get(layer.name), "cudnn_us": (measured.get("cudnn") or {}).get(layer.name),
+                     "cublas_us": (measured.get("cublas") or {}).get(layer.name)})
+    return rows
+
+
+def one_run_rows(measured: dict, only: set[str] | None = None) -> dict[str, dict]:
+    return {name: row for name, row in (measured.get("one_run") or {}).items() if only is None or name in only}
 
 
 def write_summary(args, console: Console) -> int:
@@ -750,11 +810,13 @@ def write_summary(args, console: Console) -> int:
     return 0
 
 
-def print_one_run(measured: dict, console: Console) -> None:
-    table = fused_table(measured)
+def print_one_run(measured: dict, console: Console, only: set[str] | None = None) -> None:
+    from tuner.tables import print_table
+
+    table = fused_table(measured, only)
     if table is not None:
-        console.print(table)
-    for line in one_run_summary(measured):
+        print_table(console, table, FUSED_NUMBERS)
+    for line in one_run_summary(measured, only):
         console.print(line)
 
 

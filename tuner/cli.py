@@ -28,6 +28,7 @@ from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.tables import add_output_arguments
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
 from tuner.yamlfile import brief
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
     add_network_arguments(parser)
+    add_output_arguments(parser)
     parser.add_argument("--write-layers", type=Path, help="with --onnx/--torchvision: write the imported "
                                                           "convolutions as a layers.yaml (for --layers-file) and exit")
     parser.add_argument("--epilogue", help="with --shape: what the layer does after the conv, parts joined by '+': "
@@ -215,8 +217,11 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         raise UsageError("--batch and --write-layers go with --onnx MODEL or --torchvision NAME")
     else:
         layers = load_layers(args.layers_file)
+    if args.json or args.csv:
+        if not args.list_layers:
+            raise UsageError("--json and --csv go with --list-layers (and the report and bench commands)")
     if args.list_layers:
-        print_layers(console, layers, network)
+        print_layers(console, layers, network, "json" if args.json else "csv" if args.csv else "table")
         return 0
     if network is not None and network.unsupported:
         for item in network.unsupported:
@@ -252,30 +257,73 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
     return 0
 
 
-def print_layers(console: Console, layers: dict[str, Layer], network: Network | None = None) -> None:
-    """The layer table; for an imported network, with each layer's count and nodes, then the
-    convolutions not tuned and the operators left unfused."""
-    from rich.table import Table
+LAYER_NUMBERS = ("N", "H", "W", "C", "K", "GFLOP", "count")
 
+
+def layer_rows(layers: dict[str, Layer], network: Network | None = None) -> list[dict]:
+    """One record per layer of the table, as --list-layers --json/--csv gives it."""
+    imported = {layer.name: layer for layer in network.layers} if network else {}
+    rows = []
+    for name, layer in layers.items():
+        p = layer.problem
+        row = {"name": name, "n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "pad": p.pad,
+               "stride": p.stride, "dilation": p.dilation, "types": p.dtype_key, "epilogue": p.epilogue.key,
+               "gflop": round(p.flops / 1e9, 6),
+               "families": [family for family, reason in registry.problem_reasons(p).items() if reason is None]}
+        if name in imported:
+            row["count"], row["nodes"] = len(imported[name].nodes), list(imported[name].nodes)
+        rows.append(row)
+    return rows
+
+
+def layer_totals(rows: list[dict]) -> dict:
+    counts = [row.get("count", 1) for row in rows]
+    return {"layers": len(rows), "convolutions": sum(counts),
+            "gflop": round(sum(row["gflop"] for row in rows), 6),
+            "gflop_as_run": round(sum(c * row["gflop"] for c, row in zip(counts, rows)), 6)}
+
+
+def print_layers(console: Console, layers: dict[str, Layer], network: Network | None = None,
+                 form: str = "table") -> None:
+    """The layer table; for an imported network, with each layer's count and nodes, then the
+    convolutions not tuned and the operators left unfused. `form` json or csv: that document on stdout."""
+    from rich.table import Table
+    from tuner import tables
+
+    rows = layer_rows(layers, network)
+    total = layer_totals(rows)
+    if form == "json":
+        print(tables.json_document({"layers": rows, "totals": total,
+                                    "not_tuned": [dataclasses.asdict(item) for item in network.unsupported]
+                                    if network else [],
+                                    "not_fused": list(network.not_fused) if network else []}))
+        return
+    if form == "csv":
+        print(tables.csv_document(rows), end="")
+        return
     table = Table(title="layers" if network is None else "the network's convolutions")
     for column in ("name", "N", "H", "W", "C", "K", "filter", "types", "epilogue", "GFLOP"):
-        table.add_column(column, no_wrap=True)
+        table.add_column(column, no_wrap=column != "name", overflow="fold")
     table.add_column("families", overflow="fold")  # wraps on a narrow terminal rather than losing names
-    imported = {layer.name: layer for layer in network.layers} if network else {}
     if network is not None:
         table.add_column("count", justify="right")
         table.add_column("nodes", overflow="fold")
-    for name, layer in layers.items():
-        p = layer.problem
-        families = [family for family, reason in registry.problem_reasons(p).items() if reason is None]
-        dilation = f" d{p.dilation}" if p.dilation != 1 else ""
-        row = [escape(name), str(p.n), str(p.h), str(p.w), str(p.c), str(p.k), f"{p.r}x{p.s} p{p.pad} s{p.stride}{dilation}",
-               p.dtype_key, p.epilogue.key, f"{p.flops / 1e9:.3f}", ",".join(families) or "none"]
-        if name in imported:
-            nodes = imported[name].nodes
-            row += [str(len(nodes)), ", ".join(map(escape, nodes[:4])) + (" ..." if len(nodes) > 4 else "")]
-        table.add_row(*row)
-    console.print(table)
+    for row in rows:
+        dilation = f" d{row['dilation']}" if row["dilation"] != 1 else ""
+        cells = [escape(row["name"]), *(str(row[key]) for key in "nhwck"),
+                 f"{row['r']}x{row['s']} p{row['pad']} s{row['stride']}{dilation}", row["types"], row["epilogue"],
+                 f"{row['gflop']:.3f}", ",".join(row["families"]) or "none"]
+        if network is not None:
+            nodes = row.get("nodes", [])
+            cells += [str(row.get("count", "")), ", ".join(map(escape, nodes[:4])) + (" ..." if len(nodes) > 4 else "")]
+        table.add_row(*cells)
+    table.add_section()
+    gflop = f"{total['gflop']:.3f}" if network is None else f"{total['gflop_as_run']:.3f}"
+    totals = [f"total: {total['layers']} layers", "", "", "", "", "", "", "", "", gflop, ""]
+    if network is not None:
+        totals += [str(total["convolutions"]), "GFLOP: count x GFLOP"]
+    table.add_row(*totals)
+    tables.print_table(console, table, LAYER_NUMBERS)
     for item in network.unsupported if network else ():
         console.print(f"not tuned: {escape(item.node)}: {escape(item.reason)}")
     for item in network.not_fused if network else ():
@@ -403,8 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
-    # rich wraps at 80 columns when not on a terminal; logs of a study want whole rows.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    from tuner.tables import output_console
+
+    # A JSON or CSV document owns stdout; what the command says besides goes to stderr.
+    console = output_console(stderr=bool({"--json", "--csv"} & set(argv)))
     try:
         if argv[:1] and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:], console)

@@ -10,6 +10,7 @@ sums of that comparison, never counted as zero."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -126,6 +127,30 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+REPORT_NUMBERS = ("count", "tuned conv", "cuDNN", "ratio", "tuned as run", "PyTorch eager", "torch.compile")
+
+
+def report_rows(reports: list[LayerReport]) -> list[dict]:
+    """One record per imported layer, as `report --json/--csv` gives it (µs; None where not timed)."""
+    rows = []
+    for report in reports:
+        alone, run = report.conv_alone, report.as_run
+        rows.append({"node": report.layer.nodes[0], "nodes": list(report.layer.nodes), "count": report.layer.count,
+                     "epilogue": report.layer.problem.epilogue.key,
+                     "best_yaml_layer": (run or alone).entry if (run or alone) else None,
+                     "tuned_conv_us": alone and alone.tuned_us, "cudnn_us": alone and alone.baseline_us,
+                     "tuned_as_run_us": run and run.tuned_us, "eager_us": run and run.baseline_us,
+                     "compiled_us": report.compiled_us, "not_counted": report.missing or None})
+    return rows
+
+
+def report_totals(reports: list[LayerReport]) -> dict:
+    alone, run = totals(reports, lambda r: r.conv_alone), totals(reports, lambda r: r.as_run)
+    return {"convolutions": sum(r.layer.count for r in reports), "layers": len(reports),
+            "conv_alone": dataclasses.asdict(alone) | {"ratio": alone.ratio},
+            "as_run": dataclasses.asdict(run) | {"ratio": run.ratio}}
+
+
 def report_table(reports: list[LayerReport], title: str) -> Table:
     table = Table(title=title)
     for column in ("node", "count", "epilogue", "best.yaml layer", "tuned conv", "cuDNN", "ratio",
@@ -140,6 +165,12 @@ def report_table(reports: list[LayerReport], title: str) -> Table:
                       _us(run and run.tuned_us), _us(run and run.baseline_us),
                       f"{run.tuned_us / run.baseline_us:.2f}" if run else "-", _us(report.compiled_us),
                       report.missing or "")
+    alone, run = totals(reports, lambda r: r.conv_alone), totals(reports, lambda r: r.as_run)
+    table.add_section()
+    table.add_row(f"total: {len(reports)} layers", str(sum(r.layer.count for r in reports)), "", "count x µs",
+                  f"{alone.tuned_us:.1f}", f"{alone.baseline_us:.1f}", f"{alone.ratio:.3f}" if alone.counted else "-",
+                  f"{run.tuned_us:.1f}", f"{run.baseline_us:.1f}", f"{run.ratio:.3f}" if run.counted else "-", "",
+                  f"{alone.of - alone.counted} alone, {run.of - run.counted} as run")
     return table
 
 
@@ -199,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/gpus.py (h100); "
                                       "default: the only one with a best.yaml")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
+    from tuner.tables import add_output_arguments
+
+    add_output_arguments(parser)
     parser.add_argument("--png", type=Path, help="where to draw the bar chart (default "
                                                   "results/<gpu>/plots/report_<network>_b<batch>.png)")
     return parser
@@ -218,7 +252,17 @@ def main(argv: list[str], console: Console) -> int:
     name = args.torchvision or args.onnx.stem
     title = f"{name}, batch {network.layers[0].problem.n if network.layers else args.batch}, on {slugs[0]}"
     reports = layer_reports(network, folder)
-    console.print(report_table(reports, title))
+    if args.json or args.csv:
+        from tuner.tables import csv_document, json_document
+
+        rows = report_rows(reports)
+        print(csv_document(rows) if args.csv else json_document(
+            {"title": title, "gpu": slugs[0], "layers": rows, "totals": report_totals(reports),
+             "not_tuned": [dataclasses.asdict(item) for item in network.unsupported]}), end="" if args.csv else "\n")
+        return 0
+    from tuner.tables import print_table
+
+    print_table(console, report_table(reports, title), REPORT_NUMBERS)
     for line in summary_lines(reports):
         console.print(line)
     for item in network.unsupported:

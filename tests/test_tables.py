@@ -1,0 +1,117 @@
+"""Tables at 100 columns keep every column and every figure whole; --json and --csv are one parseable
+document on stdout."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ONNX_MODEL = None
+
+
+def tune(*args: str, columns: int | None = 100) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("COLUMNS", None)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, str(REPO / "tune.py"), *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def long_named_model(tmp_path: Path) -> Path:
+    """A chain of convolutions named the way the torch exporter names them (long, slash-separated)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    nodes, weights, x = [], [], "x"
+    for index in range(12):
+        name = f"/layer{index // 3 + 1}/layer{index // 3 + 1}.{index % 3}/conv{index % 3 + 1}/Conv"
+        weights.append(numpy_helper.from_array(np.zeros((16, 16, 3, 3), np.float32), f"w{index}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{index}"], [f"y{index}"], name=name, pads=[1, 1, 1, 1]))
+        x = f"y{index}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], weights)
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def assert_fits(text: str, width: int, headers: list[str], figures: list[str]) -> None:
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text
+    flat = " ".join(text.split())
+    for header in headers:  # a header may wrap at its spaces, never vanish
+        assert all(word in flat for word in header.split()), header
+    cells = {cell.strip() for line in text.splitlines() for cell in re.split(r"[│┃]", line)}
+    for figure in figures:
+        assert figure in cells, figure
+
+
+def test_the_layer_table_at_100_columns_keeps_every_column_and_figure():
+    result = tune("--list-layers")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(tune("--list-layers", "--json").stdout)["layers"]
+    assert_fits(result.stdout, 100, ["name", "N", "H", "W", "C", "K", "filter", "types", "epilogue", "GFLOP",
+                                     "families"],
+                [f"{row['gflop']:.3f}" for row in rows] + [str(row["c"]) for row in rows])
+    assert "total:" in result.stdout and str(len(rows)) in result.stdout
+
+
+def test_an_onnx_listing_piped_stays_short_and_whole(tmp_path):
+    model = long_named_model(tmp_path)
+    result = tune("--onnx", str(model), "--batch", "8", "--list-layers", columns=None)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) < 80
+    narrow = tune("--onnx", str(model), "--batch", "8", "--list-layers")
+    assert_fits(narrow.stdout, 100, ["name", "GFLOP", "families", "count", "nodes"], ["12"])
+
+
+def test_list_layers_json_and_csv_are_documents_alone_on_stdout(tmp_path):
+    document = json.loads(tune("--list-layers", "--json").stdout)
+    assert document["totals"]["layers"] == len(document["layers"]) > 50
+    assert {"name", "n", "gflop", "families"} <= set(document["layers"][0])
+    rows = list(csv.DictReader(io.StringIO(tune("--list-layers", "--csv").stdout)))
+    assert [row["name"] for row in rows] == [row["name"] for row in document["layers"]]
+    imported = json.loads(tune("--onnx", str(long_named_model(tmp_path)), "--batch", "8", "--list-layers",
+                               "--json").stdout)
+    assert imported["totals"]["convolutions"] == 12
+
+
+def test_json_without_list_layers_is_a_one_line_error():
+    result = tune("--layer", "conv_1", "--json")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--list-layers" in result.stderr
+
+
+def test_report_json_csv_and_its_table_at_100_columns(tmp_path):
+    model = long_named_model(tmp_path)
+    common = ("report", "--onnx", str(model), "--batch", "32", "--gpu", "h100", "--png", str(tmp_path / "r.png"))
+    document = json.loads(tune(*common, "--json").stdout)
+    assert document["totals"]["convolutions"] == 12 and len(document["layers"]) >= 1
+    assert list(csv.DictReader(io.StringIO(tune(*common, "--csv").stdout)))[0]["count"]
+    table = tune(*common)
+    assert table.returncode == 0, table.stderr
+    assert_fits(table.stdout.split("convolutions alone")[0], 100,
+                ["node", "count", "tuned conv", "cuDNN", "PyTorch eager", "torch.compile"], ["12"])
+
+
+def test_bench_replay_json_and_only_the_chosen_layers(tmp_path):
+    args = ("bench", "--replay-only", "--layers", "conv_1", "--seeds", "1", "--budgets", "16")
+    result = tune(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [row["layer"] for row in document["layers"]] == ["conv_1"]
+    assert set(document["one_run"]) <= {"conv_1"}
+    text = tune(*args).stdout
+    assert "r50f_" not in text and "fused layers" not in text
+    assert_fits(text.split("replayed TPE")[0], 100, ["layer", "best µs", "TPE16", "cuDNN µs", "%peak", "%bw"],
+                [f"{document['layers'][0]['cudnn_us']:.2f}"])
