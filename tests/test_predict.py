@@ -1,5 +1,7 @@
 """`tune.py predict`: the ranking and the static diagnosis of a configuration on a GPU that is not here."""
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -8,7 +10,7 @@ import pytest
 from tuner.choices import UsageError
 from tuner.families import registry
 from tuner.gpus import device_facts, lookup
-from tuner.predict import ceilings, config_waste, fills, parse_config_text, predict, ranking
+from tuner.predict import ceilings, config_waste, fills, parse_config_text, predict, ranking, versus
 from tuner.space import joint_valid_configs, layer_space, load_space, default_space_file
 
 from conftest import REPO, config_for  # noqa: E402
@@ -96,7 +98,8 @@ def test_predict_command_on_the_reference_example():
     assert ("8 blocks on 28 SMs, 0.29 waves, 1 block per SM limited by shared memory" in out)
     assert "small_grid: 8 blocks on 28 SMs: 20 SMs idle (0.29 waves)" in out
     assert "instead: sm80 " in out and "(the top-ranked)" in out and "every SM busy" in out
-    assert "top 3 of" in out and "predicted µs" in out
+    assert "top 3 of" in out and "modelled" in out and "x faster" not in out
+    assert "x the time of this configuration's)" in out
 
 
 def test_predict_command_with_a_shape_and_an_impossible_config():
@@ -129,3 +132,102 @@ def test_bad_flags_are_one_line_exit_2(args, says):
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- a GPU with measurements: the committed H100 results, copied where the test may write ------------
+
+H100_RESULTS = REPO / "results" / "nvidia-h100-80gb-hbm3"
+MEASURED_LAYER = "r50_s4_1x1_512to256_b32"
+
+
+@pytest.fixture
+def h100_results(tmp_path):
+    import shutil
+
+    folder = tmp_path / "results" / H100_RESULTS.name
+    folder.mkdir(parents=True)
+    for name in ("best.yaml", "bench.yaml"):
+        shutil.copy(H100_RESULTS / name, folder / name)
+    for landscape in (H100_RESULTS / "landscape").glob(f"*/{MEASURED_LAYER}.csv"):
+        (folder / "landscape" / landscape.parent.name).mkdir(parents=True)
+        shutil.copy(landscape, folder / "landscape" / landscape.parent.name / landscape.name)
+    return folder
+
+
+def predict_json(*args: str) -> list[dict]:
+    result = run_predict(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_versus_words_a_ratio_exactly():
+    assert versus(1.39, 1.0) == "1.39x slower"
+    assert versus(0.72, 1.0) == "0.72x the time"
+    assert versus(1.001, 1.0) == "the same time"
+
+
+def test_measured_figures_lead_and_no_modelled_figure_contradicts_them(h100_results):
+    rows = predict_json("--gpu", "h100", "--layer", MEASURED_LAYER, "--top", "400",
+                        "--results-dir", str(h100_results.parent))
+    first = rows[0]
+    assert (first["source"], first["family"], first["measured_us"]) == ("measured", "sm90_dsl", 16.174)
+    assert first["where"] == "best.yaml (tuned)"
+    assert {row["source"] for row in rows} == {"measured", "modelled"}
+    for row in rows:
+        assert ("measured_us" in row) == (row["source"] == "measured") != ("predicted_us" in row)
+    kernel_rows = [row for row in rows if row["family"] != "library"]
+    fastest = {}
+    for rank, row in enumerate(kernel_rows):
+        if row["source"] == "measured":
+            fastest.setdefault(row["family"], rank)
+    layer_best = min(rank for rank in fastest.values())
+    for rank, row in enumerate(kernel_rows):
+        if row["source"] == "modelled":  # never above the layer's or its family's fastest measurement
+            assert rank > layer_best and rank > fastest.get(row["family"], -1), row
+    sm80 = [row for row in rows if row["family"] == "sm80"]
+    assert sm80 and sm80[0]["source"] == "measured" and sm80[0]["measured_us"] == pytest.approx(28.09, abs=0.01)
+    assert all(row["scale"] > 1.5 for row in sm80 if row["source"] == "modelled")  # the model's 14.87 was 2x off
+    libraries = {row["name"]: row["measured_us"] for row in rows if row["family"] == "library"}
+    assert set(libraries) >= {"cuDNN", "cuBLAS"}
+    names = [row["name"] for row in rows]
+    assert len(names) == len(set(names))
+    # one row per kernel the model tells apart: no two modelled rows differ only in the swizzle
+    without_swizzle = [(row["family"], re.sub(r" sw\d+", "", row["configuration"])) for row in rows
+                       if row["source"] == "modelled"]
+    assert len(without_swizzle) == len(set(without_swizzle))
+    assert any("swizzle" in row["collapsed_knobs"] and row["variants"] > 1 for row in rows)
+    assert all(" faster" not in row["versus_top"] for row in rows)
+
+
+def test_a_changed_measurement_changes_the_ranking(h100_results):
+    best = h100_results / "best.yaml"
+    best.write_text(best.read_text().replace("runtime_us: 16.174\n", "runtime_us: 99.0\n"))
+    rows = predict_json("--gpu", "h100", "--layer", MEASURED_LAYER, "--family", "sm90_dsl", "--top", "50",
+                        "--results-dir", str(h100_results.parent))
+    tuned = next(row for row in rows if row["where"] == "best.yaml (tuned)")
+    assert tuned["measured_us"] == 99.0 and rows[0]["family"] == "library" and tuned["rank"] > 1
+    # the family's one measurement now stands above every modelled figure of it, however fast they are modelled
+    modelled = [row for row in rows if row["source"] == "modelled"]
+    assert modelled and all(row["rank"] > tuned["rank"] for row in modelled)
+    assert all(row["below_measured_best"] == (row["predicted_us"] < 99.0) for row in modelled)
+    assert modelled[0]["scale"] == pytest.approx(99.0 / tuned["model_us"], rel=1e-3)
+
+
+def test_a_gpu_without_results_is_the_model_alone(tmp_path):
+    rows = predict_json("--gpu", "rtx3060", "--layer", "conv_1", "--top", "5", "--results-dir", str(tmp_path))
+    assert len(rows) == 5 and {row["source"] for row in rows} == {"modelled"}
+    assert all("predicted_us" in row and row["scale"] is None for row in rows)
+    times = [row["predicted_us"] for row in rows]
+    assert times == sorted(times)
+
+
+def test_the_table_says_what_is_measured(h100_results):
+    result = run_predict("--gpu", "h100", "--layer", MEASURED_LAYER, "--family", "sm80", "--top", "3",
+                         "--results-dir", str(h100_results.parent))
+    assert result.returncode == 0, result.stderr
+    assert "measured" in result.stdout and "landscape/sm80" in result.stdout and "x faster" not in result.stdout
+
+
+def test_json_with_config_is_refused():
+    result = run_predict("--gpu", "rtx3060", "--layer", "conv_1", "--config", REFERENCE, "--json")
+    assert result.returncode == 2 and "leave out --config" in result.stderr and "Traceback" not in result.stderr

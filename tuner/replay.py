@@ -44,7 +44,7 @@ def _number(text: str) -> float | None:
     return float(text) if text not in ("", "None") else None
 
 
-def _parsed_rows(path: Path, problem: ConvProblem, family: str) -> list[tuple[KernelConfig, Recorded]]:
+def recorded_rows(path: Path, problem: ConvProblem, family: str) -> list[tuple[KernelConfig, Recorded]]:
     """Each data row of a record (lines starting with # are comments) as its configuration and outcome;
     a damaged row (a truncated file, an edit) is refused with its line number."""
     knobs = registry.get(family).knobs
@@ -72,12 +72,12 @@ def _parsed_rows(path: Path, problem: ConvProblem, family: str) -> list[tuple[Ke
 
 def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Recorded]:
     """Configuration name -> what was recorded for one family's candidates."""
-    return {config.name: recorded for config, recorded in _parsed_rows(path, problem, family)}
+    return {config.name: recorded for config, recorded in recorded_rows(path, problem, family)}
 
 
 def fastest_recorded(path: Path, problem: ConvProblem, family: str, count: int) -> list[KernelConfig]:
     """The `count` fastest valid configurations of a recorded landscape, fastest first."""
-    valid = [(recorded.median_us, config) for config, recorded in _parsed_rows(path, problem, family)
+    valid = [(recorded.median_us, config) for config, recorded in recorded_rows(path, problem, family)
              if recorded.status is Status.ok and recorded.median_us is not None]
     return [config for _, config in sorted(valid, key=lambda pair: pair[0])[:count]]
 
