@@ -11,6 +11,7 @@ import json
 import math
 import re
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -483,8 +484,9 @@ def main(argv: list[str], console: Console) -> int:
     rows = combined_rows(ranked, measured, problem, device, rates)
     shown = rows[:args.top]
     if args.json:
-        console.file.write(json.dumps([row.as_json(rank, shown[0].us) for rank, row in enumerate(shown, 1)],
-                                      indent=1) + "\n")
+        # the document owns stdout (the CLI's console writes to stderr when --json is given)
+        sys.stdout.write(json.dumps([row.as_json(rank, shown[0].us) for rank, row in enumerate(shown, 1)],
+                                    indent=1) + "\n")
         return 0
     basis = (f"Measured figures are from {folder} ({len(measured)} of this layer); the rest are predictions "
              "from the GPU table, static checks and the cost model." if measured else NOT_MEASURED)
