@@ -62,6 +62,7 @@ def test_the_documents_show_the_snippets_that_are_compiled():
     assert any("h200::matches_device(cc, sms, props.name)" in s for s in snippets)
 
 
+@pytest.mark.nvcc
 @needs_nvcc
 def test_every_cpp_snippet_of_the_docs_compiles_against_an_exported_header(results, tmp_path):
     snippets = {f"{document.parent.name}_{index}": snippet

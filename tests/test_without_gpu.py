@@ -62,6 +62,7 @@ def test_compile_target_refuses_an_unknown_gpu_with_the_known_ones(tmp_path, nam
     assert repr(name) in str(raised.value)
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_compile_only_builds_for_the_named_gpus_arch_without_touching_a_gpu(tmp_path):
     space = tmp_path / "sm80_one.yaml"
