@@ -314,6 +314,8 @@ class Family(abc.ABC):
     emits_cpp: bool = True
     # The epilogue parts (tuner/epilogue.py's Epilogue.parts) its kernels fuse.
     fusable: frozenset[str] = frozenset()
+    # Parts its kernels could fuse but that it refuses, each with why ("{family}" stands for its name).
+    refused_parts: tuple[tuple[str, str], ...] = ()
 
     # --- where it runs -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -326,7 +328,10 @@ class Family(abc.ABC):
         change that would make it runnable where there is one; None when it can."""
 
     def problem_reason(self, problem: ConvProblem) -> str | None:
-        """layer_problem, after the parts of the layer's epilogue the family cannot fuse."""
+        """layer_problem, after the parts of the layer's epilogue the family cannot fuse or refuses."""
+        for part, why in self.refused_parts:
+            if part in problem.epilogue.parts:
+                return why.format(family=self.name)
         unfused = [part for part in problem.epilogue.parts if part not in self.fusable]
         if unfused:
             return f"{self.name} cannot fuse {' and '.join(unfused)} into its epilogue"

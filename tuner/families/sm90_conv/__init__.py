@@ -23,6 +23,7 @@ class Sm90ConvFamily(Family):
     name = space.FAMILY
     # Through the 3.x fusion operations (codegen.fusion_tag), TMA epilogue only; not SiLU (SLOW_SILU).
     fusable = frozenset({"scale", "bias", "residual", "relu", "gelu"})
+    refused_parts = (("silu", SLOW_SILU),)
     summary = "CUTLASS 3.x implicit GEMM (TMA im2col + wgmma), sm_90a only"
     plot_colour = "tab:orange"
     folder = Path(__file__).parent
@@ -31,11 +32,6 @@ class Sm90ConvFamily(Family):
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         return sm90a_device_problem(self.name, device)
-
-    def problem_reason(self, problem: ConvProblem) -> str | None:
-        if "silu" in problem.epilogue.parts:
-            return SLOW_SILU.format(family=self.name)
-        return super().problem_reason(problem)
 
     def layer_problem(self, problem: ConvProblem) -> str | None:
         return space.layer_problem(problem)

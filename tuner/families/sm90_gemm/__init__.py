@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.device import DeviceFacts
-from tuner.families.sm90_conv import SLOW_SILU, Sm90ConvFamily
+from tuner.families.sm90_conv import Sm90ConvFamily
 from tuner.families.base import (CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  sm90a_device_problem)
 from tuner.families.sm90_gemm import codegen, costmodel, space
@@ -17,6 +17,7 @@ from tuner.problem import ConvProblem
 class Sm90GemmFamily(Family):
     name = space.FAMILY
     fusable = Sm90ConvFamily.fusable  # the same fusion operations
+    refused_parts = Sm90ConvFamily.refused_parts
     summary = "CUTLASS 3.x GEMM (TMA + wgmma) for 1x1 stride-1 layers, sm_90a only"
     plot_colour = "tab:purple"
     folder = Path(__file__).parent
@@ -26,11 +27,6 @@ class Sm90GemmFamily(Family):
 
     def device_problem(self, device: DeviceFacts) -> str | None:
         return sm90a_device_problem(self.name, device)
-
-    def problem_reason(self, problem: ConvProblem) -> str | None:
-        if "silu" in problem.epilogue.parts:
-            return SLOW_SILU.format(family=self.name)
-        return super().problem_reason(problem)
 
     def layer_problem(self, problem: ConvProblem) -> str | None:
         return space.layer_problem(problem)
