@@ -192,8 +192,8 @@ class Compiler:
         """Start the long-lived builders that `configs`' uncached kernels will need, one per job at most."""
         needed: dict[tuple[str, ...], int] = {}
         for kernel in dict.fromkeys(config.compiled for config in configs):
-            request = registry.family_of(kernel).build_request(kernel)
-            if request is None or request.serve_command is None or self.cached(kernel) is not None:
+            key, _, _, request = self._key(kernel)
+            if request is None or not request.serve_command or self._cached_at(kernel, key) is not None:
                 continue
             needed[request.serve_command] = needed.get(request.serve_command, 0) + 1
             if needed[request.serve_command] >= self.jobs:
@@ -218,7 +218,9 @@ class Compiler:
 
     def cached(self, config: KernelConfig) -> CompileResult | None:
         """The cache's answer for a configuration, compiled alone or in a unit with others; None: not built."""
-        key = self._key(config)[0]
+        return self._cached_at(config, self._key(config)[0])
+
+    def _cached_at(self, config: KernelConfig, key: str) -> CompileResult | None:
         entry = self._entry(key)
         if (entry / "candidate.so").exists():
             return self._result(config, key, entry, seconds=0.0, cached=True)
