@@ -155,8 +155,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
 
     p = spec.problem
     dyn_smem = getattr(launcher, "smem_bytes", None) or dynamic_smem_bytes(g)
-    clusters = min(g.tiles * g.split_k // g.cluster_size, 132 // g.cluster_size)
-    grid = (g.cluster_m, g.cluster_n, clusters, g.cluster_m, g.cluster_n, 1)
+    grid = (*g.grid, g.cluster_m, g.cluster_n, 1)
     attributes = (resources["registers"], resources["static_smem"], dyn_smem, resources["stack"], g.threads, 1)
     e = spec.epilogue
     fields = {

@@ -30,7 +30,6 @@ free the slots; the consumers read each subtile by ldmatrix when their epilogue 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import cuda.bindings.driver as cuda
@@ -424,7 +423,6 @@ class ConvKernel:
                sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor,
                mPart: cute.Tensor, mCount: cute.Tensor):
         g = self.g
-        f16, f32 = self.dtype, self.acc_dtype
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -491,7 +489,6 @@ class ConvKernel:
         b_cta_layout = cute.make_layout(g.cluster_m)
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
-        k_tiles = g.k_tiles
         kb = g.k_blocks_per_tap
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(g.cluster_m, g.cluster_n))
