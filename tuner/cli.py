@@ -18,7 +18,7 @@ from tuner.compile import ToolchainError, nvcc_version
 from tuner.costmodel import PRIOR_PICKS
 from tuner.device import missing_gpu
 from tuner import gpus
-from tuner.diagnose import explain_report, render_explanation
+from tuner.diagnose import explain_report, explanation_document, render_explanation
 from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.evaluate import GpuUnavailable, NoGpu
 from tuner.export import export_header
@@ -28,7 +28,7 @@ from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
-from tuner.tables import add_output_arguments
+from tuner.tables import add_output_arguments, json_document
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
 from tuner.yamlfile import brief
@@ -342,6 +342,9 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shape", help="the convolution the report ran, N,H,W,C,K,R,S[,pad,stride,dilation]: "
                                         "estimate what a tuned implicit-GEMM kernel would take and print the "
                                         "command that tunes it")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
+                                                            "table and lines: the GPU, and per kernel its launch, "
+                                                            "occupancy, waste, limiter and estimate")
     return parser
 
 
@@ -356,7 +359,11 @@ def diagnose_command(argv: list[str], console: Console) -> int:
     except gpus.UnknownGpu as error:
         raise UsageError(f"--gpu: {error}") from None
     problem = parse_shape(args.shape) if args.shape is not None else None
-    render_explanation(explain_report(args.report, args.sms, gpu, problem), console)
+    diagnosis = explain_report(args.report, args.sms, gpu, problem)
+    if args.json:
+        print(json_document({"report": str(args.report), **explanation_document(diagnosis)}))
+    else:
+        render_explanation(diagnosis, console)
     return 0
 
 
