@@ -146,16 +146,45 @@ FAKE_TORCHVISION = """
         return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU())
 
 
+    def segmenter(weights=None, weights_backbone="IMAGENET1K_V1"):
+        assert weights_backbone is None, "would download the backbone's weights"
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 8, 1))
+
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transform = SimpleNamespace(min_size=(800, 40))  # the last is the one it evaluates at
+            self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+            self.head = nn.ModuleDict({"cls": nn.Conv2d(16, 8, 3, padding=1), "box": nn.Conv2d(16, 4, 1)})
+
+        def forward(self, images):
+            features = self.backbone(images)
+            if features.sum() > 0:  # data-dependent, as a real detector's proposals are: torch.fx cannot trace it
+                return self.head["cls"](features)
+            return self.head["box"](features)
+
+
+    def detector(weights=None, weights_backbone="IMAGENET1K_V1"):
+        assert weights_backbone is None, "would download the backbone's weights"
+        return Detector()
+
+
+    BUILDERS = {"tiny": tiny, "widths": widths, "segmenter": segmenter, "detector": detector}
+    segmentation, detection = SimpleNamespace(), SimpleNamespace()
+
+
     def list_models(module=None):
-        return ["tiny", "widths"]
+        return {id(segmentation): ["segmenter"], id(detection): ["detector"]}.get(id(module), ["tiny", "widths"])
 
 
-    def get_model(name, weights=None):
+    def get_model(name, weights=None, **options):
         assert weights is None
-        return {"tiny": tiny, "widths": widths}[name]()
+        return BUILDERS[name](**options)
 
 
-    models = SimpleNamespace(list_models=list_models, get_model=get_model)
+    models = SimpleNamespace(list_models=list_models, get_model=get_model, segmentation=segmentation,
+                             detection=detection)
 """
 
 
@@ -186,7 +215,9 @@ def test_a_builder_that_computes_with_tensors_still_imports(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--torchvision", "nope", "--batch", "8", "--list-layers"), "'nope' is not a torchvision classification model"),
+    (("--torchvision", "nope", "--batch", "8", "--list-layers"),
+     "'nope' is not a torchvision classification, segmentation or detection model; one of: classification: tiny, "
+     "widths; segmentation: segmenter; detection: detector"),
     (("--torchvision", "tiny", "--list-layers"), "--torchvision needs --batch N"),
     (("--torchvision", "tiny", "--batch", "2", "--image-size", "0", "--list-layers"), "--image-size must be at least 1"),
     (("--layer", "conv_1", "--image-size", "64"), "--image-size goes with --torchvision"),
@@ -196,3 +227,47 @@ def test_bad_torchvision_input_is_one_line_exit_2(tmp_path, args, says):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
+
+
+def test_a_segmentation_model_is_imported_whole_at_its_recipes_size(tmp_path):
+    result = tune("--torchvision", "segmenter", "--batch", "2", "--write-layers", str(tmp_path / "s.yaml"),
+                  tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "s.yaml").read_text()
+    assert "h: 520, w: 520, c: 3, k: 16" in written and "c: 16, k: 8" in written
+
+
+def test_a_detection_model_gives_its_backbone_and_lists_its_head(tmp_path):
+    result = tune("--torchvision", "detector", "--batch", "2", "--list-layers", "--json", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    document = json.loads(result.stdout)
+    [layer] = document["layers"]
+    assert layer["nodes"] == ["backbone.0"] and (layer["h"], layer["w"]) == (40, 40)  # the transform's min_size
+    assert {item["node"] for item in document["not_tuned"]} == {"head.cls", "head.box"}
+    assert all("detection head" in item["reason"] for item in document["not_tuned"])
+    sized = tune("--torchvision", "detector", "--batch", "2", "--image-size", "64", "--list-layers", "--json",
+                 tmp_path=tmp_path)
+    assert json.loads(sized.stdout)["layers"][0]["h"] == 64
+
+
+def _torchvision_loads() -> bool:
+    try:
+        import torchvision
+
+        return bool(torchvision.models.list_models(module=torchvision.models.detection))
+    except Exception:  # noqa: BLE001 - absent, or built for another torch ('operator torchvision::nms does not exist')
+        return False
+
+
+@pytest.mark.skipif(not _torchvision_loads(), reason="needs torch with a torchvision that loads beside it")
+def test_real_segmentation_and_detection_models_import():
+    from tuner.torch_import import from_torchvision
+
+    deeplab = from_torchvision("deeplabv3_resnet50", 1)
+    nodes = {node for layer in deeplab.layers for node in layer.nodes}
+    assert "backbone.conv1" in nodes and "classifier.0.project.0" in nodes and deeplab.layers[0].problem.h == 520
+    rcnn = from_torchvision("fasterrcnn_resnet50_fpn", 1)
+    assert rcnn.layers[0].nodes[0] == "backbone.body.conv1" and rcnn.layers[0].problem.h == 800
+    assert {item.node for item in rcnn.unsupported} == {"rpn.head.conv.0.0", "rpn.head.cls_logits", "rpn.head.bbox_pred"}

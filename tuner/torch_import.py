@@ -7,10 +7,15 @@ import contextlib
 import io
 import operator
 
-from tuner.network import ConvFacts, Network, NetworkError, Op, assemble
+from tuner.network import ConvFacts, Network, NetworkError, Op, Unsupported, assemble
 
-# ImageNet classifiers take 224x224 inputs unless torchvision's own recipe says otherwise.
+# The input torchvision's own recipes evaluate at: ImageNet classifiers 224x224 unless named here; segmentation
+# models 520x520 (their weights' resize); a detection model its transform's min_size, square.
 IMAGE_SIZES = {"inception_v3": 299}
+SEGMENTATION_SIZE = 520
+TASKS = ("classification", "segmentation", "detection")
+DETECTION_HEAD = ("in the detection head, which torch.fx cannot trace (its proposals and boxes are data-dependent): "
+                  "only the backbone (with its FPN or extra layers) is imported")
 
 
 def _torch():
@@ -48,8 +53,9 @@ def from_torch(module, example_input, name: str | None = None) -> Network:
 
 
 def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
-    """A torchvision classification architecture, built without weights (nothing is downloaded) on the
-    meta device (nothing allocated)."""
+    """A torchvision architecture, built without weights (nothing is downloaded) on the meta device (nothing
+    allocated): a classification or segmentation model whole; of a detection model the backbone, its head's
+    convolutions listed as not tuned."""
     torch = _torch()
     try:
         import torchvision
@@ -57,23 +63,47 @@ def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Ne
         raise NetworkError("--torchvision needs torchvision: pip install 'cutlass-conv-tuner[torch]'") from None
     except RuntimeError as error:  # a torchvision built for another torch fails to register its operators
         raise NetworkError(f"torchvision does not load beside this torch ({error}); install the torchvision "
-                           "release made for it") from None
-    known = sorted(torchvision.models.list_models(module=torchvision.models))
-    if name not in known:
-        raise NetworkError(f"--torchvision {name!r} is not a torchvision classification model; one of: "
-                           f"{', '.join(known)}")
+                           "release made for it (README: a CPU-only pair)") from None
+    task = torchvision_task(torchvision, name)
+    # A segmentation or detection builder loads ImageNet weights into its backbone unless told not to.
+    options = {} if task == "classification" else {"weights_backbone": None}
     try:
         with torch.device("meta"):
-            module = torchvision.models.get_model(name, weights=None).eval()
+            module = torchvision.models.get_model(name, weights=None, **options).eval()
     except Exception:  # a builder that computes with tensors (RegNet's widths) cannot run on the meta device
         try:
             with _parameters_on_meta(torch):
-                module = torchvision.models.get_model(name, weights=None).eval()
+                module = torchvision.models.get_model(name, weights=None, **options).eval()
         except Exception as error:
             raise NetworkError(f"torchvision cannot build {name} ({type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''})") from None
-    size = image_size or IMAGE_SIZES.get(name, 224)
-    return from_torch(module, (batch, 3, size, size), name)
+    if task != "detection":
+        size = image_size or (SEGMENTATION_SIZE if task == "segmentation" else IMAGE_SIZES.get(name, 224))
+        return from_torch(module, (batch, 3, size, size), name)
+    size = image_size or int(module.transform.min_size[-1])
+    network = from_torch(_backbone_of(torch, module), (batch, 3, size, size), name)
+    head = tuple(Unsupported(path, DETECTION_HEAD) for path, part in module.named_modules()
+                 if isinstance(part, torch.nn.modules.conv._ConvNd) and not path.startswith("backbone."))
+    return Network(network.layers, network.unsupported + head, network.not_fused)
+
+
+def torchvision_task(torchvision, name: str) -> str:
+    """Which of TASKS torchvision's model `name` is for; a NetworkError listing the models otherwise."""
+    modules = (torchvision.models, torchvision.models.segmentation, torchvision.models.detection)
+    known = {task: sorted(torchvision.models.list_models(module=module)) for task, module in zip(TASKS, modules)}
+    for task, names in known.items():
+        if name in names:
+            return task
+    raise NetworkError(f"--torchvision {name!r} is not a torchvision classification, segmentation or detection "
+                       "model; one of: " + "; ".join(f"{task}: {', '.join(names)}" for task, names in known.items()))
+
+
+def _backbone_of(torch, detector):
+    """The detector's backbone inside a module of its own, so that its nodes are named as in the whole model
+    (backbone.body.conv1)."""
+    from collections import OrderedDict
+
+    return torch.nn.Sequential(OrderedDict(backbone=detector.backbone))
 
 
 @contextlib.contextmanager
