@@ -56,12 +56,14 @@ def test_sums_are_count_weighted_and_missing_figures_are_not_zero(tmp_path):
     as_run = totals(reports, lambda r: r.as_run)
     # the block's three convs share one bare problem, held by names[0]_bare: best.yaml's first holder
     assert (alone.tuned_us, alone.baseline_us, alone.counted, alone.of) == (30.0, 60.0, 3, 3)
-    assert (as_run.tuned_us, as_run.baseline_us, as_run.counted) == (11.0, 40.0, 1)
-    assert "not in bench's one run" in reports[1].missing and "not in bench's one run" in reports[2].missing
+    # conv_c (bias+relu) is conv_a (scale+bias+relu) in the canonical fused form: found as names[0]_fused
+    assert reports[2].as_run.entry == f"{names[0]}_fused"
+    assert (as_run.tuned_us, as_run.baseline_us, as_run.counted) == (22.0, 80.0, 2)
+    assert "not in bench's one run" in reports[1].missing and not reports[2].missing
     lines = summary_lines(reports)
     assert lines[0].startswith("convolutions alone: tuned 30.0 µs vs cuDNN 60.0 µs, ratio 0.500 over 3 of 3")
-    assert lines[1].endswith("tuned 11.0 µs vs PyTorch eager 40.0 µs, ratio 0.275 over 1 of 3 convolutions")
-    assert "ratio 0.500 over 1 convolutions" in lines[2]  # torch.compile
+    assert lines[1].endswith("tuned 22.0 µs vs PyTorch eager 80.0 µs, ratio 0.275 over 2 of 3 convolutions")
+    assert "ratio 0.500 over 2 convolutions" in lines[2]  # torch.compile
 
 
 def test_an_untuned_problem_is_marked(tmp_path):
