@@ -2,6 +2,7 @@
 summed count x µs against cuDNN and PyTorch eager; what is not tuned or not timed is marked, not counted."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -93,6 +94,15 @@ def test_report_on_the_command_line_prints_the_table_and_draws_the_chart(tmp_pat
     assert "ratio 0.667 over 3 of 3" in result.stdout and "ratio 0.333 over 3 of 3" in result.stdout
     assert "not tuned (no family runs it): conv_d" in result.stdout
     assert (tmp_path / "results" / SLUG / "plots" / "report_block_b8.png").stat().st_size > 1000
+    # what tuner.torch_ops.optimize would do with each node, as its own report lists it
+    assert "In PyTorch: tuner.torch_ops.optimize" in result.stdout
+    assert "PyTorch (tuner.torch_ops.optimize, eval mode, f16): 3 of 4 convolutions replaced by tuned kernels; " \
+           "falling back to PyTorch: 1 no family runs it" in result.stdout
+    document = report("--onnx", str(model), "--batch", "8", "--results-dir", str(tmp_path / "results"), "--json",
+                      tmp_path=tmp_path)
+    rows = {row["node"]: row for row in json.loads(document.stdout)["pytorch_op"]}
+    assert rows["conv_a"]["replaced"] and rows["conv_a"]["best_yaml_layer"].startswith("block_b8_conv_a")
+    assert rows["conv_d"]["fallback"] == "no family runs it" and "grouped" in rows["conv_d"]["note"]
 
 
 @pytest.mark.parametrize("args, says", [

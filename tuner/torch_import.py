@@ -29,14 +29,13 @@ def from_torch(module, example_input, name: str | None = None) -> Network:
 
 
 def traced_module(module, example_input, name: str | None = None) -> "_FxGraph":
-    """The module traced by torch.fx, each node's shape propagated with fake tensors (of the example's
-    dtype where it is a tensor): what from_torch reads, and what tuner/torch_ops rewrites."""
+    """The module traced by torch.fx, each node's shape propagated with fake tensors (of the example's dtype,
+    or for a shape of the module's parameters'): what from_torch reads, and what tuner/torch_ops rewrites."""
     torch = _torch()
     from torch._subclasses import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
 
     shape = tuple(example_input.shape) if hasattr(example_input, "shape") else tuple(example_input)
-    dtype = example_input.dtype if isinstance(example_input, torch.Tensor) else None
     try:
         graph_module = torch.fx.symbolic_trace(module)
     except Exception as error:  # fx raises TraceError, TypeError, ... for data-dependent control flow
@@ -44,6 +43,10 @@ def traced_module(module, example_input, name: str | None = None) -> "_FxGraph":
                            f"{str(error).splitlines()[0] if str(error) else ''}); export it to ONNX and pass --onnx")
     parameter = next(module.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
+    if isinstance(example_input, torch.Tensor):
+        dtype = example_input.dtype
+    else:  # a shape: the input in the module's own floating-point type (a half-precision model takes f16)
+        dtype = parameter.dtype if parameter is not None and parameter.dtype.is_floating_point else None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback of its own before raising
