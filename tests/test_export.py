@@ -110,6 +110,18 @@ def test_every_family_gets_its_alias_and_runner(header):
     assert "$" not in header
 
 
+def test_the_pytorch_op_and_the_header_bind_a_kernel_with_one_runner(header):
+    """The candidate library tuner.torch_ops loads (the tuner's own, tuner/codegen.py) and the exported header
+    hold the same runner class, verbatim, around the same kernel: one binding of kernel to problem for both."""
+    from tuner.codegen import candidate_source
+
+    for family in CPP_FAMILIES:
+        candidate = candidate_source(config_of(family))
+        assert f"using Runner0 = {RUNNERS[family]}<TunedConv0>;" in candidate, family
+        for source in registry.get(family).cpp([config_of(family).compiled]).runners:
+            assert source in candidate and source in header, family
+
+
 def test_each_familys_includes_once(header):
     lines = [line for line in header.splitlines() if line.startswith("#include")]
     assert len(lines) == len(set(lines))

@@ -94,6 +94,64 @@ def test_identical_problems_merge_with_their_nodes():
     assert from_torch(module, (4, 16, 8, 8), "net").layers[0].name == "net_b4_0"
 
 
+def test_the_fused_chain_names_the_nodes_a_kernel_takes_the_place_of():
+    from tuner.torch_import import traced_module
+
+    fused = {f.conv.node: f for f in traced_module(Downsampled().eval(), (2, 16, 8, 8)).fused_convs()}
+    main, branch = fused["conv3"], fused["downsample.0"]
+    assert (main.norm, main.add, main.residual, main.activation, main.output) == \
+        ("bn3", "add", "downsample_1", ("relu",), "relu")
+    assert main.fused_ops == ("bn3", "add", "relu")
+    assert (branch.norm, branch.add, branch.output) == ("downsample_1", None, "downsample_1")
+
+
+class Stage(nn.Module):
+    """conv + BN + ReLU, then conv + BN + the input + ReLU: what torchvision's ResNet blocks are made of."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+@pytest.mark.parametrize("folded", [True, False], ids=["bn-folded", "bn-kept"])
+def test_every_import_path_gives_a_conv_one_key(tmp_path, folded):
+    """A conv tuned through the PyTorch import is found for the same network exported to ONNX, with its batch
+    norms folded into the convs by the exporter (bias+relu) or kept (scale+bias+relu)."""
+    import warnings
+
+    import yaml
+
+    pytest.importorskip("onnx")
+    from tuner.network import from_onnx
+    from tuner.problem import canonical_problem, problem_to_dict
+    from tuner.results import best_entries, names_by_problem
+
+    module = Stage().eval()
+    path = tmp_path / "stage.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.randn(2, 16, 8, 8),), str(path), dynamo=False, do_constant_folding=folded,
+                          training=torch.onnx.TrainingMode.EVAL if folded else torch.onnx.TrainingMode.PRESERVE)
+    from_module, from_file = from_torch(module, (2, 16, 8, 8)), from_onnx(path)
+    keys = [{canonical_problem(layer.problem) for layer in network.layers} for network in (from_module, from_file)]
+    assert keys[0] == keys[1] and len(keys[0]) == 2
+    epilogues = sorted(layer.problem.epilogue.key for layer in from_file.layers)
+    assert epilogues == (["bias+relu", "bias+residual+relu"] if folded
+                         else ["scale+bias+relu", "scale+bias+residual+relu"])
+    folder = tmp_path / "results"
+    folder.mkdir()
+    layers = {layer.name: {"problem": problem_to_dict(layer.problem), "family": "sm80", "params": {"tile": "x"},
+                           "kernel": "k", "runtime_us": 1.0} for layer in from_module.layers}
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": len(layers), "layers": layers}))
+    tuned = names_by_problem(best_entries(folder))
+    assert {tuned.get(layer.problem) for layer in from_file.layers} == set(layers)
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()

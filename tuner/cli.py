@@ -55,6 +55,7 @@ COMMAND_SUMMARIES = {
     "plots": "draw a GPU's results: optimisation history, importances, roofline share",
     "report": "a network's convolution time, tuned against cuDNN and PyTorch (--onnx / --torchvision)",
     "predict": "rank a layer's space for a GPU that need not be present, and show a configuration's waste",
+    "e2e": "a whole network's forward with the tuned kernels in PyTorch against eager and torch.compile",
     "results": "pack or unpack results/<gpu>/'s untracked studies, history, logs and plots to move them between hosts",
 }
 
@@ -472,6 +473,12 @@ def predict_command(argv: list[str], console: Console) -> int:
     return predict.main(argv, console)
 
 
+def e2e_command(argv: list[str], console: Console) -> int:
+    from tuner import e2e
+
+    return e2e.main(argv, console)
+
+
 def results_command(argv: list[str], console: Console) -> int:
     from tuner import results_pack
 
@@ -479,7 +486,7 @@ def results_command(argv: list[str], console: Console) -> int:
 
 
 COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,
-            "report": report_command, "predict": predict_command, "results": results_command}
+            "report": report_command, "predict": predict_command, "results": results_command, "e2e": e2e_command}
 
 
 def main(argv: list[str] | None = None) -> int:

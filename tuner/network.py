@@ -298,32 +298,66 @@ class _Epilogues:
         return (sigmoid is not None and multiply is not None
                 and sorted(multiply.inputs) == sorted([tensor, sigmoid.outputs[0]]))
 
-    def after(self, conv: ConvFacts) -> tuple[Epilogue, list[str]]:
+    def after(self, conv: ConvFacts) -> "FusedConv":
         """Follow the conv's single-consumer chain: batch norm, add, activation."""
         fields: dict = {"bias": conv.has_bias}
-        tensor, not_fused = conv.output, []
+        tensor, not_fused, chain = conv.output, [], {}
         op = self.only_consumer(tensor)
         if op is not None and op.kind == "BatchNormalization":
             fields.update(scale=True, bias=True)
+            chain["norm"] = op.name
             tensor, op = op.outputs[0], self.only_consumer(op.outputs[0])
         if op is not None and op.kind == "Add" and op.name in self.claimed:
-            return Epilogue(**fields), not_fused  # the add of two convs' outputs is fused into the other conv
+            return FusedConv(conv, Epilogue(**fields), tensor, tuple(not_fused), **chain)  # fused into the other conv
         if op is not None and op.kind == "Add":
             other = next((name for name in op.inputs if name != tensor), None)
             if other is None or self.shapes.get(other) != self.shapes.get(tensor):  # a broadcast add: not a residual
                 not_fused.append(f"{conv.node} -> Add (not shaped as the output)")
-                return Epilogue(**fields), not_fused
+                return FusedConv(conv, Epilogue(**fields), tensor, tuple(not_fused), **chain)
             fields["residual"] = True
             self.claimed.add(op.name)
+            chain.update(add=op.name, residual=other)
             tensor, op = op.outputs[0], self.only_consumer(op.outputs[0])
         if self.silu_of(tensor):
             fields["activation"] = Activation.silu
+            consumers = self.consumers[tensor]
+            chain["activation"] = tuple(op.name for op in consumers)
+            tensor = next(op for op in consumers if op.kind == "Mul").outputs[0]
         elif op is not None:
             if op.kind in ACTIVATIONS:
                 fields["activation"] = ACTIVATIONS[op.kind]
+                chain["activation"] = (op.name,)
+                tensor = op.outputs[0]
             elif op.kind not in STRUCTURAL:
                 not_fused.append(f"{conv.node} -> {op.kind}")
-        return Epilogue(**fields), not_fused
+        return FusedConv(conv, Epilogue(**fields), tensor, tuple(not_fused), **chain)
+
+
+@dataclass(frozen=True)
+class FusedConv:
+    """A convolution with what its epilogue takes of the graph: the operators fused into it (by name), the
+    residual's tensor, and the tensor its last fused operator writes, which the fused kernel writes instead."""
+
+    conv: ConvFacts
+    epilogue: Epilogue
+    output: str
+    not_fused: tuple[str, ...] = ()
+    norm: str | None = None
+    add: str | None = None
+    residual: str | None = None
+    activation: tuple[str, ...] = ()
+
+    @property
+    def fused_ops(self) -> tuple[str, ...]:
+        return tuple(name for name in (self.norm, self.add, *self.activation) if name)
+
+
+def fused_convs(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list],
+                graph_outputs: set[str]) -> list[FusedConv]:
+    """Each conv with its epilogue read from what follows it, in graph order (the order decides which of two
+    convs meeting at one add takes it as its residual)."""
+    epilogues = _Epilogues(ops, shapes, graph_outputs)
+    return [epilogues.after(conv) for conv in convs]
 
 
 def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
@@ -362,19 +396,18 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
              network: str) -> Network:
     """The network from a frontend's convolutions and operator graph: each conv's epilogue read from what
     follows it, identical problems merged (count and nodes), the rest listed with their reasons."""
-    epilogues = _Epilogues(ops, shapes, graph_outputs)
     problems: dict[ConvProblem, list[str]] = {}
     unsupported, not_fused = [], []
     for conv in convs:
         if "\0" in conv.node:
             raise NetworkError(f"a convolution's node name holds a NUL character ({conv.node!r}); rename the node")
-        epilogue, skipped = epilogues.after(conv)
-        problem = conv_problem(conv, epilogue)
+    for fused in fused_convs(convs, ops, shapes, graph_outputs):
+        problem = conv_problem(fused.conv, fused.epilogue)
         if isinstance(problem, str):
-            unsupported.append(Unsupported(conv.node, problem))
+            unsupported.append(Unsupported(fused.conv.node, problem))
             continue
-        not_fused += skipped
-        problems.setdefault(problem, []).append(conv.node)
+        not_fused += fused.not_fused
+        problems.setdefault(problem, []).append(fused.conv.node)
     return Network(_named(problems, network), tuple(unsupported), tuple(not_fused))
 
 

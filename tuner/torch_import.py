@@ -7,7 +7,7 @@ import contextlib
 import io
 import operator
 
-from tuner.network import ConvFacts, Network, NetworkError, Op, Unsupported, assemble
+from tuner.network import ConvFacts, FusedConv, Network, NetworkError, Op, Unsupported, assemble, fused_convs
 
 # The input torchvision's own recipes evaluate at: ImageNet classifiers 224x224 unless named here; segmentation
 # models 520x520 (their weights' resize); a detection model its transform's min_size, square.
@@ -30,6 +30,12 @@ def _torch():
 def from_torch(module, example_input, name: str | None = None) -> Network:
     """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape);
     `name` (default: the module's class, lower case) begins every layer's name."""
+    return traced_module(module, example_input, name).network()
+
+
+def traced_module(module, example_input, name: str | None = None) -> "_FxGraph":
+    """The module traced by torch.fx, each node's shape propagated with fake tensors (of the example's dtype,
+    or for a shape of the module's parameters'): what from_torch reads, and what tuner/torch_ops rewrites."""
     torch = _torch()
     from torch._subclasses import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
@@ -42,14 +48,19 @@ def from_torch(module, example_input, name: str | None = None) -> Network:
                            f"{str(error).splitlines()[0] if str(error) else ''}); export it to ONNX and pass --onnx")
     parameter = next(module.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
+    if isinstance(example_input, torch.Tensor):
+        dtype = example_input.dtype
+    else:  # a shape: the input in the module's own floating-point type (a half-precision model takes f16)
+        dtype = parameter.dtype if parameter is not None and parameter.dtype.is_floating_point else None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback of its own before raising
-            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device)))
+            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device,
+                                                                                           dtype=dtype)))
     except Exception as error:
         raise NetworkError(f"{type(module).__name__} does not run on an input of shape {list(shape)} "
                            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
-    return _FxGraph(graph_module, name or type(module).__name__.lower()).network()
+    return _FxGraph(graph_module, name or type(module).__name__.lower())
 
 
 def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
@@ -209,7 +220,8 @@ class _FxGraph:
         pads = tuple(padding) * 2  # begins then ends, as ONNX writes them
         return ConvFacts(**facts, pads=pads, strides=tuple(stride), dilations=tuple(dilation))
 
-    def network(self) -> Network:
+    def graph_parts(self) -> tuple[list[ConvFacts], list[Op], dict[str, list], set[str]]:
+        """The convolutions, operators, shapes and graph outputs in the frontend-neutral form (tuner/network.py)."""
         nodes = list(self.graph_module.graph.nodes)
         convs = [facts for facts in map(self.conv, nodes) if facts is not None]
         if not convs:
@@ -219,4 +231,10 @@ class _FxGraph:
         # A Conv op's name is its node's; ConvFacts names the module. The epilogue walk starts at the output.
         shapes = {node.name: list(self.shape(node) or ()) for node in nodes}
         outputs = {arg.name for node in nodes if node.op == "output" for arg in node.all_input_nodes}
-        return assemble(convs, ops, shapes, outputs, self.name)
+        return convs, ops, shapes, outputs
+
+    def network(self) -> Network:
+        return assemble(*self.graph_parts(), self.name)
+
+    def fused_convs(self) -> list[FusedConv]:
+        return fused_convs(*self.graph_parts())
