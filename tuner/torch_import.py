@@ -22,9 +22,10 @@ def _torch():
     return torch
 
 
-def from_torch(module, example_input, name: str | None = None) -> Network:
-    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape);
-    `name` (default: the module's class, lower case) begins every layer's name."""
+def from_torch(module, example_input, name: str | None = None, dtype: str | None = None) -> Network:
+    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape), in the type
+    of the module's parameters (network.MODEL_DTYPES) or `dtype` (--dtype); `name` (default: the module's class,
+    lower case) begins every layer's name."""
     torch = _torch()
     from torch._subclasses import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
@@ -37,19 +38,20 @@ def from_torch(module, example_input, name: str | None = None) -> Network:
                            f"{str(error).splitlines()[0] if str(error) else ''}); export it to ONNX and pass --onnx")
     parameter = next(module.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
+    element = parameter.dtype if parameter is not None and parameter.is_floating_point() else torch.float32
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback of its own before raising
-            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device)))
+            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device, dtype=element)))
     except Exception as error:
         raise NetworkError(f"{type(module).__name__} does not run on an input of shape {list(shape)} "
                            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
-    return _FxGraph(graph_module, name or type(module).__name__.lower()).network()
+    return _FxGraph(graph_module, name or type(module).__name__.lower(), dtype).network()
 
 
-def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
+def from_torchvision(name: str, batch: int, image_size: int | None = None, dtype: str | None = None) -> Network:
     """A torchvision classification architecture, built without weights (nothing is downloaded) on the
-    meta device (nothing allocated)."""
+    meta device (nothing allocated), in f32: tuned in f16 unless `dtype` (--dtype) says otherwise."""
     torch = _torch()
     try:
         import torchvision
@@ -73,7 +75,7 @@ def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Ne
             raise NetworkError(f"torchvision cannot build {name} ({type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''})") from None
     size = image_size or IMAGE_SIZES.get(name, 224)
-    return from_torch(module, (batch, 3, size, size), name)
+    return from_torch(module, (batch, 3, size, size), name, dtype)
 
 
 @contextlib.contextmanager
@@ -99,13 +101,19 @@ def _parameters_on_meta(torch):
 
 
 class _FxGraph:
-    def __init__(self, graph_module, name: str):
-        self.graph_module, self.name = graph_module, name
+    def __init__(self, graph_module, name: str, dtype: str | None = None):
+        self.graph_module, self.name, self.dtype = graph_module, name, dtype
         self.modules = dict(graph_module.named_modules())
 
     def shape(self, node) -> tuple[int, ...] | None:
         meta = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
         return tuple(int(d) for d in meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+    def element(self, node) -> str | None:
+        """The tensor's element type as torch names it (float16, bfloat16, float32), or None."""
+        meta = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
+        dtype = getattr(meta, "dtype", None)
+        return str(dtype).removeprefix("torch.") if dtype is not None else None
 
     def kind(self, node) -> str:
         import torch
@@ -142,13 +150,14 @@ class _FxGraph:
 
         nn = torch.nn
         x = self.shape(node.args[0]) if node.args else None
+        element = self.element(node.args[0]) if node.args else None
         if node.op == "call_module":
             module = self.modules[node.target]
             transposed = isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d))
             if not isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not transposed:
                 return None
             facts = dict(node=str(node.target), output=node.name, x=x or (), weight=tuple(module.weight.shape),
-                         groups=module.groups, has_bias=module.bias is not None)
+                         groups=module.groups, has_bias=module.bias is not None, element=element)
             if transposed:
                 return ConvFacts(**facts, unsupported="transposed convolution: only forward (fprop) convs are tuned")
             if module.padding_mode != "zeros":
@@ -162,7 +171,8 @@ class _FxGraph:
             arguments.update(node.kwargs)
             weight = self.shape(arguments["weight"])
             facts = dict(node=node.name, output=node.name, x=x or (), weight=weight or (),
-                         groups=int(arguments.get("groups", 1)), has_bias=arguments.get("bias") is not None)
+                         groups=int(arguments.get("groups", 1)), has_bias=arguments.get("bias") is not None,
+                         element=element)
             pair = (lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v))
             padding, stride, dilation = (pair(arguments.get(key, default)) for key, default in
                                          (("padding", 0), ("stride", 1), ("dilation", 1)))
@@ -189,4 +199,4 @@ class _FxGraph:
         # A Conv op's name is its node's; ConvFacts names the module. The epilogue walk starts at the output.
         shapes = {node.name: list(self.shape(node) or ()) for node in nodes}
         outputs = {arg.name for node in nodes if node.op == "output" for arg in node.all_input_nodes}
-        return assemble(convs, ops, shapes, outputs, self.name)
+        return assemble(convs, ops, shapes, outputs, self.name, self.dtype)
