@@ -391,3 +391,17 @@ def test_a_layer_table_takes_each_type(tmp_path):
     layers = load_layers(path)
     assert layers["a"].problem.dtype_key == "bf16_bf16_bf16_f32"
     assert layers["b"].problem.dtype_key == "tf32_tf32_f32_f32"
+
+
+def test_the_canonical_form_folds_the_scale_into_the_filter_and_keeps_the_rest():
+    from tuner.problem import canonical_problem
+
+    base = ConvProblem(n=8, h=14, w=14, c=64, k=64, r=3, s=3, pad=1)
+    with_norm = dataclasses.replace(base, epilogue=parse_epilogue("scale+bias+residual*0.5+relu"))
+    folded = dataclasses.replace(base, epilogue=parse_epilogue("bias+residual*0.5+relu"))
+    assert canonical_problem(with_norm) == canonical_problem(folded) == folded
+    assert canonical_problem(dataclasses.replace(base, epilogue=parse_epilogue("scale"))) == base
+    # what the scale cannot stand for stays apart: a bias, a residual, the activation, the batch
+    for other in ("relu", "bias", "bias+residual+relu", "scale+bias+gelu"):
+        assert canonical_problem(dataclasses.replace(base, epilogue=parse_epilogue(other))) != folded
+    assert canonical_problem(dataclasses.replace(with_norm, n=1)) != folded

@@ -6,7 +6,8 @@ baselines were timed side by side). Two sums over the network, each count x µs:
 - as the network runs them: the imported problem (with its epilogue) against PyTorch eager (a bare
   conv's eager figure is cuDNN's, which is what eager runs) and torch.compile.
 A convolution whose problem was not tuned, or not timed in the one run, is marked and left out of both
-sums of that comparison, never counted as zero."""
+sums of that comparison, never counted as zero. Last, what tuner.torch_ops.optimize would do with each conv
+node in a PyTorch program (tuner/torch_ops/plan.py): the kernel that replaces it, or why it stays PyTorch's."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,7 @@ from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import ConvProblem
 from tuner.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
                            results_slug)
+from tuner.torch_ops.plan import Decision, network_decisions, summary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -220,6 +222,22 @@ def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     return save_figure(plt, figure, path, size=None, dpi=120)
 
 
+def torch_op_row(decision: Decision) -> dict:
+    return {"node": decision.node, "replaced": decision.replaced, "best_yaml_layer": decision.entry,
+            "fallback": decision.fallback.value if decision.fallback else None, "note": decision.note or None}
+
+
+def torch_op_table(decisions: list[Decision]) -> Table:
+    """What tuner.torch_ops.optimize does with each conv node: the same list its report gives."""
+    table = Table(title="In PyTorch: tuner.torch_ops.optimize(model, example_input)")
+    for column in ("node", "runs", "why / note"):
+        table.add_column(column, overflow="fold")
+    for decision in decisions:
+        table.add_row(escape(decision.node), decision.entry if decision.replaced else "PyTorch",
+                      escape(decision.note if decision.replaced else f"{decision.fallback.value}: {decision.note}"))
+    return table
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py report",
@@ -252,13 +270,15 @@ def main(argv: list[str], console: Console) -> int:
     name = args.torchvision or args.onnx.stem
     title = f"{name}, batch {network.layers[0].problem.n if network.layers else args.batch}, on {slugs[0]}"
     reports = layer_reports(network, folder)
+    torch_decisions = network_decisions(network, best_entries(folder))
     if args.json or args.csv:
         from tuner.tables import csv_document, json_document
 
         rows = report_rows(reports)
         print(csv_document(rows) if args.csv else json_document(
             {"title": title, "gpu": slugs[0], "layers": rows, "totals": report_totals(reports),
-             "not_tuned": [dataclasses.asdict(item) for item in network.unsupported]}), end="" if args.csv else "\n")
+             "not_tuned": [dataclasses.asdict(item) for item in network.unsupported],
+             "pytorch_op": [torch_op_row(d) for d in torch_decisions]}), end="" if args.csv else "\n")
         return 0
     from tuner.tables import print_table
 
@@ -267,6 +287,8 @@ def main(argv: list[str], console: Console) -> int:
         console.print(line)
     for item in network.unsupported:
         console.print(f"not tuned (no family runs it): {escape(item.node)}: {escape(item.reason)}")
+    print_table(console, torch_op_table(torch_decisions), ())
+    console.print(f"PyTorch (tuner.torch_ops.optimize, eval mode, f16): {summary(torch_decisions)}")
     if any(r.as_run or r.conv_alone for r in reports):
         batch = network.layers[0].problem.n
         png = args.png or folder / "plots" / f"report_{name}_b{batch}.png"
