@@ -48,6 +48,7 @@ LAYERS = {
     "sm90_s2d": ("sm90_s2d", STEM, {**SM90_CONV, "tile": "128x64x16"}),
     "sm90_dsl": ("sm90_dsl", CONV, SM90_DSL),
     "sm90_dsl_fused": ("sm90_dsl", FUSED, SM90_DSL),
+    "sm90_dsl_stem": ("sm90_dsl", STEM, {**SM90_DSL, "tile": "128x64x32", "tile_q": 0}),  # C=3: gathered
     # the planted wrong kernel of sm90_dsl, whose extents are compiled in: built for dilation 2 (pad 2 keeps the
     # output's size), run on CONV
     "sm90_dsl_dilated": ("sm90_dsl", dataclasses.replace(CONV, dilation=2, pad=2), SM90_DSL),

@@ -51,10 +51,12 @@ def exported_symbols(library: Path) -> set[str]:
 
 STEM = BuildSpec(ProblemSpec(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
                  TileSpec(128, 64, 32, schedule="cooperative"))
+STEM_BF16 = BuildSpec(STEM.problem, STEM.epilogue, STEM.tile, element="bf16")
 
 
-@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16], ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered",
-                                                                   "conv_3x3_fused_bf16"])
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16],
+                         ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
+                              "stem_c3_gathered_bf16"])
 def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
     result = run_build(spec.to_json(), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
