@@ -316,8 +316,11 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
     strided = replace(CONV, stride=3)  # the DSL does not run it: nothing is left out
     joint, left_out = without_superseded(layer_space(spaces, strided, H100), strided)
     assert {"sm80", "sm90_conv"} <= set(joint.families) and left_out == ()
-    stem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)  # few channels: all kept
+    stem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)  # C < 8: the DSL gathers it
     joint, left_out = without_superseded(layer_space(spaces, stem, H100), stem)
+    assert joint.families == ("sm90_dsl",) and set(left_out) == {"sm80", "sm90_conv", "sm90_s2d"}
+    folded = replace(stem, c=12)  # 8 to 15 channels: the DSL pads; the C++ families stay
+    joint, left_out = without_superseded(layer_space(spaces, folded, H100), folded)
     assert {"sm80", "sm90_conv", "sm90_dsl", "sm90_s2d"} <= set(joint.families) and left_out == ()
     only_cpp = JointSpace(tuple(s for s in spaces if s.family != "sm90_dsl"))
     assert without_superseded(only_cpp, GEMM) == (only_cpp, ())

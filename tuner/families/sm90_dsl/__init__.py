@@ -15,10 +15,11 @@ from tuner.families.base import (BuildRequest, CostTerms, CppPieces, Family, Lau
                                  SpaceError, sm90a_device_problem)
 from tuner.families.sm90_dsl import costmodel, space
 from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
+from tuner.families.sm90_dsl.spec import GATHER_BELOW_CHANNELS
 from tuner.problem import ConvProblem
 
 INSTALL_HINT = "pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
-SMALL_CHANNELS = 16  # below it, a default study keeps the C++ Hopper families beside this one
+SMALL_CHANNELS = 16  # from 8 to this, a default study keeps the C++ Hopper families beside this one
 # What the compiled kernel depends on besides its build spec: a change to any of them is a new kernel.
 BUILDER_SOURCES = ("kernel.py", "build.py", "spec.py", "entry.c.in", "serve.py")
 
@@ -82,9 +83,12 @@ class Sm90DslFamily(Family):
         """The same TMA + wgmma kernels as sm90_conv and sm90_gemm, persistent and with two consumers, built in
         a second instead of nvcc's minute: on the H100 its cold studies beat or matched the C++ families'
         tuned kernels on the layers measured (docs/dsl.md). sm80 too: in the 16 suite layers studied with
-        both, sm80 won one, by 2 %, and its nvcc compiles were most of a 30-67 s cold study. Not below 16
-        channels: it pads C to 8 and reads a box a tap (the 7x7 stem with C=8 ran 4.95x cuDNN), where
-        sm90_conv's im2col and the fold of sm90_s2d do better."""
+        both, sm80 won one, by 2 %, and its nvcc compiles were most of a 30-67 s cold study. Below 8 channels
+        its gathering kernel replaces sm90_s2d's fold as well: the ResNet-50 stem's tuned kernels, bare and
+        fused at batch 1 and 32, ran 0.69-0.78x sm90_s2d's (r50_stem_b32 72.7 µs against 94.2). Not from 8 to
+        15 channels: it pads C to 8 or 16 and reads a box a tap (the 7x7 stem with C=8 ran 4.95x cuDNN)."""
+        if problem.c < GATHER_BELOW_CHANNELS:
+            return frozenset({"sm80", "sm90_conv", "sm90_gemm", "sm90_s2d"})
         return frozenset() if problem.c < SMALL_CHANNELS else frozenset({"sm80", "sm90_conv", "sm90_gemm"})
 
     def toolchain_problem(self) -> str | None:
