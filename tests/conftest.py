@@ -88,3 +88,26 @@ def assert_in_order(text: str, pieces: list[str]) -> None:
         found = text.find(squeeze(piece), at)
         assert found >= 0, f"{piece!r} not found after position {at}"
         at = found + len(squeeze(piece))
+
+
+# An imported model's element type (as torch and numpy name it), --dtype, and the types and name tag its layers
+# get: the same for every frontend (tuner/network.py MODEL_DTYPES).
+MODEL_DTYPE_CASES = [
+    ("float32", None, "f16_f16_f16_f32", ""),              # an f32 model is tuned in f16, as before
+    ("float16", None, "f16_f16_f16_f32", ""),
+    ("bfloat16", None, "bf16_bf16_bf16_f32", "_bf16"),     # the model's own type
+    ("float32", "tf32", "tf32_tf32_f32_f32", "_tf32"),     # --dtype tf32 keeps an f32 model's f32
+    ("bfloat16", "f16", "f16_f16_f16_f32", ""),            # --dtype over the model's
+]
+
+
+def gpu_cupy():
+    """CuPy, where it and a CUDA GPU are there; otherwise the calling test module is skipped."""
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        count = 0
+    if count == 0:
+        pytest.skip("no CUDA GPU", allow_module_level=True)
+    return cupy

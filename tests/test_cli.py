@@ -237,3 +237,18 @@ def test_help_lists_every_command_with_its_summary():
     commands = result.stdout[result.stdout.index("commands:"):]
     for name, summary in COMMAND_SUMMARIES.items():
         assert f"{name} " in commands and summary.split(":")[0] in " ".join(commands.split()), name
+
+
+@pytest.mark.parametrize("dtype, key, suffix", [(None, "f16_f16_f16_f32", ""), ("bf16", "bf16_bf16_bf16_f32", "_bf16"),
+                                                ("tf32", "tf32_tf32_f32_f32", "_tf32")])
+def test_a_shape_takes_a_dtype_into_its_types_and_name(dtype, key, suffix):
+    from tuner.cli import shape_layer
+
+    layer = shape_layer("2,14,14,64,64,3,3,1", None, dtype)
+    assert layer.problem.dtype_key == key
+    assert layer.name == f"shape_2x14x14x64_k64_3x3_p1s1d1{suffix}"
+
+
+def test_dtype_has_help_and_choices():
+    action = next(a for a in build_parser()._actions if "--dtype" in a.option_strings)
+    assert tuple(action.choices) == ("f16", "bf16", "tf32") and "TF32" in action.help

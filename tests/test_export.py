@@ -3,6 +3,7 @@ one kLayers row per layer, every string as an escaped literal and every number c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import pytest
 from tuner.codegen import include_lines
 from tuner.export import cpp_identifier, cpp_int, cpp_string, render_header
 from tuner.families import registry
-from tuner.problem import ConvProblem, problem_to_dict
+from tuner.problem import ConvProblem, dtype_fields, problem_to_dict
 from tuner.results import ResultsError
 from tuner.space import make_config
+from tuner.validate import tolerance
 
 PROBLEMS = {
     "sm80": ConvProblem(n=1, h=32, w=32, c=3, k=32, r=3, s=3, pad=1),
@@ -79,7 +81,7 @@ def strip_literals(line: str) -> tuple[str, list[str]]:
 
 
 ROW = re.compile(r"^    \{S, (-?\d+, ){11}S, (-?\d+, ){6}\d+\.\d{3}, S, S, S, (true|false), (true|false), (true|false), "
-                 r"-?\d+\.\d+(e-?\d+)?, S\},$")
+                 r"-?\d+\.\d+(e-?\d+)?, S, S, \d\.\d{3}e-\d\d\},$")
 
 
 def rows_of(header: str) -> list[str]:
@@ -139,13 +141,13 @@ def test_one_row_per_layer_with_its_family(header):
     for family, layer in LAYER_OF.items():
         code, literals = strip_literals(by_name[layer])
         assert ROW.match(code), by_name[layer]
-        assert literals == [layer, family, config_of(family).name, "2025-06-01", "none", "none"]
+        assert literals == [layer, family, config_of(family).name, "2025-06-01", "none", "none", "f16_f16_f16_f32"]
         assert "12.500" in code
 
 
 def test_rows_carry_the_launch_arguments(header):
     rows = {strip_literals(row)[1][0]: strip_literals(row)[0] for row in rows_of(header)}
-    numbers = {layer: [int(n) for n in re.findall(r"(?<![\d.])-?\d+(?![\d.])", code)] for layer, code in rows.items()}
+    numbers = {layer: [int(n) for n in re.findall(r"(?<![\d.e+-])-?\d+(?![\d.])", code)] for layer, code in rows.items()}
     # n h w c k r s pad stride dilation kernel_c | split_k raster swizzle | tile m n k
     assert numbers["layer_sm80"] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
     assert numbers["layer-sm90-conv"] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
@@ -319,6 +321,19 @@ def test_nodes_map_to_the_row_of_their_problem_or_minus_one():
 
 def test_no_network_leaves_an_empty_node_table(header):
     assert "constexpr int kNodeCount = 0;" in header and node_lines(header) == ["{nullptr, -1},  // no network: kNodeCount is 0"]
+
+
+@pytest.mark.parametrize("dtype, element", [("bf16", "cutlass::bfloat16_t")])
+def test_a_layers_types_key_its_row_and_its_kernels_elements(dtype, element):
+    problem = dataclasses.replace(PROBLEMS["sm90_conv"], **dtype_fields(dtype))
+    config = make_config(problem, "sm90_conv", PARAMS["sm90_conv"])
+    typed_entry = {**entry("sm90_conv"), "problem": problem_to_dict(problem), "kernel": config.name}
+    header = render_header(document(typed=typed_entry))
+    [row] = rows_of(header)
+    code, literals = strip_literals(row)
+    assert ROW.match(code) and literals[-1] == problem.dtype_key == f"{dtype}_{dtype}_{dtype}_f32"
+    assert float(code.rsplit(", ", 1)[1].rstrip("},")) == pytest.approx(tolerance(problem), rel=1e-3)
+    assert f"{element}, cutlass::layout::TensorNHWC" in header and "cutlass::half_t" not in header.split("kGpuName")[1]
 
 
 # --- export on the command line: where the header goes, --json, a network's names -------------------------------

@@ -30,7 +30,7 @@ from tuner.run import KernelBinary  # noqa: E402
 from tuner.problem import ConvProblem, DataType  # noqa: E402
 from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
 from tuner.status import Status  # noqa: E402
-from tuner.validate import TOLERANCE  # noqa: E402
+from tuner.validate import tolerance  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONV_1 = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)
@@ -69,7 +69,7 @@ def test_reference_config_is_right_and_timed(compiled, device, worker):
     reference = compiled[reference_config(CONV_1)]
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=10).evaluate(reference.binary, CONV_1, LaunchArgs(32))
     assert evaluation.status is Status.ok, evaluation.reason
-    assert evaluation.error < TOLERANCE[DataType.f32]
+    assert evaluation.error < tolerance(CONV_1)
     assert evaluation.grid == (8, 1, 1)  # 1024 output pixels / 128-row tiles, 32 channels in one 128 tile
     assert evaluation.attributes.registers_per_thread == reference.ptxas.registers
     assert 0.5 < evaluation.measurement.median_us < 1000
@@ -84,7 +84,7 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     assert (wrong.p, wrong.q) == (CONV_1.p, CONV_1.q)
     rejected = worker.request(evaluate_request(library, wrong))
     assert rejected["status"] == Status.wrong_result.value
-    assert rejected["error"] > 100 * TOLERANCE[DataType.f32]
+    assert rejected["error"] > 100 * tolerance(CONV_1)
     accepted = worker.request(evaluate_request(library))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
@@ -148,7 +148,7 @@ def test_short_conv_1_study_writes_best_yaml(tmp_path):
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     [best] = tmp_path.glob("*/best.yaml")
     entry = yaml.safe_load(best.read_text())["layers"]["conv_1"]
-    assert entry["runtime_us"] > 0 and entry["rel_l2_error"] < TOLERANCE[DataType.f32]
+    assert entry["runtime_us"] > 0 and entry["rel_l2_error"] < tolerance(CONV_1)
     assert entry["reference"]["runtime_us"] > 0
     assert "occupancy" in entry and isinstance(entry["waste"], list)
     assert "re-measured side by side" in completed.stdout
@@ -219,7 +219,7 @@ def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled_sm90[case].binary, problem,
                                                                           launch)
     assert evaluation.status is Status.ok, evaluation.reason  # also right after the timed graph replays
-    assert evaluation.error < TOLERANCE[problem.output_type]
+    assert evaluation.error < tolerance(problem)
     assert evaluation.cluster == (config.cluster.m, config.cluster.n, 1)
     assert evaluation.attributes.dynamic_smem_bytes > 0 and evaluation.measurement.median_us > 0
 
@@ -322,7 +322,7 @@ def test_fused_epilogue_is_right_and_timed(case, compiled_fused, device, worker)
     launch = registry.family_of(config).launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(result.binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason  # against the float64 conv + epilogue
-    assert evaluation.error < TOLERANCE[problem.output_type]
+    assert evaluation.error < tolerance(problem)
 
 
 @pytest.mark.parametrize("kernel_case, layer_epilogue, passes", [
@@ -350,7 +350,7 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, passes, 
         assert answer["status"] == Status.ok.value, answer
     else:
         assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
-        assert answer["error"] > 10 * TOLERANCE[layer.output_type]
+        assert answer["error"] > 10 * tolerance(layer)
 
 
 def test_a_kernel_refuses_a_residual_it_was_not_built_to_read(compiled_fused, worker):

@@ -27,7 +27,7 @@ from tuner.messages import EvaluateRequest  # noqa: E402
 from tuner.problem import ConvProblem  # noqa: E402
 from tuner.space import make_config  # noqa: E402
 from tuner.status import Status  # noqa: E402
-from tuner.validate import TOLERANCE  # noqa: E402
+from tuner.validate import tolerance  # noqa: E402
 
 if dsl_version() is None:
     pytest.skip("the CuTe DSL is not installed (pip install -e '.[dsl]')", allow_module_level=True)
@@ -165,7 +165,7 @@ def test_dsl_kernel_is_right_and_timed(case, compiled, device, worker):
     launch = registry.family_of(config).launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason
-    assert evaluation.error < TOLERANCE[problem.output_type]
+    assert evaluation.error < tolerance(problem)
     assert evaluation.cluster == (config.cluster.m, config.cluster.n, 1)
     assert evaluation.measurement.median_us > 0
 
@@ -212,7 +212,7 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, 
     layer = with_epilogue(kernel_problem, layer_epilogue)
     answer = worker.request(request(compiled[kernel_case], layer))
     assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
-    assert answer["error"] > margin * TOLERANCE[layer.output_type]
+    assert answer["error"] > margin * tolerance(layer)
 
 
 @pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4"])

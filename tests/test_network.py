@@ -12,6 +12,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from conftest import MODEL_DTYPE_CASES  # noqa: E402
 from tuner.network import NetworkError, from_onnx, write_layers  # noqa: E402
 from tuner.problem import load_layers  # noqa: E402
 
@@ -89,7 +90,7 @@ def test_written_layers_are_a_table_the_tool_reads_as_it_is(tmp_path):
     network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
     write_layers(network, tmp_path / "layers.yaml")
     table = load_layers(tmp_path / "layers.yaml")
-    assert {name: layer.problem for name, layer in table.items()} == {l.name: l.problem for l in network.layers}
+    assert {name: layer.problem for name, layer in table.items()} == {layer.name: layer.problem for layer in network.layers}
     assert "# not tuned: conv_d: grouped (4 groups)" in (tmp_path / "layers.yaml").read_text()
 
 
@@ -243,3 +244,51 @@ def test_a_size_computed_at_run_time_says_which_exporter_to_use(tmp_path):
     message = str(error.value)
     assert "Resize node '/aspp/pool/Resize'" in message and "dynamo=True" in message and "--torchvision" in message
     assert "export the model with fixed spatial sizes" not in message  # it was: the advice that did not help
+
+
+# --- data types ------------------------------------------------------------------------------------------------
+
+def typed_model(path: Path, element: int) -> Path:
+    """x -> conv a (ReLU) -> conv b, every tensor of ONNX element type `element`."""
+    def typed_weight(name: str, k: int, c: int) -> object:
+        return helper.make_tensor(name, element, (k, c, 3, 3), [0.5] * (k * c * 9))
+
+    nodes = [conv("conv_a", "x", "wa", "a"), helper.make_node("Relu", ["a"], ["a_r"], name="relu_a"),
+             conv("conv_b", "a_r", "wb", "out")]
+    x = helper.make_tensor_value_info("x", element, [2, 16, 16, 16])
+    out = helper.make_tensor_value_info("out", element, None)
+    graph = helper.make_graph(nodes, "net", [x], [out], initializer=[typed_weight("wa", 16, 16),
+                                                                      typed_weight("wb", 16, 16)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+ONNX_ELEMENTS = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+
+
+@pytest.mark.parametrize("element, dtype, key, tag", MODEL_DTYPE_CASES)
+def test_the_models_element_type_or_dtype_types_its_layers(tmp_path, element, dtype, key, tag):
+    network = from_onnx(typed_model(tmp_path / "typed.onnx", ONNX_ELEMENTS[element]), dtype=dtype)
+    assert [layer.problem.dtype_key for layer in network.layers] == [key, key]
+    assert [layer.name for layer in network.layers] == [f"typed{tag}_b2_conv_a", f"typed{tag}_b2_conv_b"]
+
+
+def test_a_float64_model_is_listed_with_the_reason(tmp_path):
+    network = from_onnx(typed_model(tmp_path / "double.onnx", TensorProto.DOUBLE))
+    assert not network.layers and len(network.unsupported) == 2
+    assert all("float64" in item.reason and "--dtype" in item.reason for item in network.unsupported)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "tf32"])
+def test_written_layers_keep_their_types(tmp_path, dtype):
+    network = from_onnx(typed_model(tmp_path / "typed.onnx", TensorProto.FLOAT), dtype=dtype)
+    write_layers(network, tmp_path / "layers.yaml")
+    layers = load_layers(tmp_path / "layers.yaml")
+    assert {name: layer.problem for name, layer in layers.items()} == {layer.name: layer.problem for layer in network.layers}
+
+
+def test_dtype_with_a_layer_of_the_table_is_exit_2():
+    result = subprocess.run([sys.executable, str(REPO / "tune.py"), "--layer", "conv_1", "--dtype", "bf16"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "--dtype goes with --shape" in result.stderr

@@ -6,7 +6,7 @@ import pytest
 
 from tuner.epilogue import Epilogue, parse_epilogue
 from tuner.problem import (ConvProblem, DataType, Layer, ProblemError, find_layer, load_layers, parse_shape,
-                           problem_from_dict, problem_to_dict)
+                           dtype_fields, dtype_name, problem_from_dict, problem_to_dict)
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:
@@ -355,6 +355,42 @@ def test_shape_arg_is_what_parse_shape_reads_back():
     problem = ConvProblem(n=32, h=56, w=56, c=64, k=128, r=3, s=3, pad=2, stride=2, dilation=2)
     assert problem.shape_arg == "32,56,56,64,128,3,3,2,2,2"
     assert parse_shape(problem.shape_arg) == problem
+
+
+# --- data types --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, key", [("f16", "f16_f16_f16_f32"), ("bf16", "bf16_bf16_bf16_f32"),
+                                       ("tf32", "tf32_tf32_f32_f32")])
+def test_dtype_names_key_the_problem(name, key):
+    problem = parse_shape("2,14,14,64,64,3,3,1", dtype_fields(name))
+    assert problem.dtype_key == key and dtype_name(problem) == name
+    assert problem_from_dict(problem_to_dict(problem)) == problem
+    assert problem.variant_key == key
+
+
+def test_tf32_is_stored_as_f32():
+    problem = parse_shape("2,14,14,64,64,3,3,1", dtype_fields("tf32"))
+    assert problem.input_type.bytes == 4 and problem.bytes_moved == 2 * parse_shape("2,14,14,64,64,3,3,1").bytes_moved
+    assert DataType.tf32.significand_bits == 11 and DataType.tf32.stored_significand_bits == 24
+    assert DataType.bf16.significand_bits == DataType.bf16.stored_significand_bits == 8
+
+
+def test_tf32_is_an_input_type_only():
+    with pytest.raises(ProblemError, match="output_type=tf32"):
+        ConvProblem(n=1, h=4, w=4, c=8, k=8, r=1, s=1, output_type=DataType.tf32)
+    with pytest.raises(ProblemError, match="is not one of f16, bf16, tf32"):
+        dtype_fields("f32")
+
+
+def test_a_layer_table_takes_each_type(tmp_path):
+    path = tmp_path / "layers.yaml"
+    path.write_text("defaults: {input_type: bf16, filter_type: bf16, output_type: bf16}\nlayers:\n"
+                    "  a: {n: 1, h: 8, w: 8, c: 16, k: 16, r: 3, s: 3, pad: 1}\n"
+                    "  b: {n: 1, h: 8, w: 8, c: 16, k: 16, r: 1, s: 1, input_type: tf32, filter_type: tf32, "
+                    "output_type: f32}\n")
+    layers = load_layers(path)
+    assert layers["a"].problem.dtype_key == "bf16_bf16_bf16_f32"
+    assert layers["b"].problem.dtype_key == "tf32_tf32_f32_f32"
 
 
 def test_the_canonical_form_folds_the_scale_into_the_filter_and_keeps_the_rest():

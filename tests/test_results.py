@@ -249,6 +249,27 @@ def test_an_entry_the_schema_refuses_is_never_written(tmp_path):
     assert not (tmp_path / BEST_FILE).exists()
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32"])
+def test_a_typed_entry_round_trips_through_best_yaml(tmp_path, dtype):
+    import dataclasses
+
+    from tuner.problem import ConvProblem, dtype_fields, problem_to_dict
+    from tuner.results import best_entries
+    from tuner.space import entry_config, make_config
+
+    problem = ConvProblem(n=2, h=14, w=14, c=64, k=64, r=3, s=3, pad=1, **dtype_fields(dtype))
+    config = make_config(problem, "sm80", {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1,
+                                           "iterator": "optimized", "split_k": 1})
+    update_best(tmp_path, f"layer_{dtype}", {"problem": problem_to_dict(problem), "family": "sm80",
+                                             "params": config.search_params, "kernel": config.name,
+                                             "runtime_us": 5.0}, HEADER)
+    entry = best_entries(tmp_path)[f"layer_{dtype}"]
+    assert entry.problem == problem and entry.problem.dtype_key in config.name
+    assert entry_config(entry, f"layer_{dtype}", entry.problem) == config
+    # another type of the same shape is another problem
+    assert dataclasses.replace(problem, **dtype_fields("f16" if dtype != "f16" else "bf16")) != entry.problem
+
+
 def test_problems_are_found_by_their_canonical_fused_form(tmp_path):
     """A conv tuned with its batch norm (scale+bias+relu) answers for the same conv with the norm folded
     (bias+relu) and the other way round; a different epilogue or batch does not."""

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+from conftest import MODEL_DTYPE_CASES  # noqa: E402
 from tuner.network import NetworkError  # noqa: E402
 from tuner.torch_import import from_torch  # noqa: E402
 
@@ -329,3 +330,39 @@ def test_real_segmentation_and_detection_models_import():
     rcnn = from_torchvision("fasterrcnn_resnet50_fpn", 1)
     assert rcnn.layers[0].nodes[0] == "backbone.body.conv1" and rcnn.layers[0].problem.h == 800
     assert {item.node for item in rcnn.unsupported} == {"rpn.head.conv.0.0", "rpn.head.cls_logits", "rpn.head.bbox_pred"}
+
+
+# --- data types ------------------------------------------------------------------------------------------------
+
+class TwoConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(16, 32, 3, padding=1), nn.Conv2d(32, 32, 1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("element, dtype, key, tag", MODEL_DTYPE_CASES)
+def test_the_modules_type_or_dtype_types_its_layers(element, dtype, key, tag):
+    network = from_torch(TwoConvs().to(getattr(torch, element)).eval(), (2, 16, 8, 8), "two", dtype)
+    assert {layer.problem.dtype_key for layer in network.layers} == {key}
+    assert sorted(layer.name for layer in network.layers) == [f"two{tag}_b2_a", f"two{tag}_b2_b"]
+
+
+def test_a_float64_module_is_listed_with_the_reason():
+    network = from_torch(TwoConvs().double().eval(), (2, 16, 8, 8), "two")
+    assert not network.layers and all("float64" in item.reason and "--dtype" in item.reason
+                                      for item in network.unsupported)
+    assert from_torch(TwoConvs().double().eval(), (2, 16, 8, 8), "two", "bf16").layers
+
+
+def test_dtype_on_the_command_line(tmp_path):
+    result = tune("--torchvision", "tiny", "--batch", "8", "--dtype", "bf16", "--list-layers", "--json",
+                  tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import json
+    rows = json.loads(result.stdout)["layers"]
+    assert rows and all(row["types"] == "bf16_bf16_bf16_f32" and row["name"].startswith("tiny_bf16_b8_")
+                        for row in rows)
+    assert all("sm90_dsl" in row["families"] and "sm80" in row["families"] for row in rows if row["c"] % 8 == 0)

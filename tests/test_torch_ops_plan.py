@@ -59,3 +59,11 @@ def test_the_committed_resnet50_table_replaces_every_conv_of_the_torchvision_imp
         assert sum(d.replaced for d in decisions) == len(layers)
         assert summary(decisions) == f"{len(layers)} of {len(layers) + 1} convolutions replaced by tuned kernels; " \
                                      "falling back to PyTorch: 1 no family runs it"
+
+
+def test_with_dtype_keeps_tf32_an_input_type():
+    from tuner.torch_ops.plan import with_dtype
+
+    problem = ConvProblem(n=2, h=8, w=8, c=16, k=32, r=3, s=3, pad=1)
+    assert with_dtype(problem, DataType.tf32).dtype_key == "tf32_tf32_f32_f32"
+    assert with_dtype(problem, DataType.bf16).dtype_key == "bf16_bf16_bf16_f32"

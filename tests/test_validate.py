@@ -1,10 +1,12 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from tuner.elements import decode, encode
 from tuner.problem import ConvProblem, DataType
-from tuner.validate import TOLERANCE, array_module, check_output, reference_fprop, relative_l2
+from tuner.validate import array_module, check_output, reference_fprop, relative_l2, rounding_error, tolerance
 
 
 def naive_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray:
@@ -66,16 +68,18 @@ def test_array_module_is_numpy_for_numpy_arrays():
     assert array_module(np.zeros(2)) is np
 
 
+CASE = ConvProblem(n=2, h=8, w=8, c=8, k=16, r=3, s=3, pad=1, output_type=DataType.f32)
+
+
 @pytest.fixture(scope="module")
 def case():
-    problem = ConvProblem(n=2, h=8, w=8, c=8, k=16, r=3, s=3, pad=1, output_type=DataType.f32)
-    x, w = random_inputs(problem, seed=1)
-    return problem, reference_fprop(x, w, problem)
+    x, w = random_inputs(CASE, seed=1)
+    return CASE, reference_fprop(x, w, CASE)
 
 
 def test_correct_f32_output_passes(case):
     _, reference = case
-    result = check_output(reference.astype(np.float32), reference, DataType.f32)
+    result = check_output(reference.astype(np.float32), reference, CASE)
     assert result.passed and result.reason is None
     assert result.error < 1e-7
 
@@ -85,7 +89,7 @@ def test_nan_poisoned_partial_output_fails(case):
     output = reference.astype(np.float32)
     output[:, :, 5:, :] = np.nan  # the kernel never wrote the last three columns
     unwritten = 2 * 8 * 3 * 16
-    result = check_output(output, reference, DataType.f32)
+    result = check_output(output, reference, CASE)
     assert not result.passed and math.isinf(result.error)
     assert f"{unwritten} of {output.size}" in result.reason
     assert "NaN" in result.reason
@@ -95,7 +99,7 @@ def test_a_single_nan_fails(case):
     _, reference = case
     output = reference.astype(np.float32)
     output[1, 7, 7, 15] = np.nan
-    result = check_output(output, reference, DataType.f32)
+    result = check_output(output, reference, CASE)
     assert not result.passed and result.reason.startswith(f"1 of {output.size}")
 
 
@@ -103,7 +107,7 @@ def test_inf_output_is_counted(case):
     _, reference = case
     output = reference.astype(np.float32)
     output[0, 0, 0, :4] = np.inf
-    result = check_output(output, reference, DataType.f32)
+    result = check_output(output, reference, CASE)
     assert not result.passed
     assert result.reason.startswith(f"4 of {output.size}")
 
@@ -112,7 +116,7 @@ def test_inf_output_fails(case):
     _, reference = case
     output = reference.astype(np.float32)
     output[0, 0, 0, 0] = -np.inf
-    assert not check_output(output, reference, DataType.f32).passed
+    assert not check_output(output, reference, CASE).passed
 
 
 def test_output_of_the_wrong_stride_fails():
@@ -123,7 +127,7 @@ def test_output_of_the_wrong_stride_fails():
     reference = reference_fprop(x, w, strided)
     wrong = reference_fprop(x, w, unit)[:, :strided.p, :strided.q, :].astype(np.float32)
     assert wrong.shape == reference.shape
-    result = check_output(wrong, reference, DataType.f32)
+    result = check_output(wrong, reference, strided)
     assert not result.passed and result.error > 0.1
     assert "relative L2 error" in result.reason and "f32" in result.reason
 
@@ -132,46 +136,99 @@ def test_output_in_the_wrong_layout_fails(case):
     """NKPQ written where NPQK was expected: the same numbers at the wrong element strides."""
     _, reference = case
     wrong = np.ascontiguousarray(reference.transpose(0, 3, 1, 2)).reshape(reference.shape).astype(np.float32)
-    assert not check_output(wrong, reference, DataType.f32).passed
+    assert not check_output(wrong, reference, CASE).passed
 
 
 def test_one_wrong_element_fails_f32(case):
     _, reference = case
     output = reference.astype(np.float32)
     output[0, 3, 3, 3] += 0.5
-    result = check_output(output, reference, DataType.f32)
+    result = check_output(output, reference, CASE)
     assert not result.passed and 1e-4 < result.error < 1e-1
 
 
 def test_all_zero_output_fails(case):
     _, reference = case
-    result = check_output(np.zeros(reference.shape, np.float32), reference, DataType.f32)
+    result = check_output(np.zeros(reference.shape, np.float32), reference, CASE)
     assert not result.passed and result.error == pytest.approx(1.0)
 
 
 def test_f16_output_rounding_passes_f16_but_not_f32(case):
     _, reference = case
     rounded = reference.astype(np.float16)
-    f16 = check_output(rounded, reference, DataType.f16)
-    assert f16.passed and 1e-5 < f16.error < TOLERANCE[DataType.f16]
-    assert not check_output(rounded, reference, DataType.f32).passed
+    f16 = check_output(rounded, reference, replace(CASE, output_type=DataType.f16))
+    assert f16.passed and 1e-5 < f16.error < tolerance(replace(CASE, output_type=DataType.f16))
+    assert not check_output(rounded, reference, CASE).passed
 
 
-def round_to_bf16(values: np.ndarray) -> np.ndarray:
-    bits = values.astype(np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even on 8 mantissa bits
-    return rounded.astype(np.uint32).view(np.float32)
-
-
-def test_bf16_output_rounding_passes_bf16(case):
+def test_bf16_output_rounding_passes_bf16_but_not_f32(case):
     _, reference = case
-    result = check_output(round_to_bf16(reference), reference, DataType.bf16)
-    assert result.passed and 1e-4 < result.error < TOLERANCE[DataType.bf16]
+    stored = encode(reference.astype(np.float32), DataType.bf16)
+    result = check_output(stored, reference, replace(CASE, output_type=DataType.bf16))
+    assert result.passed and 1e-4 < result.error < tolerance(replace(CASE, output_type=DataType.bf16))
+    assert not check_output(decode(stored, DataType.bf16).astype(np.float32), reference, CASE).passed
 
 
-def test_tolerances_per_dtype():
-    assert TOLERANCE[DataType.f32] < TOLERANCE[DataType.f16] < TOLERANCE[DataType.bf16]
-    assert set(TOLERANCE) == set(DataType)
+def test_tolerances_follow_the_significand():
+    def of(**types):
+        return tolerance(replace(CASE, **types))
+
+    f32, f16, bf16 = of(), of(output_type=DataType.f16), of(output_type=DataType.bf16)
+    tf32 = of(input_type=DataType.tf32, filter_type=DataType.tf32)
+    assert f32 < f16 < tf32 < bf16
+    assert bf16 / f16 == pytest.approx(8, rel=1e-3)  # 8 significand bits against 11
+    assert f16 == pytest.approx(1.85e-3, rel=0.01)    # where the f16 threshold stood (2e-3) before
+    assert tolerance(replace(CASE, c=4096)) > f32     # a deeper sum rounds more
+
+
+BF16_INPUTS = ConvProblem(n=2, h=9, w=8, c=40, k=24, r=3, s=3, pad=1, input_type=DataType.bf16,
+                          filter_type=DataType.bf16, output_type=DataType.bf16)
+TF32_INPUTS = ConvProblem(n=2, h=9, w=8, c=40, k=24, r=3, s=3, pad=1, input_type=DataType.tf32,
+                          filter_type=DataType.tf32, output_type=DataType.f32)
+
+
+def uniform(shape, seed):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def test_bf16_reference_reads_the_stored_bits_as_torch_does():
+    torch = pytest.importorskip("torch")
+    problem = BF16_INPUTS
+    x = encode(uniform((problem.n, problem.h, problem.w, problem.c), 3), DataType.bf16)
+    w = encode(uniform((problem.k, problem.r, problem.s, problem.c), 4), DataType.bf16)
+    assert x.dtype == np.uint16
+    reference = reference_fprop(x, w, problem)
+    tx = torch.from_numpy(uniform((problem.n, problem.h, problem.w, problem.c), 3)).to(torch.bfloat16)
+    tw = torch.from_numpy(uniform((problem.k, problem.r, problem.s, problem.c), 4)).to(torch.bfloat16)
+    expected = torch.nn.functional.conv2d(tx.double().permute(0, 3, 1, 2), tw.double().permute(0, 3, 1, 2),
+                                          padding=problem.pad).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(reference, expected, rtol=1e-12, atol=1e-12)
+    # a kernel's bf16 output, rounded as torch rounds it, is within the derived tolerance, near the estimate
+    output = torch.from_numpy(reference).float().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    result = check_output(output, reference, problem)
+    assert result.passed and 0.7 < result.error / rounding_error(problem) < 1.5
+
+
+def truncate_to_tf32(values: np.ndarray) -> np.ndarray:
+    """What the tensor cores read of an f32 operand: its low 13 mantissa bits dropped."""
+    return (values.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_tf32_tolerance_covers_the_tensor_cores_truncating_the_inputs():
+    problem = TF32_INPUTS
+    x = uniform((problem.n, problem.h, problem.w, problem.c), 5)
+    w = uniform((problem.k, problem.r, problem.s, problem.c), 6)
+    reference = reference_fprop(x, w, problem)
+    tf32 = reference_fprop(truncate_to_tf32(x), truncate_to_tf32(w), problem).astype(np.float32)
+    result = check_output(tf32, reference, problem)
+    assert result.passed and 0.7 < result.error / rounding_error(problem) < 1.5
+
+
+def test_f16_rounding_error_matches_the_estimate(case):
+    problem = replace(CASE, output_type=DataType.f16)
+    _, reference = case
+    error = relative_l2(reference.astype(np.float16), reference)
+    assert 0.7 < error / rounding_error(problem) < 1.5
 
 
 def test_relative_l2():

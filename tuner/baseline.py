@@ -4,7 +4,7 @@ matrix and copy ceilings. Runs inside the worker process; PyTorch is optional.""
 from __future__ import annotations
 
 from tuner.measure import launches_per_replay, rotation_copies, time_replays
-from tuner.problem import ConvProblem
+from tuner.problem import ConvProblem, DataType
 
 CEILING_MATMUL_SIZE = 8192
 CEILING_COPY_BYTES = 2 << 30
@@ -35,17 +35,28 @@ def _graph_time_us(torch, step, launches: int, repeats: int = REPEATS) -> float:
     return time_replays(graph.replay, timed_ms, launches, copies=1, repeats=repeats).median_us
 
 
+def torch_dtype(torch, problem: ConvProblem):
+    """The torch dtype of the problem's inputs; cuDNN's and cuBLAS's TF32 switches set to the problem's math
+    (on for tf32 inputs: f32 tensors read as TF32, off otherwise)."""
+    tf32 = problem.input_type is DataType.tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {DataType.f16: torch.float16, DataType.bf16: torch.bfloat16, DataType.tf32: torch.float32,
+            DataType.f32: torch.float32}[problem.input_type]
+
+
 def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
-    """cuDNN's conv2d fprop for the problem: NHWC (channels_last) f16 in and out, f32 accumulation,
-    cudnn.benchmark on. cuDNN gives f16 output for f16 inputs whatever the problem's output type."""
+    """cuDNN's conv2d fprop for the problem: NHWC (channels_last) in the problem's input type (f16, bf16, or
+    f32 with TF32 math), f32 accumulation, cudnn.benchmark on. cuDNN writes the input's type whatever the
+    problem's output type."""
     import torch
 
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
+    dtype = torch_dtype(torch, problem)
     device = torch.device("cuda")
-    x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=torch.float16)
+    x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=dtype)
     x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
-    w = torch.empty(problem.k, problem.c, problem.r, problem.s, device=device, dtype=torch.float16)
+    w = torch.empty(problem.k, problem.c, problem.r, problem.s, device=device, dtype=dtype)
     w = w.uniform_(-1, 1).to(memory_format=torch.channels_last)
     bytes_per_set = problem.bytes_moved
     free, _ = torch.cuda.mem_get_info()
@@ -65,18 +76,21 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
 
 def cublas_gemm_us(problem: ConvProblem, l2_bytes: int) -> dict:
     """cuBLAS (through torch.matmul) on the GEMM a 1x1, stride-1, unpadded conv is in NHWC:
-    [N*H*W, C] x [C, K] -> [N*H*W, K], f16 in and out, f32 accumulation."""
+    [N*H*W, C] x [C, K] -> [N*H*W, K], in and out in the problem's input type (cudnn_fprop_us's), f32
+    accumulation."""
     import torch
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    dtype = torch_dtype(torch, problem)
     m, n, k = problem.gemm_mnk
     device = torch.device("cuda")
-    a = torch.empty(m, k, device=device, dtype=torch.float16).uniform_(-1, 1)
-    b = torch.empty(n, k, device=device, dtype=torch.float16).uniform_(-1, 1)  # KRSC filters: C contiguous
+    a = torch.empty(m, k, device=device, dtype=dtype).uniform_(-1, 1)
+    b = torch.empty(n, k, device=device, dtype=dtype).uniform_(-1, 1)  # KRSC filters: C contiguous
     free, _ = torch.cuda.mem_get_info()
     copies = rotation_copies(problem.bytes_moved, l2_bytes, free)
     inputs = [(a.clone(), b.clone()) for _ in range(copies)]
-    outputs = [torch.empty(m, n, device=device, dtype=torch.float16) for _ in range(copies)]
+    outputs = [torch.empty(m, n, device=device, dtype=dtype) for _ in range(copies)]
 
     def step(index: int) -> None:
         ai, bi = inputs[index % copies]
@@ -104,7 +118,8 @@ def ceilings() -> dict:
 
 
 def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False) -> dict:
-    """The layer as a PyTorch model writes it, channels_last f16, timed the tuner's way: the conv (cuDNN,
+    """The layer as a PyTorch model writes it, channels_last in the problem's input type (cudnn_fprop_us's),
+    timed the tuner's way: the conv (cuDNN,
     with its bias where there is no scale), a BatchNorm2d in eval mode for a per-channel scale and bias
     (what a folded batch-norm is before folding), the residual added, the activation in place, as
     torchvision's ResNet does. `compiled`: torch.compile of the same module (Inductor fuses the
@@ -114,7 +129,7 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
     from tuner.epilogue import Activation
 
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
+    dtype = torch_dtype(torch, problem)
     epilogue = problem.epilogue
     activations = {Activation.none: None, Activation.relu: torch.nn.ReLU(inplace=True),
                    Activation.gelu: torch.nn.GELU(), Activation.silu: torch.nn.SiLU(inplace=True)}
@@ -137,7 +152,7 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
             return self.activation(y) if self.activation is not None else y
 
     device = torch.device("cuda")
-    module = Layer().to(device=device, dtype=torch.float16, memory_format=torch.channels_last).eval()
+    module = Layer().to(device=device, dtype=dtype, memory_format=torch.channels_last).eval()
     if module.norm is not None:  # running statistics that make a non-trivial scale and shift
         module.norm.running_mean.uniform_(-1, 1)
         module.norm.running_var.uniform_(0.5, 2)
@@ -149,13 +164,13 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
         # model would.
         torch._dynamo.reset()
     run = torch.compile(module) if compiled else module
-    x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=torch.float16)
+    x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=dtype)
     x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
     residual = None
     if epilogue.residual:
-        residual = torch.empty(problem.n, problem.k, problem.p, problem.q, device=device, dtype=torch.float16)
+        residual = torch.empty(problem.n, problem.k, problem.p, problem.q, device=device, dtype=dtype)
         residual = residual.uniform_(-1, 1).to(memory_format=torch.channels_last)
-    bytes_per_set = problem.bytes_moved + (problem.output_elements * 2 if epilogue.residual else 0)
+    bytes_per_set = problem.bytes_moved + (problem.output_elements * dtype.itemsize if epilogue.residual else 0)
     free, _ = torch.cuda.mem_get_info()
     copies = rotation_copies(bytes_per_set, l2_bytes, free)
     inputs = [(x.clone(memory_format=torch.channels_last),

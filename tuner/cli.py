@@ -28,7 +28,7 @@ from tuner.families.base import SearchSpace, SpaceError
 from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.problem import Layer, ProblemError, dtype_fields, find_layer, load_layers, parse_shape
 from tuner.tables import add_output_arguments, json_document
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, layer_file_stem, names_by_problem, recorded_gpu_dir, results_slug)
@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
                                          "tuned one after another")
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
-    target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
+    target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 "
+                                        "accumulation (--dtype: another type)")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
     add_network_arguments(parser)
     add_output_arguments(parser)
@@ -132,15 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def shape_layer(text: str, epilogue_text: str | None = None) -> Layer:
-    problem = parse_shape(text)
+def shape_layer(text: str, epilogue_text: str | None = None, dtype: str | None = None) -> Layer:
+    problem = parse_shape(text, dtype_fields(dtype or "f16"))
     if epilogue_text is not None:
         try:
             problem = dataclasses.replace(problem, epilogue=parse_epilogue(epilogue_text))
         except EpilogueError as error:
             raise UsageError(f"--epilogue: {error}") from None
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}{problem.epilogue.beta_tag}")
+            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}{problem.epilogue.beta_tag}"
+            + (f"_{dtype}" if dtype not in (None, "f16") else ""))
     return Layer(name, problem)
 
 
@@ -157,7 +159,7 @@ def resolve_targets(args: argparse.Namespace, layers: dict[str, Layer]) -> list[
     if args.all:
         return list(layers.values())
     if args.shape:
-        return [shape_layer(args.shape, args.epilogue)]
+        return [shape_layer(args.shape, args.epilogue, args.dtype)]
     raise UsageError("say what to tune: --layer NAME, --layers A,B, --all, --shape N,H,W,C,K,R,S, or --list-layers")
 
 
@@ -221,6 +223,9 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         raise UsageError("--batch and --write-layers go with --onnx MODEL or --torchvision NAME")
     else:
         layers = load_layers(args.layers_file)
+    if args.dtype is not None and not (network is not None or args.shape):
+        raise UsageError("--dtype goes with --shape, --onnx or --torchvision; a layer of the table takes "
+                         "'input_type:', 'filter_type:' and 'output_type:' fields instead")
     if args.json or args.csv:
         if not args.list_layers:
             raise UsageError("--json and --csv go with --list-layers (and the report and bench commands)")

@@ -20,6 +20,7 @@ from tuner.families.base import CppPieces, KernelConfig, read_template
 from tuner.problem import ConvProblem
 from tuner.results import BEST_FILE, BestEntry, ResultsError, atomic_write, read_best, replacing
 from tuner.space import entry_config, static_problems
+from tuner.validate import tolerance
 from tuner.yamlfile import brief
 
 HEADER_FILE = "best_configs.h"
@@ -94,7 +95,8 @@ def _row(name: str, entry: BestEntry, problem: ConvProblem, config: KernelConfig
               *("true" if on else "false" for on in (problem.epilogue.scale, problem.epilogue.bias,
                                                       problem.epilogue.residual)),
               repr(float(problem.epilogue.residual_scale)),  # finite: Epilogue checks it
-              cpp_string(problem.epilogue.activation.value)]
+              cpp_string(problem.epilogue.activation.value),
+              cpp_string(problem.dtype_key), f"{tolerance(problem):.3e}"]
     return "    {" + ", ".join(values) + "},"
 
 

@@ -1,5 +1,5 @@
 """A network's convolutions as the tuner's layers: every 2-D convolution of an ONNX model or a PyTorch
-module becomes an NHWC f16 problem named after its node, with what follows it folded into its epilogue
+module becomes an NHWC problem (in the model's type, MODEL_DTYPES, or --dtype's) named after its node, with what follows it folded into its epilogue
 where the tuner can fuse it (batch norm: scale and bias; an add of another tensor: the residual; ReLU,
 SiLU (also as x * sigmoid(x)), exact GELU: the activation). Identical problems are tuned once and carry
 their count and nodes. A convolution no family can take is listed with the reason, never dropped.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.epilogue import Activation, Epilogue
-from tuner.problem import ConvProblem, Layer, ProblemError
+from tuner.problem import ConvProblem, Layer, ProblemError, dtype_fields, dtype_name
 
 # The opsets whose Conv, BatchNormalization, Add and activations this importer reads (Conv's attributes
 # have not changed since opset 11; Gelu is an operator from opset 20).
@@ -114,9 +114,23 @@ class ConvFacts:
     dilations: tuple[int, ...] = (1, 1)
     has_bias: bool = False
     unsupported: str | None = None
+    element: str | None = None  # the input's element type as the frontend names it: float16, bfloat16, float32, ...
 
 
-def from_onnx(path: Path, batch: int | None = None) -> Network:
+# A model's element type -> the --dtype its convolutions are tuned in. An f32 model is tuned in f16, as the
+# tuner always has (inference in half precision); --dtype tf32 keeps its f32 tensors, with TF32 math.
+MODEL_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f16"}
+
+
+def conv_dtype(conv: ConvFacts, dtype: str | None) -> str | None:
+    """The --dtype a convolution is tuned in: `dtype` where given, else its model's (MODEL_DTYPES; f16 where the
+    frontend could not tell); None where its model's type is none of those."""
+    if dtype is not None:
+        return dtype
+    return "f16" if conv.element is None else MODEL_DTYPES.get(conv.element)
+
+
+def from_onnx(path: Path, batch: int | None = None, dtype: str | None = None) -> Network:
     try:
         import onnx
         from onnx import shape_inference
@@ -140,19 +154,25 @@ def from_onnx(path: Path, batch: int | None = None) -> Network:
         model = shape_inference.infer_shapes(model)
     except Exception as error:
         raise NetworkError(f"{path}: ONNX shape inference failed ({error}); check the model with onnx.checker") from None
-    return _OnnxGraph(model.graph, batch, path).network()
+    return _OnnxGraph(model.graph, batch, path, dtype).network()
 
 
 class _OnnxGraph:
-    def __init__(self, graph, batch: int | None, path: Path):
-        from onnx import numpy_helper
+    def __init__(self, graph, batch: int | None, path: Path, dtype: str | None = None):
+        from onnx import TensorProto, numpy_helper
 
-        self.graph, self.batch, self.path = graph, batch, path
+        self.graph, self.batch, self.path, self.dtype = graph, batch, path, dtype
         self.initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         self.shapes: dict[str, list] = {}
+        # each tensor's element type, lower case as numpy and torch name them (FLOAT16 -> float16; FLOAT: float32)
+        self.elements: dict[str, str] = {t.name: TensorProto.DataType.Name(t.data_type).lower()
+                                          for t in graph.initializer}
         for info in [*graph.input, *graph.value_info, *graph.output]:
             dims = info.type.tensor_type.shape.dim
             self.shapes[info.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+            if info.type.tensor_type.elem_type:
+                self.elements[info.name] = TensorProto.DataType.Name(info.type.tensor_type.elem_type).lower()
+        self.elements = {name: {"float": "float32", "double": "float64"}.get(e, e) for name, e in self.elements.items()}
         for name, array in self.initializers.items():
             self.shapes[name] = list(array.shape)
 
@@ -231,7 +251,8 @@ class _OnnxGraph:
             strides=tuple(attributes["strides"].ints) if "strides" in attributes else (1,) * rank,
             dilations=tuple(attributes["dilations"].ints) if "dilations" in attributes else (1,) * rank,
             has_bias=len(node.input) > 2 and bool(node.input[2]),
-            unsupported=None if auto_pad in ("NOTSET", "VALID") else f"auto_pad {auto_pad}: export with explicit pads")
+            unsupported=None if auto_pad in ("NOTSET", "VALID") else f"auto_pad {auto_pad}: export with explicit pads",
+            element=self.elements.get(node.input[0], self.elements.get(node.input[1])))
 
     def network(self) -> Network:
         names = self.node_names()
@@ -244,7 +265,7 @@ class _OnnxGraph:
                                + (f"; its convolutions are not tuned: {named}" if named else ""))
         ops = [Op(node.name or node.output[0], self.kind(node), tuple(node.input), tuple(node.output))
                for node in self.graph.node]
-        network = assemble(convs, ops, self.shapes, {o.name for o in self.graph.output}, self.path.stem)
+        network = assemble(convs, ops, self.shapes, {o.name for o in self.graph.output}, self.path.stem, self.dtype)
         return Network(network.layers, network.unsupported + tuple(others), network.not_fused)
 
 
@@ -360,10 +381,15 @@ def fused_convs(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list],
     return [epilogues.after(conv) for conv in convs]
 
 
-def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
-    """The tuner's problem for a convolution, or why no family takes it."""
+def conv_problem(conv: ConvFacts, epilogue: Epilogue, dtype: str | None = None) -> ConvProblem | str:
+    """The tuner's problem for a convolution in `dtype` (default: its model's, conv_dtype), or why no family
+    takes it."""
     if conv.unsupported:
         return conv.unsupported
+    dtype = conv_dtype(conv, dtype)
+    if dtype is None:
+        return (f"a {conv.element} convolution: the kernels take f16, bf16 and f32 models; pass --dtype "
+                "f16|bf16|tf32 to tune it in one of those")
     if len(conv.weight) != 4:
         return f"{len(conv.weight) - 2}-D convolution: only 2-D convs are tuned"
     if len(conv.x) != 4:
@@ -381,7 +407,7 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
         return f"asymmetric pads {pads}, strides {strides} or dilations {dilations}: the tuner's problems are symmetric"
     try:
         problem = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad=pads[0], stride=strides[0],
-                              dilation=dilations[0], epilogue=epilogue)
+                              dilation=dilations[0], epilogue=epilogue, **dtype_fields(dtype))
     except ProblemError as error:
         return str(error)
     from tuner.families import registry  # here: the families' modules are not needed to read a graph
@@ -393,16 +419,17 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
 
 
 def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], graph_outputs: set[str],
-             network: str) -> Network:
+             network: str, dtype: str | None = None) -> Network:
     """The network from a frontend's convolutions and operator graph: each conv's epilogue read from what
-    follows it, identical problems merged (count and nodes), the rest listed with their reasons."""
+    follows it, its types from `dtype` (--dtype) or its model's, identical problems merged (count and nodes),
+    the rest listed with their reasons."""
     problems: dict[ConvProblem, list[str]] = {}
     unsupported, not_fused = [], []
     for conv in convs:
         if "\0" in conv.node:
             raise NetworkError(f"a convolution's node name holds a NUL character ({conv.node!r}); rename the node")
     for fused in fused_convs(convs, ops, shapes, graph_outputs):
-        problem = conv_problem(fused.conv, fused.epilogue)
+        problem = conv_problem(fused.conv, fused.epilogue, dtype)
         if isinstance(problem, str):
             unsupported.append(Unsupported(fused.conv.node, problem))
             continue
@@ -412,12 +439,15 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
 
 
 def _named(problems: dict[ConvProblem, list[str]], network: str) -> tuple[ImportedLayer, ...]:
-    """Layer names are the network's, its batch and the first node's: best.yaml is one table per GPU, so
-    features.0 of vgg11 at batch 32 must not take the place of another network's (or batch's)."""
+    """Layer names are the network's, its type (but f16), its batch and the first node's: best.yaml is one table
+    per GPU, so features.0 of vgg11 at batch 32 must not take the place of another network's (or batch's, or
+    type's)."""
     taken: Counter = Counter()
     layers = []
     for problem, nodes in problems.items():
-        base = layer_name(f"{network}_b{problem.n}_{nodes[0]}")
+        dtype = dtype_name(problem)
+        typed = "" if dtype == "f16" else f"_{dtype}"  # f16 layers keep the names they had before types
+        base = layer_name(f"{network}{typed}_b{problem.n}_{nodes[0]}")
         taken[base] += 1
         name = base if taken[base] == 1 else f"{base}_{taken[base]}"
         layers.append(ImportedLayer(name, problem, tuple(nodes)))
@@ -434,6 +464,9 @@ def layer_entry(name: str, p: ConvProblem) -> str:
     where there is one."""
     fields = f"n: {p.n}, h: {p.h}, w: {p.w}, c: {p.c}, k: {p.k}, r: {p.r}, s: {p.s}, pad: {p.pad}, " \
              f"stride: {p.stride}, dilation: {p.dilation}"
+    if dtype_name(p) != "f16":
+        fields += "".join(f", {field}: {getattr(p, field).value}" for field in ("input_type", "filter_type",
+                                                                                "output_type", "accumulator_type"))
     if p.epilogue.fused:
         fields += f", epilogue: {p.epilogue.key}"
     return f"  {name}: {{{fields}}}"

@@ -1,5 +1,5 @@
-"""The command-line options that name a network (--onnx, --torchvision, --batch, --image-size), shared by
-`tune.py` and `tune.py report`."""
+"""The command-line options that name a network (--onnx, --torchvision, --batch, --image-size, --dtype), shared
+by `tune.py` and `tune.py report`."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tuner.choices import UsageError, positive
 from tuner.network import Network, from_onnx
+from tuner.problem import DTYPE_CHOICES
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +28,10 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                                                        "(default as torchvision evaluates the model: 224, 299 for "
                                                        "inception_v3, 520 for segmentation, a detector's "
                                                        "min_size, e.g. 800)")
+    parser.add_argument("--dtype", choices=tuple(DTYPE_CHOICES),
+                        help="the convolutions' data type: f16 or bf16 in and out (f32 accumulation), or tf32 (f32 "
+                             "in and out, TF32 math); with --onnx/--torchvision default the model's (an f32 model: "
+                             "f16), with --shape default f16")
 
 
 def imported_network(args: argparse.Namespace) -> Network | None:
@@ -38,11 +43,11 @@ def imported_network(args: argparse.Namespace) -> Network | None:
         if args.torchvision is None:
             raise UsageError("--image-size goes with --torchvision NAME")
     if args.onnx is not None:
-        return from_onnx(args.onnx, args.batch)
+        return from_onnx(args.onnx, args.batch, args.dtype)
     if args.torchvision is not None:
         if args.batch is None:
             raise UsageError("--torchvision needs --batch N (the batch size to tune for)")
         from tuner.torch_import import from_torchvision
 
-        return from_torchvision(args.torchvision, args.batch, args.image_size)
+        return from_torchvision(args.torchvision, args.batch, args.image_size, args.dtype)
     return None

@@ -34,14 +34,47 @@ class DataType(enum.Enum):
     f16 = "f16"
     bf16 = "bf16"
     f32 = "f32"
+    tf32 = "tf32"  # an f32 tensor that the tensor cores read as TF32 (its low 13 mantissa bits dropped)
 
     @property
     def bits(self) -> int:
-        return 32 if self is DataType.f32 else 16
+        """Bits an element takes in memory (a TF32 operand is stored as f32)."""
+        return 32 if self in (DataType.f32, DataType.tf32) else 16
 
     @property
     def bytes(self) -> int:
         return self.bits // 8
+
+    @property
+    def significand_bits(self) -> int:
+        """Significand bits of the values the arithmetic sees, the implicit leading one included."""
+        return {DataType.f16: 11, DataType.bf16: 8, DataType.f32: 24, DataType.tf32: 11}[self]
+
+    @property
+    def stored_significand_bits(self) -> int:
+        """Significand bits of the values memory holds: a TF32 operand keeps all of f32's until the MMA."""
+        return DataType.f32.significand_bits if self is DataType.tf32 else self.significand_bits
+
+
+# What --dtype names: the input, filter, output and accumulator types of a problem.
+DTYPE_CHOICES = {
+    "f16": (DataType.f16, DataType.f16, DataType.f16, DataType.f32),
+    "bf16": (DataType.bf16, DataType.bf16, DataType.bf16, DataType.f32),
+    "tf32": (DataType.tf32, DataType.tf32, DataType.f32, DataType.f32),
+}
+
+
+def dtype_fields(name: str) -> dict[str, DataType]:
+    """ConvProblem's four type fields for a --dtype name."""
+    if name not in DTYPE_CHOICES:
+        raise ProblemError(f"--dtype {name!r} is not one of {', '.join(DTYPE_CHOICES)}")
+    return dict(zip(("input_type", "filter_type", "output_type", "accumulator_type"), DTYPE_CHOICES[name]))
+
+
+def dtype_name(problem: "ConvProblem") -> str | None:
+    """The --dtype name of the problem's types, or None where they are no --dtype's."""
+    types = (problem.input_type, problem.filter_type, problem.output_type, problem.accumulator_type)
+    return next((name for name, choice in DTYPE_CHOICES.items() if choice == types), None)
 
 
 def output_extent(size: int, taps: int, pad: int, stride: int, dilation: int) -> int:
@@ -76,6 +109,10 @@ class ConvProblem:
                 raise ProblemError(f"{field}={getattr(self, field)} must be at least 1")
         if self.pad < 0:
             raise ProblemError(f"pad={self.pad} must not be negative")
+        for field in ("output_type", "accumulator_type"):
+            if getattr(self, field) is DataType.tf32:
+                raise ProblemError(f"{field}=tf32: TF32 is how the tensor cores read f32 inputs; the output and "
+                                   "accumulator of such a problem are f32")
         for field in ("n", "h", "w", "c", "k", "r", "s", "pad", "stride", "dilation"):
             if getattr(self, field) > INT32_MAX:
                 raise ProblemError(f"{field}={getattr(self, field)} exceeds {INT32_MAX}, the int32 the kernels take "

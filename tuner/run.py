@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.device import volume
+from tuner.elements import empty_poisoned, encode
 from tuner.epilogue import Epilogue
 from tuner.families.base import LaunchArgs
-from tuner.problem import ConvProblem, DataType
+from tuner.problem import ConvProblem
 
 PROBLEM_FIELDS = 16
 ABI_VERSION = 4  # 4: create() takes the epilogue's operands
@@ -137,16 +138,6 @@ class KernelLibrary:
         self.functions["destroy"](handle)
 
 
-CUPY_DTYPES = {DataType.f16: "float16", DataType.bf16: None, DataType.f32: "float32"}
-
-
-def cupy_dtype(dtype: DataType) -> str:
-    name = CUPY_DTYPES[dtype]
-    if name is None:
-        raise LaunchError("bf16 tensors are not supported by the CuPy runner yet")
-    return name
-
-
 @dataclass
 class TensorSet:
     """Device buffers for one launch: x and w as the kernel sees them (C padded), y, and the epilogue's
@@ -184,12 +175,13 @@ class TensorSet:
 
 
 def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
-    """Fresh uniform(-1, 1) x[N,H,W,C] and w[K,R,S,C] at the problem's own C; never zeros."""
+    """Fresh uniform(-1, 1) x[N,H,W,C] and w[K,R,S,C] at the problem's own C, as elements of the input and
+    filter types (tuner/elements.py); never zeros."""
     import cupy
 
     x = rng.uniform(-1.0, 1.0, (problem.n, problem.h, problem.w, problem.c), dtype=cupy.float32)
     w = rng.uniform(-1.0, 1.0, (problem.k, problem.r, problem.s, problem.c), dtype=cupy.float32)
-    return x.astype(cupy_dtype(problem.input_type)), w.astype(cupy_dtype(problem.filter_type))
+    return encode(x, problem.input_type), encode(w, problem.filter_type)
 
 
 def random_epilogue_operands(problem: ConvProblem, rng) -> tuple[object, object, object]:
@@ -205,7 +197,7 @@ def random_epilogue_operands(problem: ConvProblem, rng) -> tuple[object, object,
     residual = None
     if epilogue.residual:
         residual = rng.uniform(-magnitude, magnitude, (problem.n, problem.p, problem.q, k), dtype=cupy.float32)
-        residual = residual.astype(cupy_dtype(problem.output_type))
+        residual = encode(residual, problem.output_type)
     return scale, bias, residual
 
 
@@ -222,7 +214,7 @@ def pad_channels(tensor, channels: int):
 def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: tuple = (None, None, None)) -> TensorSet:
     import cupy
 
-    y = cupy.full((problem.n, problem.p, problem.q, problem.k), cupy.nan, dtype=cupy_dtype(problem.output_type))
+    y = empty_poisoned((problem.n, problem.p, problem.q, problem.k), problem.output_type, cupy)
     return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, kernel_channels), y, *operands)
 
 

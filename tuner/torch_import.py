@@ -27,10 +27,11 @@ def _torch():
     return torch
 
 
-def from_torch(module, example_input, name: str | None = None) -> Network:
-    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape);
-    `name` (default: the module's class, lower case) begins every layer's name."""
-    return traced_module(module, example_input, name).network()
+def from_torch(module, example_input, name: str | None = None, dtype: str | None = None) -> Network:
+    """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape), in the type
+    the module runs in (network.MODEL_DTYPES) or `dtype` (--dtype); `name` (default: the module's class, lower
+    case) begins every layer's name."""
+    return traced_module(module, example_input, name).network(dtype)
 
 
 def traced_module(module, example_input, name: str | None = None) -> "_FxGraph":
@@ -63,10 +64,10 @@ def traced_module(module, example_input, name: str | None = None) -> "_FxGraph":
     return _FxGraph(graph_module, name or type(module).__name__.lower())
 
 
-def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
+def from_torchvision(name: str, batch: int, image_size: int | None = None, dtype: str | None = None) -> Network:
     """A torchvision architecture, built without weights (nothing is downloaded) on the meta device (nothing
     allocated): a classification or segmentation model whole; of a detection model the backbone, its head's
-    convolutions listed as not tuned."""
+    convolutions listed as not tuned. Built in f32: tuned in f16 unless `dtype` (--dtype) says otherwise."""
     torch = _torch()
     try:
         import torchvision
@@ -90,9 +91,9 @@ def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Ne
                                f"{str(error).splitlines()[0] if str(error) else ''})") from None
     if task != "detection":
         size = image_size or (SEGMENTATION_SIZE if task == "segmentation" else IMAGE_SIZES.get(name, 224))
-        return from_torch(module, (batch, 3, size, size), name)
+        return from_torch(module, (batch, 3, size, size), name, dtype)
     size = image_size or int(module.transform.min_size[-1])
-    network = from_torch(_backbone_of(torch, module), (batch, 3, size, size), name)
+    network = from_torch(_backbone_of(torch, module), (batch, 3, size, size), name, dtype)
     head = tuple(Unsupported(path, DETECTION_HEAD) for path, part in module.named_modules()
                  if isinstance(part, torch.nn.modules.conv._ConvNd) and not path.startswith("backbone."))
     return Network(network.layers, network.unsupported + head, network.not_fused)
@@ -148,6 +149,12 @@ class _FxGraph:
         meta = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
         return tuple(int(d) for d in meta.shape) if meta is not None and hasattr(meta, "shape") else None
 
+    def element(self, node) -> str | None:
+        """The tensor's element type as torch names it (float16, bfloat16, float32), or None."""
+        meta = node.meta.get("tensor_meta") if hasattr(node, "meta") else None
+        dtype = getattr(meta, "dtype", None)
+        return str(dtype).removeprefix("torch.") if dtype is not None else None
+
     def kind(self, node) -> str:
         import torch
         import torch.nn.functional as F
@@ -183,13 +190,14 @@ class _FxGraph:
 
         nn = torch.nn
         x = self.shape(node.args[0]) if node.args else None
+        element = self.element(node.args[0]) if node.args else None
         if node.op == "call_module":
             module = self.modules[node.target]
             transposed = isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d))
             if not isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not transposed:
                 return None
             facts = dict(node=str(node.target), output=node.name, x=x or (), weight=tuple(module.weight.shape),
-                         groups=module.groups, has_bias=module.bias is not None)
+                         groups=module.groups, has_bias=module.bias is not None, element=element)
             if transposed:
                 return ConvFacts(**facts, unsupported="transposed convolution: only forward (fprop) convs are tuned")
             if module.padding_mode != "zeros":
@@ -203,7 +211,8 @@ class _FxGraph:
             arguments.update(node.kwargs)
             weight = self.shape(arguments["weight"])
             facts = dict(node=node.name, output=node.name, x=x or (), weight=weight or (),
-                         groups=int(arguments.get("groups", 1)), has_bias=arguments.get("bias") is not None)
+                         groups=int(arguments.get("groups", 1)), has_bias=arguments.get("bias") is not None,
+                         element=element)
             pair = (lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v))
             padding, stride, dilation = (pair(arguments.get(key, default)) for key, default in
                                          (("padding", 0), ("stride", 1), ("dilation", 1)))
@@ -233,8 +242,8 @@ class _FxGraph:
         outputs = {arg.name for node in nodes if node.op == "output" for arg in node.all_input_nodes}
         return convs, ops, shapes, outputs
 
-    def network(self) -> Network:
-        return assemble(*self.graph_parts(), self.name)
+    def network(self, dtype: str | None = None) -> Network:
+        return assemble(*self.graph_parts(), self.name, dtype)
 
     def fused_convs(self) -> list[FusedConv]:
         return fused_convs(*self.graph_parts())

@@ -15,6 +15,7 @@ from pathlib import Path
 from tuner.measure import rotation_copies, time_graph
 from tuner.messages import EVALUATE, EvaluateRequest, MessageError
 from tuner.problem import ConvProblem, problem_from_dict
+from tuner.elements import decode, poison
 from tuner.epilogue import Epilogue, apply_epilogue
 from tuner.run import (KernelBinary, KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer,
                        problem_array, random_epilogue_operands, random_inputs)
@@ -85,16 +86,16 @@ class Workbench:
             free_bytes, _ = cupy.cuda.runtime.memGetInfo()
             copies = rotation_copies(first.nbytes, l2_bytes, free_bytes)
             sets += [first.copy() for _ in range(copies - 1)]
-        reference = apply_epilogue(reference_fprop(x, w, problem), problem.epilogue, *operands)
+        scale, bias, residual = operands
+        residual = None if residual is None else decode(residual, problem.output_type)
+        reference = apply_epilogue(reference_fprop(x, w, problem), problem.epilogue, scale, bias, residual)
         return cls(problem, reference, sets, stream)
 
     def poison(self, index: int) -> None:
-        import cupy
-
-        self.sets[index].y.fill(cupy.nan)
+        poison(self.sets[index].y, self.problem.output_type)
 
     def check(self, index: int):
-        return check_output(self.sets[index].y, self.reference, self.problem.output_type)
+        return check_output(self.sets[index].y, self.reference, self.problem)
 
 
 def grid_and_attributes(library: KernelLibrary, args) -> dict:

@@ -172,23 +172,6 @@ DeviceInfo query_device() {
 
 // ---- validation -----------------------------------------------------------------------------------
 
-// Relative L2 error allowed per output type (tuner/validate.py).
-template <typename Element>
-double tolerance() {
-  if (std::is_same<Element, float>::value) return 1e-4;
-  if (std::is_same<Element, cutlass::half_t>::value) return 2e-3;
-  if (std::is_same<Element, cutlass::bfloat16_t>::value) return 1.6e-2;
-  return 0.0;  // an output type this example does not know: every check fails
-}
-
-template <typename Element>
-const char *type_name() {
-  if (std::is_same<Element, float>::value) return "f32";
-  if (std::is_same<Element, cutlass::half_t>::value) return "f16";
-  if (std::is_same<Element, cutlass::bfloat16_t>::value) return "bf16";
-  return "?";
-}
-
 // ||output - reference|| / ||reference|| in double; infinity when any output is NaN or Inf
 // (the output was poisoned with NaN, so an element the kernel never wrote shows up here).
 template <typename Element>
@@ -390,7 +373,7 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
     if (layer.has_residual) v += layer.residual_scale * double(float(residual_h[i]));
     expected[i] = float(activate(layer.activation, v));
   }
-  const double tol = tolerance<ElementC>();
+  const double tol = layer.tolerance;  // derived from the layer's types (tuner/validate.py)
   long non_finite = 0;
   result.error = relative_l2(static_cast<const ElementC *>(sets[0].y.get()), expected, &non_finite);
   if (non_finite) {
@@ -400,8 +383,8 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   }
   if (!(result.error <= tol)) {
     char text[128];
-    std::snprintf(text, sizeof(text), "relative L2 error %.2e exceeds %.0e for %s", result.error, tol,
-                  type_name<ElementC>());
+    std::snprintf(text, sizeof(text), "relative L2 error %.2e exceeds %.1e for %s", result.error, tol,
+                  layer.types);
     result.message = text;
     return;
   }
@@ -442,7 +425,7 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   if (non_finite || !(after <= tol)) {
     char text[128];
     std::snprintf(text, sizeof(text), "after timing: relative L2 error %.2e (%ld non-finite) for %s", after,
-                  non_finite, type_name<ElementC>());
+                  non_finite, layer.types);
     result.error = after;
     result.message = text;
     return;

@@ -303,14 +303,14 @@ def test_split_k_at_the_k_iterations(conv_1, h100):
 
 def test_inputs_must_be_one_tensor_op_type(h100):
     mixed = problem(filter_type=DataType.bf16)
-    assert "f16 or bf16" in only_problem(config_for(mixed), mixed, h100)
+    assert "f16/bf16/tf32 inputs and filters of one type" in only_problem(config_for(mixed), mixed, h100)
     bf16 = problem(input_type=DataType.bf16, filter_type=DataType.bf16)
     assert static_problems(config_for(bf16), bf16, h100) == []
 
 
 def test_f32_inputs_are_refused_not_crashed(h100):
     f32_in = problem(input_type=DataType.f32, filter_type=DataType.f32)
-    assert "f16 or bf16" in only_problem(config_for(f32_in, tile="64x64x32"), f32_in, h100)
+    assert "f16/bf16/tf32 inputs" in only_problem(config_for(f32_in, tile="64x64x32"), f32_in, h100)
 
 
 # --- configurations -----------------------------------------------------------------------------

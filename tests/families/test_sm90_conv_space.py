@@ -266,10 +266,10 @@ def test_too_few_stages_fit(h100):
     assert "at least 2" in only_problem(cfg, h100)
 
 
-def test_non_f16_config_is_refused(h100):
-    bf16 = problem(input_type=DataType.bf16, filter_type=DataType.bf16)
-    reasons = reasons_of(config(bf16), h100, bf16)
-    assert reasons and all("f16 inputs" in r for r in reasons)
+def test_a_type_mix_config_is_refused(h100):
+    mixed = problem(input_type=DataType.bf16, filter_type=DataType.bf16)  # bf16 in, f16 out
+    reasons = reasons_of(config(mixed), h100, mixed)
+    assert reasons and all("write bf16 or f32" in r for r in reasons)
 
 
 # --- layers no configuration can run ------------------------------------------------------------
@@ -290,8 +290,8 @@ def test_resnet_layers_are_runnable(layers):
         (dict(h=300, w=300, r=3, s=3, pad=0, dilation=128), ["(R-1)*dilation=256", "254"]),
         (dict(h=300, w=300, r=1, s=3, pad=0, dilation=128), ["(S-1)*dilation=256", "254"]),
         (dict(h=300, w=300, r=3, s=3, pad=0, dilation=65), ["(R-1)*dilation-pad=130", "upper corner"]),
-        (dict(input_type=DataType.bf16, filter_type=DataType.bf16), ["f16 inputs", "bf16_bf16_f16_f32"]),
-        (dict(input_type=DataType.f32, filter_type=DataType.f32, output_type=DataType.f32), ["f16 inputs"]),
+        (dict(input_type=DataType.bf16, filter_type=DataType.bf16), ["write bf16 or f32", "bf16_bf16_f16_f32"]),
+        (dict(input_type=DataType.f32, filter_type=DataType.f32, output_type=DataType.f32), ["f16/bf16/tf32 inputs"]),
         (dict(output_type=DataType.bf16), ["write f16 or f32"]),
     ],
 )

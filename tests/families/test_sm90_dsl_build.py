@@ -29,6 +29,9 @@ CONV = BuildSpec(ProblemSpec(32, 28, 28, 128, 128, 3, 3, 1, 1, 1),
                  EpilogueSpec(scale=True, bias=True, residual=True, beta=0.5, activation="silu"),
                  TileSpec(64, 128, 64, cluster_m=1, cluster_n=2, schedule="single", tile_q=32))
 
+# bf16 in and out, fused with a bf16 residual
+CONV_BF16 = BuildSpec(CONV.problem, CONV.epilogue, CONV.tile, element="bf16")
+
 
 def run_build(spec_text: str, tmp_path: Path) -> subprocess.CompletedProcess:
     spec_file = tmp_path / "spec.json"
@@ -48,9 +51,12 @@ def exported_symbols(library: Path) -> set[str]:
 
 STEM = BuildSpec(ProblemSpec(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
                  TileSpec(128, 64, 32, schedule="cooperative"))
+STEM_BF16 = BuildSpec(STEM.problem, STEM.epilogue, STEM.tile, element="bf16")
 
 
-@pytest.mark.parametrize("spec", [GEMM, CONV, STEM], ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered"])
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16],
+                         ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
+                              "stem_c3_gathered_bf16"])
 def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
     result = run_build(spec.to_json(), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -65,6 +71,13 @@ def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
     assert 0 < info["dynamic_smem_bytes"] <= 232448
     assert info["cluster"] == [spec.tile.cluster_m, spec.tile.cluster_n, 1]
     assert info["seconds"]["total"] > 0
+
+
+def test_the_element_is_part_of_the_spec():
+    assert BuildSpec.from_json(CONV_BF16.to_json()) == CONV_BF16
+    assert '"element": "bf16"' in CONV_BF16.to_json()
+    assert "element" not in CONV.to_json()  # f16 specs are written as before the field: their cache keys stay
+    assert BuildSpec.from_json(CONV.to_json()).element == "f16"
 
 
 def test_abi_answers_without_a_gpu(tmp_path):
@@ -91,7 +104,8 @@ def test_abi_answers_without_a_gpu(tmp_path):
     (BuildSpec(ProblemSpec(1, 9, 9, 64, 64, 3, 3, 1, 3, 1), EpilogueSpec(),
                TileSpec(128, 64, 64, tile_q=8)).to_json(), "stride"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="single")).to_json(), "tile_m"),
-], ids=["malformed", "pingpong_tile_m", "stride3", "single_tile_m"])
+    (BuildSpec(GEMM.problem, GEMM.epilogue, GEMM.tile, element="f32").to_json(), "element"),
+], ids=["malformed", "pingpong_tile_m", "stride3", "single_tile_m", "f32_element"])
 def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
     result = run_build(text, tmp_path)
     assert result.returncode == 1

@@ -334,7 +334,7 @@ def test_resnet_1x1_stride_1_layers_are_runnable(layers):
         (dict(stride=2), ["stride 2"]),
         (dict(pad=1), ["pad 1"]),
         (dict(r=3, s=3, dilation=2), ["dilation 2"]),
-        (dict(input_type=DataType.bf16, filter_type=DataType.bf16), ["f16 inputs", "bf16_bf16_f16_f32"]),
+        (dict(input_type=DataType.bf16, filter_type=DataType.bf16), ["write bf16 or f32", "bf16_bf16_f16_f32"]),
         (dict(output_type=DataType.bf16), ["write f16 or f32"]),
     ],
 )

@@ -139,12 +139,35 @@ class KernelConfig(Protocol):
     def fusion(self) -> Epilogue: ...  # the layer's epilogue, compiled into the kernel
 
 
-# C++ tags come from CUTLASS's own generator tables, keyed by our typed enums.
+# C++ tags come from CUTLASS's own generator tables, keyed by our typed enums. A tf32 operand is
+# cutlass::tfloat32_t: f32 in memory, read as TF32 by the MMA (2.x and 3.x alike).
 ELEMENT_TAGS = {
     DataType.f16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f16],
     DataType.bf16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.bf16],
     DataType.f32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f32],
+    DataType.tf32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.tf32],
 }
+
+# The tensor-op families' types: the input (and filter) type, and the outputs written from its f32
+# accumulators.
+TENSOR_OP_OUTPUTS = {
+    DataType.f16: (DataType.f16, DataType.f32),
+    DataType.bf16: (DataType.bf16, DataType.f32),
+    DataType.tf32: (DataType.f32,),
+}
+
+
+def types_problem(family: str, typed, inputs: tuple[DataType, ...] = tuple(TENSOR_OP_OUTPUTS)) -> str | None:
+    """Why a family whose kernels read `inputs` cannot take the types of `typed` (a problem or a
+    configuration), or None."""
+    names = "/".join(t.value for t in inputs)
+    if typed.input_type not in inputs or typed.filter_type is not typed.input_type:
+        return f"{family} kernels take {names} inputs and filters of one type, got {typed.dtype_key}"
+    outputs = TENSOR_OP_OUTPUTS[typed.input_type]
+    if typed.accumulator_type is not DataType.f32 or typed.output_type not in outputs:
+        return (f"{family} kernels accumulate {typed.input_type.value} in f32 and write "
+                f"{' or '.join(t.value for t in outputs)}, got {typed.dtype_key}")
+    return None
 
 # The epilogue's activation functors (cutlass/epilogue/thread/activation.h), which CUTLASS 2.x visitor trees
 # and 3.x fusion operations both take as templates. GELU is the erf form, as torch.nn.GELU() computes it.

@@ -86,8 +86,9 @@ def _any_batch(problem: ConvProblem) -> ConvProblem:
 
 
 def with_dtype(problem: ConvProblem, dtype: DataType) -> ConvProblem:
-    """The problem with its tensors in `dtype` (the accumulator stays f32)."""
-    return replace(problem, input_type=dtype, filter_type=dtype, output_type=dtype)
+    """The problem with its tensors in `dtype` (the accumulator stays f32; tf32 inputs write f32)."""
+    return replace(problem, input_type=dtype, filter_type=dtype,
+                   output_type=DataType.f32 if dtype is DataType.tf32 else dtype)
 
 
 def decide(node: str, problem: ConvProblem | str, index: TunedIndex) -> Decision:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.device import DeviceFacts
-from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace
+from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace, types_problem
 from tuner.families.sm80 import codegen, costmodel, space
 from tuner.families.sm80.space import REFERENCE_PARAMS, IteratorAlgorithm, Sm80Config
 from tuner.problem import ConvProblem
@@ -26,9 +26,7 @@ class Sm80Family(Family):
         return None
 
     def layer_problem(self, problem: ConvProblem) -> str | None:
-        if problem.input_type not in space.INSTRUCTION_SHAPES or problem.filter_type != problem.input_type:
-            return f"sm80 tensor-op kernels need f16 or bf16 inputs of one type, got {problem.dtype_key}"
-        return None
+        return types_problem(self.name, problem, tuple(space.INSTRUCTION_SHAPES))
 
     def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
         return space.kernel_problem(problem)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from tuner.device import DeviceFacts
 from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
-                                 shape_list, whole)
+                                 shape_list, types_problem, whole)
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm80"
@@ -102,7 +102,9 @@ class Sm80Config:
         }
 
 
-INSTRUCTION_SHAPES = {DataType.f16: Shape3(16, 8, 16), DataType.bf16: Shape3(16, 8, 16)}
+# mma.sync shapes by input type (CUTLASS's sm80 generator): tf32 takes 8 of K an instruction.
+INSTRUCTION_SHAPES = {DataType.f16: Shape3(16, 8, 16), DataType.bf16: Shape3(16, 8, 16),
+                      DataType.tf32: Shape3(16, 8, 8)}
 
 
 def parse_space(document: object) -> SearchSpace:
@@ -174,9 +176,7 @@ def reference_config(problem: ConvProblem) -> Sm80Config:
 
 # Each rule returns why the configuration cannot run, or None.
 def _check_types(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> str | None:
-    if config.input_type not in INSTRUCTION_SHAPES or config.filter_type != config.input_type:
-        return f"sm80 tensor-op family needs f16 or bf16 inputs of one type, got {config.dtype_key}"
-    return None
+    return types_problem(FAMILY, config, tuple(INSTRUCTION_SHAPES))
 
 
 def _check_warp_split(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> str | None:

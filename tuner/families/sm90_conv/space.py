@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
-                                 pad_channels, param, shape_list, whole)
+                                 pad_channels, param, shape_list, types_problem, whole)
 from tuner.epilogue import Epilogue
 from tuner.problem import ConvProblem, DataType, dtype_key
 
@@ -26,6 +26,9 @@ MAX_TILE_MN = 128 * 128
 THREADS_PER_BLOCK = 256  # a producer and a consumer warpgroup (sm90_gemm_tma_warpspecialized.hpp:140)
 MAX_CLUSTER_SIZE = 8     # the portable cluster size
 AUTO_STAGES = 0          # StageCountAutoCarveout: as many stages as fit beside the epilogue
+# The wgmma operand types the builder is given. tf32 wgmma reads both operands K-major only
+# (gemm/collective/builders/sm90_common.inl:60-85): the NHWC activations and KRSC filters are, C contiguous.
+INPUT_TYPES = (DataType.f16, DataType.bf16, DataType.tf32)
 
 
 class EpilogueSchedule(enum.Enum):
@@ -160,10 +163,8 @@ def launch_args(config: Sm90ConvConfig, problem: ConvProblem) -> LaunchArgs:
 def layer_problem(problem: ConvProblem) -> str | None:
     """What no sm90_conv configuration can run (the run-time checks of the collective's can_implement,
     sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:340-400, and of the TMA im2col descriptor)."""
-    if problem.input_type is not DataType.f16 or problem.filter_type is not DataType.f16:
-        return f"sm90_conv kernels are built for f16 inputs, got {problem.dtype_key}"
-    if problem.accumulator_type is not DataType.f32 or problem.output_type not in (DataType.f16, DataType.f32):
-        return f"sm90_conv kernels accumulate in f32 and write f16 or f32, got {problem.dtype_key}"
+    if (reason := types_problem(FAMILY, problem, INPUT_TYPES)):
+        return reason
     need = 16 // problem.output_type.bytes
     if problem.k % need:
         padded = -(-problem.k // need) * need
@@ -221,9 +222,7 @@ def _check_shared_memory(config: Sm90ConvConfig, device: DeviceFacts) -> str | N
 
 
 def _check_types(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:
-    if config.input_type is not DataType.f16 or config.filter_type is not DataType.f16:
-        return f"sm90_conv kernels are built for f16 inputs, got {config.dtype_key}"
-    return None
+    return types_problem(FAMILY, config, INPUT_TYPES)
 
 
 def _check_fusion(config: Sm90ConvConfig, device: DeviceFacts) -> str | None:

@@ -1,6 +1,6 @@
 """The sm90 CuTe DSL kernel: a persistent, warp-specialised implicit-GEMM convolution (and GEMM) for Hopper.
 
-One kernel per problem: every extent is static. Layout (NHWC, f16 in and out, f32 accumulate):
+One kernel per problem: every extent is static. Layout (NHWC, f16 or bf16 in and out, f32 accumulate):
     x[n, h, w, c] * w[k, r, s, c] -> y[n, p, q, k],  y = act(scale[k] * acc + bias[k] + beta * residual)
 
 GEMM view. M runs over output pixels, N over output channels, K over (filter tap r, s) x (channel c).
@@ -355,9 +355,10 @@ def geometry(spec: BuildSpec) -> Geometry:
 class ConvKernel:
     """Builds the launch function for one Geometry. __call__ is the @cute.jit host function."""
 
-    def __init__(self, g: Geometry):
+    def __init__(self, g: Geometry, element=None):
         self.g = g
-        self.dtype = cutlass.Float16
+        # the 16-bit element of x, w, y and the residual (Float16 or BFloat16); the code calls it f16
+        self.dtype = element or cutlass.Float16
         self.acc_dtype = cutlass.Float32
         self.num_mma_threads = 128 * g.consumers
         self.epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
@@ -1040,7 +1041,7 @@ def build_launcher(spec: BuildSpec):
     from cutlass.cute.runtime import make_fake_compact_tensor
     g = geometry(spec)
     p = spec.problem
-    f16, f32 = cutlass.Float16, cutlass.Float32
+    f16, f32 = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16}[spec.element], cutlass.Float32
     x = make_fake_compact_tensor(f16, (p.n * p.h * p.w * p.c,), assumed_align=16)
     w = make_fake_compact_tensor(f16, (p.k * p.r * p.s * p.c,), assumed_align=16)
     y = make_fake_compact_tensor(f16, (p.n * p.p * p.q * p.k,), assumed_align=16)
@@ -1049,4 +1050,4 @@ def build_launcher(spec: BuildSpec):
     residual = make_fake_compact_tensor(f16, (p.n * p.p * p.q * p.k,), assumed_align=16)
     partials = make_fake_compact_tensor(f32, (max(g.partial_elements, 4),), assumed_align=16)
     counters = make_fake_compact_tensor(cutlass.Int32, (g.workspace_tiles,), assumed_align=4)
-    return ConvKernel(g), (x, w, y, scale, bias, residual, partials, counters), g
+    return ConvKernel(g, f16), (x, w, y, scale, bias, residual, partials, counters), g

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tuner.device import DeviceFacts
 from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
-                                 shape_list, whole)
+                                 shape_list, types_problem, whole)
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
                                           TileSpec, conv_box, epilogue_columns, next_power_of_two, phase_extents,
                                           residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
@@ -19,7 +19,8 @@ from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_dsl"
 SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
-CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in f16
+CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in 16-bit elements
+INPUT_TYPES = (DataType.f16, DataType.bf16)  # spec.ELEMENTS: the kernel's 16-bit element
 MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
 MAX_TMA_BOX = 256         # elements along any dimension of a TMA box
 AUTO_STAGES = 0
@@ -194,7 +195,8 @@ class Sm90DslConfig:
             tile=TileSpec(tile_m=self.tile.m, tile_n=self.tile.n, tile_k=self.tile.k, cluster_m=self.cluster.m,
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
-                          tile_q=0 if self.tiles_pixels else self.columns, split_k=self.split_k))
+                          tile_q=0 if self.tiles_pixels else self.columns, split_k=self.split_k),
+            element=self.input_type.value)
 
 
 def parse_space(document: object) -> SearchSpace:
@@ -269,9 +271,15 @@ def launch_args(config: Sm90DslConfig, problem: ConvProblem) -> LaunchArgs:
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
-    if (problem.input_type, problem.filter_type, problem.output_type, problem.accumulator_type) != (
-            DataType.f16, DataType.f16, DataType.f16, DataType.f32):
-        return f"sm90_dsl kernels take f16 in and out with f32 accumulation, got {problem.dtype_key}"
+    if problem.input_type is DataType.tf32:
+        return ("sm90_dsl does not run TF32: its epilogue moves 16-bit elements (stmatrix to shared memory, the "
+                "residual by ldmatrix) and its mainloop's byte counts are 16-bit; f32 output needs other copies. "
+                f"sm80, sm90_conv and sm90_gemm run {problem.dtype_key}")
+    if (reason := types_problem(FAMILY, problem, INPUT_TYPES)):
+        return reason
+    if problem.output_type is not problem.input_type:
+        return (f"sm90_dsl kernels write the output in their input's type (the epilogue stores 16-bit elements "
+                f"through stmatrix), got {problem.dtype_key}")
     if problem.k % CHANNEL_MULTIPLE:
         return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
     if problem.stride > 2 and problem.c >= GATHER_BELOW_CHANNELS:
@@ -295,7 +303,7 @@ def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         return (f"tile N={n}: above 16 it must be a multiple of 32, the epilogue's store steps (the last 16 columns "
                 "of a 48- or 80-column tile would not be stored)")
     if k not in (32, 64):
-        return f"tile K={k} must be 32 or 64 (one 64- or 128-byte swizzled row of f16)"
+        return f"tile K={k} must be 32 or 64 (one 64- or 128-byte swizzled row of 16-bit elements)"
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
         return (f"tile {m}x{n} with {consumers} consumer warpgroup(s) and the {config.schedule.value} schedule holds "
                 f"{config.accumulators_per_thread} accumulators a thread (> {MAX_ACCUMULATORS}): it spills")

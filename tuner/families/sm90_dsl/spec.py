@@ -15,6 +15,7 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
 EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (tile_n where narrower)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
+ELEMENTS = ("f16", "bf16")  # the 16-bit element of x, w, y and the residual (tuner/problem.py DataType's names)
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 
 
@@ -99,9 +100,13 @@ class BuildSpec:
     epilogue: EpilogueSpec
     tile: TileSpec
     version: int = SPEC_VERSION
+    element: str = "f16"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        document = asdict(self)
+        if self.element == "f16":  # written as before the field existed: f16 kernels keep their cache keys
+            del document["element"]
+        return json.dumps(document, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "BuildSpec":
@@ -109,7 +114,8 @@ class BuildSpec:
             data = json.loads(text)
             if data.get("version") != SPEC_VERSION:
                 raise SpecError(f"build spec version {data.get('version')!r}, expected {SPEC_VERSION}")
-            spec = cls(ProblemSpec(**data["problem"]), EpilogueSpec(**data["epilogue"]), TileSpec(**data["tile"]))
+            spec = cls(ProblemSpec(**data["problem"]), EpilogueSpec(**data["epilogue"]), TileSpec(**data["tile"]),
+                       element=data.get("element", "f16"))
         except (TypeError, KeyError, json.JSONDecodeError) as error:
             raise SpecError(f"malformed build spec: {error}") from None
         spec.check()
@@ -118,6 +124,8 @@ class BuildSpec:
     def check(self) -> None:
         """The rules that hold for any kernel the builder makes (the family's static checks go further)."""
         t, p = self.tile, self.problem
+        if self.element not in ELEMENTS:
+            raise SpecError(f"element {self.element!r} is not one of {', '.join(ELEMENTS)}")
         if t.schedule not in SCHEDULES:
             raise SpecError(f"schedule {t.schedule!r} is not one of {', '.join(SCHEDULES)}")
         if self.epilogue.activation not in ACTIVATIONS:
@@ -128,7 +136,8 @@ class BuildSpec:
             if not isinstance(getattr(p, name), int) or getattr(p, name) < 1:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
         if (p.c % 8 and not p.gathers) or p.k % 8:
-            raise SpecError("C (unless under 8, gathered) and K must be multiples of 8 (16-byte TMA rows in f16)")
+            raise SpecError("C (unless under 8, gathered) and K must be multiples of 8 (16-byte TMA rows of 16-bit "
+                            "elements)")
         if not p.is_gemm and not p.gathers and (t.tile_q < 1 or t.tile_m % t.tile_q):
             raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
         if p.gathers and (t.cluster_m, t.cluster_n, t.split_k) != (1, 1, 1):

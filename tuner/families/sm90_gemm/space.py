@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 
 from tuner.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, flag, flag_list, int_list,
-                                 output_alignment, pad_channels, param, shape_list, whole)
+                                 output_alignment, pad_channels, param, shape_list, types_problem, whole)
 from tuner.epilogue import Epilogue
 # sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
-from tuner.families.sm90_conv.space import EpilogueSchedule, fusion_problem
+from tuner.families.sm90_conv.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
 from tuner.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm90_gemm"
@@ -213,11 +213,7 @@ def layer_problem(problem: ConvProblem) -> str | None:
     if (problem.r, problem.s) != (1, 1) or problem.stride != 1 or problem.pad != 0 or problem.dilation != 1:
         return (f"sm90_gemm runs 1x1, stride-1, unpadded convolutions only (a GEMM on the NHWC buffers); this is "
                 f"{problem.r}x{problem.s}, stride {problem.stride}, pad {problem.pad}, dilation {problem.dilation}")
-    if problem.input_type is not DataType.f16 or problem.filter_type is not DataType.f16:
-        return f"sm90_gemm kernels are built for f16 inputs, got {problem.dtype_key}"
-    if problem.accumulator_type is not DataType.f32 or problem.output_type not in (DataType.f16, DataType.f32):
-        return f"sm90_gemm kernels accumulate in f32 and write f16 or f32, got {problem.dtype_key}"
-    return None  # an M beyond int32 never gets here: ConvProblem refuses it for every family
+    return types_problem(FAMILY, problem, INPUT_TYPES)  # an M beyond int32 never gets here: ConvProblem refuses it for every family
 
 
 # Each rule returns why the configuration cannot run, or None.
@@ -292,9 +288,7 @@ def _check_output(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFa
     if config.epilogue is EpilogueSchedule.tma and problem.k % need:
         return (f"the TMA epilogue stores rows of K={problem.k} outputs: it needs a multiple of {need} for "
                 f"{problem.output_type.value} output (the no-smem epilogue does not)")
-    if config.input_type is not DataType.f16 or config.filter_type is not DataType.f16:
-        return f"sm90_gemm kernels are built for f16 inputs, got {config.dtype_key}"
-    return None
+    return types_problem(FAMILY, config, INPUT_TYPES)
 
 
 def _check_fusion(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:

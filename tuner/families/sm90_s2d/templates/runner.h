@@ -26,11 +26,12 @@ __global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold 
     const int top = i * f.stride - f.pad, left = j * f.stride - f.pad;
     const T *image_base = source + int64_t(image) * f.h * f.w * f.c;
     uint4 *out = reinterpret_cast<uint4 *>(folded + int64_t(pixel) * f.c2);
+    constexpr int kPerStore = 16 / sizeof(T);  // 8 16-bit elements, 4 of 32 bits (tf32)
     int a = 0, b = 0, c = 0;  // the source tap and channel of the next folded channel
-    for (int group = 0; group < f.c2 / 8; ++group) {
-      alignas(16) T values[8];
+    for (int group = 0; group < f.c2 / kPerStore; ++group) {
+      alignas(16) T values[kPerStore];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < kPerStore; ++e) {
         const int y = top + a, x = left + b;
         T value = T(0);
         if (a < f.stride && y >= 0 && y < f.h && x >= 0 && x < f.w) {
@@ -55,7 +56,7 @@ template <typename Conv>
 class Sm90S2dRunner {
   using Inner = Sm90ConvRunner<Conv>;
   using Element = typename Inner::ElementA;
-  static_assert(sizeof(Element) == 2, "the fold writes 8 elements per 16-byte store");
+  static_assert(sizeof(Element) == 2 || sizeof(Element) == 4, "the fold writes whole elements in 16-byte stores");
 
  public:
   using ElementA = typename Inner::ElementA;
