@@ -1410,6 +1410,21 @@ using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel
 
 using conv_1_runner = Sm90ConvRunner<conv_1>;
 
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b1;
+using deeplabv3_backbone_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b1_runner = DslRunner<deeplabv3_backbone_conv1_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b32;
+using deeplabv3_backbone_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b32_runner = DslRunner<deeplabv3_backbone_conv1_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b8;
+using deeplabv3_backbone_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b8_runner = DslRunner<deeplabv3_backbone_conv1_b8>;
+
 // Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b1;
 using deeplabv3_backbone_layer3_1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1582,6 +1597,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using densenet121f_features_denseblock3_denselayer16_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121f_features_denseblock3_denselayer16_conv1_b8_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b8>;
 
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b1;
+using effnetb0_features_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b1_runner = DslRunner<effnetb0_features_0_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b32;
+using effnetb0_features_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b32_runner = DslRunner<effnetb0_features_0_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b8;
+using effnetb0_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b8_runner = DslRunner<effnetb0_features_0_0_b8>;
+
 // Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b1;
 using effnetb0_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1627,10 +1657,20 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using effnetb0_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_8_0_b8_runner = DslRunner<effnetb0_features_8_0_b8>;
 
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbsilu_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b1;
+using effnetb0f_features_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b1_runner = DslRunner<effnetb0f_features_0_0_b1>;
+
 // Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b32;
 using effnetb0f_features_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_0_0_b32_runner = DslRunner<effnetb0f_features_0_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b8;
+using effnetb0f_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b8_runner = DslRunner<effnetb0f_features_0_0_b8>;
 
 // Config: dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b1;
@@ -1676,6 +1716,21 @@ using effnetb0f_features_8_0_b32_runner = DslRunner<effnetb0f_features_8_0_b32>;
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b8;
 using effnetb0f_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_8_0_b8_runner = DslRunner<effnetb0f_features_8_0_b8>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b1;
+using inception3_Conv2d_1a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b1_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b32;
+using inception3_Conv2d_1a_3x3_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b32_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_n8h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b8;
+using inception3_Conv2d_1a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b8_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b8>;
 
 // Config: dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1;
@@ -5058,6 +5113,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400_trunk_output_block4_block4_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b8>;
 
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b1;
+using regnety400f_stem_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b1_runner = DslRunner<regnety400f_stem_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b32;
+using regnety400f_stem_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b32_runner = DslRunner<regnety400f_stem_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbrelu_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b8;
+using regnety400f_stem_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b8_runner = DslRunner<regnety400f_stem_0_b8>;
+
 // Config: dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b1;
 using regnety400f_trunk_output_block2_block2_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5393,6 +5463,16 @@ using vgg11_b32_features_8 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b
 
 using vgg11_b32_features_8_runner = Sm90ConvRunner<vgg11_b32_features_8>;
 
+// Config: dsl_128x128x32_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b1;
+using vgg16_features_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_0_b1_runner = DslRunner<vgg16_features_0_b1>;
+
+// Config: dsl_128x128x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b32;
+using vgg16_features_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_0_b32_runner = DslRunner<vgg16_features_0_b32>;
+
 // Config: dsl_128x128x32_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n8h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b8;
 using vgg16_features_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5443,6 +5523,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using vgg16_features_2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using vgg16_features_2_b8_runner = DslRunner<vgg16_features_2_b8>;
 
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16f_features_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b1;
+using vgg16f_features_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_0_b1_runner = DslRunner<vgg16f_features_0_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16f_features_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b32;
+using vgg16f_features_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_0_b32_runner = DslRunner<vgg16f_features_0_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n8h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16f_features_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b8;
+using vgg16f_features_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_0_b8_runner = DslRunner<vgg16f_features_0_b8>;
+
 // Config: dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16f_features_12_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1;
 using vgg16f_features_12_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5486,6 +5581,9 @@ struct TunedLayer {
 
 constexpr TunedLayer kLayers[] = {
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05},
+    {"deeplabv3_backbone_conv1_b1", 1, 520, 520, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 16.852, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_conv1_b32", 32, 520, 520, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 375.424, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_conv1_b8", 8, 520, 520, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 97.665, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"deeplabv3_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.205, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:15:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"deeplabv3_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 245.634, "dsl_128x256x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T03:11:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
@@ -5516,6 +5614,9 @@ constexpr TunedLayer kLayers[] = {
     {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"densenet121f_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.140, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"densenet121f_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.420, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:09:30+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.760, "dsl_128x32x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1", "2026-11-25T03:56:14+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 26.626, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1", "2026-11-25T03:56:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 9.213, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1", "2026-11-25T03:56:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.111, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:08:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 44.125, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:09:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 13.783, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
@@ -5525,7 +5626,9 @@ constexpr TunedLayer kLayers[] = {
     {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 5.757, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:10:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.967, "dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbsilu_n1h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:10+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0f_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 26.627, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1", "2026-11-25T03:48:28+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 9.184, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:22+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0f_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.625, "dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:13:16+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.602, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:54+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
@@ -5535,6 +5638,9 @@ constexpr TunedLayer kLayers[] = {
     {"effnetb0f_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.254, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:13:26+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
     {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_1a_3x3_conv_b1", 1, 299, 299, 3, 32, 3, 3, 0, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.861, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h299w299c3k32r3s3p0u2d1", "2026-11-25T03:53:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_1a_3x3_conv_b32", 32, 299, 299, 3, 32, 3, 3, 0, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 45.555, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h299w299c3k32r3s3p0u2d1", "2026-11-25T03:54:39+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_1a_3x3_conv_b8", 8, 299, 299, 3, 32, 3, 3, 0, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.980, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_n8h299w299c3k32r3s3p0u2d1", "2026-11-25T03:54:16+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"inception3_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 114.148, "dsl_128x192x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T03:11:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
@@ -5656,6 +5762,9 @@ constexpr TunedLayer kLayers[] = {
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.645, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-25T03:08:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.590, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-25T03:09:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_stem_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.894, "dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n1h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_stem_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 26.706, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k32r3s3p1u2d1", "2026-11-25T03:58:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_stem_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 2, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 9.138, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbrelu_n8h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"regnety400f_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.916, "dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:13:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
@@ -5669,6 +5778,8 @@ constexpr TunedLayer kLayers[] = {
     {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_0_b1", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.338, "dsl_128x128x32_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:22+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_0_b32", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 100.796, "dsl_128x128x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16_features_0_b8", 8, 224, 224, 3, 64, 3, 3, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.432, "dsl_128x128x32_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n8h224w224c3k64r3s3p1u1d1", "2026-11-25T03:48:04+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
@@ -5679,211 +5790,233 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16_features_2_b1", 1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.317, "dsl_128x64x64_q32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c64k64r3s3p1u1d1", "2026-11-25T03:10:30+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16_features_2_b32", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 320.852, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1", "2026-11-25T03:16:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16_features_2_b8", 8, 224, 224, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 83.832, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1", "2026-11-25T03:11:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_0_b1", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.340, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:58+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_0_b32", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 102.289, "dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1", "2026-11-25T03:53:38+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_0_b8", 8, 224, 224, 3, 64, 3, 3, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 27.999, "dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n8h224w224c3k64r3s3p1u1d1", "2026-11-25T03:53:20+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
 };
-constexpr int kLayerCount = 197;
+constexpr int kLayerCount = 216;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
   X(conv_1_runner, 0) \
-  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 1) \
-  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 2) \
-  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 3) \
-  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 4) \
-  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 5) \
-  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 6) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 7) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 8) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 9) \
-  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 10) \
-  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 11) \
-  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 12) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 13) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 14) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 15) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 16) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 17) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 18) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 19) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 20) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 21) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 22) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 23) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 24) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 25) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 26) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 27) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 28) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 29) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 30) \
-  X(effnetb0_features_2_0_block_0_0_b1_runner, 31) \
-  X(effnetb0_features_2_0_block_0_0_b32_runner, 32) \
-  X(effnetb0_features_2_0_block_0_0_b8_runner, 33) \
-  X(effnetb0_features_4_1_block_0_0_b1_runner, 34) \
-  X(effnetb0_features_4_1_block_0_0_b32_runner, 35) \
-  X(effnetb0_features_4_1_block_0_0_b8_runner, 36) \
-  X(effnetb0_features_8_0_b1_runner, 37) \
-  X(effnetb0_features_8_0_b32_runner, 38) \
-  X(effnetb0_features_8_0_b8_runner, 39) \
-  X(effnetb0f_features_0_0_b32_runner, 40) \
-  X(effnetb0f_features_2_0_block_0_0_b1_runner, 41) \
-  X(effnetb0f_features_2_0_block_0_0_b32_runner, 42) \
-  X(effnetb0f_features_2_0_block_0_0_b8_runner, 43) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 44) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 45) \
-  X(effnetb0f_features_4_1_block_0_0_b8_runner, 46) \
-  X(effnetb0f_features_8_0_b1_runner, 47) \
-  X(effnetb0f_features_8_0_b32_runner, 48) \
-  X(effnetb0f_features_8_0_b8_runner, 49) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 50) \
-  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 51) \
-  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 52) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 53) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 54) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 55) \
-  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 56) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 57) \
-  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 58) \
-  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 59) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 60) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 61) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 62) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 63) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 64) \
-  X(r50_s2_1x1_256to64_b1_runner, 65) \
-  X(r50_s2_1x1_256to64_b32_runner, 66) \
-  X(r50_s2_1x1_64to256_b1_runner, 67) \
-  X(r50_s2_1x1_64to256_b32_runner, 68) \
-  X(r50_s2_1x1_64to64_b1_runner, 69) \
-  X(r50_s2_1x1_64to64_b32_runner, 70) \
-  X(r50_s2_3x3_b1_runner, 71) \
-  X(r50_s2_3x3_b32_runner, 72) \
-  X(r50_s3_1x1_128to512_b1_runner, 73) \
-  X(r50_s3_1x1_128to512_b32_runner, 74) \
-  X(r50_s3_1x1_256to128_b1_runner, 75) \
-  X(r50_s3_1x1_256to128_b32_runner, 76) \
-  X(r50_s3_1x1_512to128_b1_runner, 77) \
-  X(r50_s3_1x1_512to128_b32_runner, 78) \
-  X(r50_s3_3x3_b1_runner, 79) \
-  X(r50_s3_3x3_b32_runner, 80) \
-  X(r50_s3_3x3_s2_b1_runner, 81) \
-  X(r50_s3_3x3_s2_b32_runner, 82) \
-  X(r50_s3_down_s2_b1_runner, 83) \
-  X(r50_s3_down_s2_b32_runner, 84) \
-  X(r50_s4_1x1_1024to256_b1_runner, 85) \
-  X(r50_s4_1x1_1024to256_b32_runner, 86) \
-  X(r50_s4_1x1_256to1024_b1_runner, 87) \
-  X(r50_s4_1x1_256to1024_b32_runner, 88) \
-  X(r50_s4_1x1_512to256_b1_runner, 89) \
-  X(r50_s4_1x1_512to256_b32_runner, 90) \
-  X(r50_s4_3x3_b1_runner, 91) \
-  X(r50_s4_3x3_b32_runner, 92) \
-  X(r50_s4_3x3_s2_b1_runner, 93) \
-  X(r50_s4_3x3_s2_b32_runner, 94) \
-  X(r50_s4_down_s2_b1_runner, 95) \
-  X(r50_s4_down_s2_b32_runner, 96) \
-  X(r50_s5_1x1_1024to512_b1_runner, 97) \
-  X(r50_s5_1x1_1024to512_b32_runner, 98) \
-  X(r50_s5_1x1_2048to512_b1_runner, 99) \
-  X(r50_s5_1x1_2048to512_b32_runner, 100) \
-  X(r50_s5_1x1_512to2048_b1_runner, 101) \
-  X(r50_s5_1x1_512to2048_b32_runner, 102) \
-  X(r50_s5_3x3_b1_runner, 103) \
-  X(r50_s5_3x3_b32_runner, 104) \
-  X(r50_s5_3x3_s2_b1_runner, 105) \
-  X(r50_s5_3x3_s2_b32_runner, 106) \
-  X(r50_s5_down_s2_b1_runner, 107) \
-  X(r50_s5_down_s2_b32_runner, 108) \
-  X(r50_stem_b1_runner, 109) \
-  X(r50_stem_b32_runner, 110) \
-  X(r50f_s2_1x1_256to64_b1_runner, 111) \
-  X(r50f_s2_1x1_256to64_b32_runner, 112) \
-  X(r50f_s2_1x1_64to256_b1_runner, 113) \
-  X(r50f_s2_1x1_64to256_b32_runner, 114) \
-  X(r50f_s2_1x1_64to64_b1_runner, 115) \
-  X(r50f_s2_1x1_64to64_b32_runner, 116) \
-  X(r50f_s2_3x3_b1_runner, 117) \
-  X(r50f_s2_3x3_b32_runner, 118) \
-  X(r50f_s2_down_b1_runner, 119) \
-  X(r50f_s2_down_b32_runner, 120) \
-  X(r50f_s3_1x1_128to512_b1_runner, 121) \
-  X(r50f_s3_1x1_128to512_b32_runner, 122) \
-  X(r50f_s3_1x1_256to128_b1_runner, 123) \
-  X(r50f_s3_1x1_256to128_b32_runner, 124) \
-  X(r50f_s3_1x1_512to128_b1_runner, 125) \
-  X(r50f_s3_1x1_512to128_b32_runner, 126) \
-  X(r50f_s3_3x3_b1_runner, 127) \
-  X(r50f_s3_3x3_b32_runner, 128) \
-  X(r50f_s3_3x3_s2_b1_runner, 129) \
-  X(r50f_s3_3x3_s2_b32_runner, 130) \
-  X(r50f_s3_down_s2_b1_runner, 131) \
-  X(r50f_s3_down_s2_b32_runner, 132) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 133) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 134) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 135) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 136) \
-  X(r50f_s4_1x1_512to256_b1_runner, 137) \
-  X(r50f_s4_1x1_512to256_b32_runner, 138) \
-  X(r50f_s4_3x3_b1_runner, 139) \
-  X(r50f_s4_3x3_b32_runner, 140) \
-  X(r50f_s4_3x3_s2_b1_runner, 141) \
-  X(r50f_s4_3x3_s2_b32_runner, 142) \
-  X(r50f_s4_down_s2_b1_runner, 143) \
-  X(r50f_s4_down_s2_b32_runner, 144) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 145) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 146) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 147) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 148) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 149) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 150) \
-  X(r50f_s5_3x3_b1_runner, 151) \
-  X(r50f_s5_3x3_b32_runner, 152) \
-  X(r50f_s5_3x3_s2_b1_runner, 153) \
-  X(r50f_s5_3x3_s2_b32_runner, 154) \
-  X(r50f_s5_down_s2_b1_runner, 155) \
-  X(r50f_s5_down_s2_b32_runner, 156) \
-  X(r50f_stem_b1_runner, 157) \
-  X(r50f_stem_b32_runner, 158) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 159) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 160) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 161) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 162) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 163) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 164) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 165) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 166) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 167) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 168) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 169) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 170) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 171) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 172) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 173) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 174) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 175) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 176) \
-  X(vgg11_b32_features_0_runner, 177) \
-  X(vgg11_b32_features_11_runner, 178) \
-  X(vgg11_b32_features_13_runner, 179) \
-  X(vgg11_b32_features_16_runner, 180) \
-  X(vgg11_b32_features_3_runner, 181) \
-  X(vgg11_b32_features_6_runner, 182) \
-  X(vgg11_b32_features_8_runner, 183) \
-  X(vgg16_features_0_b8_runner, 184) \
-  X(vgg16_features_12_b1_runner, 185) \
-  X(vgg16_features_12_b32_runner, 186) \
-  X(vgg16_features_12_b8_runner, 187) \
-  X(vgg16_features_24_b1_runner, 188) \
-  X(vgg16_features_24_b32_runner, 189) \
-  X(vgg16_features_24_b8_runner, 190) \
-  X(vgg16_features_2_b1_runner, 191) \
-  X(vgg16_features_2_b32_runner, 192) \
-  X(vgg16_features_2_b8_runner, 193) \
-  X(vgg16f_features_12_b1_runner, 194) \
-  X(vgg16f_features_12_b32_runner, 195) \
-  X(vgg16f_features_12_b8_runner, 196)
+  X(deeplabv3_backbone_conv1_b1_runner, 1) \
+  X(deeplabv3_backbone_conv1_b32_runner, 2) \
+  X(deeplabv3_backbone_conv1_b8_runner, 3) \
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 4) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 5) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 6) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 7) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 8) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 9) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 10) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 11) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 12) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 13) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 14) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 15) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 16) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 17) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 18) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 19) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 20) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 21) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 22) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 23) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 24) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 25) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 26) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 27) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 28) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 29) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 30) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 31) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 32) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 33) \
+  X(effnetb0_features_0_0_b1_runner, 34) \
+  X(effnetb0_features_0_0_b32_runner, 35) \
+  X(effnetb0_features_0_0_b8_runner, 36) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 37) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 38) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 39) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 40) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 41) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 42) \
+  X(effnetb0_features_8_0_b1_runner, 43) \
+  X(effnetb0_features_8_0_b32_runner, 44) \
+  X(effnetb0_features_8_0_b8_runner, 45) \
+  X(effnetb0f_features_0_0_b1_runner, 46) \
+  X(effnetb0f_features_0_0_b32_runner, 47) \
+  X(effnetb0f_features_0_0_b8_runner, 48) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 49) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 50) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 51) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 52) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 53) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 54) \
+  X(effnetb0f_features_8_0_b1_runner, 55) \
+  X(effnetb0f_features_8_0_b32_runner, 56) \
+  X(effnetb0f_features_8_0_b8_runner, 57) \
+  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 58) \
+  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 59) \
+  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 60) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 61) \
+  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 62) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 63) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 64) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 65) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 66) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 67) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 68) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 69) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 70) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 71) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 72) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 73) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 74) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 75) \
+  X(r50_s2_1x1_256to64_b1_runner, 76) \
+  X(r50_s2_1x1_256to64_b32_runner, 77) \
+  X(r50_s2_1x1_64to256_b1_runner, 78) \
+  X(r50_s2_1x1_64to256_b32_runner, 79) \
+  X(r50_s2_1x1_64to64_b1_runner, 80) \
+  X(r50_s2_1x1_64to64_b32_runner, 81) \
+  X(r50_s2_3x3_b1_runner, 82) \
+  X(r50_s2_3x3_b32_runner, 83) \
+  X(r50_s3_1x1_128to512_b1_runner, 84) \
+  X(r50_s3_1x1_128to512_b32_runner, 85) \
+  X(r50_s3_1x1_256to128_b1_runner, 86) \
+  X(r50_s3_1x1_256to128_b32_runner, 87) \
+  X(r50_s3_1x1_512to128_b1_runner, 88) \
+  X(r50_s3_1x1_512to128_b32_runner, 89) \
+  X(r50_s3_3x3_b1_runner, 90) \
+  X(r50_s3_3x3_b32_runner, 91) \
+  X(r50_s3_3x3_s2_b1_runner, 92) \
+  X(r50_s3_3x3_s2_b32_runner, 93) \
+  X(r50_s3_down_s2_b1_runner, 94) \
+  X(r50_s3_down_s2_b32_runner, 95) \
+  X(r50_s4_1x1_1024to256_b1_runner, 96) \
+  X(r50_s4_1x1_1024to256_b32_runner, 97) \
+  X(r50_s4_1x1_256to1024_b1_runner, 98) \
+  X(r50_s4_1x1_256to1024_b32_runner, 99) \
+  X(r50_s4_1x1_512to256_b1_runner, 100) \
+  X(r50_s4_1x1_512to256_b32_runner, 101) \
+  X(r50_s4_3x3_b1_runner, 102) \
+  X(r50_s4_3x3_b32_runner, 103) \
+  X(r50_s4_3x3_s2_b1_runner, 104) \
+  X(r50_s4_3x3_s2_b32_runner, 105) \
+  X(r50_s4_down_s2_b1_runner, 106) \
+  X(r50_s4_down_s2_b32_runner, 107) \
+  X(r50_s5_1x1_1024to512_b1_runner, 108) \
+  X(r50_s5_1x1_1024to512_b32_runner, 109) \
+  X(r50_s5_1x1_2048to512_b1_runner, 110) \
+  X(r50_s5_1x1_2048to512_b32_runner, 111) \
+  X(r50_s5_1x1_512to2048_b1_runner, 112) \
+  X(r50_s5_1x1_512to2048_b32_runner, 113) \
+  X(r50_s5_3x3_b1_runner, 114) \
+  X(r50_s5_3x3_b32_runner, 115) \
+  X(r50_s5_3x3_s2_b1_runner, 116) \
+  X(r50_s5_3x3_s2_b32_runner, 117) \
+  X(r50_s5_down_s2_b1_runner, 118) \
+  X(r50_s5_down_s2_b32_runner, 119) \
+  X(r50_stem_b1_runner, 120) \
+  X(r50_stem_b32_runner, 121) \
+  X(r50f_s2_1x1_256to64_b1_runner, 122) \
+  X(r50f_s2_1x1_256to64_b32_runner, 123) \
+  X(r50f_s2_1x1_64to256_b1_runner, 124) \
+  X(r50f_s2_1x1_64to256_b32_runner, 125) \
+  X(r50f_s2_1x1_64to64_b1_runner, 126) \
+  X(r50f_s2_1x1_64to64_b32_runner, 127) \
+  X(r50f_s2_3x3_b1_runner, 128) \
+  X(r50f_s2_3x3_b32_runner, 129) \
+  X(r50f_s2_down_b1_runner, 130) \
+  X(r50f_s2_down_b32_runner, 131) \
+  X(r50f_s3_1x1_128to512_b1_runner, 132) \
+  X(r50f_s3_1x1_128to512_b32_runner, 133) \
+  X(r50f_s3_1x1_256to128_b1_runner, 134) \
+  X(r50f_s3_1x1_256to128_b32_runner, 135) \
+  X(r50f_s3_1x1_512to128_b1_runner, 136) \
+  X(r50f_s3_1x1_512to128_b32_runner, 137) \
+  X(r50f_s3_3x3_b1_runner, 138) \
+  X(r50f_s3_3x3_b32_runner, 139) \
+  X(r50f_s3_3x3_s2_b1_runner, 140) \
+  X(r50f_s3_3x3_s2_b32_runner, 141) \
+  X(r50f_s3_down_s2_b1_runner, 142) \
+  X(r50f_s3_down_s2_b32_runner, 143) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 144) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 145) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 146) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 147) \
+  X(r50f_s4_1x1_512to256_b1_runner, 148) \
+  X(r50f_s4_1x1_512to256_b32_runner, 149) \
+  X(r50f_s4_3x3_b1_runner, 150) \
+  X(r50f_s4_3x3_b32_runner, 151) \
+  X(r50f_s4_3x3_s2_b1_runner, 152) \
+  X(r50f_s4_3x3_s2_b32_runner, 153) \
+  X(r50f_s4_down_s2_b1_runner, 154) \
+  X(r50f_s4_down_s2_b32_runner, 155) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 156) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 157) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 158) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 159) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 160) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 161) \
+  X(r50f_s5_3x3_b1_runner, 162) \
+  X(r50f_s5_3x3_b32_runner, 163) \
+  X(r50f_s5_3x3_s2_b1_runner, 164) \
+  X(r50f_s5_3x3_s2_b32_runner, 165) \
+  X(r50f_s5_down_s2_b1_runner, 166) \
+  X(r50f_s5_down_s2_b32_runner, 167) \
+  X(r50f_stem_b1_runner, 168) \
+  X(r50f_stem_b32_runner, 169) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 170) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 171) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 172) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 173) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 174) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 175) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 176) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 177) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 178) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 179) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 180) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 181) \
+  X(regnety400f_stem_0_b1_runner, 182) \
+  X(regnety400f_stem_0_b32_runner, 183) \
+  X(regnety400f_stem_0_b8_runner, 184) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 185) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 186) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 187) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 188) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 189) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 190) \
+  X(vgg11_b32_features_0_runner, 191) \
+  X(vgg11_b32_features_11_runner, 192) \
+  X(vgg11_b32_features_13_runner, 193) \
+  X(vgg11_b32_features_16_runner, 194) \
+  X(vgg11_b32_features_3_runner, 195) \
+  X(vgg11_b32_features_6_runner, 196) \
+  X(vgg11_b32_features_8_runner, 197) \
+  X(vgg16_features_0_b1_runner, 198) \
+  X(vgg16_features_0_b32_runner, 199) \
+  X(vgg16_features_0_b8_runner, 200) \
+  X(vgg16_features_12_b1_runner, 201) \
+  X(vgg16_features_12_b32_runner, 202) \
+  X(vgg16_features_12_b8_runner, 203) \
+  X(vgg16_features_24_b1_runner, 204) \
+  X(vgg16_features_24_b32_runner, 205) \
+  X(vgg16_features_24_b8_runner, 206) \
+  X(vgg16_features_2_b1_runner, 207) \
+  X(vgg16_features_2_b32_runner, 208) \
+  X(vgg16_features_2_b8_runner, 209) \
+  X(vgg16f_features_0_b1_runner, 210) \
+  X(vgg16f_features_0_b32_runner, 211) \
+  X(vgg16f_features_0_b8_runner, 212) \
+  X(vgg16f_features_12_b1_runner, 213) \
+  X(vgg16f_features_12_b32_runner, 214) \
+  X(vgg16f_features_12_b8_runner, 215)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
