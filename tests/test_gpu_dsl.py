@@ -104,7 +104,7 @@ CASES = {
     "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
                             {**BASE, "tile_q": 0, "split_k": 2}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
-    "conv_dilated": (dataclasses.replace(CONV, dilation=2, pad=2), BASE),
+    "conv_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), BASE),
 }
 
 

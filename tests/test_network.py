@@ -64,7 +64,7 @@ def test_a_block_becomes_layers_with_their_epilogues(tmp_path):
     network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
     by_node = {layer.nodes[0]: layer for layer in network.layers}
     a, b, c = by_node["conv_a"].problem, by_node["conv_b"].problem, by_node["conv_c"].problem
-    assert (a.n, a.c, a.h, a.w, a.k, a.r, a.s, a.pad, a.stride) == (8, 16, 16, 16, 16, 3, 3, 1, 1)
+    assert (a.n, a.c, a.h, a.w, a.k, a.r, a.s, a.pads, a.strides) == (8, 16, 16, 16, 16, 3, 3, (1, 1), (1, 1))
     assert a.epilogue.key == "scale+bias+relu"
     assert b.epilogue.key == "scale+bias+residual+relu"
     assert c.epilogue.key == "bias+relu"
@@ -157,7 +157,7 @@ def test_silu_as_exported_and_an_unfusable_tail(tmp_path):
     network = from_onnx(save(tmp_path / "silu.onnx", nodes, [weight("w1", 16, 16, 3, 3), weight("w2", 16, 16, 3, 3)]),
                         batch=2)
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
-    assert by_node["c1"].epilogue.key == "silu" and by_node["c2"].stride == 2 and not by_node["c2"].epilogue.fused
+    assert by_node["c1"].epilogue.key == "silu" and by_node["c2"].strides == (2, 2) and not by_node["c2"].epilogue.fused
     assert network.not_fused == ("c2 -> Clip",)
 
 

@@ -27,7 +27,7 @@ from tuner.families.base import SearchSpace, SpaceError
 from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.problem import Layer, ProblemError, find_layer, load_layers, parse_shape
+from tuner.problem import LONG_SHAPE, SHORT_SHAPE, Layer, ProblemError, find_layer, load_layers, pair_text, parse_shape
 from tuner.tables import add_output_arguments
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
                                          "tuned one after another")
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
-    target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 accumulation")
+    target.add_argument("--shape", help=f"ad-hoc problem {SHORT_SHAPE} (pad, stride, dilation on both axes), or per "
+                                        f"axis {LONG_SHAPE}; f16 in/out, f32 accumulation")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
     add_network_arguments(parser)
     add_output_arguments(parser)
@@ -135,8 +136,10 @@ def shape_layer(text: str, epilogue_text: str | None = None) -> Layer:
             problem = dataclasses.replace(problem, epilogue=parse_epilogue(epilogue_text))
         except EpilogueError as error:
             raise UsageError(f"--epilogue: {error}") from None
+    groups = f"g{problem.groups}" if problem.groups != 1 else ""
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}{problem.epilogue.beta_tag}")
+            f"_p{pair_text(problem.pads)}s{pair_text(problem.strides)}d{pair_text(problem.dilations)}{groups}"
+            f"{problem.epilogue.short}{problem.epilogue.beta_tag}")
     return Layer(name, problem)
 
 
@@ -266,8 +269,10 @@ def layer_rows(layers: dict[str, Layer], network: Network | None = None) -> list
     rows = []
     for name, layer in layers.items():
         p = layer.problem
-        row = {"name": name, "n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "pad": p.pad,
-               "stride": p.stride, "dilation": p.dilation, "types": p.dtype_key, "epilogue": p.epilogue.key,
+        row = {"name": name, "n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s,
+               "pad_h": p.pad_h, "pad_w": p.pad_w, "stride_h": p.stride_h, "stride_w": p.stride_w,
+               "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
+               "types": p.dtype_key, "epilogue": p.epilogue.key,
                "gflop": round(p.flops / 1e9, 6),
                "families": [family for family, reason in registry.problem_reasons(p).items() if reason is None]}
         if name in imported:
@@ -309,9 +314,12 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         table.add_column("count", justify="right")
         table.add_column("nodes", overflow="fold")
     for row in rows:
-        dilation = f" d{row['dilation']}" if row["dilation"] != 1 else ""
+        pair = (lambda name: pair_text((row[f"{name}_h"], row[f"{name}_w"])))
+        dilation = f" d{pair('dilation')}" if (row["dilation_h"], row["dilation_w"]) != (1, 1) else ""
+        groups = f" g{row['groups']}" if row["groups"] != 1 else ""
         cells = [escape(row["name"]), *(str(row[key]) for key in "nhwck"),
-                 f"{row['r']}x{row['s']} p{row['pad']} s{row['stride']}{dilation}", row["types"], row["epilogue"],
+                 f"{row['r']}x{row['s']} p{pair('pad')} s{pair('stride')}{dilation}{groups}", row["types"],
+                 row["epilogue"],
                  f"{row['gflop']:.3f}", ",".join(row["families"]) or "none"]
         if network is not None:
             nodes = row.get("nodes", [])
@@ -339,7 +347,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sms", type=int, help="SM count of the GPU that was profiled (overrides the report's)")
     parser.add_argument("--gpu", help="the GPU that was profiled, by name (e.g. rtx3060, h100-sxm; see tuner/gpus.py); "
                                       "default: the report's device name, else its SM count")
-    parser.add_argument("--shape", help="the convolution the report ran, N,H,W,C,K,R,S[,pad,stride,dilation]: "
+    parser.add_argument("--shape", help=f"the convolution the report ran, {SHORT_SHAPE} (or per axis, {LONG_SHAPE}): "
                                         "estimate what a tuned implicit-GEMM kernel would take and print the "
                                         "command that tunes it")
     return parser

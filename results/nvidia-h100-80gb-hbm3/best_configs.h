@@ -532,14 +532,25 @@ constexpr char kNvccVersion[] = "13.0.88";
 constexpr char kCutlassVersion[] = "4.2.0.0";
 constexpr char kDriverVersion[] = "13.0";
 
-// The problem array the tuner hands every kernel (tuner/run.py writes it): int32[16] =
-// {N, H, W, C, K, R, S, pad, stride, dilation, split_k, P, Q, raster, swizzle, reserved}.
+// The problem array the tuner hands every kernel (tuner/run.py writes it): int32[kTunerProblemFields] =
+// {N, H, W, C, K, R, S, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups, split_k, P, Q,
+//  raster, swizzle, reserved}. Padding is per side (top = bottom = pad_h, left = right = pad_w).
 // Tensors are NHWC (filters KRSC); C is the kernel's channel count (zero-padded where needed).
+constexpr int kTunerProblemFields = 20;
+
 struct TunerProblem {
-  int n, h, w, c, k, r, s, pad, stride, dilation, split_k, p, q, raster, swizzle;
+  int n, h, w, c, k, r, s, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups, split_k, p, q, raster,
+      swizzle;
   explicit TunerProblem(const int32_t *a)
-      : n(a[0]), h(a[1]), w(a[2]), c(a[3]), k(a[4]), r(a[5]), s(a[6]), pad(a[7]), stride(a[8]),
-        dilation(a[9]), split_k(a[10]), p(a[11]), q(a[12]), raster(a[13]), swizzle(a[14]) {}
+      : n(a[0]), h(a[1]), w(a[2]), c(a[3]), k(a[4]), r(a[5]), s(a[6]), pad_h(a[7]), pad_w(a[8]), stride_h(a[9]),
+        stride_w(a[10]), dilation_h(a[11]), dilation_w(a[12]), groups(a[13]), split_k(a[14]), p(a[15]), q(a[16]),
+        raster(a[17]), swizzle(a[18]) {}
+
+  void to_array(int32_t out[kTunerProblemFields]) const {
+    const int32_t values[kTunerProblemFields] = {n, h, w, c, k, r, s, pad_h, pad_w, stride_h, stride_w, dilation_h,
+                                                 dilation_w, groups, split_k, p, q, raster, swizzle, 0};
+    for (int i = 0; i < kTunerProblemFields; ++i) out[i] = values[i];
+  }
 };
 
 // The epilogue's operands (tuner/run.py fills them; tuner/epilogue.py says what they mean):
@@ -586,7 +597,7 @@ bool tuner_residual_matches(const TunerEpilogue &e) {
 
 // Binds a CUTLASS 3.x ConvUniversalAdapter (the sm90_conv family) to the tuner's problem array.
 // Besides CUTLASS's can_implement it checks what the TMA im2col descriptor needs but CUTLASS only
-// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8, and 16-byte aligned tensors.
+// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8 on each axis, and 16-byte aligned tensors.
 template <typename Conv>
 class Sm90ConvRunner {
  public:
@@ -600,14 +611,17 @@ class Sm90ConvRunner {
   using ClusterShape = typename Kernel::ClusterShape;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0 ||
-        p.dilation < 1) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad_h < 0 ||
+        p.pad_w < 0 || p.dilation_h < 1 || p.dilation_w < 1) {
       return cutlass::Status::kErrorInvalidProblem;
     }
     if (p.split_k != 1) return cutlass::Status::kErrorNotSupported;  // no split-K for sm90 conv in 4.2
-    if (p.stride < 1 || p.stride > 8) return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
-    const int P = (p.h + 2 * p.pad - ((p.r - 1) * p.dilation + 1)) / p.stride + 1;
-    const int Q = (p.w + 2 * p.pad - ((p.s - 1) * p.dilation + 1)) / p.stride + 1;
+    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;   // the filter layout below is ungrouped
+    if (p.stride_h < 1 || p.stride_h > 8 || p.stride_w < 1 || p.stride_w > 8) {
+      return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
+    }
+    const int P = (p.h + 2 * p.pad_h - ((p.r - 1) * p.dilation_h + 1)) / p.stride_h + 1;
+    const int Q = (p.w + 2 * p.pad_w - ((p.s - 1) * p.dilation_w + 1)) / p.stride_w + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
@@ -672,9 +686,10 @@ class Sm90ConvRunner {
     return ProblemShape(cutlass::conv::Mode::kCrossCorrelation,
                         {p.n, p.h, p.w, p.c},             // activations NHWC
                         {p.k, p.r, p.s, p.c},             // filters KRSC
-                        {p.pad, p.pad}, {p.pad, p.pad},   // lower and upper padding (h, w)
-                        {p.stride, p.stride},             // traversal stride
-                        {p.dilation, p.dilation},
+                        {p.pad_h, p.pad_w},               // lower padding (h, w)
+                        {p.pad_h, p.pad_w},               // upper padding (h, w)
+                        {p.stride_h, p.stride_w},         // traversal stride
+                        {p.dilation_h, p.dilation_w},
                         1);                               // groups
   }
 
@@ -983,6 +998,7 @@ class Sm80Runner {
   static constexpr bool kFused = Sm80FusesEpilogue<Kernel>::value;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;  // the filter layout below is ungrouped
     typename Conv::Arguments args = arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{});
     if constexpr (kFused) {
       cutlass::Status status = Kernel::can_implement_epilogue(args);  // no split-K
@@ -1058,8 +1074,8 @@ class Sm80Runner {
  private:
   static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
     return cutlass::conv::Conv2dProblemSize(
-        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad, p.pad, p.stride, p.stride, p.dilation, p.dilation,
-        cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
+        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
   }
 
   static bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -1189,8 +1205,8 @@ class Sm90GemmRunner {
 
  private:
   static cutlass::Status check_problem(const TunerProblem &p) {
-    const bool gemm = p.r == 1 && p.s == 1 && p.pad == 0 && p.stride == 1 && p.dilation == 1 && p.p == p.h &&
-                      p.q == p.w;
+    const bool gemm = p.r == 1 && p.s == 1 && p.pad_h == 0 && p.pad_w == 0 && p.stride_h == 1 && p.stride_w == 1 &&
+                      p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1 && p.p == p.h && p.q == p.w;
     const int64_t m = int64_t(p.n) * p.p * p.q;
     const bool sizes = p.n > 0 && p.p > 0 && p.q > 0 && p.c > 0 && p.k > 0 && m <= INT32_MAX;
     const bool splits = kStreamK ? p.split_k >= 1 : p.split_k == 1;  // split_k means something to stream-K only
@@ -1257,7 +1273,7 @@ class Sm90GemmRunner {
 
 // Binds an sm90_conv kernel, run on a space-to-depth fold, to the tuner's problem array (the sm90_s2d
 // family). A stride-s conv over C channels is the stride-1 conv over s*s*C channels of the input folded
-// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad, j*s + b - pad, c], zero outside the image and in the
+// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad_h, j*s + b - pad_w, c], zero outside the image and in the
 // channels padded up to a multiple of 8; the filter folds the same way with pad 0 (taps past R or S zero).
 // run() folds the activations, then runs the conv; initialize() folds the filter once, as an inference
 // build does with its constant weights. Both folds live in the workspace.
@@ -1265,7 +1281,7 @@ namespace tuner_s2d {
 
 struct Fold {
   int n, h, w, c;   // the source, NHWC (or a KRSC filter)
-  int stride, pad;
+  int stride, pad_h, pad_w;
   int h2, w2, c2;   // the folded tensor: n x h2 x w2 x c2, c2 a multiple of 8
 };
 
@@ -1280,7 +1296,7 @@ __global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold 
     const int rest = pixel / f.w2;
     const int i = rest % f.h2;
     const int image = rest / f.h2;
-    const int top = i * f.stride - f.pad, left = j * f.stride - f.pad;
+    const int top = i * f.stride - f.pad_h, left = j * f.stride - f.pad_w;
     const T *image_base = source + int64_t(image) * f.h * f.w * f.c;
     uint4 *out = reinterpret_cast<uint4 *>(folded + int64_t(pixel) * f.c2);
     int a = 0, b = 0, c = 0;  // the source tap and channel of the next folded channel
@@ -1320,12 +1336,17 @@ class Sm90S2dRunner {
   using ElementC = typename Inner::ElementC;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad_h < 0 ||
+        p.pad_w < 0) {
       return cutlass::Status::kErrorInvalidProblem;
     }
-    if (p.stride < 2 || p.dilation != 1 || p.split_k != 1) return cutlass::Status::kErrorNotSupported;
-    const int P = (p.h + 2 * p.pad - p.r) / p.stride + 1;
-    const int Q = (p.w + 2 * p.pad - p.s) / p.stride + 1;
+    // one fold of s x s pixels: the same stride on both axes
+    if (p.stride_h < 2 || p.stride_w != p.stride_h || p.dilation_h != 1 || p.dilation_w != 1 || p.split_k != 1 ||
+        p.groups != 1) {
+      return cutlass::Status::kErrorNotSupported;
+    }
+    const int P = (p.h + 2 * p.pad_h - p.r) / p.stride_h + 1;
+    const int Q = (p.w + 2 * p.pad_w - p.s) / p.stride_w + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     const FoldSizes sizes = sizes_of(p);
     if (sizes.activations >= (int64_t(1) << 31) || sizes.filter >= (int64_t(1) << 31)) {
@@ -1356,8 +1377,8 @@ class Sm90S2dRunner {
     base += tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element));
     Element *w2 = reinterpret_cast<Element *>(base);
     base += tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element));
-    activations_ = {p.n, p.h, p.w, p.c, p.stride, p.pad, kernel.h, kernel.w, kernel.c};
-    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride, 0, kernel.r, kernel.s, kernel.c};
+    activations_ = {p.n, p.h, p.w, p.c, p.stride_h, p.pad_h, p.pad_w, kernel.h, kernel.w, kernel.c};
+    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride_h, 0, 0, kernel.r, kernel.s, kernel.c};
     x_ = static_cast<const Element *>(x);
     x2_ = x2;
     blocks_ = blocks_for(sizes.activations);
@@ -1384,11 +1405,17 @@ class Sm90S2dRunner {
   // The stride-1 problem the conv kernel runs: ceil(R/s) x ceil(S/s) taps over s*s*C channels (padded to
   // a multiple of 8), unpadded, on a folded input of P + R' - 1 rows, so its output is the layer's.
   static TunerProblem folded(const TunerProblem &p) {
-    const int r2 = (p.r + p.stride - 1) / p.stride, s2 = (p.s + p.stride - 1) / p.stride;
-    const int c2 = (p.stride * p.stride * p.c + 7) / 8 * 8;
-    const int32_t values[16] = {p.n, p.p + r2 - 1, p.q + s2 - 1, c2, p.k, r2, s2, 0, 1, 1,
-                                1, p.p, p.q, p.raster, p.swizzle, 0};
-    return TunerProblem(values);
+    const int stride = p.stride_h;
+    TunerProblem kernel = p;
+    kernel.r = (p.r + stride - 1) / stride;
+    kernel.s = (p.s + stride - 1) / stride;
+    kernel.h = p.p + kernel.r - 1;
+    kernel.w = p.q + kernel.s - 1;
+    kernel.c = (stride * stride * p.c + 7) / 8 * 8;
+    kernel.pad_h = kernel.pad_w = 0;
+    kernel.stride_h = kernel.stride_w = kernel.dilation_h = kernel.dilation_w = 1;
+    kernel.split_k = 1;
+    return kernel;
   }
 
   static FoldSizes sizes_of(const TunerProblem &p) {
@@ -1410,9 +1437,9 @@ class Sm90S2dRunner {
 // the same nvidia-cutlass-dsl wheel) and the CUDA runtime: examples/cpp/CMakeLists.txt shows how.
 constexpr char kDslLibrary[] = "dsl/libtuned_dsl.a";  // relative to this header
 constexpr char kDslVersion[] = "4.8.1";
-constexpr int kDslAbiVersion = 4;
+constexpr int kDslAbiVersion = 5;
 
-// The C entry points of one exported kernel, as every tuner candidate has them (ABI 4,
+// The C entry points of one exported kernel, as every tuner candidate has them (ABI 5,
 // tuner/templates/entry_points.cu.in); its object in the library defines one such table, by name.
 struct TunerDslEntryPoints {
   int32_t abi_version;
@@ -1452,20 +1479,20 @@ class DslRunner {
 
   static cutlass::Status can_implement(const TunerProblem &p) {
     if (entry().abi_version != kDslAbiVersion) return cutlass::Status::kErrorInternal;  // a stale library
-    int32_t a[16];
-    array(p, a);
+    int32_t a[kTunerProblemFields];
+    p.to_array(a);
     return entry().can_implement(a) == 0 ? cutlass::Status::kSuccess : cutlass::Status::kErrorInvalidProblem;
   }
 
   static size_t workspace_bytes(const TunerProblem &p) {
-    int32_t a[16];
-    array(p, a);
+    int32_t a[kTunerProblemFields];
+    p.to_array(a);
     return static_cast<size_t>(entry().workspace_bytes(a));
   }
 
   static void grid(const TunerProblem &p, int32_t *grid) {
-    int32_t a[16];
-    array(p, a);
+    int32_t a[kTunerProblemFields];
+    p.to_array(a);
     entry().grid(a, grid);
   }
 
@@ -1475,8 +1502,8 @@ class DslRunner {
                              void *workspace, cudaStream_t stream) {
     release();
     if (entry().abi_version != kDslAbiVersion) return cutlass::Status::kErrorInternal;
-    int32_t a[16];
-    array(p, a);
+    int32_t a[kTunerProblemFields];
+    p.to_array(a);
     int32_t status = 0;
     handle_ = entry().create(a, x, w, y, &epilogue, workspace, stream, &status);
     return handle_ ? cutlass::Status::kSuccess : status_of(status);
@@ -1490,12 +1517,6 @@ class DslRunner {
 
  private:
   static const TunerDslEntryPoints &entry() { return *Kernel::kEntryPoints; }
-
-  static void array(const TunerProblem &p, int32_t out[16]) {
-    const int32_t values[16] = {p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation, p.split_k,
-                                p.p, p.q, p.raster, p.swizzle, 0};
-    for (int i = 0; i < 16; ++i) out[i] = values[i];
-  }
 
   // create()'s codes (tuner/families/sm90_dsl/entry.c.in): 1-29 another problem, 30 other epilogue operands,
   // 31 another beta, 32 a null tensor, 40+ the module did not load, -1 out of memory.
@@ -5513,7 +5534,9 @@ using vgg16f_features_12_b8_runner = DslRunner<vgg16f_features_12_b8>;
 
 struct TunedLayer {
   const char *name;
-  int n, h, w, c, k, r, s, pad, stride, dilation;
+  int n, h, w, c, k, r, s;
+  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;  // per axis; the padding is each side's
+  int groups;
   int kernel_c;  // channels the kernel reads: C is zero-padded to this (C=3 -> 4 for sm80, -> 8 for sm90)
   const char *family;  // the kernel family: sm80 (CUTLASS 2.x), sm90_conv or sm90_gemm (CUTLASS 3.x)
   int split_k;   // run-time split-K slices (sm80 serial split-K, sm90_gemm stream-K units)
@@ -5533,156 +5556,156 @@ struct TunedLayer {
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 1, 12, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 99.751, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T00:48:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 267.228, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T00:40:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 1, 2, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 77.250, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:41:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.102, "dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-25T00:16:46+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.474, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:17:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.860, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-25T00:47:21+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 18.293, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.580, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.455, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:40:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.576, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T00:47:53+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.129, "dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T00:16:30+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.838, "dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-25T00:47:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.135, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-25T00:16:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 138.068, "dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T00:38:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 42.241, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:37:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.467, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:29+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 23.335, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:49:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.386, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.568, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.993, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:57+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.125, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:10+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.787, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:11+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.971, "sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:31+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.783, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:11+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.782, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:44+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.922, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-25T00:50:38+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.252, "dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:49:49+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 9.542, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.885, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.174, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-25T00:49:56+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.607, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:16:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.562, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.268, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:18:16+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.124, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 192, 64, 13.530, "sm90g_128x192x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.231, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:37+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.427, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-25T00:50:48+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.494, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.242, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:44+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 4, "sm80", 1, 0, 1, 64, 32, 32, 8.614, "64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T23:55:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 94.237, "s2d_256x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32", "2026-11-23T00:09:22+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.589, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 25.599, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:21:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 5.291, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:15:27+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 44.478, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:21:11+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.917, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.006, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.766, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 22.812, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:52:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 4.402, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T04:47:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 23.726, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T03:21:33+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.576, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-25T00:52:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.407, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-25T00:51:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.034, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.701, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.635, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 14.480, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 18.893, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.642, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 2, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 21.420, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.830, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:48:34+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.837, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:51:55+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.372, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:13+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.021, "dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-25T00:52:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.725, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 128, 14.854, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:36:20+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.822, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.797, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:49+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.511, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 15.496, "sm90c_64x256x64_c1x1x1_s5_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:38:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.532, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 2, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.807, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.278, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:49:39+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 2, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.511, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-25T00:52:08+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 14.573, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.491, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-25T00:52:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 9.702, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.027, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:18:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.870, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-25T00:51:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.555, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.999, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.545, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 2, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.413, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.168, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:50:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 2, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 128, 64, 16, 9.670, "s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, "sm90_s2d", 1, 0, 1, 192, 64, 16, 97.502, "s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 2, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_16", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 192, 64, 64, 51.886, "sm90c_192x64x64_c1x2x1_s3_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:48:07+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.503, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:16:20+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_24_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.829, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1", "2026-11-25T00:47:10+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_24_b8", 8, 14, 14, 512, 512, 3, 3, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 19.217, "dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1", "2026-11-25T00:15:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 99.751, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T00:48:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 267.228, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T00:40:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 77.250, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:41:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.102, "dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-25T00:16:46+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.474, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:17:33+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.860, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-25T00:47:21+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 18.293, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.580, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.455, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:40:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.576, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T00:47:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.129, "dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T00:16:30+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.838, "dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-25T00:47:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.135, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-25T00:16:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 138.068, "dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T00:38:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 42.241, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:37:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.467, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:29+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 23.335, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:49:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.386, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:00+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.568, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.993, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:57+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.125, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:10+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.787, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:11+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.971, "sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:31+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.783, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:11+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.782, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:44+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.922, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-25T00:50:38+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.252, "dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:49:49+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 9.542, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:33+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.885, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.174, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-25T00:49:56+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.607, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:16:00+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.562, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:52+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.268, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:18:16+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.124, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 192, 64, 13.530, "sm90g_128x192x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:35+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.231, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:37+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.427, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-25T00:50:48+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.494, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.242, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:44+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 32, 32, 8.614, "64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T23:55:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 94.237, "s2d_256x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32", "2026-11-23T00:09:22+00:00", "none", false, false, false, 1.0, "none"},
+    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.589, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 25.599, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:21:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 5.291, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:15:27+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 44.478, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:21:11+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.917, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.006, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.766, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 22.812, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:52:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 4.402, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T04:47:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 23.726, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T03:21:33+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.576, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-25T00:52:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.407, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-25T00:51:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.034, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.701, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.635, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 14.480, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 18.893, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.642, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 21.420, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.830, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:48:34+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.837, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:51:55+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.372, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:13+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.021, "dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-25T00:52:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.725, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 128, 14.854, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:36:20+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.822, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.797, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:49+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.511, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 15.496, "sm90c_64x256x64_c1x1x1_s5_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:38:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.532, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.807, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.278, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:49:39+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.511, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-25T00:52:08+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 14.573, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.491, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-25T00:52:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 9.702, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.027, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:18:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.870, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-25T00:51:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.555, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.999, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.545, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.413, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.168, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:50:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none"},
+    {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 128, 64, 16, 9.670, "s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 192, 64, 16, 97.502, "s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg11_b32_features_16", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 192, 64, 64, 51.886, "sm90c_192x64x64_c1x2x1_s3_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:48:07+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.503, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:16:20+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_24_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.829, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1", "2026-11-25T00:47:10+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_24_b8", 8, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 19.217, "dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1", "2026-11-25T00:15:52+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu"},
 };
 constexpr int kLayerCount = 150;
 
@@ -5878,13 +5901,21 @@ constexpr bool matches_device(int compute_capability, int sm_count, const char *
   return compute_capability == kComputeCapability && sm_count == kSmCount && same_name(device_name, kGpuName);
 }
 
+// The layer's output extents P (rows) and Q (columns).
+constexpr int output_p(const TunedLayer &layer) {
+  return (layer.h + 2 * layer.pad_h - layer.dilation_h * (layer.r - 1) - 1) / layer.stride_h + 1;
+}
+constexpr int output_q(const TunedLayer &layer) {
+  return (layer.w + 2 * layer.pad_w - layer.dilation_w * (layer.s - 1) - 1) / layer.stride_w + 1;
+}
+
 // The problem array a runner takes (see TunerProblem): the layer's problem at the kernel's channels.
-inline void problem_array(const TunedLayer &layer, int32_t out[16]) {
-  const int p = (layer.h + 2 * layer.pad - layer.dilation * (layer.r - 1) - 1) / layer.stride + 1;
-  const int q = (layer.w + 2 * layer.pad - layer.dilation * (layer.s - 1) - 1) / layer.stride + 1;
-  const int32_t values[16] = {layer.n, layer.h, layer.w, layer.kernel_c, layer.k, layer.r, layer.s, layer.pad,
-                              layer.stride, layer.dilation, layer.split_k, p, q, layer.raster, layer.swizzle, 0};
-  for (int i = 0; i < 16; ++i) out[i] = values[i];
+inline void problem_array(const TunedLayer &layer, int32_t out[kTunerProblemFields]) {
+  const int32_t values[kTunerProblemFields] = {
+      layer.n, layer.h, layer.w, layer.kernel_c, layer.k, layer.r, layer.s, layer.pad_h, layer.pad_w,
+      layer.stride_h, layer.stride_w, layer.dilation_h, layer.dilation_w, layer.groups, layer.split_k,
+      output_p(layer), output_q(layer), layer.raster, layer.swizzle, 0};
+  for (int i = 0; i < kTunerProblemFields; ++i) out[i] = values[i];
 }
 
 }  // namespace nvidia_h100_80gb_hbm3
