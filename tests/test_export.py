@@ -140,6 +140,18 @@ def test_rows_carry_the_launch_arguments(header):
     assert numbers["stem"] == [32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, 1, 0, 1, 128, 64, 16]  # fold pads C
 
 
+def test_a_per_axis_layer_carries_each_axis_in_its_row():
+    wide = ConvProblem(n=8, h=17, w=17, c=64, k=64, r=1, s=7, pad_h=0, pad_w=3, stride_h=1, stride_w=2)
+    config = make_config(wide, "sm80", PARAMS["sm80"])
+    layer = {"problem": problem_to_dict(wide), "family": "sm80", "params": config.search_params,
+             "kernel": config.name, "runtime_us": 1.0, "date": "2025-06-01"}
+    [row] = rows_of(render_header(document(inception_1x7=layer)))
+    code, _ = strip_literals(row)
+    numbers = [int(n) for n in re.findall(r"(?<![\d.])-?\d+(?![\d.])", code)]
+    # n h w c k r s | pad_h pad_w stride_h stride_w dilation_h dilation_w | groups kernel_c
+    assert numbers[:15] == [8, 17, 17, 64, 64, 1, 7, 0, 3, 1, 2, 1, 1, 1, 64]
+
+
 def test_for_each_layer_macro(header):
     assert re.findall(r"X\((\w+)_runner, (\d+)\)", header) == [
         ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2"), ("stem", "3")]  # by layer name

@@ -290,15 +290,18 @@ def layer_totals(rows: list[dict]) -> dict:
 
 def print_layers(console: Console, layers: dict[str, Layer], network: Network | None = None,
                  form: str = "table") -> None:
-    """The layer table; for an imported network, with each layer's count and nodes, then the
-    convolutions not tuned and the operators left unfused. `form` json or csv: that document on stdout."""
+    """The layer table; for an imported network, with each layer's count and nodes, then its coverage
+    (tunable and not, with reasons), the convolutions not tuned and the operators left unfused. `form` json or
+    csv: that document on stdout."""
     from rich.table import Table
     from tuner import tables
+    from tuner.network_report import COVERAGE_NUMBERS, coverage, coverage_document, coverage_table
 
     rows = layer_rows(layers, network)
     total = layer_totals(rows)
     if form == "json":
         print(tables.json_document({"layers": rows, "totals": total,
+                                    "coverage": coverage_document(coverage(network)) if network else [],
                                     "not_tuned": [dataclasses.asdict(item) for item in network.unsupported]
                                     if network else [],
                                     "not_fused": list(network.not_fused) if network else []}))
@@ -332,6 +335,9 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         totals += [str(total["convolutions"]), "GFLOP: count x GFLOP"]
     table.add_row(*totals)
     tables.print_table(console, table, LAYER_NUMBERS)
+    if network is not None:
+        tables.print_table(console, coverage_table(coverage(network), "coverage (tuned: see tune.py report)"),
+                           COVERAGE_NUMBERS)
     for item in network.unsupported if network else ():
         console.print(f"not tuned: {escape(item.node)}: {escape(item.reason)}")
     for item in network.not_fused if network else ():

@@ -290,8 +290,9 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
     reasons = registry.problem_reasons(problem)
     if all(reasons.values()):  # each names what it needs, e.g. "pad K to 8"
         if problem.groups != 1 and not any(family.runs_groups for family in registry.families().values()):
-            kind = "depthwise" if problem.groups == c else f"grouped ({problem.groups} groups)"
-            return f"{kind} convolution: no family runs grouped convolutions yet"
+            if problem.groups == c:
+                return "depthwise convolution: no family runs grouped convolutions yet"
+            return f"grouped convolution: {problem.groups} groups; no family runs grouped convolutions yet"
         return "no family runs it: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
     return problem
 
