@@ -538,6 +538,37 @@ def test_diagnose_gpu_flag_on_the_command_line():
     assert "tune it: python tune.py --shape 1,32,32,32,32,3,3,1,1,1" in result.stdout
 
 
+def test_diagnose_json_is_the_same_verdict_as_one_document():
+    result = run_diagnose(str(RTX3060_NAIVE), "--shape", NAIVE_SHAPE, "--json")
+    assert result.returncode == 0, result.stderr
+    import json
+
+    document = json.loads(result.stdout)  # stdout holds the document and nothing else
+    text = run_diagnose(str(RTX3060_NAIVE), "--shape", NAIVE_SHAPE).stdout
+    assert document["gpu"]["slug"] == "rtx3060" and "28 SMs" in document["gpu_from"]
+    assert document["report"] == str(RTX3060_NAIVE) and document["problem"]["k"] == 32
+    first = document["kernels"][0]
+    assert first["name"].startswith("conv2d_backward_kernel") and round(first["time_share"] * 100) == 84
+    assert f"Most of the time (84%): {first['name']}: {first['limiter']}" in text
+    assert first["tensor_cores"] is False and first["convolution"] is True
+    assert first["tuned_estimate"]["tune_command"] == "python tune.py --shape 8,32,32,32,32,3,3,1,1,1"
+    assert "uncoalesced global accesses: 27 % of sectors are excess (ncu est. speedup 13.3 %)" in first["ncu_warnings"]
+    shares = [kernel["time_share"] for kernel in document["kernels"]]
+    assert shares == sorted(shares, reverse=True) and len(shares) == text.count("  limiter: ")
+    for kernel in document["kernels"]:
+        assert kernel["occupancy"]["theoretical_pct"] > 0 and isinstance(kernel["waste"], list)
+
+
+def test_diagnose_json_without_a_gpu_says_why():
+    result = run_diagnose(str(H100_CUTLASS), "--sms", "132", "--json")
+    assert result.returncode == 0, result.stderr
+    import json
+
+    document = json.loads(result.stdout)
+    assert document["problem"] is None and all(k["tuned_estimate"] is None for k in document["kernels"])
+    assert document["gpu"] is None and "--gpu NAME picks one" in document["gpu_from"]  # 132 SMs: H100 or H200
+
+
 def test_rule_summaries_are_one_short_line():
     assert summarise_rule(NcuRule("INF", "Tensor is the highest-utilized pipeline (41.4%) based on ...")) is None
     assert summarise_rule(NcuRule("OPT", "This kernel has uncoalesced shared accesses resulting in a total of 1152 "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import pytest
 
@@ -107,6 +108,18 @@ def test_every_family_gets_its_alias_and_runner(header):
         in header
     assert "using layer_sm80 = cutlass::conv::device::ImplicitGemmConvolution<" in header
     assert "$" not in header
+
+
+def test_the_pytorch_op_and_the_header_bind_a_kernel_with_one_runner(header):
+    """The candidate library tuner.torch_ops loads (the tuner's own, tuner/codegen.py) and the exported header
+    hold the same runner class, verbatim, around the same kernel: one binding of kernel to problem for both."""
+    from tuner.codegen import candidate_source
+
+    for family in CPP_FAMILIES:
+        candidate = candidate_source(config_of(family))
+        assert f"using Runner0 = {RUNNERS[family]}<TunedConv0>;" in candidate, family
+        for source in registry.get(family).cpp([config_of(family).compiled]).runners:
+            assert source in candidate and source in header, family
 
 
 def test_each_familys_includes_once(header):
@@ -318,3 +331,108 @@ def test_nodes_map_to_the_row_of_their_problem_or_minus_one():
 
 def test_no_network_leaves_an_empty_node_table(header):
     assert "constexpr int kNodeCount = 0;" in header and node_lines(header) == ["{nullptr, -1},  // no network: kNodeCount is 0"]
+
+
+# --- export on the command line: where the header goes, --json, a network's names -------------------------------
+
+NETWORK_PROBLEM = ConvProblem(n=1, h=8, w=8, c=16, k=16, r=3, s=3, pad=1)
+SLUG = "nvidia-h100-80gb-hbm3"
+
+
+def tuned_results(root: Path) -> Path:
+    """results/<slug>/best.yaml with one sm80 layer of NETWORK_PROBLEM, as the tuner writes it."""
+    from tuner.results import update_best
+
+    config = make_config(NETWORK_PROBLEM, "sm80", PARAMS["sm80"] | {"split_k": 1})
+    header = {key: value for key, value in document().items() if key != "layers"}
+    update_best(root / SLUG, "net_layer", {"problem": problem_to_dict(NETWORK_PROBLEM), "family": "sm80",
+                                           "params": config.search_params, "kernel": config.name,
+                                           "runtime_us": 12.5, "date": "2026-11-24"}, header)
+    return root / SLUG
+
+
+def scoped_model(path, module_names: list[str]):
+    """An ONNX model of one conv per name, each named as the newer exporter names nodes (node_conv2d_<i>), with
+    the module it came from in its name scopes: the name the importer shows and export writes."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, tensor = [], "x"
+    for index, module in enumerate(module_names):
+        output = "out" if index == len(module_names) - 1 else f"t{index}"
+        node = helper.make_node("Conv", [tensor, "w"], [output], name=f"node_conv2d_{index}", pads=[1, 1, 1, 1])
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "pkg.torch.onnx.name_scopes", repr(["", module, f"conv2d_{index}"])
+        nodes.append(node)
+        tensor = output
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(np.ones((16, 16, 3, 3), np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def export_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from tuner import cli
+
+    code = cli.main(["export", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_networks_header_leaves_the_committed_one_alone(tmp_path, capsys):
+    import subprocess
+
+    folder = tuned_results(tmp_path / "results")
+    model = scoped_model(tmp_path / "model.onnx", ["features.0", "features.1"])
+    assert export_cli(capsys, "--results-dir", str(tmp_path / "results"))[0] == 0
+    committed = (folder / "best_configs.h").read_bytes()
+    code, out, err = export_cli(capsys, "--results-dir", str(tmp_path / "results"), "--onnx", str(model))
+    assert code == 0, err
+    written = folder / "networks" / "model_b1" / "best_configs.h"
+    assert '{"features.0", 0},' in written.read_text() and (folder / "best_configs.h").read_bytes() == committed
+    assert f"wrote{written}" in "".join(out.split())  # the console folds the long path
+    repo = Path(__file__).resolve().parents[1]
+    relative = Path("results") / written.relative_to(tmp_path / "results")
+    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", str(relative)], cwd=repo).returncode == 0
+    asked = tmp_path / "elsewhere"
+    code, _, err = export_cli(capsys, "--results-dir", str(tmp_path / "results"), "--onnx", str(model),
+                              "--output-dir", str(asked))
+    assert code == 0, err
+    assert '{"features.1", 0},' in (asked / SLUG / "best_configs.h").read_text()
+
+
+def test_export_json_says_what_was_written(tmp_path, capsys):
+    import json
+
+    tuned_results(tmp_path / "results")
+    model = scoped_model(tmp_path / "model.onnx", ["a", "b"])
+    code, out, err = export_cli(capsys, "--results-dir", str(tmp_path / "results"), "--onnx", str(model), "--json")
+    assert code == 0, err
+    [record] = json.loads(out)["exports"]  # stdout holds the document alone; the lines went to stderr
+    assert record["gpu"] == SLUG and record["header"].endswith("networks/model_b1/best_configs.h")
+    assert record["library"] is None  # no sm90_dsl layer: no library
+    assert record["network"] == {"name": "model.onnx", "batch": 1, "nodes": 2, "without_tuned_kernel": []}
+    assert "wrote" in err
+    code, out, _ = export_cli(capsys, "--results-dir", str(tmp_path / "results"), "--json")
+    assert json.loads(out)["exports"][0]["network"] is None
+
+
+@pytest.mark.parametrize("module", [EVIL, 'a"b', "back\\slash", "end */ int x; /*", "line\nbreak",
+                                    "}; int injected = 1; {", "??=trigraph"])
+def test_module_names_from_onnx_metadata_stay_escaped_in_the_header(tmp_path, capsys, module):
+    tuned_results(tmp_path / "results")
+    model = scoped_model(tmp_path / "model.onnx", [module, "plain"])
+    code, _, err = export_cli(capsys, "--results-dir", str(tmp_path / "results"), "--onnx", str(model),
+                              "--output-dir", str(tmp_path / "out"))
+    assert code == 0, err
+    header = (tmp_path / "out" / SLUG / "best_configs.h").read_text()
+    lines = node_lines(header)
+    assert lines[0] == "{" + cpp_string(module) + ", 0}," and lines[1] == '{"plain", 0},'
+    for line in header.splitlines():
+        if line.lstrip().startswith("//"):
+            assert not line.endswith("\\"), line
+            continue
+        code_part, _ = strip_literals(line)
+        assert "injected" not in code_part and "evil" not in code_part and "*/" not in code_part, line

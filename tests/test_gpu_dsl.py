@@ -38,6 +38,7 @@ SMALL = ConvProblem(n=4, h=8, w=8, c=64, k=64, r=3, s=3, pad=1)  # boxes must no
 RING_GEMM = ConvProblem(n=32, h=32, w=32, c=128, k=512, r=1, s=1)  # 32768x512x128
 LATE_GEMM_B1 = ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1)       # 4 tiles of 128x128, 32 k tiles
 LATE_CONV_B1 = ConvProblem(n=1, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 4 tiles, 72 k tiles
+STEM = ConvProblem(n=2, h=64, w=64, c=3, k=64, r=7, s=7, pad=3, stride=2)  # gathered: 16 tiles of 128 pixels
 BASE = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
         "swizzle": 1, "tile_q": 8}
 
@@ -105,6 +106,20 @@ CASES = {
                             {**BASE, "tile_q": 0, "split_k": 2}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
     "conv_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), BASE),
+    # C < 8 (the stems): the producer warpgroup gathers A and B with K over (r, s, c); all but the first with more
+    # tiles (144 to 392) than the 132 CTAs, so that CTAs run two or more and the pipeline's stages wrap
+    "stem_gather_7x7_s2": (STEM, {**BASE, "tile": "128x64x32", "tile_q": 0}),
+    "stem_gather_3x3_bias_relu_single": (with_epilogue(ConvProblem(n=2, h=112, w=112, c=3, k=64, r=3, s=3, pad=1),
+                                                       "bias+relu"),
+                                         {**BASE, "tile": "64x64x64", "schedule": "single", "tile_q": 0}),
+    "stem_gather_unpadded_s2_bn_silu": (with_epilogue(ConvProblem(n=4, h=149, w=149, c=3, k=32, r=3, s=3, stride=2),
+                                                      "scale+bias+silu"), {**BASE, "tile": "128x32x64", "tile_q": 0}),
+    "stem_gather_patchify_4x4_s4": (ConvProblem(n=8, h=224, w=224, c=3, k=96, r=4, s=4, stride=4),
+                                    {**BASE, "tile": "128x96x64", "tile_q": 0}),
+    "stem_gather_k40_c4": (ConvProblem(n=2, h=96, w=96, c=4, k=40, r=3, s=3, pad=1), {**BASE, "tile": "128x64x32",
+                                                                                   "tile_q": 0}),
+    # the planted wrong gathering kernel: STEM with dilation 2 and pad 6 (the same 32x32 output, other pixels)
+    "stem_gather_dilated": (dataclasses.replace(STEM, dilation_h=2, dilation_w=2, pad_h=6, pad_w=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
 }
 
 
@@ -144,7 +159,7 @@ def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None
                            repeats=5, kernel_problem=kernel_view).to_dict()
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c != "conv_dilated"])
+@pytest.mark.parametrize("case", [c for c in CASES if c not in ("conv_dilated", "stem_gather_dilated")])
 def test_dsl_kernel_is_right_and_timed(case, compiled, device, worker):
     problem, config = case_config(case)
     launch = registry.family_of(config).launch_args(config, problem)
@@ -170,6 +185,16 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 
+def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
+    """A gathering kernel built for dilation 2 writes every output of the dilation-1 stem, from the wrong pixels."""
+    wrong = CASES["stem_gather_dilated"][0]
+    assert (wrong.p, wrong.q) == (STEM.p, STEM.q) and wrong.c == 3
+    rejected = worker.request(request(compiled["stem_gather_dilated"], STEM, kernel_view=wrong))
+    assert rejected["status"] == Status.wrong_result.value, rejected
+    accepted = worker.request(request(compiled["stem_gather_7x7_s2"], STEM))
+    assert accepted["status"] == Status.ok.value, accepted.get("reason")
+
+
 @pytest.mark.parametrize("kernel_case, layer_epilogue, margin", [
     # SiLU where the layer has GELU: close functions (the H100 measured a relative error of 0.012, 6x the
     # tolerance), rejected all the same
@@ -180,6 +205,7 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     ("gemm_ring_cooperative_128x256", "scale+bias+residual", 10),  # a ReLU the layer does not have
     # ReLU where the layer has SiLU: the H100 measured 0.0146, 7x the tolerance
     ("conv_ring_pingpong_64x256", "scale+bias+residual+silu", 2),
+    ("stem_gather_3x3_bias_relu_single", "bias", 10),    # a ReLU the gathered stem does not have
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]

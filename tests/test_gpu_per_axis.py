@@ -35,6 +35,8 @@ ROWS_STRIDED = ConvProblem(n=2, h=32, w=32, c=64, k=64, r=3, s=3, pad=1, stride_
 MIXED = ConvProblem(n=2, h=16, w=16, c=64, k=64, r=3, s=3, pad_h=1, pad_w=2, dilation_h=1, dilation_w=2)
 SWAPPED = ConvProblem(n=2, h=16, w=16, c=64, k=64, r=3, s=3, pad_h=2, pad_w=1, dilation_h=2, dilation_w=1)
 STEM = ConvProblem(n=2, h=32, w=32, c=3, k=64, r=7, s=7, pad_h=3, pad_w=2, stride=2)  # 16x15 out: s2d's fold
+# C=3: sm90_dsl's gathering producer computes each pixel's window from the per-axis values itself
+GATHERED = ConvProblem(n=2, h=64, w=64, c=3, k=32, r=7, s=3, pad_h=3, pad_w=1, stride_h=2, stride_w=1)
 
 SM80 = {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1}
 SM90_CONV = {"tile": "64x64x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}
@@ -42,16 +44,22 @@ SM90_DSL = {"tile": "128x64x64", "cluster": "1x1x1", "schedule": "cooperative", 
             "swizzle": 1, "tile_q": 0}
 SM90_S2D = {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}
 PARAMS = {"sm80": SM80, "sm90_conv": SM90_CONV, "sm90_dsl": SM90_DSL, "sm90_s2d": SM90_S2D}
+
+
+def params_of(family: str, problem: ConvProblem) -> dict:
+    """A gathering DSL kernel (C < 8) keeps the whole filter: its tile N holds all of K."""
+    return {**PARAMS[family], "tile": "128x32x64"} if family == "sm90_dsl" and problem.c < 8 else PARAMS[family]
 CASES = {f"{family}_{name}": (family, problem)
          for family in ("sm80", "sm90_conv", "sm90_dsl")
          for name, problem in (("1x7", WIDE), ("7x1", TALL), ("rows_strided", ROWS_STRIDED), ("mixed", MIXED))}
 CASES["sm90_s2d_stem_per_axis_pads"] = ("sm90_s2d", STEM)
+CASES["sm90_dsl_gathered_stem"] = ("sm90_dsl", GATHERED)
 CASES["sm90_dsl_built_swapped"] = ("sm90_dsl", SWAPPED)  # the planted wrong kernel of the DSL
 
 
 def config_of(case: str):
     family, problem = CASES[case]
-    return problem, make_config(problem, family, PARAMS[family])
+    return problem, make_config(problem, family, params_of(family, problem))
 
 
 @pytest.fixture(scope="module")

@@ -85,6 +85,20 @@ def test_launches_per_replay(copies, expected):
     assert launches % copies == 0
 
 
+@pytest.mark.parametrize("copies, round_us, expected", [
+    (3, 519.0, 12),     # a 173 µs kernel over 3 copies: 4 rounds make the 2 ms replay, not 22 (66 launches)
+    (2, 20.0, 64),      # a 10 µs kernel: the 64 launches are shorter than the target anyway
+    (4, 5000.0, 4),     # one round already longer than the target: one round
+    (732, 3000.0, 732), # never less than one round over every copy (L2 stays cold)
+])
+def test_launches_per_replay_shortened_for_long_kernels(copies, round_us, expected):
+    from tuner.measure import REPLAY_TARGET_US
+
+    launches = launches_per_replay(copies, round_us)
+    assert launches == expected and launches % copies == 0
+    assert launches * round_us / copies >= min(REPLAY_TARGET_US, MIN_LAUNCHES_PER_REPLAY * round_us / copies)
+
+
 def test_measurement_rates_of_conv_1(conv_1):
     # the reference config on the H100: 9.1 us
     m = Measurement(median_us=9.1, p10_us=9.0, p90_us=9.3, repeats=30, launches_per_replay=732, copies=732)

@@ -213,3 +213,74 @@ def test_a_conv_no_family_runs_is_listed_with_each_familys_reason(tmp_path, monk
     network = from_onnx(save(tmp_path / "odd.onnx", nodes, [weight("w", 7, 16, 3, 3)]), batch=1)
     assert network.layers == ()
     assert [(u.node, u.reason) for u in network.unsupported] == [("odd", "no family runs it: only: K=7: pad K to 8")]
+
+
+# --- names the newer (torch.export) exporter gives: node_Conv_344, with the module in the metadata ---------------
+
+def scoped(node, scopes: str | None = None, namespace: str | None = None):
+    """The node with the metadata the torch exporter writes: its name scopes (a Python list's repr) and/or the
+    older namespace string."""
+    for key, value in (("pkg.torch.onnx.name_scopes", scopes), ("namespace", namespace)):
+        if value is not None:
+            entry = node.metadata_props.add()
+            entry.key, entry.value = key, value
+    return node
+
+
+def newer_exporter_model(path: Path) -> Path:
+    """Four convs named as the newer exporter names them, one named as the legacy exporter does: a module path
+    from the scopes, one from the namespace, one module that made two convs, one node with no metadata."""
+    nodes = [scoped(conv("node_Conv_12", "x", "w", "a"), scopes="['', 'backbone', 'backbone.bn1', "
+                                                                "'_native_batch_norm_legit_no_training']"),
+             scoped(conv("node_conv2d_1", "a", "w", "b"),
+                    namespace=": Net/backbone: Seq/backbone.layer1.conv2: torch.nn.modules.conv.Conv2d/conv2d_1: "
+                              "aten.conv2d.default"),
+             scoped(conv("node_conv2d_2", "b", "w", "c"), scopes="['', 'head', 'conv2d_2']"),
+             scoped(conv("node_conv2d_3", "c", "w", "d"), scopes="['', 'head', 'conv2d_3']"),
+             conv("node_Conv_40", "d", "w", "e"),
+             scoped(conv("/head/out/Conv", "e", "w", "f"), scopes="['', 'head.out', 'conv2d_4']"),
+             scoped(conv("", "f", "w", "out"), scopes="['', 'tail', 'conv2d_5']")]
+    return save(path, nodes, [weight("w", 16, 16, 3, 3)])
+
+
+def test_generated_node_names_fall_back_to_the_module_that_made_them(tmp_path):
+    network = from_onnx(newer_exporter_model(tmp_path / "newer.onnx"), batch=1)
+    assert network.layers[0].nodes == ("backbone.bn1", "backbone.layer1.conv2", "head", "head (node_conv2d_3)",
+                                       "node_Conv_40", "/head/out/Conv", "tail")
+    assert network.layers[0].name == "newer_b1_backbone_bn1"
+
+
+@pytest.mark.parametrize("scopes", ["not a list", "['only one']", "[1, 2]", "['', '', 'conv2d']",
+                                    "__import__('os').system('false')", "[" * 200 + "]" * 200, "['x'" * 5000])
+def test_unreadable_scopes_leave_the_nodes_own_name(tmp_path, scopes):
+    model = save(tmp_path / "m.onnx", [scoped(conv("node_Conv_7", "x", "w", "out"), scopes=scopes)],
+                 [weight("w", 16, 16, 3, 3)])
+    assert from_onnx(model, batch=1).layers[0].nodes == ("node_Conv_7",)
+
+
+def test_a_fallback_name_of_other_convolutions_too(tmp_path):
+    nodes = [conv("node_Conv_1", "x", "w", "y"),
+             scoped(helper.make_node("ConvTranspose", ["y", "wt"], ["out"], name="node_ConvTranspose_2"),
+                    scopes="['', 'decoder.up', 'conv_transpose2d']")]
+    network = from_onnx(save(tmp_path / "m.onnx", nodes, [weight("w", 16, 16, 3, 3), weight("wt", 16, 16, 2, 2)]),
+                        batch=1)
+    assert [item.node for item in network.unsupported] == ["decoder.up"]
+
+
+# --- a size only known when the model runs (the legacy exporter's DeepLabV3) ---------------------------------------
+
+def test_a_size_computed_at_run_time_says_which_exporter_to_use(tmp_path):
+    """ASPP pooling as the legacy exporter writes it: a Resize whose size is the Shape of another tensor; the
+    Concat after it has a channel count shape inference cannot know."""
+    nodes = [conv("/aspp/conv/Conv", "x", "w", "a"),
+             helper.make_node("GlobalAveragePool", ["a"], ["pooled"], name="/aspp/pool/GlobalAveragePool"),
+             helper.make_node("Shape", ["a"], ["size"], name="/aspp/Shape"),
+             helper.make_node("Resize", ["pooled", "", "", "size"], ["up"], name="/aspp/pool/Resize"),
+             helper.make_node("Concat", ["a", "up"], ["cat"], name="/aspp/Concat", axis=1),
+             conv("/aspp/project/Conv", "cat", "wp", "out", pads=(0, 0, 0, 0))]
+    path = save(tmp_path / "deeplab.onnx", nodes, [weight("w", 16, 16, 3, 3), weight("wp", 16, 32, 1, 1)])
+    with pytest.raises(NetworkError) as error:
+        from_onnx(path, batch=1)
+    message = str(error.value)
+    assert "Resize node '/aspp/pool/Resize'" in message and "dynamo=True" in message and "--torchvision" in message
+    assert "export the model with fixed spatial sizes" not in message  # it was: the advice that did not help

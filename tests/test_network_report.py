@@ -2,6 +2,7 @@
 summed count x µs against cuDNN and PyTorch eager; what is not tuned or not timed is marked, not counted."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -56,12 +57,14 @@ def test_sums_are_count_weighted_and_missing_figures_are_not_zero(tmp_path):
     as_run = totals(reports, lambda r: r.as_run)
     # the block's three convs share one bare problem, held by names[0]_bare: best.yaml's first holder
     assert (alone.tuned_us, alone.baseline_us, alone.counted, alone.of) == (30.0, 60.0, 3, 3)
-    assert (as_run.tuned_us, as_run.baseline_us, as_run.counted) == (11.0, 40.0, 1)
-    assert "not in bench's one run" in reports[1].missing and "not in bench's one run" in reports[2].missing
+    # conv_c (bias+relu) is conv_a (scale+bias+relu) in the canonical fused form: found as names[0]_fused
+    assert reports[2].as_run.entry == f"{names[0]}_fused"
+    assert (as_run.tuned_us, as_run.baseline_us, as_run.counted) == (22.0, 80.0, 2)
+    assert "not in bench's one run" in reports[1].missing and not reports[2].missing
     lines = summary_lines(reports)
     assert lines[0].startswith("convolutions alone: tuned 30.0 µs vs cuDNN 60.0 µs, ratio 0.500 over 3 of 3")
-    assert lines[1].endswith("tuned 11.0 µs vs PyTorch eager 40.0 µs, ratio 0.275 over 1 of 3 convolutions")
-    assert "ratio 0.500 over 1 convolutions" in lines[2]  # torch.compile
+    assert lines[1].endswith("tuned 22.0 µs vs PyTorch eager 80.0 µs, ratio 0.275 over 2 of 3 convolutions")
+    assert "ratio 0.500 over 2 convolutions" in lines[2]  # torch.compile
 
 
 def test_an_untuned_problem_is_marked(tmp_path):
@@ -91,6 +94,15 @@ def test_report_on_the_command_line_prints_the_table_and_draws_the_chart(tmp_pat
     assert "ratio 0.667 over 3 of 3" in result.stdout and "ratio 0.333 over 3 of 3" in result.stdout
     assert "not tuned (no family runs it): conv_d" in result.stdout
     assert (tmp_path / "results" / SLUG / "plots" / "report_block_b8.png").stat().st_size > 1000
+    # what tuner.torch_ops.optimize would do with each node, as its own report lists it
+    assert "In PyTorch: tuner.torch_ops.optimize" in result.stdout
+    assert "PyTorch (tuner.torch_ops.optimize, eval mode, f16): 3 of 4 convolutions replaced by tuned kernels; " \
+           "falling back to PyTorch: 1 no family runs it" in result.stdout
+    document = report("--onnx", str(model), "--batch", "8", "--results-dir", str(tmp_path / "results"), "--json",
+                      tmp_path=tmp_path)
+    rows = {row["node"]: row for row in json.loads(document.stdout)["pytorch_op"]}
+    assert rows["conv_a"]["replaced"] and rows["conv_a"]["best_yaml_layer"].startswith("block_b8_conv_a")
+    assert rows["conv_d"]["fallback"] == "no family runs it" and "grouped" in rows["conv_d"]["note"]
 
 
 @pytest.mark.parametrize("args, says", [

@@ -514,3 +514,17 @@ def test_shape_text_names_the_axes_where_they_differ(conv_1):
     assert conv_1.shape_text == "N=1 H=32 W=32 C=32 K=32 R=3 S=3 pad=1 stride=1 dilation=1"
     assert INCEPTION_1X7.shape_text.endswith("pad_h=0 pad_w=3 stride_h=1 stride_w=1 dilation_h=1 dilation_w=1")
     assert ConvProblem(n=1, h=8, w=8, c=8, k=8, r=3, s=3, groups=2).shape_text.endswith("dilation=1 groups=2")
+
+
+def test_the_canonical_form_folds_the_scale_into_the_filter_and_keeps_the_rest():
+    from tuner.problem import canonical_problem
+
+    base = ConvProblem(n=8, h=14, w=14, c=64, k=64, r=3, s=3, pad=1)
+    with_norm = dataclasses.replace(base, epilogue=parse_epilogue("scale+bias+residual*0.5+relu"))
+    folded = dataclasses.replace(base, epilogue=parse_epilogue("bias+residual*0.5+relu"))
+    assert canonical_problem(with_norm) == canonical_problem(folded) == folded
+    assert canonical_problem(dataclasses.replace(base, epilogue=parse_epilogue("scale"))) == base
+    # what the scale cannot stand for stays apart: a bias, a residual, the activation, the batch
+    for other in ("relu", "bias", "bias+residual+relu", "scale+bias+gelu"):
+        assert canonical_problem(dataclasses.replace(base, epilogue=parse_epilogue(other))) != folded
+    assert canonical_problem(dataclasses.replace(with_norm, n=1)) != folded

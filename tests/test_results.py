@@ -247,3 +247,20 @@ def test_an_entry_the_schema_refuses_is_never_written(tmp_path):
                                          "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
                                          "runtime_us": -1.0}, {})
     assert not (tmp_path / BEST_FILE).exists()
+
+
+def test_problems_are_found_by_their_canonical_fused_form(tmp_path):
+    """A conv tuned with its batch norm (scale+bias+relu) answers for the same conv with the norm folded
+    (bias+relu) and the other way round; a different epilogue or batch does not."""
+    import dataclasses
+
+    from tuner.epilogue import parse_epilogue
+    from tuner.problem import ConvProblem
+    from tuner.results import BestEntry, names_by_problem
+
+    base = ConvProblem(n=32, h=56, w=56, c=64, k=64, r=3, s=3, pad=1)
+    norm, folded = (dataclasses.replace(base, epilogue=parse_epilogue(text)) for text in ("scale+bias+relu", "bias+relu"))
+    named = names_by_problem({"tuned_with_norm": BestEntry(norm, "sm80", (("tile", "x"),), "k", 1.0)})
+    assert named[folded] == named.get(norm) == "tuned_with_norm" and folded in named
+    assert named.get(dataclasses.replace(folded, n=1)) is None and base not in named
+    assert named.setdefault(folded, "other") == "tuned_with_norm" and len(named) == 1

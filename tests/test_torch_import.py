@@ -94,6 +94,64 @@ def test_identical_problems_merge_with_their_nodes():
     assert from_torch(module, (4, 16, 8, 8), "net").layers[0].name == "net_b4_0"
 
 
+def test_the_fused_chain_names_the_nodes_a_kernel_takes_the_place_of():
+    from tuner.torch_import import traced_module
+
+    fused = {f.conv.node: f for f in traced_module(Downsampled().eval(), (2, 16, 8, 8)).fused_convs()}
+    main, branch = fused["conv3"], fused["downsample.0"]
+    assert (main.norm, main.add, main.residual, main.activation, main.output) == \
+        ("bn3", "add", "downsample_1", ("relu",), "relu")
+    assert main.fused_ops == ("bn3", "add", "relu")
+    assert (branch.norm, branch.add, branch.output) == ("downsample_1", None, "downsample_1")
+
+
+class Stage(nn.Module):
+    """conv + BN + ReLU, then conv + BN + the input + ReLU: what torchvision's ResNet blocks are made of."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+@pytest.mark.parametrize("folded", [True, False], ids=["bn-folded", "bn-kept"])
+def test_every_import_path_gives_a_conv_one_key(tmp_path, folded):
+    """A conv tuned through the PyTorch import is found for the same network exported to ONNX, with its batch
+    norms folded into the convs by the exporter (bias+relu) or kept (scale+bias+relu)."""
+    import warnings
+
+    import yaml
+
+    pytest.importorskip("onnx")
+    from tuner.network import from_onnx
+    from tuner.problem import canonical_problem, problem_to_dict
+    from tuner.results import best_entries, names_by_problem
+
+    module = Stage().eval()
+    path = tmp_path / "stage.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.randn(2, 16, 8, 8),), str(path), dynamo=False, do_constant_folding=folded,
+                          training=torch.onnx.TrainingMode.EVAL if folded else torch.onnx.TrainingMode.PRESERVE)
+    from_module, from_file = from_torch(module, (2, 16, 8, 8)), from_onnx(path)
+    keys = [{canonical_problem(layer.problem) for layer in network.layers} for network in (from_module, from_file)]
+    assert keys[0] == keys[1] and len(keys[0]) == 2
+    epilogues = sorted(layer.problem.epilogue.key for layer in from_file.layers)
+    assert epilogues == (["bias+relu", "bias+residual+relu"] if folded
+                         else ["scale+bias+relu", "scale+bias+residual+relu"])
+    folder = tmp_path / "results"
+    folder.mkdir()
+    layers = {layer.name: {"problem": problem_to_dict(layer.problem), "family": "sm80", "params": {"tile": "x"},
+                           "kernel": "k", "runtime_us": 1.0} for layer in from_module.layers}
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": len(layers), "layers": layers}))
+    tuned = names_by_problem(best_entries(folder))
+    assert {tuned.get(layer.problem) for layer in from_file.layers} == set(layers)
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()
@@ -155,16 +213,45 @@ FAKE_TORCHVISION = """
         return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU())
 
 
+    def segmenter(weights=None, weights_backbone="IMAGENET1K_V1"):
+        assert weights_backbone is None, "would download the backbone's weights"
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 8, 1))
+
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transform = SimpleNamespace(min_size=(800, 40))  # the last is the one it evaluates at
+            self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+            self.head = nn.ModuleDict({"cls": nn.Conv2d(16, 8, 3, padding=1), "box": nn.Conv2d(16, 4, 1)})
+
+        def forward(self, images):
+            features = self.backbone(images)
+            if features.sum() > 0:  # data-dependent, as a real detector's proposals are: torch.fx cannot trace it
+                return self.head["cls"](features)
+            return self.head["box"](features)
+
+
+    def detector(weights=None, weights_backbone="IMAGENET1K_V1"):
+        assert weights_backbone is None, "would download the backbone's weights"
+        return Detector()
+
+
+    BUILDERS = {"tiny": tiny, "widths": widths, "segmenter": segmenter, "detector": detector}
+    segmentation, detection = SimpleNamespace(), SimpleNamespace()
+
+
     def list_models(module=None):
-        return ["tiny", "widths"]
+        return {id(segmentation): ["segmenter"], id(detection): ["detector"]}.get(id(module), ["tiny", "widths"])
 
 
-    def get_model(name, weights=None):
+    def get_model(name, weights=None, **options):
         assert weights is None
-        return {"tiny": tiny, "widths": widths}[name]()
+        return BUILDERS[name](**options)
 
 
-    models = SimpleNamespace(list_models=list_models, get_model=get_model)
+    models = SimpleNamespace(list_models=list_models, get_model=get_model, segmentation=segmentation,
+                             detection=detection)
 """
 
 
@@ -195,7 +282,9 @@ def test_a_builder_that_computes_with_tensors_still_imports(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--torchvision", "nope", "--batch", "8", "--list-layers"), "'nope' is not a torchvision classification model"),
+    (("--torchvision", "nope", "--batch", "8", "--list-layers"),
+     "'nope' is not a torchvision classification, segmentation or detection model; one of: classification: tiny, "
+     "widths; segmentation: segmenter; detection: detector"),
     (("--torchvision", "tiny", "--list-layers"), "--torchvision needs --batch N"),
     (("--torchvision", "tiny", "--batch", "2", "--image-size", "0", "--list-layers"), "--image-size must be at least 1"),
     (("--layer", "conv_1", "--image-size", "64"), "--image-size goes with --torchvision"),
@@ -205,3 +294,47 @@ def test_bad_torchvision_input_is_one_line_exit_2(tmp_path, args, says):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
+
+
+def test_a_segmentation_model_is_imported_whole_at_its_recipes_size(tmp_path):
+    result = tune("--torchvision", "segmenter", "--batch", "2", "--write-layers", str(tmp_path / "s.yaml"),
+                  tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "s.yaml").read_text()
+    assert "h: 520, w: 520, c: 3, k: 16" in written and "c: 16, k: 8" in written
+
+
+def test_a_detection_model_gives_its_backbone_and_lists_its_head(tmp_path):
+    result = tune("--torchvision", "detector", "--batch", "2", "--list-layers", "--json", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    document = json.loads(result.stdout)
+    [layer] = document["layers"]
+    assert layer["nodes"] == ["backbone.0"] and (layer["h"], layer["w"]) == (40, 40)  # the transform's min_size
+    assert {item["node"] for item in document["not_tuned"]} == {"head.cls", "head.box"}
+    assert all("detection head" in item["reason"] for item in document["not_tuned"])
+    sized = tune("--torchvision", "detector", "--batch", "2", "--image-size", "64", "--list-layers", "--json",
+                 tmp_path=tmp_path)
+    assert json.loads(sized.stdout)["layers"][0]["h"] == 64
+
+
+def _torchvision_loads() -> bool:
+    try:
+        import torchvision
+
+        return bool(torchvision.models.list_models(module=torchvision.models.detection))
+    except Exception:  # noqa: BLE001 - absent, or built for another torch ('operator torchvision::nms does not exist')
+        return False
+
+
+@pytest.mark.skipif(not _torchvision_loads(), reason="needs torch with a torchvision that loads beside it")
+def test_real_segmentation_and_detection_models_import():
+    from tuner.torch_import import from_torchvision
+
+    deeplab = from_torchvision("deeplabv3_resnet50", 1)
+    nodes = {node for layer in deeplab.layers for node in layer.nodes}
+    assert "backbone.conv1" in nodes and "classifier.0.project.0" in nodes and deeplab.layers[0].problem.h == 520
+    rcnn = from_torchvision("fasterrcnn_resnet50_fpn", 1)
+    assert rcnn.layers[0].nodes[0] == "backbone.body.conv1" and rcnn.layers[0].problem.h == 800
+    assert {item.node for item in rcnn.unsupported} == {"rpn.head.conv.0.0", "rpn.head.cls_logits", "rpn.head.bbox_pred"}

@@ -18,9 +18,10 @@ from tuner.compile import ToolchainError, nvcc_version
 from tuner.costmodel import PRIOR_PICKS
 from tuner.device import missing_gpu
 from tuner import gpus
-from tuner.diagnose import explain_report, render_explanation
+from tuner.diagnose import explain_report, explanation_document, render_explanation
 from tuner.epilogue import EpilogueError, parse_epilogue
 from tuner.evaluate import GpuUnavailable, NoGpu
+from tuner.dsl_export import LIBRARY
 from tuner.export import export_header
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
@@ -28,9 +29,9 @@ from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import LONG_SHAPE, SHORT_SHAPE, Layer, ProblemError, find_layer, load_layers, pair_text, parse_shape
-from tuner.tables import add_output_arguments
+from tuner.tables import add_output_arguments, json_document
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
-                           gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug)
+                           gpu_slugs, layer_file_stem, names_by_problem, recorded_gpu_dir, results_slug)
 from tuner.yamlfile import brief
 from tuner.study import request_stop
 from tuner.tuning import TuningOptions, TuningSession
@@ -42,6 +43,8 @@ EXIT_REGRESSION = 3
 
 
 MAX_TIMEOUT_S = 86400.0
+# Where `export --onnx/--torchvision` writes a network's header, under results/<gpu>/ (ignored by git).
+NETWORK_EXPORTS = "networks"
 MAX_SMS = 10_000
 
 
@@ -52,6 +55,7 @@ COMMAND_SUMMARIES = {
     "plots": "draw a GPU's results: optimisation history, importances, roofline share",
     "report": "a network's convolution time, tuned against cuDNN and PyTorch (--onnx / --torchvision)",
     "predict": "rank a layer's space for a GPU that need not be present, and show a configuration's waste",
+    "e2e": "a whole network's forward with the tuned kernels in PyTorch against eager and torch.compile",
     "results": "pack or unpack results/<gpu>/'s untracked studies, history, logs and plots to move them between hosts",
 }
 
@@ -356,6 +360,9 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shape", help=f"the convolution the report ran, {SHORT_SHAPE} (or per axis, {LONG_SHAPE}): "
                                         "estimate what a tuned implicit-GEMM kernel would take and print the "
                                         "command that tunes it")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
+                                                            "table and lines: the GPU, and per kernel its launch, "
+                                                            "occupancy, waste, limiter and estimate")
     return parser
 
 
@@ -370,7 +377,11 @@ def diagnose_command(argv: list[str], console: Console) -> int:
     except gpus.UnknownGpu as error:
         raise UsageError(f"--gpu: {error}") from None
     problem = parse_shape(args.shape) if args.shape is not None else None
-    render_explanation(explain_report(args.report, args.sms, gpu, problem), console)
+    diagnosis = explain_report(args.report, args.sms, gpu, problem)
+    if args.json:
+        print(json_document({"report": str(args.report), **explanation_document(diagnosis)}))
+    else:
+        render_explanation(diagnosis, console)
     return 0
 
 
@@ -387,13 +398,23 @@ def build_export_parser() -> argparse.ArgumentParser:
         prog="tune.py export",
         description="Turn results/<gpu>/best.yaml into results/<gpu>/best_configs.h: one alias per layer of exactly "
                     "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name. "
-                    "sm90_dsl layers' CuTe DSL kernels are built again into results/<gpu>/dsl/libtuned_dsl.a.")
+                    "sm90_dsl layers' CuTe DSL kernels are built again into results/<gpu>/dsl/libtuned_dsl.a. "
+                    "With --onnx/--torchvision the header also maps each node of the network to its kernel, and "
+                    f"goes to results/<gpu>/{NETWORK_EXPORTS}/<network>_b<batch>/ (ignored by git) unless "
+                    "--output-dir says where: a network's header never rewrites the committed one.")
     parser.add_argument("--gpu", action="append", help="GPU slug under results/, or a GPU's name from tuner/gpus.py "
                                                         "(h100: results/nvidia-h100-80gb-hbm3/); repeatable; default: "
                                                         "every GPU folder that has a best.yaml. No GPU need be present")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="write each GPU's header and its dsl/ library into DIR/<gpu>/ (default: results/<gpu>/, "
+                             f"or results/<gpu>/{NETWORK_EXPORTS}/<network>_b<batch>/ for a network)")
     parser.add_argument("--cache-dir", type=Path, help="compile cache that sm90_dsl layers' kernels are built "
                                                        "through (default as for tuning)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout: for each GPU the "
+                                                            "header and library written, and with a network its "
+                                                            "node count and the nodes without a tuned kernel "
+                                                            "(messages go to stderr)")
     add_network_arguments(parser)  # the header's node table: each node of that network -> its tuned kernel
     return parser
 
@@ -406,17 +427,33 @@ def export_command(argv: list[str], console: Console) -> int:
     network = imported_network(args)
     nodes = [(node, layer.problem) for layer in network.layers for node in layer.nodes] if network else []
     name = args.torchvision or (args.onnx.name if args.onnx else "")
-    label = f"Network: {name}, batch {args.batch or (nodes[0][1].n if nodes else '?')}, {len(nodes)} nodes." \
-        if network else ""
+    batch = args.batch or (nodes[0][1].n if nodes else "?")
+    label = f"Network: {name}, batch {batch}, {len(nodes)} nodes." if network else ""
+    exported = []
     for slug in slugs:
         folder = recorded_gpu_dir(args.results_dir, slug)
-        path = export_header(folder, nodes, label, cache_dir=args.cache_dir)
+        if args.output_dir is not None:
+            output = args.output_dir / slug
+        elif network is not None:  # a network's node table: beside the committed header, never over it
+            stem = args.torchvision or args.onnx.stem
+            output = folder / NETWORK_EXPORTS / layer_file_stem(f"{stem}_b{batch}")
+        else:
+            output = folder
+        path = export_header(folder, nodes, label, cache_dir=args.cache_dir, output=output)
+        library = path.parent / LIBRARY
+        record = {"gpu": slug, "header": str(path), "library": str(library) if library.exists() else None,
+                  "network": None}
         if network is None:
             console.print(f"wrote {escape(str(path))}")
-            continue
-        tuned = names_by_problem(best_entries(folder))  # read once, not once per node
-        untuned = sum(problem not in tuned for _, problem in nodes)
-        console.print(f"wrote {escape(str(path))} ({len(nodes)} network nodes, {untuned} without a tuned kernel)")
+        else:
+            tuned = names_by_problem(best_entries(folder))  # read once, not once per node
+            untuned = [node for node, problem in nodes if problem not in tuned]
+            record["network"] = {"name": name, "batch": batch, "nodes": len(nodes), "without_tuned_kernel": untuned}
+            console.print(f"wrote {escape(str(path))} ({len(nodes)} network nodes, {len(untuned)} without a tuned "
+                          "kernel)")
+        exported.append(record)
+    if args.json:  # the document owns stdout (the CLI's console writes to stderr under --json)
+        print(json_document({"exports": exported}))
     return 0
 
 
@@ -450,6 +487,12 @@ def predict_command(argv: list[str], console: Console) -> int:
     return predict.main(argv, console)
 
 
+def e2e_command(argv: list[str], console: Console) -> int:
+    from tuner import e2e
+
+    return e2e.main(argv, console)
+
+
 def results_command(argv: list[str], console: Console) -> int:
     from tuner import results_pack
 
@@ -457,7 +500,7 @@ def results_command(argv: list[str], console: Console) -> int:
 
 
 COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,
-            "report": report_command, "predict": predict_command, "results": results_command}
+            "report": report_command, "predict": predict_command, "results": results_command, "e2e": e2e_command}
 
 
 def main(argv: list[str] | None = None) -> int:

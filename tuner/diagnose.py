@@ -16,7 +16,7 @@ from tuner.ncu import (LaunchGroup, LaunchStats, NcuLaunch, NcuReportError, NcuR
                        load_report, read_report)
 from tuner.families import registry
 from tuner.families.base import KernelConfig
-from tuner.problem import ConvProblem
+from tuner.problem import ConvProblem, problem_to_dict
 from tuner.run import KernelAttributes
 
 
@@ -831,6 +831,46 @@ def _kernel_lines(verdict: KernelVerdict, problem: ConvProblem | None, gpu: GpuI
     return lines
 
 
+def _ranked(diagnosis: ReportDiagnosis) -> list[KernelVerdict]:
+    """The kernels, the longest-running first."""
+    return sorted(diagnosis.kernels, key=lambda verdict: -(verdict.time_share or 0.0))
+
+
+def explanation_document(diagnosis: ReportDiagnosis) -> dict:
+    """What render_explanation prints, as `tune.py diagnose --json` gives it: the GPU, the problem given, and
+    per kernel (the longest-running first) its launch shape, occupancy, waste flags, limiter and estimate."""
+    identity = diagnosis.gpu
+    kernels = []
+    for verdict in _ranked(diagnosis):
+        group, occ, stats, estimate = verdict.group, verdict.occupancy, verdict.group.stats, verdict.estimate
+        kernels.append({
+            "name": verdict.name, "kernel": group.kernel_name, "launches": group.count,
+            "median_us": group.median_duration_us, "time_share": verdict.time_share,
+            "grid": list(group.grid) if group.grid else None, "grid_blocks": stats.grid_blocks,
+            "block": list(group.block) if group.block else None, "block_threads": stats.block_threads,
+            "registers_per_thread": stats.registers_per_thread,
+            "smem_per_block_bytes": None if stats.dynamic_smem_per_block_bytes is None else
+            stats.dynamic_smem_per_block_bytes + (stats.static_smem_per_block_bytes or 0),
+            "occupancy": {"theoretical_pct": occ.theoretical_pct, "achieved_pct": verdict.achieved_occupancy_pct,
+                          "blocks_per_sm": occ.blocks_per_sm, "limited_by": list(occ.limited_by)},
+            "waste": [{"code": flag.code, "value": flag.value, "message": flag.message} for flag in verdict.flags],
+            "limiter": verdict.limiter,
+            "bound": None if verdict.bound is None else {"kind": verdict.bound.kind, "detail": verdict.bound.detail},
+            "busiest_pipe": None if verdict.busiest_pipe is None else
+            {"pipe": verdict.busiest_pipe[0], "pct_of_peak": verdict.busiest_pipe[1]},
+            "tensor_cores": verdict.tensor_cores, "tensor_evidence": verdict.tensor_evidence,
+            "convolution": verdict.convolution, "ncu_warnings": list(verdict.warnings),
+            "tuned_estimate": None if estimate is None else {
+                "total_us": estimate.total_us, "compute_us": estimate.compute_us, "memory_us": estimate.memory_us,
+                "launch_us": estimate.launch_us, "tflops": estimate.tflops, "gbps": estimate.gbps,
+                "tune_command": estimate.tune_command}})
+    return {"gpu": None if identity.gpu is None else {"slug": identity.gpu.slug, "name": identity.gpu.name,
+                                                      "sm_count": identity.gpu.sm_count},
+            "gpu_from": identity.how,
+            "problem": None if diagnosis.problem is None else problem_to_dict(diagnosis.problem),
+            "kernels": kernels}
+
+
 def render_explanation(diagnosis: ReportDiagnosis, console: Console) -> None:
     """The waste table, then the GPU and what limits each kernel, the longest-running first."""
     render_diagnosis(diagnosis.results, console)
@@ -840,7 +880,7 @@ def render_explanation(diagnosis: ReportDiagnosis, console: Console) -> None:
     else:
         gpu_line = f"GPU: not identified: {identity.how}"
     lines = [gpu_line]
-    ranked = sorted(diagnosis.kernels, key=lambda verdict: -(verdict.time_share or 0.0))
+    ranked = _ranked(diagnosis)
     if len(ranked) > 1 and ranked[0].time_share is not None:
         lines.append(f"Most of the time ({ranked[0].time_share:.0%}): {ranked[0].name}: {ranked[0].limiter}")
     for verdict in ranked:

@@ -84,6 +84,13 @@ class Epilogue:
         return "_beta" + self.beta_text.replace(".", "p").replace("-", "m").replace("+", "")
 
     @property
+    def canonical(self) -> "Epilogue":
+        """The canonical fused form, the one key every import path gives a layer (docs/torch.md): the scale
+        folded into the filter (scale[k] * conv(x, w) = conv(x, scale[k] * w)), so that a conv + BatchNorm
+        (scale+bias) and the same conv exported with its BatchNorm folded (bias) are one problem."""
+        return Epilogue(False, self.bias, self.residual, self.residual_scale, self.activation)
+
+    @property
     def short(self) -> str:
         """The kernel-name suffix: '_esbrrelu'-like, only characters a C++ identifier takes."""
         if not self.fused:

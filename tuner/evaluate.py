@@ -156,7 +156,7 @@ class GpuEvaluator:
 
 
 # What works on a host without a GPU; README.md's "Without a GPU" shows a command of each (tests/test_without_gpu.py).
-OFFLINE_FEATURES = ("diagnose, predict, export, report, bench --replay-only / --summary / --compile-only --gpu NAME, "
+OFFLINE_FEATURES = ("diagnose, predict, export, plots, report, bench --replay-only / --summary / --compile-only --gpu NAME, "
                     "--list-layers, the --onnx / --torchvision imports, results pack / unpack")
 NEEDS_GPU = f"this command needs an NVIDIA GPU and a driver; without one you can: {OFFLINE_FEATURES}"
 

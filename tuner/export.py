@@ -228,27 +228,30 @@ def object_layers(document: dict) -> list[dsl_export.ObjectLayer]:
 
 
 def export_header(folder: Path, nodes: list[tuple[str, ConvProblem]] = (), network: str = "",
-                  cache_dir: Path | None = None) -> Path:
-    """`nodes`: a network's convolutions (node name, problem) for the header's node table. sm90_dsl layers'
-    kernels are built again through the compile cache (`cache_dir`, default the tuner's) into
-    dsl/libtuned_dsl.a beside the header. Everything is checked and built before anything is written: a layer
-    that cannot be exported is one ResultsError naming it, and the header and library stay as they were."""
+                  cache_dir: Path | None = None, output: Path | None = None) -> Path:
+    """The header of results/<gpu>/ `folder`'s best.yaml, written into `output` (default: `folder`) with the
+    sm90_dsl layers' library beside it. `nodes`: a network's convolutions (node name, problem) for the header's
+    node table. sm90_dsl layers' kernels are built again through the compile cache (`cache_dir`, default the
+    tuner's) into dsl/libtuned_dsl.a beside the header. Everything is checked and built before anything is
+    written: a layer that cannot be exported is one ResultsError naming it, and the header and library stay as
+    they were."""
     if not (folder / BEST_FILE).exists():
         raise ResultsError(f"{folder / BEST_FILE} not found: tune a layer on this GPU first, or pass --gpu SLUG")
     document = read_best(folder)
-    path = folder / HEADER_FILE
+    output = folder if output is None else output
+    path = output / HEADER_FILE
     built = object_layers(document)
     if not built:
         text = render_header(document, nodes, network)
         atomic_write(path, text)
-        dsl_export.install_library(None, folder)
+        dsl_export.install_library(None, output)
         return path
     dsl_export.check_toolchain(built)
     text = render_header(document, nodes, network, dsl_export.installed_dsl_version())
     namespace = cpp_identifier(str(document["device"].get("slug", "")))
-    with dsl_export.scratch_folder(folder) as scratch:
+    with dsl_export.scratch_folder(output) as scratch:
         archive = dsl_export.build_library(built, namespace, document, cache_dir, Path(scratch))
         with replacing(path) as handle:  # the header goes in right after its library
             handle.write(text)
-            dsl_export.install_library(archive, folder)
+            dsl_export.install_library(archive, output)
     return path

@@ -13,6 +13,10 @@ from tuner.problem import ConvProblem
 L2_MULTIPLE = 3
 MAX_COPIES = 2048
 MIN_LAUNCHES_PER_REPLAY = 64
+# A replay this long already hides the graph launch's few microseconds and the event resolution: a long
+# kernel (tens to hundreds of µs) takes fewer rounds than MIN_LAUNCHES_PER_REPLAY asks, which cut its
+# timing from seconds to a fraction of one in a study.
+REPLAY_TARGET_US = 2000.0
 WARMUP_REPLAYS = 3
 REPEATS = 30
 
@@ -45,8 +49,12 @@ def rotation_copies(bytes_per_set: int, l2_bytes: int, free_bytes: int) -> int:
     return min(wanted, affordable, MAX_COPIES)
 
 
-def launches_per_replay(copies: int) -> int:
+def launches_per_replay(copies: int, round_us: float = 0.0) -> int:
+    """Whole rounds over the copies: MIN_LAUNCHES_PER_REPLAY launches, or fewer rounds when one round over
+    the copies (measured: `round_us`) already takes a good part of REPLAY_TARGET_US."""
     rounds = max(1, math.ceil(MIN_LAUNCHES_PER_REPLAY / copies))
+    if round_us > 0:
+        rounds = min(rounds, max(1, math.ceil(REPLAY_TARGET_US / round_us)))
     return copies * rounds
 
 
@@ -80,16 +88,19 @@ def time_replays(replay: Callable[[], None], timed_ms: Callable[[Callable[[], No
 
 def time_graph(launch: Callable[[int, int], None], copies: int, stream, repeats: int = REPEATS) -> Measurement:
     """Capture one graph of `launches` launches cycling over the copies, replay it, time each replay
-    with CUDA events. `launch(copy_index, stream_ptr)` enqueues one launch on the stream."""
+    with CUDA events. `launch(copy_index, stream_ptr)` enqueues one launch on the stream. One round over
+    the copies is captured and timed first, to size the replay (launches_per_replay)."""
     import cupy
 
     cupy.cuda.Device().synchronize()  # the copies' fills are done before the first replay
-    launches = launches_per_replay(copies)
-    with stream:
+
+    def capture(launches: int):
         stream.begin_capture()
         for index in range(launches):
             launch(index % copies, stream.ptr)
-        graph = stream.end_capture()
+        return stream.end_capture()
+
+    with stream:
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
 
         def timed_ms(replay: Callable[[], None]) -> float:
@@ -99,4 +110,8 @@ def time_graph(launch: Callable[[int, int], None], copies: int, stream, repeats:
             stop.synchronize()
             return cupy.cuda.get_elapsed_time(start, stop)
 
+        one_round = capture(copies)
+        one_round.launch(stream)
+        launches = launches_per_replay(copies, timed_ms(lambda: one_round.launch(stream)) * 1e3)
+        graph = one_round if launches == copies else capture(launches)
         return time_replays(lambda: graph.launch(stream), timed_ms, launches, copies, repeats)

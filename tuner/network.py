@@ -9,6 +9,7 @@ operators as `Op`s in ONNX's vocabulary, the tensors' shapes, and each convoluti
 `assemble` does the rest for both."""
 from __future__ import annotations
 
+import ast
 import re
 import unicodedata
 from collections import Counter
@@ -29,6 +30,16 @@ OTHER_CONVS = {"ConvTranspose": "a transposed convolution (dgrad): only Conv (fp
                "ConvInteger": "an integer (quantised) convolution: only f16 Conv is tuned",
                "QLinearConv": "a quantised convolution: only f16 Conv is tuned",
                "DeformConv": "a deformable convolution: only Conv is tuned"}
+
+
+# Names the newer (torch.export) ONNX exporter gives nodes: node_Conv_344, node_conv2d_60. It keeps the module
+# each came from in the node's metadata, as the list of name scopes (or the older "namespace" string).
+GENERATED_NODE_NAME = re.compile(r"node_\w+")
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+NAMESPACE_KEY = "namespace"
+MAX_METADATA_CHARS = 10_000
+# ONNX shape inference names a dimension it cannot work out unk__0, unk__1, ...
+INFERRED_DIM_PREFIX = "unk__"  # a scope list longer than this is not read: the node keeps its own name
 
 
 class NetworkError(ValueError):
@@ -165,10 +176,27 @@ class _OnnxGraph:
                 if self.batch is None:
                     raise NetworkError(f"{self.path}: the batch dimension is symbolic ({dim!r}); pass --batch N")
                 resolved.append(self.batch)
+            elif (origin := self.run_time_size()) is not None and str(dim).startswith(INFERRED_DIM_PREFIX):
+                raise NetworkError(
+                    f"{self.path}: conv {node}: dimension {index} of {name!r} is only known when the model runs: "
+                    f"{origin} takes its output size from another tensor's shape, which ONNX shape inference cannot "
+                    "follow (the legacy TorchScript exporter writes F.interpolate(x, size=y.shape[-2:]) so, as in "
+                    "DeepLabV3's ASPP pooling); export with torch.onnx.export(model, (x,), path, dynamo=True) (the "
+                    "default from PyTorch 2.9), which writes those sizes as constants, or for a torchvision model "
+                    "pass --torchvision NAME")
             else:
                 raise NetworkError(f"{self.path}: conv {node}: dimension {index} of {name!r} is symbolic ({dim!r}); "
                                    "only the batch may be: export the model with fixed spatial sizes")
         return tuple(resolved)
+
+    def run_time_size(self) -> str | None:
+        """The first node (in graph order) whose output has a size that shape inference had to leave
+        unknown (an inferred name after the batch), e.g. "Resize node 'up'"; None where there is none."""
+        for node in self.graph.node:
+            for output in node.output:
+                if any(str(dim).startswith(INFERRED_DIM_PREFIX) for dim in self.shapes.get(output, [])[1:]):
+                    return f"{node.op_type} node {node.name or output!r}"
+        return None
 
     @staticmethod
     def kind(node) -> str:
@@ -177,8 +205,22 @@ class _OnnxGraph:
             return "Gelu" if approximate == "none" else f"Gelu({approximate})"
         return node.op_type
 
-    def conv(self, node) -> ConvFacts:
-        name = node.name or node.output[0]
+    def node_names(self) -> dict[int, str]:
+        """Each conv-like node's name as the importer shows it (by position in the graph): its own, or where
+        that is empty or the newer exporter's generated name, the module it came from (see module_of); a
+        module that made several such nodes names the later ones with their own name after it."""
+        names, taken = {}, set()
+        for index, node in enumerate(self.graph.node):
+            if node.op_type != "Conv" and node.op_type not in OTHER_CONVS:
+                continue
+            own = node.name or node.output[0]
+            module = module_of(node) if not node.name or GENERATED_NODE_NAME.fullmatch(node.name) else None
+            name = own if module is None else module if module not in taken else f"{module} ({own})"
+            taken.add(name)
+            names[index] = name
+        return names
+
+    def conv(self, node, name: str) -> ConvFacts:
         attributes = {a.name: a for a in node.attribute}
         weight = self.shape(node.input[1], name, batched=False)
         x = self.shape(node.input[0], name)
@@ -194,9 +236,10 @@ class _OnnxGraph:
             unsupported=None if auto_pad in ("NOTSET", "VALID") else f"auto_pad {auto_pad}: export with explicit pads")
 
     def network(self) -> Network:
-        convs = [self.conv(node) for node in self.graph.node if node.op_type == "Conv"]
-        others = [Unsupported(node.name or node.output[0], f"{node.op_type}: {OTHER_CONVS[node.op_type]}")
-                  for node in self.graph.node if node.op_type in OTHER_CONVS]
+        names = self.node_names()
+        convs = [self.conv(node, names[index]) for index, node in enumerate(self.graph.node) if node.op_type == "Conv"]
+        others = [Unsupported(names[index], f"{node.op_type}: {OTHER_CONVS[node.op_type]}")
+                  for index, node in enumerate(self.graph.node) if node.op_type in OTHER_CONVS]
         if not convs:
             named = "; ".join(f"{item.node} ({item.reason})" for item in others[:3])
             raise NetworkError(f"{self.path}: the model has no Conv node: nothing to tune"
@@ -205,6 +248,29 @@ class _OnnxGraph:
                for node in self.graph.node]
         network = assemble(convs, ops, self.shapes, {o.name for o in self.graph.output}, self.path.stem)
         return Network(network.layers, network.unsupported + tuple(others), network.not_fused)
+
+
+def module_of(node) -> str | None:
+    """The dotted path of the module that produced an ONNX node (backbone.layer1.0.conv1), as the torch
+    exporter records it in the node's metadata; None where it recorded none. With BatchNormalization folded
+    into the conv by the exporter's optimiser, that module is the batch norm after the conv."""
+    metadata = {entry.key: entry.value for entry in node.metadata_props}
+    scopes = metadata.get(NAME_SCOPES_KEY, "")
+    if scopes and len(scopes) <= MAX_METADATA_CHARS:
+        try:
+            parsed = ast.literal_eval(scopes)  # the exporter writes the list as Python's repr
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+        # The scopes run from the model ('') to the module, then the operator's own name (conv2d_60).
+        if isinstance(parsed, list) and len(parsed) >= 2 and isinstance(parsed[-2], str) and parsed[-2]:
+            return parsed[-2]
+    namespace = metadata.get(NAMESPACE_KEY, "")
+    if namespace and len(namespace) <= MAX_METADATA_CHARS:
+        # ": Model/backbone: Class/backbone.conv1: torch.nn.modules.conv.Conv2d/conv2d: aten.conv2d.default"
+        parts = namespace.split("/")
+        module = parts[-2].rpartition(": ")[0] if len(parts) >= 2 else ""
+        return module or None
+    return None
 
 
 class _Epilogues:
@@ -234,32 +300,66 @@ class _Epilogues:
         return (sigmoid is not None and multiply is not None
                 and sorted(multiply.inputs) == sorted([tensor, sigmoid.outputs[0]]))
 
-    def after(self, conv: ConvFacts) -> tuple[Epilogue, list[str]]:
+    def after(self, conv: ConvFacts) -> "FusedConv":
         """Follow the conv's single-consumer chain: batch norm, add, activation."""
         fields: dict = {"bias": conv.has_bias}
-        tensor, not_fused = conv.output, []
+        tensor, not_fused, chain = conv.output, [], {}
         op = self.only_consumer(tensor)
         if op is not None and op.kind == "BatchNormalization":
             fields.update(scale=True, bias=True)
+            chain["norm"] = op.name
             tensor, op = op.outputs[0], self.only_consumer(op.outputs[0])
         if op is not None and op.kind == "Add" and op.name in self.claimed:
-            return Epilogue(**fields), not_fused  # the add of two convs' outputs is fused into the other conv
+            return FusedConv(conv, Epilogue(**fields), tensor, tuple(not_fused), **chain)  # fused into the other conv
         if op is not None and op.kind == "Add":
             other = next((name for name in op.inputs if name != tensor), None)
             if other is None or self.shapes.get(other) != self.shapes.get(tensor):  # a broadcast add: not a residual
                 not_fused.append(f"{conv.node} -> Add (not shaped as the output)")
-                return Epilogue(**fields), not_fused
+                return FusedConv(conv, Epilogue(**fields), tensor, tuple(not_fused), **chain)
             fields["residual"] = True
             self.claimed.add(op.name)
+            chain.update(add=op.name, residual=other)
             tensor, op = op.outputs[0], self.only_consumer(op.outputs[0])
         if self.silu_of(tensor):
             fields["activation"] = Activation.silu
+            consumers = self.consumers[tensor]
+            chain["activation"] = tuple(op.name for op in consumers)
+            tensor = next(op for op in consumers if op.kind == "Mul").outputs[0]
         elif op is not None:
             if op.kind in ACTIVATIONS:
                 fields["activation"] = ACTIVATIONS[op.kind]
+                chain["activation"] = (op.name,)
+                tensor = op.outputs[0]
             elif op.kind not in STRUCTURAL:
                 not_fused.append(f"{conv.node} -> {op.kind}")
-        return Epilogue(**fields), not_fused
+        return FusedConv(conv, Epilogue(**fields), tensor, tuple(not_fused), **chain)
+
+
+@dataclass(frozen=True)
+class FusedConv:
+    """A convolution with what its epilogue takes of the graph: the operators fused into it (by name), the
+    residual's tensor, and the tensor its last fused operator writes, which the fused kernel writes instead."""
+
+    conv: ConvFacts
+    epilogue: Epilogue
+    output: str
+    not_fused: tuple[str, ...] = ()
+    norm: str | None = None
+    add: str | None = None
+    residual: str | None = None
+    activation: tuple[str, ...] = ()
+
+    @property
+    def fused_ops(self) -> tuple[str, ...]:
+        return tuple(name for name in (self.norm, self.add, *self.activation) if name)
+
+
+def fused_convs(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list],
+                graph_outputs: set[str]) -> list[FusedConv]:
+    """Each conv with its epilogue read from what follows it, in graph order (the order decides which of two
+    convs meeting at one add takes it as its residual)."""
+    epilogues = _Epilogues(ops, shapes, graph_outputs)
+    return [epilogues.after(conv) for conv in convs]
 
 
 def conv_problem(conv: ConvFacts, epilogue: Epilogue) -> ConvProblem | str:
@@ -315,19 +415,18 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
              network: str) -> Network:
     """The network from a frontend's convolutions and operator graph: each conv's epilogue read from what
     follows it, identical problems merged (count and nodes), the rest listed with their reasons."""
-    epilogues = _Epilogues(ops, shapes, graph_outputs)
     problems: dict[ConvProblem, list[str]] = {}
     unsupported, not_fused = [], []
     for conv in convs:
         if "\0" in conv.node:
             raise NetworkError(f"a convolution's node name holds a NUL character ({conv.node!r}); rename the node")
-        epilogue, skipped = epilogues.after(conv)
-        problem = conv_problem(conv, epilogue)
+    for fused in fused_convs(convs, ops, shapes, graph_outputs):
+        problem = conv_problem(fused.conv, fused.epilogue)
         if isinstance(problem, str):
-            unsupported.append(Unsupported(conv.node, problem, conv_flops(conv)))
+            unsupported.append(Unsupported(fused.conv.node, problem, conv_flops(fused.conv)))
             continue
-        not_fused += skipped
-        problems.setdefault(problem, []).append(conv.node)
+        not_fused += fused.not_fused
+        problems.setdefault(problem, []).append(fused.conv.node)
     return Network(_named(problems, network), tuple(unsupported), tuple(not_fused))
 
 

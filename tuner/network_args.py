@@ -15,13 +15,18 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                                                   "Conv of this ONNX model, named after its node, with the "
                                                   "BatchNormalization / Add / activation after it as its epilogue; "
                                                   "identical problems once (default target: all of them)")
-    source.add_argument("--torchvision", metavar="NAME", help="as --onnx, for a torchvision classification "
-                                                              "architecture (e.g. resnet50), built without weights; "
-                                                              "needs torch and torchvision")
+    source.add_argument("--torchvision", metavar="NAME", help="as --onnx, for a torchvision architecture built "
+                                                              "without weights: a classification or segmentation "
+                                                              "model whole (resnet50, deeplabv3_resnet50), a "
+                                                              "detection model's backbone with its FPN "
+                                                              "(fasterrcnn_resnet50_fpn; its head's convolutions "
+                                                              "are listed as not tuned); needs torch and torchvision")
     parser.add_argument("--batch", type=int, help="with --onnx: the batch size (the model's own, or needed where "
                                                   "its batch dimension is symbolic); with --torchvision: required")
     parser.add_argument("--image-size", type=int, help="with --torchvision: the input's height and width "
-                                                       "(default 224, 299 for inception_v3)")
+                                                       "(default as torchvision evaluates the model: 224, 299 for "
+                                                       "inception_v3, 520 for segmentation, a detector's "
+                                                       "min_size, e.g. 800)")
 
 
 def imported_network(args: argparse.Namespace) -> Network | None:

@@ -6,7 +6,8 @@ baselines were timed side by side). Two sums over the network, each count x µs:
 - as the network runs them: the imported problem (with its epilogue) against PyTorch eager (a bare
   conv's eager figure is cuDNN's, which is what eager runs) and torch.compile.
 A convolution whose problem was not tuned, or not timed in the one run, is marked and left out of both
-sums of that comparison, never counted as zero.
+sums of that comparison, never counted as zero. Then, what tuner.torch_ops.optimize would do with each conv
+node in a PyTorch program (tuner/torch_ops/plan.py): the kernel that replaces it, or why it stays PyTorch's.
 
 Coverage: the network's convolutions and FLOPs in three states, tuned (best.yaml holds the problem as the
 network runs it), tunable (a family runs it, not tuned yet) and not tunable (with the importer's reason),
@@ -30,6 +31,7 @@ from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import ConvProblem
 from tuner.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
                            results_slug)
+from tuner.torch_ops.plan import Decision, network_decisions, summary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,7 +99,8 @@ def reason_kind(reason: str) -> str:
 
 def coverage(network: Network, tuned: Collection[ConvProblem] | None = None) -> list[Coverage]:
     """The network's convolutions by state, one NOT_TUNABLE row per kind of reason (most FLOPs first), then the
-    TOTAL. `tuned`: the problems a GPU's best.yaml holds; None (no GPU named) leaves the TUNED row out."""
+    TOTAL. `tuned`: the problems a GPU's best.yaml holds (names_by_problem finds a conv tuned with its batch norm
+    folded or not); None (no GPU named) leaves the TUNED row out."""
     rows = []
     if tuned is not None:
         rows.append(_layers_coverage(TUNED, [layer for layer in network.layers if layer.problem in tuned]))
@@ -299,6 +302,22 @@ def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     return save_figure(plt, figure, path, size=None, dpi=120)
 
 
+def torch_op_row(decision: Decision) -> dict:
+    return {"node": decision.node, "replaced": decision.replaced, "best_yaml_layer": decision.entry,
+            "fallback": decision.fallback.value if decision.fallback else None, "note": decision.note or None}
+
+
+def torch_op_table(decisions: list[Decision]) -> Table:
+    """What tuner.torch_ops.optimize does with each conv node: the same list its report gives."""
+    table = Table(title="In PyTorch: tuner.torch_ops.optimize(model, example_input)")
+    for column in ("node", "runs", "why / note"):
+        table.add_column(column, overflow="fold")
+    for decision in decisions:
+        table.add_row(escape(decision.node), decision.entry if decision.replaced else "PyTorch",
+                      escape(decision.note if decision.replaced else f"{decision.fallback.value}: {decision.note}"))
+    return table
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tune.py report",
@@ -331,7 +350,9 @@ def main(argv: list[str], console: Console) -> int:
     name = args.torchvision or args.onnx.stem
     title = f"{name}, batch {network.layers[0].problem.n if network.layers else args.batch}, on {slugs[0]}"
     reports = layer_reports(network, folder)
-    covered = coverage(network, {entry.problem for entry in best_entries(folder).values()})
+    entries = best_entries(folder)
+    covered = coverage(network, names_by_problem(entries))  # tuned: up to the canonical fused form
+    torch_decisions = network_decisions(network, entries)
     if args.json or args.csv:
         from tuner.tables import csv_document, json_document
 
@@ -339,7 +360,8 @@ def main(argv: list[str], console: Console) -> int:
         print(csv_document(rows) if args.csv else json_document(
             {"title": title, "gpu": slugs[0], "layers": rows, "totals": report_totals(reports),
              "coverage": coverage_document(covered),
-             "not_tuned": [dataclasses.asdict(item) for item in network.unsupported]}), end="" if args.csv else "\n")
+             "not_tuned": [dataclasses.asdict(item) for item in network.unsupported],
+             "pytorch_op": [torch_op_row(d) for d in torch_decisions]}), end="" if args.csv else "\n")
         return 0
     from tuner.tables import print_table
 
@@ -349,6 +371,8 @@ def main(argv: list[str], console: Console) -> int:
     print_table(console, coverage_table(covered, f"{title}: coverage"), COVERAGE_NUMBERS)
     for item in network.unsupported:
         console.print(f"not tuned (no family runs it): {escape(item.node)}: {escape(item.reason)}")
+    print_table(console, torch_op_table(torch_decisions), ())
+    console.print(f"PyTorch (tuner.torch_ops.optimize, eval mode, f16): {summary(torch_decisions)}")
     if any(r.as_run or r.conv_alone for r in reports):
         batch = network.layers[0].problem.n
         png = args.png or folder / "plots" / f"report_{name}_b{batch}.png"

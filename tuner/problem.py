@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.epilogue import Epilogue, EpilogueError, parse_epilogue
@@ -304,6 +304,12 @@ class ConvProblem:
 def dtype_key(typed) -> str:
     """'f16_f16_f32_f32': input, filter, output and accumulator types of a problem or a config."""
     return "_".join(t.value for t in (typed.input_type, typed.filter_type, typed.output_type, typed.accumulator_type))
+
+
+def canonical_problem(problem: ConvProblem) -> ConvProblem:
+    """The problem in the canonical fused form (Epilogue.canonical): the key under which best.yaml's entries
+    are found, whichever frontend imported the layer and whether its batch norm was folded or not."""
+    return replace(problem, epilogue=problem.epilogue.canonical)
 
 
 def problem_from_dict(values: dict) -> ConvProblem:

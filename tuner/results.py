@@ -20,7 +20,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from tuner import gpus
 from tuner.device import slugify
-from tuner.problem import ConvProblem, ProblemError, layer_name_problem, problem_from_dict
+from tuner.problem import ConvProblem, ProblemError, canonical_problem, layer_name_problem, problem_from_dict
 from tuner.yamlfile import YamlFileError, brief, read_yaml
 
 BEST_FILE = "best.yaml"
@@ -445,9 +445,31 @@ def best_entries(folder: Path) -> dict[str, BestEntry]:
     return {str(name): BestEntry.parse(str(name), entry) for name, entry in read_best(folder)["layers"].items()}
 
 
-def names_by_problem(entries: dict[str, BestEntry]) -> dict[ConvProblem, str]:
-    """The layer that holds each problem (the first in the file where several hold one)."""
-    named: dict[ConvProblem, str] = {}
+class ByCanonicalProblem(dict):
+    """A mapping whose keys are problems up to the canonical fused form (tuner/problem.py canonical_problem):
+    a layer tuned as conv + BatchNorm (scale+bias) is found for the same conv with its BatchNorm folded
+    (bias), and the other way round. Every lookup and store takes the problem as the caller has it."""
+
+    def __getitem__(self, problem: ConvProblem):
+        return super().__getitem__(canonical_problem(problem))
+
+    def __setitem__(self, problem: ConvProblem, value) -> None:
+        super().__setitem__(canonical_problem(problem), value)
+
+    def __contains__(self, problem: object) -> bool:
+        return isinstance(problem, ConvProblem) and super().__contains__(canonical_problem(problem))
+
+    def get(self, problem: ConvProblem, default=None):
+        return super().get(canonical_problem(problem), default)
+
+    def setdefault(self, problem: ConvProblem, default=None):
+        return super().setdefault(canonical_problem(problem), default)
+
+
+def names_by_problem(entries: dict[str, BestEntry]) -> ByCanonicalProblem:
+    """The layer that holds each problem (the first in the file where several hold one), found for any
+    problem of the same canonical fused form."""
+    named = ByCanonicalProblem()
     for name, entry in entries.items():
         named.setdefault(entry.problem, name)
     return named

@@ -37,6 +37,8 @@ EXHAUSTED_AFTER_ASKS = 400
 UNTAGGED_GRACE = dt.timedelta(minutes=10)
 # How often the runner, waiting for a compile to finish, looks whether a stop was requested.
 STOP_POLL_S = 0.5
+# What a trial's value is, as Optuna's plots and optuna-dashboard label it (else "Objective 0").
+METRIC_NAME = "median µs"
 
 
 class Evaluator(Protocol):
@@ -97,9 +99,17 @@ def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize")
     except optuna.exceptions.DuplicatedStudyError:  # exists (or another host created it a moment ago)
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    label_values(study)
     if joint is not None:
         carry_over(study, joint)
     return study
+
+
+def label_values(study: optuna.Study) -> None:
+    """Name what a trial's value is (METRIC_NAME) for Optuna's plots and optuna-dashboard."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([METRIC_NAME])
 
 
 def joint_distributions(joint: JointSpace, family: str) -> dict[str, CategoricalDistribution]:

@@ -7,10 +7,15 @@ import contextlib
 import io
 import operator
 
-from tuner.network import ConvFacts, Network, NetworkError, Op, assemble
+from tuner.network import ConvFacts, FusedConv, Network, NetworkError, Op, Unsupported, assemble, fused_convs
 
-# ImageNet classifiers take 224x224 inputs unless torchvision's own recipe says otherwise.
+# The input torchvision's own recipes evaluate at: ImageNet classifiers 224x224 unless named here; segmentation
+# models 520x520 (their weights' resize); a detection model its transform's min_size, square.
 IMAGE_SIZES = {"inception_v3": 299}
+SEGMENTATION_SIZE = 520
+TASKS = ("classification", "segmentation", "detection")
+DETECTION_HEAD = ("in the detection head, which torch.fx cannot trace (its proposals and boxes are data-dependent): "
+                  "only the backbone (with its FPN or extra layers) is imported")
 
 
 def _torch():
@@ -25,6 +30,12 @@ def _torch():
 def from_torch(module, example_input, name: str | None = None) -> Network:
     """The module's convolutions for an input shaped like `example_input` (a tensor, or its shape);
     `name` (default: the module's class, lower case) begins every layer's name."""
+    return traced_module(module, example_input, name).network()
+
+
+def traced_module(module, example_input, name: str | None = None) -> "_FxGraph":
+    """The module traced by torch.fx, each node's shape propagated with fake tensors (of the example's dtype,
+    or for a shape of the module's parameters'): what from_torch reads, and what tuner/torch_ops rewrites."""
     torch = _torch()
     from torch._subclasses import FakeTensorMode
     from torch.fx.passes.shape_prop import ShapeProp
@@ -37,19 +48,25 @@ def from_torch(module, example_input, name: str | None = None) -> Network:
                            f"{str(error).splitlines()[0] if str(error) else ''}); export it to ONNX and pass --onnx")
     parameter = next(module.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
+    if isinstance(example_input, torch.Tensor):
+        dtype = example_input.dtype
+    else:  # a shape: the input in the module's own floating-point type (a half-precision model takes f16)
+        dtype = parameter.dtype if parameter is not None and parameter.dtype.is_floating_point else None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback of its own before raising
-            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device)))
+            ShapeProp(graph_module, fake_mode=mode).propagate(mode.from_tensor(torch.empty(shape, device=device,
+                                                                                           dtype=dtype)))
     except Exception as error:
         raise NetworkError(f"{type(module).__name__} does not run on an input of shape {list(shape)} "
                            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from None
-    return _FxGraph(graph_module, name or type(module).__name__.lower()).network()
+    return _FxGraph(graph_module, name or type(module).__name__.lower())
 
 
 def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Network:
-    """A torchvision classification architecture, built without weights (nothing is downloaded) on the
-    meta device (nothing allocated)."""
+    """A torchvision architecture, built without weights (nothing is downloaded) on the meta device (nothing
+    allocated): a classification or segmentation model whole; of a detection model the backbone, its head's
+    convolutions listed as not tuned."""
     torch = _torch()
     try:
         import torchvision
@@ -57,23 +74,47 @@ def from_torchvision(name: str, batch: int, image_size: int | None = None) -> Ne
         raise NetworkError("--torchvision needs torchvision: pip install 'cutlass-conv-tuner[torch]'") from None
     except RuntimeError as error:  # a torchvision built for another torch fails to register its operators
         raise NetworkError(f"torchvision does not load beside this torch ({error}); install the torchvision "
-                           "release made for it") from None
-    known = sorted(torchvision.models.list_models(module=torchvision.models))
-    if name not in known:
-        raise NetworkError(f"--torchvision {name!r} is not a torchvision classification model; one of: "
-                           f"{', '.join(known)}")
+                           "release made for it (README: a CPU-only pair)") from None
+    task = torchvision_task(torchvision, name)
+    # A segmentation or detection builder loads ImageNet weights into its backbone unless told not to.
+    options = {} if task == "classification" else {"weights_backbone": None}
     try:
         with torch.device("meta"):
-            module = torchvision.models.get_model(name, weights=None).eval()
+            module = torchvision.models.get_model(name, weights=None, **options).eval()
     except Exception:  # a builder that computes with tensors (RegNet's widths) cannot run on the meta device
         try:
             with _parameters_on_meta(torch):
-                module = torchvision.models.get_model(name, weights=None).eval()
+                module = torchvision.models.get_model(name, weights=None, **options).eval()
         except Exception as error:
             raise NetworkError(f"torchvision cannot build {name} ({type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''})") from None
-    size = image_size or IMAGE_SIZES.get(name, 224)
-    return from_torch(module, (batch, 3, size, size), name)
+    if task != "detection":
+        size = image_size or (SEGMENTATION_SIZE if task == "segmentation" else IMAGE_SIZES.get(name, 224))
+        return from_torch(module, (batch, 3, size, size), name)
+    size = image_size or int(module.transform.min_size[-1])
+    network = from_torch(_backbone_of(torch, module), (batch, 3, size, size), name)
+    head = tuple(Unsupported(path, DETECTION_HEAD) for path, part in module.named_modules()
+                 if isinstance(part, torch.nn.modules.conv._ConvNd) and not path.startswith("backbone."))
+    return Network(network.layers, network.unsupported + head, network.not_fused)
+
+
+def torchvision_task(torchvision, name: str) -> str:
+    """Which of TASKS torchvision's model `name` is for; a NetworkError listing the models otherwise."""
+    modules = (torchvision.models, torchvision.models.segmentation, torchvision.models.detection)
+    known = {task: sorted(torchvision.models.list_models(module=module)) for task, module in zip(TASKS, modules)}
+    for task, names in known.items():
+        if name in names:
+            return task
+    raise NetworkError(f"--torchvision {name!r} is not a torchvision classification, segmentation or detection "
+                       "model; one of: " + "; ".join(f"{task}: {', '.join(names)}" for task, names in known.items()))
+
+
+def _backbone_of(torch, detector):
+    """The detector's backbone inside a module of its own, so that its nodes are named as in the whole model
+    (backbone.body.conv1)."""
+    from collections import OrderedDict
+
+    return torch.nn.Sequential(OrderedDict(backbone=detector.backbone))
 
 
 @contextlib.contextmanager
@@ -179,7 +220,8 @@ class _FxGraph:
         pads = tuple(padding) * 2  # begins then ends, as ONNX writes them
         return ConvFacts(**facts, pads=pads, strides=tuple(stride), dilations=tuple(dilation))
 
-    def network(self) -> Network:
+    def graph_parts(self) -> tuple[list[ConvFacts], list[Op], dict[str, list], set[str]]:
+        """The convolutions, operators, shapes and graph outputs in the frontend-neutral form (tuner/network.py)."""
         nodes = list(self.graph_module.graph.nodes)
         convs = [facts for facts in map(self.conv, nodes) if facts is not None]
         if not convs:
@@ -189,4 +231,10 @@ class _FxGraph:
         # A Conv op's name is its node's; ConvFacts names the module. The epilogue walk starts at the output.
         shapes = {node.name: list(self.shape(node) or ()) for node in nodes}
         outputs = {arg.name for node in nodes if node.op == "output" for arg in node.all_input_nodes}
-        return assemble(convs, ops, shapes, outputs, self.name)
+        return convs, ops, shapes, outputs
+
+    def network(self) -> Network:
+        return assemble(*self.graph_parts(), self.name)
+
+    def fused_convs(self) -> list[FusedConv]:
+        return fused_convs(*self.graph_parts())

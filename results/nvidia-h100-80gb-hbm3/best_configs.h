@@ -1579,6 +1579,16 @@ using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel
 
 using conv_1_runner = Sm90ConvRunner<conv_1>;
 
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b1;
+using deeplabv3_backbone_layer3_1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_layer3_1_conv2_b1_runner = DslRunner<deeplabv3_backbone_layer3_1_conv2_b1>;
+
+// Config: dsl_128x256x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b32;
+using deeplabv3_backbone_layer3_1_conv2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_layer3_1_conv2_b32_runner = DslRunner<deeplabv3_backbone_layer3_1_conv2_b32>;
+
 // Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b8;
 using deeplabv3_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1589,6 +1599,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using deeplabv3_classifier_0_convs_1_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using deeplabv3_classifier_0_convs_1_0_b1_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b1>;
 
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3_classifier_0_convs_1_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b32;
+using deeplabv3_classifier_0_convs_1_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_classifier_0_convs_1_0_b32_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b32>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3_classifier_0_convs_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b8;
+using deeplabv3_classifier_0_convs_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_classifier_0_convs_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_classifier_0_convs_1_0_b8_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b8>;
+
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b1;
+using deeplabv3f_backbone_layer3_1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_backbone_layer3_1_conv2_b1_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b1>;
+
 // Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b32;
 using deeplabv3f_backbone_layer3_1_conv2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1598,6 +1623,26 @@ using deeplabv3f_backbone_layer3_1_conv2_b32_runner = DslRunner<deeplabv3f_backb
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b8;
 using deeplabv3f_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using deeplabv3f_backbone_layer3_1_conv2_b8_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b8>;
+
+// Config: dsl_64x256x64_q16_c1x1_pingpong_s4_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3f_classifier_0_convs_1_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_classifier_0_convs_1_0_b1;
+using deeplabv3f_classifier_0_convs_1_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_classifier_0_convs_1_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_classifier_0_convs_1_0_b1_runner = DslRunner<deeplabv3f_classifier_0_convs_1_0_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3f_classifier_0_convs_1_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_classifier_0_convs_1_0_b32;
+using deeplabv3f_classifier_0_convs_1_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_classifier_0_convs_1_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_classifier_0_convs_1_0_b32_runner = DslRunner<deeplabv3f_classifier_0_convs_1_0_b32>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3f_classifier_0_convs_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_classifier_0_convs_1_0_b8;
+using deeplabv3f_classifier_0_convs_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3f_classifier_0_convs_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_classifier_0_convs_1_0_b8_runner = DslRunner<deeplabv3f_classifier_0_convs_1_0_b8>;
+
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer1_conv2_b1;
+using densenet121_features_denseblock1_denselayer1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer1_conv2_b1_runner = DslRunner<densenet121_features_denseblock1_denselayer1_conv2_b1>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
@@ -1631,25 +1676,55 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using densenet121_features_denseblock1_denselayer1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_features_denseblock1_denselayer1_conv2_b8_runner = DslRunner<densenet121_features_denseblock1_denselayer1_conv2_b8>;
 
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b1;
+using densenet121_features_denseblock1_denselayer2_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer2_conv1_b1_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b1>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b32;
+using densenet121_features_denseblock1_denselayer2_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer2_conv1_b32_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b32>;
+
 // Config: dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b8;
 using densenet121_features_denseblock1_denselayer2_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock1_denselayer2_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_features_denseblock1_denselayer2_conv1_b8_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b8>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b1;
+using densenet121_features_denseblock3_denselayer16_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer16_conv1_b1_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b1>;
 
 // Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b32;
 using densenet121_features_denseblock3_denselayer16_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_features_denseblock3_denselayer16_conv1_b32_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b32>;
 
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b8;
+using densenet121_features_denseblock3_denselayer16_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer16_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer16_conv1_b8_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b8>;
+
 // Config: dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b1;
 using densenet121_features_denseblock3_denselayer1_conv2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_features_denseblock3_denselayer1_conv2_b1_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b1>;
 
+// Config: dsl_64x32x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n32h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b32;
+using densenet121_features_denseblock3_denselayer1_conv2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer1_conv2_b32_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b32>;
+
 // Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b8;
 using densenet121_features_denseblock3_denselayer1_conv2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121_features_denseblock3_denselayer1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_features_denseblock3_denselayer1_conv2_b8_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b8>;
+
+// Config: dsl_64x64x64_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b1;
+using densenet121f_features_denseblock1_denselayer2_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock1_denselayer2_conv1_b1_runner = DslRunner<densenet121f_features_denseblock1_denselayer2_conv1_b1>;
 
 // Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock1_denselayer2_conv1_b32;
@@ -1666,20 +1741,70 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using densenet121f_features_denseblock3_denselayer16_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121f_features_denseblock3_denselayer16_conv1_b1_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b1>;
 
+// Config: dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock3_denselayer16_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b32;
+using densenet121f_features_denseblock3_denselayer16_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock3_denselayer16_conv1_b32_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock3_denselayer16_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b8;
+using densenet121f_features_denseblock3_denselayer16_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock3_denselayer16_conv1_b8_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b8>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b1;
+using effnetb0_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_2_0_block_0_0_b1_runner = DslRunner<effnetb0_features_2_0_block_0_0_b1>;
+
+// Config: dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b32;
+using effnetb0_features_2_0_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_2_0_block_0_0_b32_runner = DslRunner<effnetb0_features_2_0_block_0_0_b32>;
+
+// Config: dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b8;
+using effnetb0_features_2_0_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_2_0_block_0_0_b8_runner = DslRunner<effnetb0_features_2_0_block_0_0_b8>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b1;
+using effnetb0_features_4_1_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_0_0_b1_runner = DslRunner<effnetb0_features_4_1_block_0_0_b1>;
+
 // Config: dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b32;
 using effnetb0_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0_features_4_1_block_0_0_b32>;
+
+// Config: dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b8;
+using effnetb0_features_4_1_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_0_0_b8_runner = DslRunner<effnetb0_features_4_1_block_0_0_b8>;
 
 // Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b1;
 using effnetb0_features_8_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_8_0_b1_runner = DslRunner<effnetb0_features_8_0_b1>;
 
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b32;
+using effnetb0_features_8_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_8_0_b32_runner = DslRunner<effnetb0_features_8_0_b32>;
+
 // Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b8;
 using effnetb0_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_8_0_b8_runner = DslRunner<effnetb0_features_8_0_b8>;
+
+// Config: dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b1;
+using effnetb0f_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_2_0_block_0_0_b1_runner = DslRunner<effnetb0f_features_2_0_block_0_0_b1>;
+
+// Config: dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b32;
+using effnetb0f_features_2_0_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_2_0_block_0_0_b32_runner = DslRunner<effnetb0f_features_2_0_block_0_0_b32>;
 
 // Config: dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b8;
@@ -1696,6 +1821,16 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using effnetb0f_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b32>;
 
+// Config: dsl_64x128x32_c1x1_single_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b8;
+using effnetb0f_features_4_1_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_4_1_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_4_1_block_0_0_b8_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b8>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b1;
+using effnetb0f_features_8_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_8_0_b1_runner = DslRunner<effnetb0f_features_8_0_b1>;
+
 // Config: dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b32;
 using effnetb0f_features_8_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1711,6 +1846,11 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception3_Conv2d_4a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3_Conv2d_4a_3x3_conv_b1_runner = DslRunner<inception3_Conv2d_4a_3x3_conv_b1>;
 
+// Config: dsl_128x192x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b32;
+using inception3_Conv2d_4a_3x3_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_4a_3x3_conv_b32_runner = DslRunner<inception3_Conv2d_4a_3x3_conv_b32>;
+
 // Config: dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b8;
 using inception3_Conv2d_4a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1720,6 +1860,11 @@ using inception3_Conv2d_4a_3x3_conv_b8_runner = DslRunner<inception3_Conv2d_4a_3
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b1;
 using inception3_Mixed_5b_branch5x5_2_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3_Mixed_5b_branch5x5_2_conv_b1_runner = DslRunner<inception3_Mixed_5b_branch5x5_2_conv_b1>;
+
+// Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3_Mixed_5b_branch5x5_2_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b32;
+using inception3_Mixed_5b_branch5x5_2_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_5b_branch5x5_2_conv_b32_runner = DslRunner<inception3_Mixed_5b_branch5x5_2_conv_b32>;
 
 // Config: dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3_Mixed_5b_branch5x5_2_conv_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_5b_branch5x5_2_conv_b8;
@@ -1741,6 +1886,11 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception3_Mixed_6b_branch1x1_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Mixed_6b_branch1x1_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3_Mixed_6b_branch1x1_conv_b8_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b8>;
 
+// Config: dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3f_Conv2d_4a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b1;
+using inception3f_Conv2d_4a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Conv2d_4a_3x3_conv_b1_runner = DslRunner<inception3f_Conv2d_4a_3x3_conv_b1>;
+
 // Config: dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3f_Conv2d_4a_3x3_conv_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b32;
 using inception3f_Conv2d_4a_3x3_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1751,10 +1901,20 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception3f_Conv2d_4a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Conv2d_4a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3f_Conv2d_4a_3x3_conv_b8_runner = DslRunner<inception3f_Conv2d_4a_3x3_conv_b8>;
 
+// Config: dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b1;
+using inception3f_Mixed_5b_branch5x5_2_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Mixed_5b_branch5x5_2_conv_b1_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b1>;
+
 // Config: dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b32;
 using inception3f_Mixed_5b_branch5x5_2_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3f_Mixed_5b_branch5x5_2_conv_b32_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b32>;
+
+// Config: dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b8;
+using inception3f_Mixed_5b_branch5x5_2_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Mixed_5b_branch5x5_2_conv_b8_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b8>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5141,25 +5301,70 @@ using r50f_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_stem_b32_
 
 using r50f_stem_b32_runner = Sm90S2dRunner<r50f_stem_b32>;
 
+// Config: dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b1;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b1>;
+
 // Config: dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b32;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b32>;
+
+// Config: dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b8;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b8>;
+
+// Config: dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b1;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b1>;
 
 // Config: dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b32;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b32>;
 
+// Config: dsl_128x32x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b8;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b8>;
+
+// Config: dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b1;
+using regnety400_trunk_output_block4_block4_0_proj_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_proj_0_b1_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b1>;
+
 // Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b32;
 using regnety400_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b32>;
 
+// Config: dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b8;
+using regnety400_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b8>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b1;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b1>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b32;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b32>;
+
 // Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8;
 using regnety400_trunk_output_block4_block4_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b8>;
+
+// Config: dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b1;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b1>;
 
 // Config: dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b32;
@@ -5180,6 +5385,11 @@ using regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner = DslRunner<regn
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b32;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b32>;
+
+// Config: dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b8;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b8>;
 
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration with the layer's epilogue fused:
 // y = act(scale[k] * acc + bias[k] + beta * residual), through templates/conv2d_fprop_evt.h.
@@ -5516,6 +5726,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using vgg16_features_24_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_24_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using vgg16_features_24_b8_runner = DslRunner<vgg16_features_24_b8>;
 
+// Config: dsl_128x64x64_q32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c64k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b1;
+using vgg16_features_2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_2_b1_runner = DslRunner<vgg16_features_2_b1>;
+
+// Config: dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b32;
+using vgg16_features_2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_2_b32_runner = DslRunner<vgg16_features_2_b32>;
+
+// Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b8;
+using vgg16_features_2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_2_b8_runner = DslRunner<vgg16_features_2_b8>;
+
 // Config: dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16f_features_12_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1;
 using vgg16f_features_12_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5557,37 +5782,69 @@ struct TunedLayer {
 
 constexpr TunedLayer kLayers[] = {
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.205, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:15:32+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 245.634, "dsl_128x256x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T03:11:31+00:00", "none", false, false, false, 1.0, "none"},
     {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none"},
     {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 99.751, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T00:48:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2114.328, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:17:06+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 611.068, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:16:37+00:00", "none", false, false, false, 1.0, "none"},
+    {"deeplabv3f_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.736, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:10:46+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 267.228, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T00:40:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 77.250, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:41:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"deeplabv3f_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 256, 64, 94.463, "dsl_64x256x64_q16_c1x1_pingpong_s4_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:16:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"deeplabv3f_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2077.104, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:12:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"deeplabv3f_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 607.132, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:11:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b1", 1, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.077, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1", "2026-11-25T03:09:20+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.102, "dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-25T00:16:46+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.085, "dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c96k128r1s1p0u1d1", "2026-11-25T03:08:50+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.549, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T03:15:18+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.474, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:17:33+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.772, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T03:13:09+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.495, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:16+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b32", 32, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.416, "dsl_64x32x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n32h14w14c128k32r3s3p1u1d1", "2026-11-25T03:14:35+00:00", "none", false, false, false, 1.0, "none"},
     {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.860, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-25T00:47:21+00:00", "none", false, false, false, 1.0, "none"},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.271, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c96k128r1s1p0u1d1", "2026-11-25T03:13:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 18.293, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.580, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.140, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.420, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:09:30+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.111, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:08:23+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 44.125, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:09:58+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 13.783, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:24+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.689, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1", "2026-11-25T03:12:49+00:00", "none", false, false, false, 1.0, "none"},
     {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 64, 3.576, "dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:08:58+00:00", "none", false, false, false, 1.0, "none"},
     {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 5.757, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:10:06+00:00", "none", false, false, false, 1.0, "none"},
     {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none"},
+    {"effnetb0f_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.625, "dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:13:16+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.602, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:54+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.455, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:40:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.875, "dsl_64x128x32_c1x1_single_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:13:52+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
+    {"effnetb0f_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.254, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:13:26+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
     {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 114.148, "dsl_128x192x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T03:11:15+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.576, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T00:47:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.876, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T03:15:49+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.129, "dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T00:16:30+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.838, "dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-25T00:47:40+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none"},
     {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.135, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-25T00:16:34+00:00", "none", false, false, false, 1.0, "none"},
+    {"inception3f_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.869, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1", "2026-11-25T03:15:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 138.068, "dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T00:38:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 42.241, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:37:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.751, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T03:14:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.438, "dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T03:10:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none"},
     {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none"},
@@ -5682,14 +5939,24 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none"},
     {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 128, 64, 16, 9.670, "s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
     {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 192, 64, 16, 97.502, "s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.564, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-25T03:08:33+00:00", "none", false, false, false, 1.0, "none"},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.497, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-25T03:09:40+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.773, "dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:08:07+00:00", "none", false, false, false, 1.0, "none"},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.282, "dsl_128x32x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T03:09:06+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.809, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T03:07:59+00:00", "none", false, false, false, 1.0, "none"},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.340, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:08:44+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.645, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-25T03:08:15+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.590, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-25T03:09:48+00:00", "none", false, false, false, 1.0, "none"},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none"},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.916, "dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:13:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.732, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:13:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
     {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu"},
@@ -5703,164 +5970,212 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16_features_24_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.829, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1", "2026-11-25T00:47:10+00:00", "none", false, false, false, 1.0, "none"},
     {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none"},
     {"vgg16_features_24_b8", 8, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 19.217, "dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1", "2026-11-25T00:15:52+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_2_b1", 1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.317, "dsl_128x64x64_q32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c64k64r3s3p1u1d1", "2026-11-25T03:10:30+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_2_b32", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 320.852, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1", "2026-11-25T03:16:19+00:00", "none", false, false, false, 1.0, "none"},
+    {"vgg16_features_2_b8", 8, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 83.832, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1", "2026-11-25T03:11:00+00:00", "none", false, false, false, 1.0, "none"},
     {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu"},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu"},
 };
-constexpr int kLayerCount = 150;
+constexpr int kLayerCount = 195;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
   X(conv_1_runner, 0) \
-  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 1) \
-  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 2) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 3) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 4) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 5) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 6) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 7) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 8) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 9) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 10) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 11) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 12) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 13) \
-  X(effnetb0_features_4_1_block_0_0_b32_runner, 14) \
-  X(effnetb0_features_8_0_b1_runner, 15) \
-  X(effnetb0_features_8_0_b8_runner, 16) \
-  X(effnetb0f_features_2_0_block_0_0_b8_runner, 17) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 18) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 19) \
-  X(effnetb0f_features_8_0_b32_runner, 20) \
-  X(effnetb0f_features_8_0_b8_runner, 21) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 22) \
-  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 23) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 24) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 25) \
-  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 26) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 27) \
-  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 28) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 29) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 30) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 31) \
-  X(r50_s2_1x1_256to64_b1_runner, 32) \
-  X(r50_s2_1x1_256to64_b32_runner, 33) \
-  X(r50_s2_1x1_64to256_b1_runner, 34) \
-  X(r50_s2_1x1_64to256_b32_runner, 35) \
-  X(r50_s2_1x1_64to64_b1_runner, 36) \
-  X(r50_s2_1x1_64to64_b32_runner, 37) \
-  X(r50_s2_3x3_b1_runner, 38) \
-  X(r50_s2_3x3_b32_runner, 39) \
-  X(r50_s3_1x1_128to512_b1_runner, 40) \
-  X(r50_s3_1x1_128to512_b32_runner, 41) \
-  X(r50_s3_1x1_256to128_b1_runner, 42) \
-  X(r50_s3_1x1_256to128_b32_runner, 43) \
-  X(r50_s3_1x1_512to128_b1_runner, 44) \
-  X(r50_s3_1x1_512to128_b32_runner, 45) \
-  X(r50_s3_3x3_b1_runner, 46) \
-  X(r50_s3_3x3_b32_runner, 47) \
-  X(r50_s3_3x3_s2_b1_runner, 48) \
-  X(r50_s3_3x3_s2_b32_runner, 49) \
-  X(r50_s3_down_s2_b1_runner, 50) \
-  X(r50_s3_down_s2_b32_runner, 51) \
-  X(r50_s4_1x1_1024to256_b1_runner, 52) \
-  X(r50_s4_1x1_1024to256_b32_runner, 53) \
-  X(r50_s4_1x1_256to1024_b1_runner, 54) \
-  X(r50_s4_1x1_256to1024_b32_runner, 55) \
-  X(r50_s4_1x1_512to256_b1_runner, 56) \
-  X(r50_s4_1x1_512to256_b32_runner, 57) \
-  X(r50_s4_3x3_b1_runner, 58) \
-  X(r50_s4_3x3_b32_runner, 59) \
-  X(r50_s4_3x3_s2_b1_runner, 60) \
-  X(r50_s4_3x3_s2_b32_runner, 61) \
-  X(r50_s4_down_s2_b1_runner, 62) \
-  X(r50_s4_down_s2_b32_runner, 63) \
-  X(r50_s5_1x1_1024to512_b1_runner, 64) \
-  X(r50_s5_1x1_1024to512_b32_runner, 65) \
-  X(r50_s5_1x1_2048to512_b1_runner, 66) \
-  X(r50_s5_1x1_2048to512_b32_runner, 67) \
-  X(r50_s5_1x1_512to2048_b1_runner, 68) \
-  X(r50_s5_1x1_512to2048_b32_runner, 69) \
-  X(r50_s5_3x3_b1_runner, 70) \
-  X(r50_s5_3x3_b32_runner, 71) \
-  X(r50_s5_3x3_s2_b1_runner, 72) \
-  X(r50_s5_3x3_s2_b32_runner, 73) \
-  X(r50_s5_down_s2_b1_runner, 74) \
-  X(r50_s5_down_s2_b32_runner, 75) \
-  X(r50_stem_b1_runner, 76) \
-  X(r50_stem_b32_runner, 77) \
-  X(r50f_s2_1x1_256to64_b1_runner, 78) \
-  X(r50f_s2_1x1_256to64_b32_runner, 79) \
-  X(r50f_s2_1x1_64to256_b1_runner, 80) \
-  X(r50f_s2_1x1_64to256_b32_runner, 81) \
-  X(r50f_s2_1x1_64to64_b1_runner, 82) \
-  X(r50f_s2_1x1_64to64_b32_runner, 83) \
-  X(r50f_s2_3x3_b1_runner, 84) \
-  X(r50f_s2_3x3_b32_runner, 85) \
-  X(r50f_s2_down_b1_runner, 86) \
-  X(r50f_s2_down_b32_runner, 87) \
-  X(r50f_s3_1x1_128to512_b1_runner, 88) \
-  X(r50f_s3_1x1_128to512_b32_runner, 89) \
-  X(r50f_s3_1x1_256to128_b1_runner, 90) \
-  X(r50f_s3_1x1_256to128_b32_runner, 91) \
-  X(r50f_s3_1x1_512to128_b1_runner, 92) \
-  X(r50f_s3_1x1_512to128_b32_runner, 93) \
-  X(r50f_s3_3x3_b1_runner, 94) \
-  X(r50f_s3_3x3_b32_runner, 95) \
-  X(r50f_s3_3x3_s2_b1_runner, 96) \
-  X(r50f_s3_3x3_s2_b32_runner, 97) \
-  X(r50f_s3_down_s2_b1_runner, 98) \
-  X(r50f_s3_down_s2_b32_runner, 99) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 100) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 101) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 102) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 103) \
-  X(r50f_s4_1x1_512to256_b1_runner, 104) \
-  X(r50f_s4_1x1_512to256_b32_runner, 105) \
-  X(r50f_s4_3x3_b1_runner, 106) \
-  X(r50f_s4_3x3_b32_runner, 107) \
-  X(r50f_s4_3x3_s2_b1_runner, 108) \
-  X(r50f_s4_3x3_s2_b32_runner, 109) \
-  X(r50f_s4_down_s2_b1_runner, 110) \
-  X(r50f_s4_down_s2_b32_runner, 111) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 112) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 113) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 114) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 115) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 116) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 117) \
-  X(r50f_s5_3x3_b1_runner, 118) \
-  X(r50f_s5_3x3_b32_runner, 119) \
-  X(r50f_s5_3x3_s2_b1_runner, 120) \
-  X(r50f_s5_3x3_s2_b32_runner, 121) \
-  X(r50f_s5_down_s2_b1_runner, 122) \
-  X(r50f_s5_down_s2_b32_runner, 123) \
-  X(r50f_stem_b1_runner, 124) \
-  X(r50f_stem_b32_runner, 125) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 126) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 127) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 128) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 129) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 130) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 131) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 132) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 133) \
-  X(vgg11_b32_features_0_runner, 134) \
-  X(vgg11_b32_features_11_runner, 135) \
-  X(vgg11_b32_features_13_runner, 136) \
-  X(vgg11_b32_features_16_runner, 137) \
-  X(vgg11_b32_features_3_runner, 138) \
-  X(vgg11_b32_features_6_runner, 139) \
-  X(vgg11_b32_features_8_runner, 140) \
-  X(vgg16_features_12_b1_runner, 141) \
-  X(vgg16_features_12_b32_runner, 142) \
-  X(vgg16_features_12_b8_runner, 143) \
-  X(vgg16_features_24_b1_runner, 144) \
-  X(vgg16_features_24_b32_runner, 145) \
-  X(vgg16_features_24_b8_runner, 146) \
-  X(vgg16f_features_12_b1_runner, 147) \
-  X(vgg16f_features_12_b32_runner, 148) \
-  X(vgg16f_features_12_b8_runner, 149)
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 1) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 2) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 3) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 4) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 5) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 6) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 7) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 8) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 9) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 10) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 11) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 12) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 13) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 14) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 15) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 16) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 17) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 18) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 19) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 20) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 21) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 22) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 23) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 24) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 25) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 26) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 27) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 28) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 29) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 30) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 31) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 32) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 33) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 34) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 35) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 36) \
+  X(effnetb0_features_8_0_b1_runner, 37) \
+  X(effnetb0_features_8_0_b32_runner, 38) \
+  X(effnetb0_features_8_0_b8_runner, 39) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 40) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 41) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 42) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 43) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 44) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 45) \
+  X(effnetb0f_features_8_0_b1_runner, 46) \
+  X(effnetb0f_features_8_0_b32_runner, 47) \
+  X(effnetb0f_features_8_0_b8_runner, 48) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 49) \
+  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 50) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 51) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 52) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 53) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 54) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 55) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 56) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 57) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 58) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 59) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 60) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 61) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 62) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 63) \
+  X(r50_s2_1x1_256to64_b1_runner, 64) \
+  X(r50_s2_1x1_256to64_b32_runner, 65) \
+  X(r50_s2_1x1_64to256_b1_runner, 66) \
+  X(r50_s2_1x1_64to256_b32_runner, 67) \
+  X(r50_s2_1x1_64to64_b1_runner, 68) \
+  X(r50_s2_1x1_64to64_b32_runner, 69) \
+  X(r50_s2_3x3_b1_runner, 70) \
+  X(r50_s2_3x3_b32_runner, 71) \
+  X(r50_s3_1x1_128to512_b1_runner, 72) \
+  X(r50_s3_1x1_128to512_b32_runner, 73) \
+  X(r50_s3_1x1_256to128_b1_runner, 74) \
+  X(r50_s3_1x1_256to128_b32_runner, 75) \
+  X(r50_s3_1x1_512to128_b1_runner, 76) \
+  X(r50_s3_1x1_512to128_b32_runner, 77) \
+  X(r50_s3_3x3_b1_runner, 78) \
+  X(r50_s3_3x3_b32_runner, 79) \
+  X(r50_s3_3x3_s2_b1_runner, 80) \
+  X(r50_s3_3x3_s2_b32_runner, 81) \
+  X(r50_s3_down_s2_b1_runner, 82) \
+  X(r50_s3_down_s2_b32_runner, 83) \
+  X(r50_s4_1x1_1024to256_b1_runner, 84) \
+  X(r50_s4_1x1_1024to256_b32_runner, 85) \
+  X(r50_s4_1x1_256to1024_b1_runner, 86) \
+  X(r50_s4_1x1_256to1024_b32_runner, 87) \
+  X(r50_s4_1x1_512to256_b1_runner, 88) \
+  X(r50_s4_1x1_512to256_b32_runner, 89) \
+  X(r50_s4_3x3_b1_runner, 90) \
+  X(r50_s4_3x3_b32_runner, 91) \
+  X(r50_s4_3x3_s2_b1_runner, 92) \
+  X(r50_s4_3x3_s2_b32_runner, 93) \
+  X(r50_s4_down_s2_b1_runner, 94) \
+  X(r50_s4_down_s2_b32_runner, 95) \
+  X(r50_s5_1x1_1024to512_b1_runner, 96) \
+  X(r50_s5_1x1_1024to512_b32_runner, 97) \
+  X(r50_s5_1x1_2048to512_b1_runner, 98) \
+  X(r50_s5_1x1_2048to512_b32_runner, 99) \
+  X(r50_s5_1x1_512to2048_b1_runner, 100) \
+  X(r50_s5_1x1_512to2048_b32_runner, 101) \
+  X(r50_s5_3x3_b1_runner, 102) \
+  X(r50_s5_3x3_b32_runner, 103) \
+  X(r50_s5_3x3_s2_b1_runner, 104) \
+  X(r50_s5_3x3_s2_b32_runner, 105) \
+  X(r50_s5_down_s2_b1_runner, 106) \
+  X(r50_s5_down_s2_b32_runner, 107) \
+  X(r50_stem_b1_runner, 108) \
+  X(r50_stem_b32_runner, 109) \
+  X(r50f_s2_1x1_256to64_b1_runner, 110) \
+  X(r50f_s2_1x1_256to64_b32_runner, 111) \
+  X(r50f_s2_1x1_64to256_b1_runner, 112) \
+  X(r50f_s2_1x1_64to256_b32_runner, 113) \
+  X(r50f_s2_1x1_64to64_b1_runner, 114) \
+  X(r50f_s2_1x1_64to64_b32_runner, 115) \
+  X(r50f_s2_3x3_b1_runner, 116) \
+  X(r50f_s2_3x3_b32_runner, 117) \
+  X(r50f_s2_down_b1_runner, 118) \
+  X(r50f_s2_down_b32_runner, 119) \
+  X(r50f_s3_1x1_128to512_b1_runner, 120) \
+  X(r50f_s3_1x1_128to512_b32_runner, 121) \
+  X(r50f_s3_1x1_256to128_b1_runner, 122) \
+  X(r50f_s3_1x1_256to128_b32_runner, 123) \
+  X(r50f_s3_1x1_512to128_b1_runner, 124) \
+  X(r50f_s3_1x1_512to128_b32_runner, 125) \
+  X(r50f_s3_3x3_b1_runner, 126) \
+  X(r50f_s3_3x3_b32_runner, 127) \
+  X(r50f_s3_3x3_s2_b1_runner, 128) \
+  X(r50f_s3_3x3_s2_b32_runner, 129) \
+  X(r50f_s3_down_s2_b1_runner, 130) \
+  X(r50f_s3_down_s2_b32_runner, 131) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 132) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 133) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 134) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 135) \
+  X(r50f_s4_1x1_512to256_b1_runner, 136) \
+  X(r50f_s4_1x1_512to256_b32_runner, 137) \
+  X(r50f_s4_3x3_b1_runner, 138) \
+  X(r50f_s4_3x3_b32_runner, 139) \
+  X(r50f_s4_3x3_s2_b1_runner, 140) \
+  X(r50f_s4_3x3_s2_b32_runner, 141) \
+  X(r50f_s4_down_s2_b1_runner, 142) \
+  X(r50f_s4_down_s2_b32_runner, 143) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 144) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 145) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 146) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 147) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 148) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 149) \
+  X(r50f_s5_3x3_b1_runner, 150) \
+  X(r50f_s5_3x3_b32_runner, 151) \
+  X(r50f_s5_3x3_s2_b1_runner, 152) \
+  X(r50f_s5_3x3_s2_b32_runner, 153) \
+  X(r50f_s5_down_s2_b1_runner, 154) \
+  X(r50f_s5_down_s2_b32_runner, 155) \
+  X(r50f_stem_b1_runner, 156) \
+  X(r50f_stem_b32_runner, 157) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 158) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 159) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 160) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 161) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 162) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 163) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 164) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 165) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 166) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 167) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 168) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 169) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 170) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 171) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 172) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 173) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 174) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 175) \
+  X(vgg11_b32_features_0_runner, 176) \
+  X(vgg11_b32_features_11_runner, 177) \
+  X(vgg11_b32_features_13_runner, 178) \
+  X(vgg11_b32_features_16_runner, 179) \
+  X(vgg11_b32_features_3_runner, 180) \
+  X(vgg11_b32_features_6_runner, 181) \
+  X(vgg11_b32_features_8_runner, 182) \
+  X(vgg16_features_12_b1_runner, 183) \
+  X(vgg16_features_12_b32_runner, 184) \
+  X(vgg16_features_12_b8_runner, 185) \
+  X(vgg16_features_24_b1_runner, 186) \
+  X(vgg16_features_24_b32_runner, 187) \
+  X(vgg16_features_24_b8_runner, 188) \
+  X(vgg16_features_2_b1_runner, 189) \
+  X(vgg16_features_2_b32_runner, 190) \
+  X(vgg16_features_2_b8_runner, 191) \
+  X(vgg16f_features_12_b1_runner, 192) \
+  X(vgg16f_features_12_b32_runner, 193) \
+  X(vgg16f_features_12_b8_runner, 194)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {

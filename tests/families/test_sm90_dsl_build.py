@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,11 @@ def exported_symbols(library: Path) -> set[str]:
     return {name for name in ENTRY_POINTS if hasattr(lib, name)}
 
 
-@pytest.mark.parametrize("spec", [GEMM, CONV], ids=["gemm_1x1", "conv_3x3_fused"])
+STEM = BuildSpec(ProblemSpec.symmetric(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
+                 TileSpec(128, 64, 32, schedule="cooperative"))
+
+
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM], ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered"])
 def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
     result = run_build(spec.to_json(), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -178,6 +183,26 @@ def test_split_k_geometry_workspace_and_refusals():
         geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=33)))
     with pytest.raises(SpecError, match="split_k"):
         BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=0)).check()
+
+
+def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
+    g = geometry(STEM)
+    assert g.gather and (g.tile_q, g.bp, g.bn) == (128, 1, 1) and g.yq == 32 * 112 * 112
+    assert g.m_tiles == 32 * 112 * 112 // 128 and g.k_tiles == 5  # 147 products of (r, s, c) in k tiles of 32
+    assert (g.src_n, g.src_h, g.src_w, g.out_p, g.out_q) == (32, 224, 224, 112, 112)
+    assert geometry(BuildSpec(replace(STEM.problem, stride_h=4, stride_w=4), EpilogueSpec(), STEM.tile)).gather  # any stride
+    for tile, reason in ((replace(STEM.tile, cluster_m=2), "cluster"), (replace(STEM.tile, split_k=2), "split-K"),
+                         (replace(STEM.tile, schedule="pingpong"), "single or cooperative")):
+        with pytest.raises(SpecError, match=reason):
+            geometry(BuildSpec(STEM.problem, STEM.epilogue, tile))
+    with pytest.raises(SpecError, match="residual"):
+        geometry(BuildSpec(STEM.problem, EpilogueSpec(residual=True), STEM.tile))
+    with pytest.raises(SpecError, match="whole filter"):
+        geometry(BuildSpec(STEM.problem, EpilogueSpec(), replace(STEM.tile, tile_n=32)))
+    # the stages hold A alone; the filter (64 x 5 k tiles of 32) is counted once
+    assert g.smem_bytes(1) - g.smem_bytes(0) == 128 * 32 * 2 and g.smem_bytes(0) > 64 * 160 * 2
+    with pytest.raises(SpecError, match="multiples of 8"):
+        BuildSpec(replace(STEM.problem, c=12), EpilogueSpec(), STEM.tile).check()
 
 
 def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_path):

@@ -118,7 +118,35 @@ def test_layers_it_refuses():
     assert layer_problem(replace(CONV, stride_h=2, stride_w=2)) is None  # one TMA view per stride phase
     assert layer_problem(replace(GEMM, stride_h=2, stride_w=2)) is None
     assert "strides 1 and 2" in layer_problem(replace(CONV, stride_h=3, stride_w=3))
-    assert kernel_problem(replace(CONV, c=3)).c == 8
+    assert kernel_problem(replace(CONV, c=12)).c == 16  # TMA rows of 16 bytes
+    assert kernel_problem(replace(CONV, c=3)).c == 3    # gathered as it is
+    assert layer_problem(replace(CONV, c=3, stride_h=4, stride_w=4)) is None  # a gathering kernel takes any stride
+
+
+STEM = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"tile": "128x64x32"}, None),
+    ({"tile": "64x64x64", "schedule": "single"}, None),
+    ({"cluster": "2x1x1"}, "no cluster multicast"),
+    ({"split_k": 2}, "no split-K"),
+    ({"schedule": "pingpong", "tile": "128x64x64"}, "single and cooperative"),
+    ({"tile": "128x32x64"}, "must hold all K=64"),
+])
+def test_a_stem_of_three_channels_is_gathered(changes, reason):
+    config = make_config(STEM, params(**{"tile": "128x64x64", **changes}))
+    assert config.shape.gathers and config.shape.c == 3 and config.tile_q == 0 and config.box is None
+    assert config.m_tiles == -(-32 * 112 * 112 // config.tile.m)
+    assert config.k_steps == -(-7 * 7 * 3 // config.tile.k)  # (r, s, c) together, not a tap a k tile
+    assert "_gather_" in config.name
+    problems = static_problems(config, STEM, H100)
+    assert (problems == []) if reason is None else any(reason in p for p in problems), problems
+    residual = replace(STEM, epilogue=parse_epilogue("bias+residual+relu"))
+    assert any("residual" in p for p in static_problems(make_config(residual, params(tile="128x64x64")), residual, H100))
+    if reason is None:
+        spec = config.build_spec()
+        assert spec.tile.tile_q == 0 and BuildSpec.from_json(spec.to_json()) == spec
 
 
 def test_the_box_of_pixels_covers_the_output():

@@ -48,6 +48,11 @@ SM_COUNT = 132                 # H100 SXM
 SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
+# a gathering producer holds a pixel's coordinates and predicates. setmaxnreg only moves the registers the launch
+# gave the CTA (168 a thread x 384 threads): 128 x 96 + 256 x 200 stays within them, where 208 made the consumers'
+# increase wait forever (the H100 hung)
+GATHER_PRODUCER_REGISTERS = 96
+GATHER_CONSUMER_REGISTERS = 200
 LOG2_E = 1.4426950408889634
 GELU_K = 0.7978845608028654   # sqrt(2 / pi)
 
@@ -97,6 +102,14 @@ class Geometry:
     residual: bool
     beta: float
     activation: str
+    # a gathering kernel (spec.ProblemSpec.gathers): the producer warpgroup loads A and B element by element; the
+    # M tiles run over the n*p*q output pixels as in a GEMM (xw = yq = n*p*q), and these are the conv's own extents
+    gather: bool = False
+    src_n: int = 0
+    src_h: int = 0
+    src_w: int = 0
+    out_p: int = 0
+    out_q: int = 0
 
     @property
     def epi_count(self) -> int:
@@ -129,6 +142,8 @@ class Geometry:
 
     @property
     def k_tiles(self) -> int:
+        if self.gather:
+            return -(-(self.r * self.s * self.c) // self.tile_k)
         return self.r * self.s * self.k_blocks_per_tap
 
     def phases(self) -> list["Phase"]:
@@ -191,6 +206,9 @@ class Geometry:
 
     def smem_bytes(self, stages: int | None = None) -> int:
         stages = self.stages if stages is None else stages
+        if self.gather:  # the stages hold A; the filter stays, every k tile of it
+            return (stages * self.tile_m * self.tile_k * 2 + self.tile_n * self.tile_k * self.k_tiles * 2
+                    + self.tile_m * self.epi_n * 2 * self.epi_stages + 2 * self.tile_n * 4 + 1024 + 3 * 1024)
         ab = (self.tile_m + self.tile_n) * self.tile_k * 2
         epi = self.tile_m * self.epi_n * 2 * (self.epi_stages + self.res_stages) * self.groups
         extra = 2 * self.tile_n * 4 * self.groups
@@ -269,12 +287,19 @@ def geometry(spec: BuildSpec) -> Geometry:
     if t.split_k > 1 and pingpong:
         # a pingpong group skips the other group's k tiles by count, which split-K makes vary by unit
         raise SpecError("split_k > 1 is not built with the pingpong schedule (single or cooperative are)")
-    if p.stride_h not in (1, 2) or p.stride_w not in (1, 2):
-        raise SpecError(f"stride {p.stride_h}x{p.stride_w} is not built in the sm90 DSL kernel (strides 1 and 2 "
-                        "on each axis are)")
+    if not p.gathers and (p.stride_h not in (1, 2) or p.stride_w not in (1, 2)):
+        raise SpecError(f"stride {p.stride_h}x{p.stride_w} is not built in the sm90 DSL kernel's TMA loads (strides 1 "
+                        "and 2 on each axis are)")
     if p.is_gemm:
         xw, xh, xn, yq, yp = p.n * p.h * p.w, 1, 1, p.n * p.h * p.w, 1
         tile_q, bp, bn = t.tile_m, 1, 1
+    elif p.gathers:
+        xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
+        tile_q, bp, bn = t.tile_m, 1, 1
+        if pingpong:
+            raise SpecError("a gathering kernel (C < 8) is built with the single or cooperative schedule")
+        if t.tile_n < p.k:
+            raise SpecError(f"a gathering kernel keeps the whole filter: tile_n {t.tile_n} must hold K={p.k}")
     else:
         xw, xh, xn, yq, yp = p.w, p.h, p.n, p.q, p.p
         tile_q = t.tile_q
@@ -316,10 +341,11 @@ def geometry(spec: BuildSpec) -> Geometry:
                  tile_k=t.tile_k, cluster_m=t.cluster_m, cluster_n=t.cluster_n, consumers=consumers, pingpong=pingpong,
                  stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
                  raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
-                 residual=e.residual, beta=float(e.beta), activation=e.activation)
+                 residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
+                 src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
-    fit = (SMEM_CAPACITY - g.smem_bytes(0)) // ((g.tile_m + g.tile_n) * g.tile_k * 2)
+    fit = (SMEM_CAPACITY - g.smem_bytes(0)) // (((0 if g.gather else g.tile_n) + g.tile_m) * g.tile_k * 2)
     stages = fit if t.stages == 0 else t.stages
     if stages < 2:
         raise SpecError(f"{stages} pipeline stage(s) fit in shared memory; at least 2 are needed")
@@ -355,35 +381,40 @@ class ConvKernel:
             f16, f16, cute.nvgpu.warpgroup.OperandMajorMode.K, cute.nvgpu.warpgroup.OperandMajorMode.K,
             self.acc_dtype, (1 if g.pingpong else g.consumers, 1, 1), tiler_mn=(64, g.tile_n))
         a_smem = sm90_utils.make_smem_layout_a(kmaj, tile_mnk, f16, g.stages)
-        b_smem = sm90_utils.make_smem_layout_b(kmaj, tile_mnk, f16, g.stages)
+        # a gathering kernel keeps the whole filter (its one N tile, every k tile) in shared memory
+        b_smem = sm90_utils.make_smem_layout_b(kmaj, tile_mnk, f16, g.k_tiles if g.gather else g.stages)
         epi_tile = (g.tile_m, g.epi_n)
         epi_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, g.epi_stages * g.groups)
 
         # global views: x as ((W, H, N), C), w as (K, R*S*C), y and residual as ((Q, P, N), K)
         c, k = g.c, g.k
-        phases = g.phases()
-        mxs = [cute.make_tensor(x.iterator + (ph.ph * g.xw + ph.pw) * c, cute.make_layout(
-            ((ph.view_w, ph.view_h, g.xn), c), stride=((g.stride_w * c, g.stride_h * g.xw * c, g.xw * g.xh * c), 1)))
-            for ph in phases]
-        rsc = g.r * g.s * c
-        mw = cute.make_tensor(w.iterator, cute.make_layout((k, rsc), stride=(rsc, 1)))
         y_layout = cute.make_layout(((g.yq, g.yp, g.xn), k), stride=((k, g.yq * k, g.yq * g.yp * k), 1))
         my = cute.make_tensor(y.iterator, y_layout)
-
         box_m = (g.tile_q, g.bp, g.bn)
-        a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if g.cluster_n > 1
-                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
-        b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if g.cluster_m > 1
-                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
-        a_atoms = [cute.nvgpu.cpasync.make_tiled_tma_atom(
-            a_op, mx, cute.slice_(a_smem, (None, None, 0)), (box_m, g.tile_k), num_multicast=g.cluster_n)
-            for mx in mxs]
-        a_atoms = a_atoms + [a_atoms[0]] * (4 - len(a_atoms))  # the kernel takes four (unused ones repeat)
-        tma_b, tma_w = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            b_op, mw, cute.slice_(b_smem, (None, None, 0)), (g.tile_n, g.tile_k), num_multicast=g.cluster_m)
         tma_d, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
             (box_m, g.epi_n))
+        if cutlass.const_expr(g.gather):
+            # no TMA view of x or w (rows of fewer than 16 bytes): the kernel's A and B atoms are unused stand-ins
+            a_atoms = [(tma_d, tma_y)] * 4
+            tma_b, tma_w = tma_d, tma_y
+        else:
+            phases = g.phases()
+            mxs = [cute.make_tensor(x.iterator + (ph.ph * g.xw + ph.pw) * c, cute.make_layout(
+                ((ph.view_w, ph.view_h, g.xn), c),
+                stride=((g.stride_w * c, g.stride_h * g.xw * c, g.xw * g.xh * c), 1))) for ph in phases]
+            rsc = g.r * g.s * c
+            mw = cute.make_tensor(w.iterator, cute.make_layout((k, rsc), stride=(rsc, 1)))
+            a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if g.cluster_n > 1
+                    else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
+            b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if g.cluster_m > 1
+                    else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
+            a_atoms = [cute.nvgpu.cpasync.make_tiled_tma_atom(
+                a_op, mx, cute.slice_(a_smem, (None, None, 0)), (box_m, g.tile_k), num_multicast=g.cluster_n)
+                for mx in mxs]
+            a_atoms = a_atoms + [a_atoms[0]] * (4 - len(a_atoms))  # the kernel takes four (unused ones repeat)
+            tma_b, tma_w = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                b_op, mw, cute.slice_(b_smem, (None, None, 0)), (g.tile_n, g.tile_k), num_multicast=g.cluster_m)
 
         # the residual ring: res_stages subtiles per consumer group, each the TMA box of one epilogue subtile
         res_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, max(g.res_stages, 1) * g.groups)
@@ -413,7 +444,7 @@ class ConvKernel:
         self.smem_bytes = SharedStorage.size_in_bytes()
         self.kernel(a_atoms[0][0], a_atoms[0][1], a_atoms[1][0], a_atoms[1][1], a_atoms[2][0], a_atoms[2][1],
                     a_atoms[3][0], a_atoms[3][1], tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
-                    res_smem, sched, scale, bias, partials, counters).launch(
+                    res_smem, sched, scale, bias, partials, counters, x, w).launch(
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
             min_blocks_per_mp=1, stream=stream)
 
@@ -425,15 +456,16 @@ class ConvKernel:
                tiled_mma: cute.TiledMma, a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
                epi_smem: cute.ComposedLayout, res_smem: cute.ComposedLayout,
                sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor,
-               mPart: cute.Tensor, mCount: cute.Tensor):
+               mPart: cute.Tensor, mCount: cute.Tensor, mXflat: cute.Tensor, mWflat: cute.Tensor):
         g = self.g
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
-            for i, atom in enumerate((tma_a0, tma_a1, tma_a2, tma_a3)):
-                if cutlass.const_expr(i < len(g.phases())):
-                    cute.nvgpu.cpasync.prefetch_descriptor(atom)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(not g.gather):
+                for i, atom in enumerate((tma_a0, tma_a1, tma_a2, tma_a3)):
+                    if cutlass.const_expr(i < len(g.phases())):
+                        cute.nvgpu.cpasync.prefetch_descriptor(atom)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
             if cutlass.const_expr(g.residual):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_r)
@@ -446,15 +478,24 @@ class ConvKernel:
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        tx_bytes = (g.tile_m + g.tile_n) * g.tile_k * 2
-        # every consumer warp that reads a stage releases it, in each CTA whose loads multicast into it
-        consumer_arrivals = (g.cluster_m + g.cluster_n - 1) * (1 if g.pingpong else g.consumers) * 4
-        mainloop = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.barriers.data_ptr(), num_stages=g.stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals),
-            tx_count=tx_bytes, cta_layout_vmnk=cute.make_layout((1, g.cluster_m, g.cluster_n, 1)),
-            defer_sync=True)
+        if cutlass.const_expr(g.gather):
+            # the producer warpgroup's 128 threads each arrive once they have written their part of a stage; every
+            # consumer thread releases it
+            mainloop = pipeline.PipelineAsync.create(
+                barrier_storage=storage.barriers.data_ptr(), num_stages=g.stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
+                defer_sync=True)
+        else:
+            tx_bytes = (g.tile_m + g.tile_n) * g.tile_k * 2
+            # every consumer warp that reads a stage releases it, in each CTA whose loads multicast into it
+            consumer_arrivals = (g.cluster_m + g.cluster_n - 1) * (1 if g.pingpong else g.consumers) * 4
+            mainloop = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.barriers.data_ptr(), num_stages=g.stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_arrivals),
+                tx_count=tx_bytes, cta_layout_vmnk=cute.make_layout((1, g.cluster_m, g.cluster_n, 1)),
+                defer_sync=True)
         # the residual ring's barriers, slot i of group grp at grp * res_stages + i: full (the load warp's arrival
         # and the TMA's bytes) and empty (every consumer thread of the group, once it has read the subtile)
         ring_full = storage.ring_barriers.data_ptr()
@@ -488,6 +529,8 @@ class ConvKernel:
         if cutlass.const_expr(g.residual):
             sR = storage.sR.get_tensor(res_smem.outer, swizzle=res_smem.inner)
 
+        if cutlass.const_expr(g.gather):
+            self.load_filter(mWflat, sB, tidx)
         box_m = (g.tile_q, g.bp, g.bn)
         a_cta_layout = cute.make_layout(g.cluster_n)
         b_cta_layout = cute.make_layout(g.cluster_m)
@@ -498,8 +541,11 @@ class ConvKernel:
         pipeline.pipeline_init_wait(cluster_shape_mn=(g.cluster_m, g.cluster_n))
 
         if wg_idx == 0:
-            cute.arch.setmaxregister_decrease(PRODUCER_REGISTERS)
-        if warp_idx == 0:
+            cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGISTERS if g.gather else PRODUCER_REGISTERS)
+        if cutlass.const_expr(g.gather):
+            if wg_idx == 0:
+                self.gather_pixels(mXflat, sA, mainloop, sched, tidx)
+        elif warp_idx == 0:
             scheduler = utils.StaticPersistentTileScheduler.create(
                 sched, cute.arch.block_idx(), cute.arch.grid_dim())
             work = scheduler.initial_work_tile_info()
@@ -541,7 +587,7 @@ class ConvKernel:
                 self.load_residual(tma_r, mR, sR, ring_full, ring_empty, sched)
 
         if wg_idx > 0:
-            cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
+            cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGISTERS if g.gather else CONSUMER_REGISTERS)
             self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
                          sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
                          storage.split_arrivals.get_tensor(cute.make_layout(g.groups)))
@@ -649,15 +695,18 @@ class ConvKernel:
             mainloop.consumer_wait(read_state)
             for kb in cutlass.range_constexpr(k_blocks):
                 cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                          tCrB[(None, None, kb, read_state.index)], acc)
+                          tCrB[(None, None, kb, 0 if g.gather else read_state.index)], acc)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             cute.nvgpu.warpgroup.commit_group()
             read_state.advance()
             for kt in cutlass.range(1, k_end - k_begin, unroll=1):
                 mainloop.consumer_wait(read_state)
+                b_index = read_state.index
+                if cutlass.const_expr(g.gather):
+                    b_index = kt  # the resident filter's k tile
                 for kb in cutlass.range_constexpr(k_blocks):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                              tCrB[(None, None, kb, read_state.index)], acc)
+                              tCrB[(None, None, kb, b_index)], acc)
                 cute.nvgpu.warpgroup.commit_group()
                 cute.nvgpu.warpgroup.wait_group(1)
                 mainloop.consumer_release(release_state)
@@ -712,6 +761,83 @@ class ConvKernel:
             scheduler.advance_to_next_work(advance_count=tile_step)
             work = scheduler.get_current_work()
         store_pipe.producer_tail()
+
+    @cute.jit
+    def load_filter(self, mW: cute.Tensor, sB: cute.Tensor, tidx):
+        """A gathering kernel's B: the whole filter as [K, R*S*C] (row-major, K within the one N tile), every k tile
+        of it, written once by all the CTA's threads before the roles split; zero past K and past R*S*C."""
+        g = self.g
+        f16 = self.dtype
+        rsc = g.r * g.s * g.c
+        per_tile = g.tile_n * g.tile_k
+        for i in cutlass.range_constexpr(-(-(per_tile * g.k_tiles) // g.threads)):
+            element = tidx + i * g.threads
+            if element < per_tile * g.k_tiles:
+                kt = element // per_tile
+                rest = element - kt * per_tile
+                row = rest // g.tile_k
+                kk = rest - row * g.tile_k
+                kg = kt * g.tile_k + kk
+                inside = cutlass.Int32(row < g.k) * cutlass.Int32(kg < rsc)
+                sB[(row, kk, kt)] = mW[(row * rsc + kg) * inside] * f16(inside)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier()
+
+    @cute.jit
+    def gather_pixels(self, mX: cute.Tensor, sA: cute.Tensor, mainloop, sched: utils.PersistentTileSchedulerParams,
+                      tidx):
+        """The gathering producer (C < 8): the warpgroup's 128 threads walk the CTA's tiles as the TMA producer
+        does and write each k tile's A themselves. K runs over the filter's (r, s, c) unpadded, so a k tile holds
+        taps of several filter positions: thread t writes row t (output pixel m0 + t; its (r, s, c) are
+        compile-time per column, its bounds checks one per filter row and column), eight columns at a time as
+        one 16-byte store (a swizzle keeps 16-byte chunks whole). Out of bounds (padding, past the last pixel,
+        past R*S*C) reads element 0 and writes zero. The stores are the generic proxy's: fenced for wgmma's
+        async proxy before the arrival."""
+        g = self.g
+        f16 = self.dtype
+        pq = g.out_p * g.out_q
+        rsc = g.r * g.s * g.c
+        chunk = cute.make_rmem_tensor((8,), f16)
+        store16 = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f16, num_bits_per_copy=128)
+        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        work = scheduler.initial_work_tile_info()
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
+        while work.is_valid_tile:
+            pixel = work.tile_idx[0] * g.tile_m + tidx
+            n = pixel // pq
+            rest = pixel - n * pq
+            p = rest // g.out_q
+            h0 = p * g.stride_h - g.pad_h
+            w0 = (rest - p * g.out_q) * g.stride_w - g.pad_w
+            base = ((n * g.src_h + h0) * g.src_w + w0) * g.c
+            # 1 where the pixel is real and the filter row (column) falls inside the input, else 0
+            in_pixel = cutlass.Int32(pixel < g.src_n * pq)
+            rows_in = [in_pixel * cutlass.Int32(h0 + r * g.dilation_h >= 0)
+                       * cutlass.Int32(h0 + r * g.dilation_h < g.src_h) for r in range(g.r)]
+            cols_in = [cutlass.Int32(w0 + s * g.dilation_w >= 0) * cutlass.Int32(w0 + s * g.dilation_w < g.src_w)
+                       for s in range(g.s)]
+            for kt in cutlass.range_constexpr(g.k_tiles):
+                mainloop.producer_acquire(state)
+                if tidx < g.tile_m:
+                    row = cute.zipped_divide(sA[(tidx, None, state.index)], (8,))
+                    for j in cutlass.range_constexpr(g.tile_k // 8):
+                        for i in cutlass.range_constexpr(8):
+                            kg = kt * g.tile_k + j * 8 + i
+                            if cutlass.const_expr(kg < rsc):
+                                r, rs_rest = divmod(kg, g.s * g.c)
+                                s, c = divmod(rs_rest, g.c)
+                                inside = rows_in[r] * cols_in[s]
+                                offset = (r * g.dilation_h * g.src_w + s * g.dilation_w) * g.c + c
+                                chunk[i] = mX[(base + offset) * inside] * f16(inside)
+                            else:
+                                chunk[i] = f16(0.0)
+                        cute.copy(store16, chunk, row[(None, j)])
+                cute.arch.fence_proxy("async.shared", space="cta")
+                mainloop.producer_commit(state)
+                state.advance()
+            scheduler.advance_to_next_work()
+            work = scheduler.get_current_work()
+        mainloop.producer_tail(state)
 
     @cute.jit
     def load_residual(self, tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, ring_full, ring_empty,

@@ -12,9 +12,9 @@ from tuner.device import DeviceFacts
 from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
-from tuner.families.sm90_dsl.spec import (BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box,
-                                          epilogue_columns, next_power_of_two, phase_extents, residual_ring_slots,
-                                          scheduled_tiles, split_k_workspace_bytes)
+from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
+                                          TileSpec, conv_box, epilogue_columns, next_power_of_two, phase_extents,
+                                          residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
 from tuner.problem import ConvProblem, DataType, dtype_key, pair_text
 
 FAMILY = "sm90_dsl"
@@ -85,7 +85,7 @@ class Sm90DslConfig:
     @property
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
-        box = "" if self.shape.is_gemm else f"_q{self.tile_q or 'auto'}"
+        box = "_gather" if self.shape.gathers else "" if self.shape.is_gemm else f"_q{self.tile_q or 'auto'}"
         s = self.shape
         split = f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
@@ -108,8 +108,13 @@ class Sm90DslConfig:
         return self.tile_q or auto_tile_q(self.shape, self.tile.m)
 
     @property
+    def tiles_pixels(self) -> bool:
+        """M tiles run over the n*p*q output pixels in order (a GEMM, or a gathering kernel), not boxes."""
+        return self.shape.is_gemm or self.shape.gathers
+
+    @property
     def box(self) -> ConvBox | None:
-        return None if self.shape.is_gemm else conv_box(self.shape, self.tile.m, self.columns)
+        return None if self.tiles_pixels else conv_box(self.shape, self.tile.m, self.columns)
 
     @property
     def m_tiles(self) -> int:
@@ -137,7 +142,10 @@ class Sm90DslConfig:
 
     @property
     def k_steps(self) -> int:
-        """Main-loop iterations of one tile: each filter tap walks C in tile K steps."""
+        """Main-loop iterations of one tile: each filter tap walks C in tile K steps; a gathering kernel walks
+        every (r, s, c) at once."""
+        if self.shape.gathers:
+            return -(-self.shape.gemm_k // self.tile.k)
         return self.shape.r * self.shape.s * -(-self.shape.c // self.tile.k)
 
     @property
@@ -147,7 +155,14 @@ class Sm90DslConfig:
 
     @property
     def stage_bytes(self) -> int:
+        if self.shape.gathers:  # B is the resident filter, not a stage's
+            return self.input_type.bytes * self.tile.k * self.tile.m
         return self.input_type.bytes * self.tile.k * (self.tile.m + self.tile.n)
+
+    @property
+    def filter_bytes(self) -> int:
+        """A gathering kernel's resident filter: one N tile by every k tile."""
+        return self.input_type.bytes * self.tile.n * self.tile.k * self.k_steps if self.shape.gathers else 0
 
     def epilogue_bytes(self) -> int:
         """The two output subtiles staged for the TMA store, the residual's ring of subtiles and the vectors; in
@@ -160,7 +175,7 @@ class Sm90DslConfig:
 
     @property
     def auto_stage_count(self) -> int:
-        return (SMEM_CAPACITY - BARRIER_BYTES - self.epilogue_bytes()) // self.stage_bytes
+        return (SMEM_CAPACITY - BARRIER_BYTES - self.epilogue_bytes() - self.filter_bytes) // self.stage_bytes
 
     @property
     def stage_count(self) -> int:
@@ -168,7 +183,7 @@ class Sm90DslConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stage_count * self.stage_bytes + self.epilogue_bytes() + BARRIER_BYTES
+        return self.stage_count * self.stage_bytes + self.epilogue_bytes() + self.filter_bytes + BARRIER_BYTES
 
     def build_spec(self) -> BuildSpec:
         f = self.fusion
@@ -179,7 +194,7 @@ class Sm90DslConfig:
             tile=TileSpec(tile_m=self.tile.m, tile_n=self.tile.n, tile_k=self.tile.k, cluster_m=self.cluster.m,
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
-                          tile_q=0 if self.shape.is_gemm else self.columns, split_k=self.split_k))
+                          tile_q=0 if self.tiles_pixels else self.columns, split_k=self.split_k))
 
 
 def parse_space(document: object) -> SearchSpace:
@@ -217,7 +232,9 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
 
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
-    """Channels zero-padded to a multiple of 8: TMA's 16-byte rows."""
+    """Channels zero-padded to a multiple of 8, TMA's 16-byte rows; fewer than 8 are gathered as they are."""
+    if problem.c < GATHER_BELOW_CHANNELS:
+        return problem
     return pad_channels(problem, CHANNEL_MULTIPLE)
 
 
@@ -236,8 +253,8 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         stages=param(params, "stages", whole),
         raster=param(params, "raster", Raster),
         swizzle=param(params, "swizzle", whole),
-        # a GEMM has no box of pixels: every tile_q is the same kernel there
-        tile_q=0 if shape.is_gemm else param(params, "tile_q", whole),
+        # a GEMM (or a gathering kernel) has no box of pixels: every tile_q is the same kernel there
+        tile_q=0 if shape.is_gemm or shape.gathers else param(params, "tile_q", whole),
         # trials stored before the knob existed ran without a split
         split_k=param(params, "split_k", whole) if "split_k" in params else 1,
         shape=shape,
@@ -257,7 +274,7 @@ def layer_problem(problem: ConvProblem) -> str | None:
         return f"sm90_dsl kernels take f16 in and out with f32 accumulation, got {problem.dtype_key}"
     if problem.k % CHANNEL_MULTIPLE:
         return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
-    if max(problem.strides) > 2:
+    if max(problem.strides) > 2 and problem.c >= GATHER_BELOW_CHANNELS:
         return (f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride "
                 f"{pair_text(problem.strides)}")
     return None
@@ -326,6 +343,22 @@ def _check_shared_memory(config: Sm90DslConfig, device: DeviceFacts) -> str | No
     return None
 
 
+def _check_gather(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    if not config.shape.gathers:
+        return None
+    if (config.cluster.m, config.cluster.n) != (1, 1) or config.split_k != 1:
+        return (f"C={config.shape.c} is gathered by the producer warps (fewer channels than a 16-byte TMA row): "
+                "no cluster multicast and no split-K")
+    if config.schedule is Schedule.pingpong:
+        return f"C={config.shape.c} is gathered by the producer warps: built with the single and cooperative schedules"
+    if config.fusion.residual:
+        return f"C={config.shape.c} is gathered by all four producer warps: none is left to load the residual"
+    if config.tile.n < config.shape.k:
+        return (f"C={config.shape.c} is gathered, and the kernel keeps the whole filter in shared memory: tile N "
+                f"{config.tile.n} must hold all K={config.shape.k} output channels")
+    return None
+
+
 def _check_split_k(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     if config.split_k == 1:
         return None
@@ -352,7 +385,7 @@ def _check_pingpong_residual_cluster(config: Sm90DslConfig, device: DeviceFacts)
     return None
 
 
-RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory, _check_split_k,
+RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory, _check_gather, _check_split_k,
          _check_pingpong_residual_cluster)
 
 

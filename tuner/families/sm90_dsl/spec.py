@@ -15,6 +15,7 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
 EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (tile_n where narrower)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
+GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 
 
 class SpecError(ValueError):
@@ -57,13 +58,26 @@ class ProblemSpec:
     @property
     def is_gemm(self) -> bool:
         """A 1x1, stride-1, unpadded conv is a GEMM on the NHWC buffers (M = n*p*q, N = k, K = c)."""
-        return (self.r, self.s, self.stride_h, self.stride_w, self.pad_h, self.pad_w) == (1, 1, 1, 1, 0, 0)
+        return (self.r, self.s, self.stride_h, self.stride_w, self.pad_h, self.pad_w) == (1, 1, 1, 1, 0, 0) and \
+            not self.gathers
 
     @property
     def key(self) -> str:
         """As ConvProblem.key: 'n1h56w56c64k64r3s3p1u1d1'."""
         axes = axes_key((self.pad_h, self.pad_w), (self.stride_h, self.stride_w), (self.dilation_h, self.dilation_w))
         return f"n{self.n}h{self.h}w{self.w}c{self.c}k{self.k}r{self.r}s{self.s}{axes}"
+
+    @property
+    def gathers(self) -> bool:
+        """Fewer channels than one 16-byte TMA row (the C=3 stems): the producer warpgroup gathers A and B
+        element by element, with K running over (r, s, c) unpadded, instead of TMA boxes of C padded to 8
+        (a tap a k tile: 5 of 8 products of zeros for C=3, and a 7x7 stem ran 4.95x cuDNN that way)."""
+        return self.c < GATHER_BELOW_CHANNELS
+
+    @property
+    def gemm_k(self) -> int:
+        """The implicit GEMM's K: every (r, s, c) of the filter."""
+        return self.r * self.s * self.c
 
 
 @dataclass(frozen=True)
@@ -130,10 +144,14 @@ class BuildSpec:
         for name in ("n", "h", "w", "c", "k", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w"):
             if not isinstance(getattr(p, name), int) or getattr(p, name) < 1:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
-        if p.c % 8 or p.k % 8:
-            raise SpecError("C and K must be multiples of 8 (16-byte TMA rows in f16)")
-        if not p.is_gemm and (t.tile_q < 1 or t.tile_m % t.tile_q):
+        if (p.c % 8 and not p.gathers) or p.k % 8:
+            raise SpecError("C (unless under 8, gathered) and K must be multiples of 8 (16-byte TMA rows in f16)")
+        if not p.is_gemm and not p.gathers and (t.tile_q < 1 or t.tile_m % t.tile_q):
             raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
+        if p.gathers and (t.cluster_m, t.cluster_n, t.split_k) != (1, 1, 1):
+            raise SpecError("a gathering kernel (C < 8) runs without a cluster and without split-K")
+        if p.gathers and self.epilogue.residual:
+            raise SpecError("a gathering kernel (C < 8) has no residual load: its producer warps all gather")
         if not isinstance(t.split_k, int) or t.split_k < 1:
             raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1")
 

@@ -1,0 +1,74 @@
+"""`tune.py e2e`: its arguments, its refusal without a GPU, and the figures it derives from the timings
+(speed-ups against eager and the faster torch.compile mode, the convolutions' share), from timings given here."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.e2e import (AUTOTUNED, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, NetworkResult, VariantResult,
+                       checked_arguments, result_table)
+from tuner.choices import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def result(**latencies) -> NetworkResult:
+    names = {"eager": EAGER, "compiled": COMPILED, "autotuned": AUTOTUNED, "optimized": OPTIMIZED,
+             "optimized_compiled": OPTIMIZED_COMPILED}
+    variants = tuple(VariantResult(names[key], ms, ms, ms, 1e-3, key != "optimized_compiled" or ms > 0)
+                     for key, ms in latencies.items())
+    return NetworkResult("resnet50", 32, variants, conv_ms=2.0, replaced="53 of 53 convolutions replaced")
+
+
+def test_speedups_are_against_eager_and_the_faster_compile_mode():
+    figures = result(eager=10.0, compiled=8.0, autotuned=7.0, optimized=6.0, optimized_compiled=5.6)
+    assert figures.best_compiled == AUTOTUNED
+    assert figures.ratio(OPTIMIZED_COMPILED, figures.best_compiled) == pytest.approx(0.8)
+    assert figures.conv_share == pytest.approx(2.0 / 6.0)
+    lines = figures.summary_lines()
+    assert lines[0] == "resnet50 batch 32: 53 of 53 convolutions replaced"
+    assert lines[2] == f"  {OPTIMIZED_COMPILED} / eager 0.560, / {AUTOTUNED} (the faster mode) 0.800"
+    assert lines[3] == "  convolutions: 2.000 ms of the optimized forward's 6.000 ms (33 %)"
+    assert lines[-1] == "  outputs: every variant within tolerance of eager"
+
+
+def test_a_subset_of_variants_gives_only_the_figures_it_has():
+    figures = result(eager=10.0, optimized=6.0)
+    assert figures.best_compiled is None and figures.ratio(OPTIMIZED, None) is None
+    assert figures.summary_lines()[1] == f"  {OPTIMIZED} / eager 0.600"
+    assert result_table(figures).row_count == 2
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--torchvision", "resnet50", "--batch", "1,x"], "--batch '1,x': give batch sizes as whole numbers"),
+    (["--torchvision", "resnet50", "--batch", "0"], "every batch size must be at least 1"),
+    (["--torchvision", "resnet50", "--variants", "eager,fast"], "--variants: unknown 'fast'"),
+    (["--torchvision", "resnet50", "--repeats", "0"], "--repeats must be at least 1"),
+])
+def test_bad_arguments_are_refused(argv, says):
+    with pytest.raises(UsageError) as caught:
+        checked_arguments(argv)
+    assert says in str(caught.value)
+
+
+def test_batches_are_read_once_each_in_order():
+    assert checked_arguments(["--torchvision", "resnet50", "--batch", "32,1,32"]).batches == [32, 1]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["e2e", "--torchvision", "resnet50", "--batch", "1,32"], "this command needs an NVIDIA GPU"),
+    (["e2e", "--batch", "1"], "one of the arguments --torchvision --onnx is required"),
+])
+def test_on_the_command_line_without_a_gpu_it_says_so_in_one_line(argv, says):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    done = subprocess.run([sys.executable, str(REPO / "tune.py"), *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr

@@ -1,0 +1,148 @@
+"""tuner.torch_ops.optimize on the CPU, with stand-in kernels (tests/torch_standins.py) in place of the GPU's:
+which nodes it replaces, the batch norm folded, the graph rewritten, the result equal to eager, each fallback
+with its reason, a planted wrong kernel caught, and the rewritten model under torch.compile."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_standins import SLUG, CpuKernels, net, write_best  # noqa: E402
+from tuner.torch_ops.optimize import OptimizeError, TunedConv2d, optimize, relative_l2  # noqa: E402
+from tuner.torch_ops.plan import Fallback  # noqa: E402
+
+SHAPE = (2, 3, 8, 8)
+
+
+def example(dtype=torch.float16):
+    torch.manual_seed(1)
+    return torch.randn(*SHAPE).to(dtype)
+
+
+def run(tmp_path, model=None, x=None, skip=(), **options):
+    model = net() if model is None else model
+    results = tmp_path / "results"
+    write_best(results, net(), SHAPE, skip)
+    options.setdefault("kernel_source", CpuKernels())
+    return optimize(model, example() if x is None else x, gpu=SLUG, results_dir=results, **options)
+
+
+def decisions(optimized) -> dict:
+    return {d.node: d for d in optimized.tuner_report.decisions}
+
+
+def test_tuned_convs_with_their_epilogues_become_one_module_each(tmp_path):
+    model, x = net(), example()
+    source = CpuKernels()
+    optimized = run(tmp_path, model, x, kernel_source=source)
+    found = decisions(optimized)
+    assert [n for n, d in found.items() if d.replaced] == ["stem", "conv", "head"]
+    assert found["grouped"].fallback is Fallback.unsupported and "grouped" in found["grouped"].note
+    assert "input padded from 3 to 4 channels" in found["stem"].note
+    tuned = {name: m for name, m in optimized.named_modules() if isinstance(m, TunedConv2d)}
+    assert set(tuned) == {"tuned_stem", "tuned_conv", "tuned_head"}
+    # the batch norms, the add and the activations went with their convs; the grouped conv stays
+    assert {n.target for n in optimized.graph.nodes if n.op == "call_module"} == \
+        {"tuned_stem", "tuned_conv", "tuned_head", "grouped", "pool"}
+    residual_call = next(n for n in optimized.graph.nodes if n.target == "tuned_conv")
+    assert [a.target for a in residual_call.args] == ["tuned_stem", "tuned_stem"]  # x and the residual
+    with torch.no_grad():
+        assert relative_l2(optimized(x), model(x)) < 1e-2
+    assert all(kernel.launches for kernel in source.loaded.values())
+    report = optimized.tuner_report
+    assert report.network_error < report.tolerance
+    lines = report.lines()
+    assert lines[0].startswith("3 of 4 convolutions replaced by tuned kernels; falling back to PyTorch: 1 no family")
+    assert any(line.startswith("  grouped: no family runs it: grouped convolution: 4 groups") for line in lines)
+
+
+def test_the_original_model_is_left_as_it_was(tmp_path):
+    model = net()
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    run(tmp_path, model)
+    assert all(torch.equal(before[name], t) for name, t in model.state_dict().items())
+    assert type(model.stem) is torch.nn.Conv2d
+
+
+@pytest.mark.parametrize("case, fallback, says", [
+    ("training", Fallback.training, "model.eval()"),
+    ("float32", Fallback.wrong_dtype, "the model runs f32; tuned for f16"),
+    ("batch 4", Fallback.other_shape, "tuned at batch 2, not 4"),
+    ("untuned head", Fallback.not_tuned, "tune.py --shape 2,8,8,16,32,3,3,1,1,1 --epilogue bias+silu"),
+])
+def test_each_fallback_says_why(tmp_path, case, fallback, says):
+    model, x, skip = net(), example(), ()
+    if case == "training":
+        model.train()
+    elif case == "float32":
+        model, x = net(torch.float32), example(torch.float32)
+    elif case == "batch 4":
+        x = torch.cat([x, x])
+    else:
+        skip = ("head",)
+    found = decisions(run(tmp_path, model, x, skip))
+    node = "head" if case == "untuned head" else "stem"
+    assert found[node].fallback is fallback and says in found[node].note, found[node].text
+
+
+def test_a_planted_wrong_kernel_falls_back_and_the_rest_stays(tmp_path):
+    model, x = net(), example()
+    layer = next(iter(__import__("yaml").safe_load((write_best(tmp_path / "r", model, SHAPE) / "best.yaml")
+                                                   .read_text())["layers"]))
+    optimized = run(tmp_path, model, x, kernel_source=CpuKernels(planted=[layer]))
+    found = decisions(optimized)
+    wrong = [d for d in found.values() if d.fallback is Fallback.wrong_result]
+    assert len(wrong) == 1 and "against eager on the example input" in wrong[0].note
+    assert sum(d.replaced for d in found.values()) == 2
+    with torch.no_grad():
+        assert relative_l2(optimized(x), model(x)) < 1e-2
+
+
+def test_a_kernel_that_cannot_be_had_falls_back(tmp_path):
+    model = net()
+    names = list(__import__("yaml").safe_load((write_best(tmp_path / "r", model, SHAPE) / "best.yaml")
+                                              .read_text())["layers"])
+    found = decisions(run(tmp_path, model, kernel_source=CpuKernels(broken=names)))
+    assert all(d.fallback in (Fallback.kernel_failed, Fallback.unsupported) for d in found.values())
+    assert "planted" in found["stem"].note
+
+
+def test_another_input_shape_runs_the_same_layers_in_pytorch(tmp_path):
+    model, x = net(), example()
+    source = CpuKernels()
+    optimized = run(tmp_path, model, x, kernel_source=source)
+    launches = sum(k.launches for k in source.loaded.values())
+    bigger = torch.randn(3, 3, 16, 16).half()
+    with torch.no_grad():
+        assert relative_l2(optimized(bigger), model(bigger)) < 1e-2
+    assert sum(k.launches for k in source.loaded.values()) == launches  # no kernel met a shape it was not built for
+
+
+def test_the_optimized_model_compiles_whole(tmp_path):
+    """torch.compile traces the custom op through its fake implementation: one graph, no break."""
+    model, x = net(), example()
+    optimized = run(tmp_path, model, x)
+    torch._dynamo.reset()
+    compiled = torch.compile(optimized, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert relative_l2(compiled(x), model(x)) < 1e-2
+
+
+@pytest.mark.parametrize("arguments, says", [
+    ((object(), torch.zeros(1)), "model must be a torch.nn.Module"),
+    (("net", torch.zeros(2, 3)), "example_input must be one 4-D tensor"),
+    (("net", "x"), "example_input must be one 4-D tensor [N, C, H, W] the model runs on, got str"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, arguments, says):
+    model, x = arguments
+    with pytest.raises(OptimizeError) as caught:
+        optimize(net() if model == "net" else model, x, gpu=SLUG, results_dir=tmp_path)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_results_of_another_gpu_are_a_one_line_error(tmp_path):
+    write_best(tmp_path / "results", net(), SHAPE)
+    with pytest.raises(OptimizeError, match="no .*best.yaml: GPUs with one are test-gpu"):
+        optimize(net(), example(), gpu="nvidia-a100", results_dir=tmp_path / "results")
+    with pytest.raises(OptimizeError, match="tune must be a whole number"):
+        optimize(net(), example(), gpu=SLUG, results_dir=tmp_path / "results", tune=-1)

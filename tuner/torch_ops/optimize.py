@@ -1,0 +1,401 @@
+"""`optimize(model, example_input)`: the model as a torch.fx GraphModule in which every Conv2d that has a tuned
+kernel, with the BatchNorm, residual add and activation the importer fuses after it, is one `TunedConv2d`
+running the custom op of tuner/torch_ops/kernels.py. Everything else stays PyTorch's. Each replaced layer is
+checked against eager on the example input before it goes in; the decisions (tuner/torch_ops/plan.py) say
+what was replaced and why the rest fell back."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from tuner.epilogue import Activation
+from tuner.families import registry
+from tuner.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
+from tuner.problem import ConvProblem, DataType
+from tuner.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
+from tuner.run import LaunchError
+from tuner.torch_import import traced_module
+from tuner.torch_ops import kernels
+from tuner.torch_ops.fold import NotFoldable, fold, kernel_filter
+from tuner.torch_ops.plan import Decision, Fallback, TunedIndex, decide, summary, with_dtype
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_TYPES = {torch.float16: DataType.f16, torch.bfloat16: DataType.bf16, torch.float32: DataType.f32}
+# Relative L2 error against eager that a replaced layer, and the whole network, may show (docs/torch.md):
+# both sides round to the output type; eager's f32 convolutions may run in TF32.
+TOLERANCE = {DataType.f16: 1e-2, DataType.bf16: 2e-2, DataType.f32: 5e-3}
+# A bounded on-the-fly tune (optimize(tune=N)) takes at most this many layers.
+MAX_TUNED_LAYERS = 32
+ACTIVATIONS = {Activation.none: None, Activation.relu: F.relu, Activation.gelu: F.gelu, Activation.silu: F.silu}
+
+
+class OptimizeError(ValueError):
+    """An argument optimize cannot work with: one line, what is wrong and how to mend it."""
+
+
+class KernelSource(Protocol):
+    """Where optimize gets a layer's kernel from: the compiled candidates (CompiledKernels), or a stand-in."""
+
+    def load(self, wanted: dict[str, tuple[BestEntry, ConvProblem]], device: torch.device) \
+            -> dict[str, kernels.Kernel | str]:
+        """For each best.yaml layer named: its kernel for the problem, or why it cannot be had."""
+
+
+class CompiledKernels:
+    """The candidate libraries the tuner validated: each best.yaml kernel through the compile cache (built
+    with the Compiler where it is missing), loaded with tuner/run.py's KernelLibrary."""
+
+    def __init__(self, folder: Path, cache_dir: Path | None = None):
+        from tuner.export import best_device
+
+        self.device = best_device(read_best(folder))
+        self.cache_dir = cache_dir
+
+    def config_for(self, name: str, entry: BestEntry):
+        """The entry's kernel, checked as export checks it."""
+        from tuner.export import checked_config
+
+        return checked_config(name, entry, self.device)
+
+    def load(self, wanted, device):
+        from tuner.compile import Compiler
+
+        configs, loaded = {}, {}
+        for name, (entry, _) in wanted.items():
+            try:
+                configs[name] = self.config_for(name, entry)
+            except ResultsError as error:
+                loaded[name] = str(error)
+        compiler = Compiler(self.device, self.cache_dir)
+        try:
+            results = dict(zip(configs, compiler.compile_many(list(configs.values()))))
+        finally:
+            compiler.close()
+        for name, result in results.items():
+            entry, problem = wanted[name]
+            if not result.ok:
+                loaded[name] = f"{result.config.name} did not build: {(result.error or '').strip()[:200]}"
+                continue
+            family = registry.family_of(result.config)
+            try:
+                loaded[name] = kernels.LoadedKernel(result.binary, problem, family.launch_args(result.config,
+                                                    entry.problem), result.config.fusion, device)
+            except (LaunchError, OSError) as error:
+                loaded[name] = str(error)
+        return loaded
+
+
+class TunedConv2d(torch.nn.Module):
+    """conv2d (+ folded batch norm) (+ residual) (+ activation) as one tuned kernel. forward(x[, residual])
+    launches it for the shape, dtype and device it was built for; any other input runs the same layer in
+    PyTorch (reference()), so the module is right for every input and fast for the tuned one."""
+
+    def __init__(self, kernel_id: int, family: str, problem: ConvProblem, kernel_channels: int,
+                 weight: torch.Tensor, scale: torch.Tensor | None, bias: torch.Tensor | None,
+                 stride: tuple, padding: tuple, dilation: tuple):
+        super().__init__()
+        self.kernel, self.family = kernel_id, family
+        self.op = kernels.op_for(family)
+        self.input_shape = (problem.n, problem.c, problem.h, problem.w)
+        self.in_channels, self.extra_channels = problem.c, kernel_channels - problem.c
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.beta = problem.epilogue.residual_scale
+        self.activation = problem.epilogue.activation.value
+        self.register_buffer("weight", weight)
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if tuple(x.shape) != self.input_shape or x.dtype != self.weight.dtype or x.device != self.weight.device:
+            return self.reference(x, residual)
+        if self.extra_channels:
+            x = F.pad(x, (0, 0, 0, 0, 0, self.extra_channels))
+        x = x.contiguous(memory_format=torch.channels_last)
+        if residual is not None:
+            residual = residual.contiguous(memory_format=torch.channels_last)
+        return self.op(x, self.weight, self.scale, self.bias, residual, self.kernel)
+
+    def reference(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The same fused layer in PyTorch, in float32 after the convolution."""
+        weight = self.weight[:, :self.in_channels].to(x.dtype)
+        y = F.conv2d(x, weight, None, self.stride, self.padding, self.dilation).float()
+        if self.scale is not None:
+            y = y * self.scale.view(1, -1, 1, 1)
+        if self.bias is not None:
+            y = y + self.bias.view(1, -1, 1, 1)
+        if residual is not None:
+            y = y + self.beta * residual.float()
+        activation = ACTIVATIONS[Activation(self.activation)]
+        return (activation(y) if activation else y).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.family} kernel {self.kernel}, input {list(self.input_shape)}"
+
+
+@dataclass(frozen=True)
+class OptimizeReport:
+    """What optimize did: one decision per conv node, and the whole network's error against eager."""
+
+    gpu: str
+    decisions: tuple[Decision, ...]
+    network_error: float | None   # relative L2 of the optimized model's output against eager; None: unchecked
+    tolerance: float
+
+    def lines(self) -> list[str]:
+        lines = [f"{summary(list(self.decisions))} (results/{self.gpu})"]
+        lines += [f"  {d.node}: {d.text}" for d in self.decisions]
+        if self.network_error is not None:
+            verdict = "within" if self.network_error <= self.tolerance else "OUTSIDE"
+            lines.append(f"network output against eager: relative L2 {self.network_error:.2e}, {verdict} "
+                         f"{self.tolerance:g}")
+        return lines
+
+
+def relative_l2(output: torch.Tensor, reference: torch.Tensor) -> float:
+    reference = reference.double()
+    norm = torch.linalg.vector_norm(reference).item()
+    error = torch.linalg.vector_norm(output.double() - reference).item()
+    if not math.isfinite(error):
+        return math.inf
+    return error / norm if norm else error
+
+
+def results_folder(results_dir: Path, gpu: str | None) -> tuple[str, Path]:
+    """results/<gpu>/ with a best.yaml: `gpu` (a slug or a tuner/gpus.py name), else this host's GPU, else
+    the only GPU with results."""
+    if gpu is None and torch.cuda.is_available():
+        from tuner.device import slugify
+
+        gpu = slugify(torch.cuda.get_device_name())
+    if gpu is None:
+        slugs = gpu_slugs(results_dir)
+        if len(slugs) != 1:
+            raise OptimizeError(f"no GPU here to pick results by: pass gpu= (one of: {', '.join(slugs) or 'none'})")
+        gpu = slugs[0]
+    slug = results_slug(results_dir, gpu)
+    try:
+        return slug, recorded_gpu_dir(results_dir, slug)
+    except ResultsError as error:
+        raise OptimizeError(str(error)) from None
+
+
+def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | None = None,
+             results_dir: Path | str = REPO / "results", cache_dir: Path | None = None, check: bool = True,
+             tune: int = 0, kernel_source: KernelSource | None = None, verbose: bool = False) -> torch.fx.GraphModule:
+    """The model with its tuned convolutions replaced (docs/torch.md). `gpu`: whose results (default this
+    host's GPU); `check`: compare each replaced layer, and the network, with eager on `example_input` (a
+    layer that disagrees falls back); `tune`: trials per layer to tune on the fly for convolutions not tuned
+    at this shape (0: never; needs the GPU, at most MAX_TUNED_LAYERS layers). The result's `tuner_report`
+    (an OptimizeReport) lists what was replaced and why the rest fell back; `verbose` prints it."""
+    if not isinstance(model, torch.nn.Module):
+        raise OptimizeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(example_input, torch.Tensor) or example_input.dim() != 4:
+        raise OptimizeError("example_input must be one 4-D tensor [N, C, H, W] the model runs on, got "
+                            + (f"shape {list(example_input.shape)}" if isinstance(example_input, torch.Tensor)
+                               else type(example_input).__name__))
+    if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
+        raise OptimizeError(f"tune must be a whole number of trials (0: never tune), got {tune!r}")
+    slug, folder = results_folder(Path(results_dir), gpu)
+    try:
+        traced = traced_module(model, example_input)
+        fused_convs = traced.fused_convs()
+    except NetworkError as error:
+        raise OptimizeError(str(error)) from None
+    graph_module = traced.graph_module
+    modules = dict(graph_module.named_modules())
+    dtype = DATA_TYPES.get(example_input.dtype)
+    decisions = plan(fused_convs, modules, dtype, model.training, TunedIndex(best_entries(folder)))
+    if tune and any(d.fallback in (Fallback.not_tuned, Fallback.other_shape) for d in decisions):
+        tune_missing([d.problem for d in decisions if d.fallback in (Fallback.not_tuned, Fallback.other_shape)],
+                     tune, Path(results_dir), slug, cache_dir)
+        decisions = plan(fused_convs, modules, dtype, model.training, TunedIndex(best_entries(folder)))
+    source = kernel_source or CompiledKernels(folder, cache_dir)
+    decisions, tuned = build_modules(fused_convs, decisions, modules, best_entries(folder), source,
+                                     example_input.device)
+    eager_output = None
+    if check and tuned:
+        decisions, eager_output = check_layers(graph_module, fused_convs, decisions, tuned, example_input)
+    rewrite(graph_module, fused_convs, decisions, tuned)
+    network_error = None
+    if check:
+        with torch.no_grad():
+            if eager_output is None:
+                eager_output = model(example_input)
+            network_error = output_error(graph_module(example_input), eager_output)
+    report = OptimizeReport(slug, tuple(decisions), network_error, TOLERANCE.get(dtype, TOLERANCE[DataType.f32]))
+    graph_module.tuner_report = report
+    if verbose:
+        print("\n".join(report.lines()), file=sys.stderr)
+    return graph_module
+
+
+def output_error(output, reference) -> float:
+    """The largest relative L2 over the tensors of two outputs of one structure."""
+    outputs = output if isinstance(output, (tuple, list)) else (output,)
+    references = reference if isinstance(reference, (tuple, list)) else (reference,)
+    return max((relative_l2(o, r) for o, r in zip(outputs, references) if isinstance(o, torch.Tensor)), default=0.0)
+
+
+def plan(fused_convs: list[FusedConv], modules: dict, dtype: DataType | None, training: bool,
+         index: TunedIndex) -> list[Decision]:
+    """plan.decide for each conv, then what only the live model tells: its mode, its dtype, and whether the
+    conv and its batch norm are modules a kernel can take the place of."""
+    decisions = []
+    for fused in fused_convs:
+        problem = conv_problem(fused.conv, fused.epilogue)
+        if isinstance(problem, ConvProblem) and dtype is not None:
+            problem = with_dtype(problem, dtype)
+        decision = decide(fused.conv.node, problem, index)
+        conv = modules.get(fused.conv.node)
+        if decision.replaced and dtype is None:
+            decision = decision.falls_back(Fallback.wrong_dtype, "the example input is no float16, bfloat16 "
+                                                                   "or float32 tensor")
+        elif decision.replaced and training:
+            decision = decision.falls_back(Fallback.training, "batch norm is folded in eval mode only and the "
+                                                              "kernels have no backward: call model.eval()")
+        elif decision.replaced and not isinstance(conv, torch.nn.Conv2d):
+            decision = decision.falls_back(Fallback.not_replaceable, "a functional conv2d: only nn.Conv2d "
+                                                                     "modules are replaced")
+        elif decision.replaced and conv.weight.dtype != TORCH_DTYPE[dtype]:
+            decision = decision.falls_back(Fallback.wrong_dtype, f"the conv's weight is {conv.weight.dtype}, its "
+                                                                 f"input {TORCH_DTYPE[dtype]}")
+        decisions.append(decision)
+    return decisions
+
+
+TORCH_DTYPE = {value: key for key, value in DATA_TYPES.items()}
+
+
+def build_modules(fused_convs, decisions, modules, entries, source: KernelSource, device):
+    """A TunedConv2d for each replaced decision; a layer whose kernel cannot be had, or whose batch norm does
+    not fold, falls back with the reason."""
+    wanted = {d.entry: (entries[d.entry], d.problem) for d in decisions if d.replaced}
+    loaded = source.load(wanted, device) if wanted else {}
+    decisions, tuned = list(decisions), {}
+    for position, (fused, decision) in enumerate(zip(fused_convs, decisions)):
+        if not decision.replaced:
+            continue
+        kernel = loaded.get(decision.entry, "not loaded")
+        if isinstance(kernel, str):
+            decisions[position] = decision.falls_back(Fallback.kernel_failed, kernel)
+            continue
+        conv = modules[fused.conv.node]
+        norm = modules.get(fused.norm) if fused.norm else None
+        fusion = getattr(kernel, "fusion", decision.problem.epilogue)
+        try:
+            folded = fold(conv, norm, fusion)
+        except NotFoldable as error:
+            decisions[position] = decision.falls_back(Fallback.not_replaceable, str(error))
+            continue
+        family = entries[decision.entry].family
+        problem = decision.problem
+        tuned[fused.conv.node] = TunedConv2d(
+            kernels.register(kernel), family, problem, kernel.kernel_channels,
+            kernel_filter(folded.weight, kernel.kernel_channels, TORCH_DTYPE[problem.filter_type]).to(device),
+            None if folded.scale is None else folded.scale.to(device),
+            None if folded.bias is None else folded.bias.to(device), conv.stride, conv.padding, conv.dilation)
+    return decisions, tuned
+
+
+def check_layers(graph_module, fused_convs, decisions, tuned, example_input):
+    """Run the model eagerly on the example input; at each replaced layer's last fused node, run its
+    TunedConv2d on the inputs eager gave that layer and compare. A layer outside the tolerance falls back."""
+    by_output = {f.output: f for f in fused_convs if f.conv.node in tuned}
+    by_conv = {f.conv.output: f for f in by_output.values()}
+    by_add = {f.add: f for f in by_output.values() if f.add}
+    tolerance = {f.conv.node: TOLERANCE[d.problem.output_type] for f, d in zip(fused_convs, decisions) if d.replaced}
+    errors: dict[str, float] = {}
+
+    class Checking(torch.fx.Interpreter):
+        def __init__(self, module):
+            super().__init__(module)
+            self.inputs: dict[str, list] = {}
+
+        def run_node(self, node):
+            if node.name in by_conv:
+                args, _ = self.fetch_args_kwargs_from_env(node)
+                self.inputs[by_conv[node.name].conv.node] = [args[0], None]
+            if node.name in by_add:
+                fused = by_add[node.name]
+                self.inputs[fused.conv.node][1] = self.env[self._residual_node(node, fused)].clone()
+            result = super().run_node(node)
+            if node.name in by_output:
+                fused = by_output[node.name]
+                x, residual = self.inputs.pop(fused.conv.node)
+                got = tuned[fused.conv.node](x, residual) if residual is not None else tuned[fused.conv.node](x)
+                errors[fused.conv.node] = relative_l2(got, result)
+            return result
+
+        @staticmethod
+        def _residual_node(node, fused):
+            return next(arg for arg in node.all_input_nodes if arg.name == fused.residual)
+
+    with torch.no_grad():
+        output = Checking(graph_module).run(example_input)
+    checked = []
+    for decision in decisions:
+        error = errors.get(decision.node)
+        if decision.replaced and (error is None or error > tolerance[decision.node]):
+            note = "not reached on the example input" if error is None else \
+                f"relative L2 {error:.2e} against eager on the example input, above {tolerance[decision.node]:g}"
+            decision = decision.falls_back(Fallback.wrong_result, note)
+            tuned.pop(decision.node, None)
+        elif decision.replaced:
+            decision = replace(decision, note=", ".join(filter(None, [decision.note, f"error {error:.1e}"])))
+        checked.append(decision)
+    return checked, output
+
+
+def rewrite(graph_module, fused_convs, decisions, tuned) -> None:
+    """Each replaced layer's nodes (conv, batch norm, add, activation) become one call of its TunedConv2d,
+    placed after the last of them; the nodes nothing uses any more go, and so do their modules."""
+    graph = graph_module.graph
+    nodes = {node.name: node for node in graph.nodes}
+    for fused, decision in zip(fused_convs, decisions):
+        if not decision.replaced or fused.conv.node not in tuned:
+            continue
+        target = "tuned_" + fused.conv.node.replace(".", "_")
+        graph_module.add_submodule(target, tuned[fused.conv.node])
+        conv_node, last = nodes[fused.conv.output], nodes[fused.output]
+        arguments = [conv_node.args[0]]
+        if fused.add:
+            chain = {nodes[name] for name in (fused.conv.output, fused.norm) if name}
+            arguments.append(next(arg for arg in nodes[fused.add].all_input_nodes if arg not in chain))
+        with graph.inserting_after(last):
+            call = graph.call_module(target, tuple(arguments))
+        last.replace_all_uses_with(call)
+        for name in reversed((fused.conv.output, *fused.fused_ops)):
+            if not nodes[name].users:
+                graph.erase_node(nodes[name])
+    graph.lint()
+    graph_module.recompile()
+    graph_module.delete_all_unused_submodules()
+
+
+def tune_missing(problems: list[ConvProblem], trials: int, results_dir: Path, slug: str,
+                 cache_dir: Path | None) -> None:
+    """A bounded on-the-fly tune: the distinct problems (at most MAX_TUNED_LAYERS) through `tune.py` with
+    `trials` candidates each and no profiling, into the same results folder."""
+    distinct = list(dict.fromkeys(problems))[:MAX_TUNED_LAYERS]
+    with tempfile.TemporaryDirectory(prefix="tuner-torch-") as scratch:
+        layers = Path(scratch) / "layers.yaml"
+        lines = [LAYERS_DEFAULTS, "layers:"]
+        lines += [layer_entry(f"torch_{index}_b{problem.n}", problem) for index, problem in enumerate(distinct)]
+        layers.write_text("\n".join(lines) + "\n")
+        command = [sys.executable, str(REPO / "tune.py"), "--layers-file", str(layers), "--layers", "*",
+                   "--trials", str(trials), "--no-ncu", "--top", "2", "--confirm-rounds", "1",
+                   "--results-dir", str(results_dir)]
+        if cache_dir is not None:
+            command += ["--cache-dir", str(cache_dir)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+            raise OptimizeError(f"the on-the-fly tune failed: {tail[0]}")
