@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tune.py report",
         description="A network's convolution time, tuned against cuDNN (convolutions alone) and against "
                     "PyTorch eager and torch.compile (with the epilogues the network applies): per layer and "
-                    "total, count x µs from results/<gpu>/bench.yaml's one run. Needs no GPU.")
+                    "total, count x µs from results/<gpu>/bench.yaml's one run; then the network's coverage, its "
+                    "convolutions and FLOPs tuned, tunable and not tunable (with the reasons). Needs no GPU.")
     add_network_arguments(parser)
     parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/gpus.py (h100); "
                                       "default: the only one with a best.yaml")
