@@ -80,7 +80,7 @@ def strip_literals(line: str) -> tuple[str, list[str]]:
     return "".join(code), literals
 
 
-ROW = re.compile(r"^    \{S, (-?\d+, ){11}S, (-?\d+, ){6}\d+\.\d{3}, S, S, S, (true|false), (true|false), (true|false), "
+ROW = re.compile(r"^    \{S, (-?\d+, ){15}S, (-?\d+, ){6}\d+\.\d{3}, S, S, S, (true|false), (true|false), (true|false), "
                  r"-?\d+\.\d+(e-?\d+)?, S, S, \d\.\d{3}e-\d\d\},$")
 
 
@@ -148,11 +148,23 @@ def test_one_row_per_layer_with_its_family(header):
 def test_rows_carry_the_launch_arguments(header):
     rows = {strip_literals(row)[1][0]: strip_literals(row)[0] for row in rows_of(header)}
     numbers = {layer: [int(n) for n in re.findall(r"(?<![\d.e+-])-?\d+(?![\d.])", code)] for layer, code in rows.items()}
-    # n h w c k r s pad stride dilation kernel_c | split_k raster swizzle | tile m n k
-    assert numbers["layer_sm80"] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
-    assert numbers["layer-sm90-conv"] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
-    assert numbers["layer.sm90.gemm"] == [32, 28, 28, 20, 128, 1, 1, 0, 1, 1, 24, 2, 2, 4, 256, 128, 64]
-    assert numbers["stem"] == [32, 224, 224, 3, 64, 7, 7, 3, 2, 1, 3, 1, 0, 1, 128, 64, 16]  # the fold pads C
+    # n h w c k r s | pad stride dilation, each (h, w) | groups kernel_c | split_k raster swizzle | tile m n k
+    assert numbers["layer_sm80"] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
+    assert numbers["layer-sm90-conv"] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
+    assert numbers["layer.sm90.gemm"] == [32, 28, 28, 20, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 24, 2, 2, 4, 256, 128, 64]
+    assert numbers["stem"] == [32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, 1, 0, 1, 128, 64, 16]  # fold pads C
+
+
+def test_a_per_axis_layer_carries_each_axis_in_its_row():
+    wide = ConvProblem(n=8, h=17, w=17, c=64, k=64, r=1, s=7, pad_h=0, pad_w=3, stride_h=1, stride_w=2)
+    config = make_config(wide, "sm80", PARAMS["sm80"])
+    layer = {"problem": problem_to_dict(wide), "family": "sm80", "params": config.search_params,
+             "kernel": config.name, "runtime_us": 1.0, "date": "2025-06-01"}
+    [row] = rows_of(render_header(document(inception_1x7=layer)))
+    code, _ = strip_literals(row)
+    numbers = [int(n) for n in re.findall(r"(?<![\d.e+-])-?\d+(?![\d.])", code)]
+    # n h w c k r s | pad_h pad_w stride_h stride_w dilation_h dilation_w | groups kernel_c
+    assert numbers[:15] == [8, 17, 17, 64, 64, 1, 7, 0, 3, 1, 2, 1, 1, 1, 64]
 
 
 def test_for_each_layer_macro(header):

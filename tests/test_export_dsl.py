@@ -65,7 +65,7 @@ def test_a_dsl_layer_gets_a_table_a_kernel_type_and_a_runner(header):
     assert header.count("class DslRunner {") == 1 and header.count("struct TunerDslEntryPoints {") == 1
     assert 'constexpr char kDslLibrary[] = "dsl/libtuned_dsl.a";' in header
     assert 'constexpr char kDslVersion[] = "4.8.1";' in header
-    assert "constexpr int kDslAbiVersion = 4;" in header
+    assert "constexpr int kDslAbiVersion = 5;" in header
     assert '#include "cuda_runtime.h"' in header and "$" not in header
 
 
@@ -74,7 +74,8 @@ def test_dsl_layers_are_in_the_table_and_the_for_each_macro(header):
     row = next(line for line in header.splitlines() if line.startswith('    {"dsl-layer", '))
     code, literals = strip_literals(row)
     assert literals[:2] == ["dsl-layer", "sm90_dsl"]
-    assert "2, 16, 16, 64, 64, 3, 3, 1, 1, 1, 64" in code  # the problem and the kernel's channels
+    # the problem (pad, stride, dilation per axis; groups) and the kernel's channels
+    assert "2, 16, 16, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64" in code
 
 
 def test_a_header_without_dsl_layers_has_none_of_it():
@@ -245,7 +246,7 @@ TEST_PROGRAM = r"""
 namespace tuned = cutlass_conv_tuner::nvidia_h100_80gb_hbm3;
 int main() {
   const tuned::TunedLayer &layer = *tuned::find_layer("dsl-layer");
-  int32_t a[16];
+  int32_t a[tuned::kTunerProblemFields];
   tuned::problem_array(layer, a);
   tuned::TunerProblem problem(a);
   using Runner = tuned::dsl_layer_runner;

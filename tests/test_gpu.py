@@ -80,7 +80,7 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     """The kernel is handed dilation 2 (pad 2 keeps the 32x32 output): every output is written, with
     the wrong pixels. Validation must reject it; the same kernel on the true problem passes."""
     library = compiled[make_config(CONV_1, SMALL_PARAMS)].binary
-    wrong = dataclasses.replace(CONV_1, dilation=2, pad=2)
+    wrong = dataclasses.replace(CONV_1, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)
     assert (wrong.p, wrong.q) == (CONV_1.p, CONV_1.q)
     rejected = worker.request(evaluate_request(library, wrong))
     assert rejected["status"] == Status.wrong_result.value
@@ -91,7 +91,7 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
 
 def test_planted_wrong_stride_leaves_outputs_unwritten(compiled, worker):
     library = compiled[make_config(CONV_1, SMALL_PARAMS)].binary
-    rejected = worker.request(evaluate_request(library, dataclasses.replace(CONV_1, stride=2)))
+    rejected = worker.request(evaluate_request(library, dataclasses.replace(CONV_1, stride_h=2, stride_w=2)))
     assert rejected["status"] == Status.wrong_result.value
     assert "NaN" in rejected["reason"]
 
@@ -234,7 +234,7 @@ def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker)
     problem, config = sm90_config(case)
     launch = registry.family_of(config).launch_args(config, problem)
     if config.family == "sm90_conv":
-        wrong = dataclasses.replace(problem, dilation=2, pad=2)
+        wrong = dataclasses.replace(problem, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)
         assert (wrong.p, wrong.q) == (problem.p, problem.q)
     else:
         wrong = dataclasses.replace(problem, n=1)

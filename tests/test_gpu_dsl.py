@@ -105,7 +105,7 @@ CASES = {
     "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
                             {**BASE, "tile_q": 0, "split_k": 2}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
-    "conv_dilated": (dataclasses.replace(CONV, dilation=2, pad=2), BASE),
+    "conv_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), BASE),
     # C < 8 (the stems): the producer warpgroup gathers A and B with K over (r, s, c); all but the first with more
     # tiles (144 to 392) than the 132 CTAs, so that CTAs run two or more and the pipeline's stages wrap
     "stem_gather_7x7_s2": (STEM, {**BASE, "tile": "128x64x32", "tile_q": 0}),
@@ -119,7 +119,7 @@ CASES = {
     "stem_gather_k40_c4": (ConvProblem(n=2, h=96, w=96, c=4, k=40, r=3, s=3, pad=1), {**BASE, "tile": "128x64x32",
                                                                                    "tile_q": 0}),
     # the planted wrong gathering kernel: STEM with dilation 2 and pad 6 (the same 32x32 output, other pixels)
-    "stem_gather_dilated": (dataclasses.replace(STEM, dilation=2, pad=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
+    "stem_gather_dilated": (dataclasses.replace(STEM, dilation_h=2, dilation_w=2, pad_h=6, pad_w=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
 }
 
 

@@ -51,7 +51,7 @@ LAYERS = {
     "sm90_dsl_stem": ("sm90_dsl", STEM, {**SM90_DSL, "tile": "128x64x32", "tile_q": 0}),  # C=3: gathered
     # the planted wrong kernel of sm90_dsl, whose extents are compiled in: built for dilation 2 (pad 2 keeps the
     # output's size), run on CONV
-    "sm90_dsl_dilated": ("sm90_dsl", dataclasses.replace(CONV, dilation=2, pad=2), SM90_DSL),
+    "sm90_dsl_dilated": ("sm90_dsl", dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), SM90_DSL),
 }
 DTYPES = ("bf16", "tf32")
 # sm90_dsl runs 16-bit types only (it refuses TF32 with the reason)
@@ -121,7 +121,7 @@ def test_planted_wrong_bf16_kernel_fails_validation(case, kernel, compiled, work
     if (kernel, "bf16") not in compiled:
         pytest.skip(f"{LAYERS[kernel][0]} does not run here")
     problem, _ = case_config(case, "bf16")
-    wrong = dataclasses.replace(problem, dilation=2, pad=2)
+    wrong = dataclasses.replace(problem, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)
     assert (wrong.p, wrong.q) == (problem.p, problem.q)
     rejected = worker.request(request(compiled[kernel, "bf16"], problem, wrong))
     assert rejected["status"] == Status.wrong_result.value, rejected

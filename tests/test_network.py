@@ -65,11 +65,52 @@ def test_a_block_becomes_layers_with_their_epilogues(tmp_path):
     network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
     by_node = {layer.nodes[0]: layer for layer in network.layers}
     a, b, c = by_node["conv_a"].problem, by_node["conv_b"].problem, by_node["conv_c"].problem
-    assert (a.n, a.c, a.h, a.w, a.k, a.r, a.s, a.pad, a.stride) == (8, 16, 16, 16, 16, 3, 3, 1, 1)
+    assert (a.n, a.c, a.h, a.w, a.k, a.r, a.s, a.pads, a.strides) == (8, 16, 16, 16, 16, 3, 3, (1, 1), (1, 1))
     assert a.epilogue.key == "scale+bias+relu"
     assert b.epilogue.key == "scale+bias+residual+relu"
     assert c.epilogue.key == "bias+relu"
-    assert [(u.node, "grouped (4 groups)" in u.reason) for u in network.unsupported] == [("conv_d", True)]
+    assert [(u.node, "grouped convolution: 4 groups" in u.reason) for u in network.unsupported] == [("conv_d", True)]
+
+
+def inception_branch(path: Path) -> Path:
+    """x (16 channels, 16x16) -> 1x7 (pads 0, 3) -> 7x1 (pads 3, 0, BN, ReLU) -> a 3x3 padded on the top and
+    left only (pads 1, 1, 0, 0, stride 2) -> a grouped 3x3."""
+    bn_b, init_b = bn("bn_b", "b", "b_bn", 16)
+    nodes = [conv("conv_1x7", "x", "wa", "a", pads=(0, 3, 0, 3)),
+             conv("conv_7x1", "a", "wb", "b", pads=(3, 0, 3, 0)), bn_b,
+             helper.make_node("Relu", ["b_bn"], ["b_r"], name="relu_b"),
+             conv("one_sided", "b_r", "wc", "c", pads=(1, 1, 0, 0), strides=(2, 2)),
+             conv("grouped", "c", "wd", "out", group=4)]
+    inits = [weight("wa", 16, 16, 1, 7), weight("wb", 16, 16, 7, 1), weight("wc", 16, 16, 3, 3),
+             weight("wd", 16, 4, 3, 3), *init_b]
+    return save(path, nodes, inits)
+
+
+def test_per_axis_convs_are_layers_and_one_sided_pads_and_groups_are_listed(tmp_path):
+    network = from_onnx(inception_branch(tmp_path / "branch.onnx"), batch=4)
+    by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
+    assert set(by_node) == {"conv_1x7", "conv_7x1"}
+    wide, tall = by_node["conv_1x7"], by_node["conv_7x1"]
+    assert (wide.r, wide.s, wide.pads, wide.p, wide.q) == (1, 7, (0, 3), 16, 16)
+    assert (tall.r, tall.s, tall.pads, tall.epilogue.key) == (7, 1, (3, 0), "scale+bias+relu")
+    assert wide.key == "n4h16w16c16k16r1s7p0x3u1d1"
+    unsupported = {item.node: item for item in network.unsupported}
+    assert set(unsupported) == {"one_sided", "grouped"}
+    assert unsupported["one_sided"].reason.startswith("one-sided padding: pads [top, left, bottom, right] = [1, 1, 0, 0]")
+    assert unsupported["grouped"].reason == "grouped convolution: 4 groups; no family runs grouped convolutions yet"
+    # (16 + 1 - 3) // 2 + 1 = 8 rows and columns; the grouped conv sees 8x8 with pad 1, 4 channels a group
+    assert unsupported["one_sided"].flops == 2 * 4 * 8 * 8 * 16 * 16 * 9
+    assert unsupported["grouped"].flops == 2 * 4 * 8 * 8 * 16 * 4 * 9
+
+
+def test_written_per_axis_layers_read_back_as_they_were(tmp_path):
+    network = from_onnx(inception_branch(tmp_path / "branch.onnx"), batch=4)
+    write_layers(network, tmp_path / "layers.yaml")
+    text = (tmp_path / "layers.yaml").read_text()
+    assert "r: 1, s: 7, pad_h: 0, pad_w: 3, stride: 1, dilation: 1}" in text
+    assert "# not tuned: one_sided: one-sided padding" in text
+    table = load_layers(tmp_path / "layers.yaml")
+    assert {name: layer.problem for name, layer in table.items()} == {l.name: l.problem for l in network.layers}
 
 
 def test_identical_problems_are_tuned_once_with_their_count_and_nodes(tmp_path):
@@ -90,8 +131,8 @@ def test_written_layers_are_a_table_the_tool_reads_as_it_is(tmp_path):
     network = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8)
     write_layers(network, tmp_path / "layers.yaml")
     table = load_layers(tmp_path / "layers.yaml")
-    assert {name: layer.problem for name, layer in table.items()} == {layer.name: layer.problem for layer in network.layers}
-    assert "# not tuned: conv_d: grouped (4 groups)" in (tmp_path / "layers.yaml").read_text()
+    assert {name: layer.problem for name, layer in table.items()} == {l.name: l.problem for l in network.layers}
+    assert "# not tuned: conv_d: grouped convolution: 4 groups" in (tmp_path / "layers.yaml").read_text()
 
 
 @pytest.mark.parametrize("make, says", [
@@ -130,7 +171,7 @@ def test_list_layers_of_a_model_on_the_command_line(tmp_path):
     result = tune("--onnx", str(model), "--batch", "8", "--list-layers", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "conv_a" in result.stdout and "scale+bias+residual+relu" in result.stdout
-    assert "not tuned: conv_d: grouped (4 groups)" in result.stdout
+    assert "not tuned: conv_d: grouped convolution: 4 groups" in result.stdout
     written = tmp_path / "net.yaml"
     result = tune("--onnx", str(model), "--batch", "8", "--write-layers", str(written), tmp_path=tmp_path)
     assert result.returncode == 0 and len(load_layers(written)) == 3
@@ -158,7 +199,7 @@ def test_silu_as_exported_and_an_unfusable_tail(tmp_path):
     network = from_onnx(save(tmp_path / "silu.onnx", nodes, [weight("w1", 16, 16, 3, 3), weight("w2", 16, 16, 3, 3)]),
                         batch=2)
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
-    assert by_node["c1"].epilogue.key == "silu" and by_node["c2"].stride == 2 and not by_node["c2"].epilogue.fused
+    assert by_node["c1"].epilogue.key == "silu" and by_node["c2"].strides == (2, 2) and not by_node["c2"].epilogue.fused
     assert network.not_fused == ("c2 -> Clip",)
 
 

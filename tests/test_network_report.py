@@ -147,3 +147,81 @@ def test_a_problem_tuned_under_two_names_is_reported_from_the_one_the_run_timed(
     [report_0, *_] = layer_reports(network, folder)
     assert report_0.conv_alone is not None and report_0.conv_alone.entry == "suite_name"
     assert (report_0.conv_alone.tuned_us, report_0.conv_alone.baseline_us) == (3.0, 4.0)
+
+
+# --- coverage ----------------------------------------------------------------------------------------
+
+def test_coverage_counts_convolutions_and_flops_tuned_tunable_and_not_with_a_total(tmp_path):
+    from test_network import inception_branch
+    from tuner.network_report import NOT_TUNABLE, TOTAL, TUNABLE, TUNED, coverage
+
+    network = from_onnx(inception_branch(tmp_path / "branch.onnx"), batch=4)
+    wide, tall = (next(layer.problem for layer in network.layers if layer.nodes == (node,))
+                  for node in ("conv_1x7", "conv_7x1"))
+    one_sided, grouped = (next(item for item in network.unsupported if item.node == node)
+                          for node in ("one_sided", "grouped"))
+    rows = coverage(network, {wide, replace(tall, epilogue=Epilogue())})  # the 7x1 tuned bare only, not as run
+    assert [(row.state, row.reason, row.convolutions, row.flops) for row in rows] == [
+        (TUNED, None, 1, wide.flops),
+        (TUNABLE, None, 1, tall.flops),
+        (NOT_TUNABLE, "one-sided padding", 1, one_sided.flops),
+        (NOT_TUNABLE, "grouped convolution", 1, grouped.flops),
+        (TOTAL, None, 4, wide.flops + tall.flops + one_sided.flops + grouped.flops)]
+    assert wide.flops == tall.flops == 2 * 4 * 16 * 16 * 16 * 16 * 7
+    untuned = coverage(network)  # no GPU named: no tuned row
+    assert [row.state for row in untuned] == [TUNABLE, NOT_TUNABLE, NOT_TUNABLE, TOTAL]
+    assert untuned[0].flops == wide.flops + tall.flops and untuned[-1] == rows[-1]
+
+
+def test_coverage_counts_a_conv_of_unknown_size_without_its_flops(tmp_path):
+    from tuner.network import ConvFacts, ImportedLayer, Network, Unsupported, conv_flops
+    from tuner.network_report import coverage
+
+    transposed = ConvFacts("up", "y", (1, 16, 8, 8), (16, 16, 2, 2), unsupported="a transposed convolution: no")
+    assert conv_flops(transposed) is None
+    problem = from_onnx(resnet_block(tmp_path / "block.onnx"), batch=8).layers[0].problem
+    network = Network((ImportedLayer("a", problem, ("n1", "n2")),),
+                      (Unsupported("up", transposed.unsupported, conv_flops(transposed)),), ())
+    rows = coverage(network)
+    assert (rows[0].convolutions, rows[0].flops) == (2, 2 * problem.flops)
+    assert (rows[1].reason, rows[1].convolutions, rows[1].flops, rows[1].flops_unknown) == (
+        "a transposed convolution", 1, 0, 1)
+    assert (rows[-1].convolutions, rows[-1].flops, rows[-1].flops_unknown) == (3, 2 * problem.flops, 1)
+
+
+def test_report_json_and_table_carry_the_coverage(tmp_path):
+    import json
+
+    from test_network import inception_branch
+
+    model = inception_branch(tmp_path / "branch.onnx")
+    network = from_onnx(model, batch=4)
+    results(tmp_path, network, lambda name: None)  # both layers tuned, bare and fused; nothing timed
+    args = ("--onnx", str(model), "--batch", "4", "--results-dir", str(tmp_path / "results"))
+    document = json.loads(report(*args, "--json", tmp_path=tmp_path).stdout)
+    states = [(row["state"], row["reason"], row["convolutions"]) for row in document["coverage"]]
+    assert states == [("tuned", None, 2), ("tunable", None, 0), ("not tunable", "one-sided padding", 1),
+                      ("not tunable", "grouped convolution", 1), ("total", None, 4)]
+    total = document["coverage"][-1]
+    assert total["share_of_flops"] == 1.0 and total["gflop"] == round(total["flops"] / 1e9, 6)
+    assert sum(row["flops"] for row in document["coverage"][:-1]) == total["flops"]
+    table = report(*args, tmp_path=tmp_path)
+    assert table.returncode == 0, table.stderr
+    coverage_lines = table.stdout[table.stdout.index("coverage"):]
+    assert "one-sided padding" in coverage_lines and "grouped convolution" in coverage_lines
+    assert "100.0%" in coverage_lines
+
+
+def test_list_layers_of_a_network_carries_its_coverage(tmp_path):
+    import json
+
+    from test_network import inception_branch, tune
+
+    model = inception_branch(tmp_path / "branch.onnx")
+    result = tune("--onnx", str(model), "--batch", "4", "--list-layers", "--json", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    coverage = json.loads(result.stdout)["coverage"]
+    assert [(row["state"], row["convolutions"]) for row in coverage] == [
+        ("tunable", 2), ("not tunable", 1), ("not tunable", 1), ("total", 4)]
+    table = tune("--onnx", str(model), "--batch", "4", "--list-layers", tmp_path=tmp_path)
+    assert "coverage" in table.stdout and "one-sided padding" in table.stdout and "total" in table.stdout

@@ -124,11 +124,12 @@ def test_table_holds_every_resnet50_conv_at_batch(layers, batch):
     at_batch = {name: layer.problem for name, layer in layers.items()
                 if name.endswith(f"_b{batch}") and not layer.problem.epilogue.fused}
     assert len(at_batch) == 23
-    shapes = {(p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride) for p in at_batch.values()}
+    assert not any(p.per_axis for p in at_batch.values())
+    shapes = {(p.h, p.w, p.c, p.k, p.r, p.s, p.pad_h, p.stride_h) for p in at_batch.values()}
     assert shapes == expected
     for name, p in at_batch.items():
         assert name.startswith("r50_")
-        assert p.n == batch and p.dilation == 1, name
+        assert p.n == batch and p.dilations == (1, 1), name
         assert p.dtype_key == "f16_f16_f16_f32", name
 
 
@@ -155,7 +156,7 @@ def test_r50_stem_and_stage4_values(layers):
 def test_parse_shape_seven_numbers_takes_defaults():
     problem = parse_shape("1,32,32,32,32,3,3")
     assert problem == ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3)
-    assert (problem.pad, problem.stride, problem.dilation) == (0, 1, 1)
+    assert (problem.pads, problem.strides, problem.dilations, problem.groups) == ((0, 0), (1, 1), (1, 1), 1)
     assert problem.dtype_key == "f16_f16_f16_f32"
 
 
@@ -167,7 +168,7 @@ def test_parse_shape_all_ten_numbers_with_spaces():
 
 def test_parse_shape_with_dtypes():
     problem = parse_shape("1,32,32,32,32,3,3,1", {"output_type": DataType.f32})
-    assert problem.output_type is DataType.f32 and problem.pad == 1
+    assert problem.output_type is DataType.f32 and problem.pads == (1, 1)
 
 
 @pytest.mark.parametrize(
@@ -207,8 +208,8 @@ def test_load_layers_minimal_table_applies_defaults(tmp_path):
     path = write(tmp_path, f"defaults: {{pad: 1, output_type: f32}}\nlayers:\n  a: {GOOD}\n  b: {{n: 2, h: 8, w: 8, c: 4, k: 4, r: 1, s: 1, pad: 0}}\n")
     layers = load_layers(path)
     assert list(layers) == ["a", "b"]
-    assert layers["a"].problem.pad == 1 and layers["a"].problem.output_type is DataType.f32
-    assert layers["b"].problem.pad == 0 and layers["b"].problem.n == 2
+    assert layers["a"].problem.pads == (1, 1) and layers["a"].problem.output_type is DataType.f32
+    assert layers["b"].problem.pads == (0, 0) and layers["b"].problem.n == 2
 
 
 @pytest.mark.parametrize(
@@ -391,6 +392,164 @@ def test_a_layer_table_takes_each_type(tmp_path):
     layers = load_layers(path)
     assert layers["a"].problem.dtype_key == "bf16_bf16_bf16_f32"
     assert layers["b"].problem.dtype_key == "tf32_tf32_f32_f32"
+
+
+# --- per-axis problems and groups ----------------------------------------------------------------
+
+INCEPTION_1X7 = ConvProblem(n=32, h=17, w=17, c=128, k=128, r=1, s=7, pad_h=0, pad_w=3)
+
+
+def test_per_axis_output_size_and_arithmetic():
+    tall = ConvProblem(n=1, h=17, w=20, c=8, k=8, r=7, s=1, pad_h=3, pad_w=0, stride_h=1, stride_w=2)
+    assert (tall.p, tall.q) == (17, 10) and tall.per_axis
+    assert tall.gemm_mnk == (17 * 10, 8, 8 * 7)
+    assert (INCEPTION_1X7.p, INCEPTION_1X7.q) == (17, 17)
+    dilated = ConvProblem(n=1, h=10, w=10, c=8, k=8, r=3, s=3, dilation_h=2, dilation_w=1)
+    assert (dilated.p, dilated.q) == (6, 8)
+    # a stride wider than the window along one axis only skips pixels along that axis
+    skip = ConvProblem(n=1, h=8, w=8, c=4, k=4, r=1, s=1, stride_h=2, stride_w=1)
+    assert skip.touched_input_elements == 4 * 8 * 4
+
+
+def test_symmetric_keywords_set_both_axes_and_equal_the_long_form():
+    assert ConvProblem(n=1, h=8, w=8, c=4, k=4, r=3, s=3, pad=1, stride=2, dilation=1) == ConvProblem(
+        n=1, h=8, w=8, c=4, k=4, r=3, s=3, pad_h=1, pad_w=1, stride_h=2, stride_w=2, dilation_h=1, dilation_w=1)
+    one_axis = ConvProblem(n=1, h=8, w=8, c=4, k=4, r=3, s=3, pad_w=1)  # the other keeps the default
+    assert one_axis.pads == (0, 1) and one_axis.per_axis
+    assert not ConvProblem(n=1, h=8, w=8, c=4, k=4, r=3, s=3, pad=1).per_axis
+
+
+@pytest.mark.parametrize("fields, word", [
+    (dict(pad=1, pad_w=2), "give pad (both axes) or pad_h/pad_w, not both"),
+    (dict(stride_h=0), "stride_h=0"),
+    (dict(dilation_w=0), "dilation_w=0"),
+    (dict(pad_h=-1), "pad_h=-1"),
+    (dict(groups=0), "groups=0"),
+    (dict(groups=3), "groups=3 must divide both C=6 and K=4"),
+    (dict(r=1, s=9, pad_w=1), "pad 0x1 (height x width)"),  # 9 columns do not fit 6 padded by 1
+])
+def test_impossible_per_axis_problems_are_refused(fields, word):
+    with pytest.raises(ProblemError) as error:
+        ConvProblem(**{**dict(n=1, h=6, w=6, c=6, k=4, r=3, s=3), **fields})
+    assert word in one_line(error)
+
+
+def test_replacing_the_symmetric_keyword_says_which_fields_to_replace():
+    with pytest.raises(ProblemError, match="replace those"):
+        dataclasses.replace(INCEPTION_1X7, stride=2)
+    assert dataclasses.replace(INCEPTION_1X7, stride_h=2, stride_w=2).strides == (2, 2)
+
+
+def test_groups_divide_the_filter_and_the_work():
+    grouped = ConvProblem(n=1, h=8, w=8, c=64, k=128, r=3, s=3, pad=1, groups=32)
+    assert grouped.channels_per_group == 2
+    assert grouped.gemm_mnk == (64, 128, 2 * 9)
+    assert grouped.flops == 2 * 64 * 128 * 18
+    assert grouped.filter_elements == 128 * 9 * 2
+    depthwise = ConvProblem(n=1, h=8, w=8, c=16, k=16, r=3, s=3, pad=1, groups=16)
+    assert depthwise.flops == 2 * 64 * 16 * 9
+
+
+def test_keys_of_symmetric_problems_are_as_before_and_the_rest_carry_what_differs(conv_1):
+    assert conv_1.key == "n1h32w32c32k32r3s3p1u1d1"
+    assert ConvProblem(n=1, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2).key == "n1h224w224c3k64r7s7p3u2d1"
+    assert INCEPTION_1X7.key == "n32h17w17c128k128r1s7p0x3u1d1"
+    strided = ConvProblem(n=1, h=9, w=9, c=8, k=8, r=3, s=3, pad=1, stride_h=2, stride_w=1, dilation_h=1, dilation_w=2)
+    assert strided.key == "n1h9w9c8k8r3s3p1u2x1d1x2"
+    assert ConvProblem(n=1, h=8, w=8, c=64, k=64, r=3, s=3, pad=1, groups=64).key == "n1h8w8c64k64r3s3p1u1d1g64"
+
+
+def test_old_dicts_read_back_unchanged_and_per_axis_dicts_carry_only_what_differs(conv_1):
+    old = {"n": 1, "h": 32, "w": 32, "c": 32, "k": 32, "r": 3, "s": 3, "pad": 1, "stride": 1, "dilation": 1,
+           "input_type": "f16", "filter_type": "f16", "output_type": "f32", "accumulator_type": "f32"}
+    assert problem_from_dict(old) == conv_1
+    assert problem_to_dict(conv_1) == old and list(problem_to_dict(conv_1)) == list(old)  # same keys, same order
+    values = problem_to_dict(INCEPTION_1X7)
+    assert (values["pad_h"], values["pad_w"], values["stride"], values["dilation"]) == (0, 3, 1, 1)
+    assert "pad" not in values and "groups" not in values
+    grouped = ConvProblem(n=1, h=8, w=8, c=64, k=64, r=3, s=3, pad=1, groups=8)
+    assert problem_to_dict(grouped)["groups"] == 8
+    for problem in (INCEPTION_1X7, grouped):
+        assert problem_from_dict(problem_to_dict(problem)) == problem
+
+
+def test_the_committed_best_yaml_entries_read_back_unchanged_under_their_study_keys():
+    """Every committed result: its problem's dict form is the stored one, byte for byte, and its key is the
+    shape part of the study name it was tuned under."""
+    from tuner.study import problem_of_study
+    from tuner.yamlfile import read_yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    checked = 0
+    for path in sorted((repo / "results").glob("*/best.yaml")):
+        for name, entry in read_yaml(path, "best.yaml")["layers"].items():
+            problem = problem_from_dict(entry["problem"])
+            assert problem_to_dict(problem) == entry["problem"], name
+            assert problem_of_study(entry["study"]["name"])[1] == problem.key, name
+            checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("text, fields", [
+    ("32,17,17,128,128,1,7,0,3,1,1,1,1", dict(pad_h=0, pad_w=3)),
+    ("1,9,9,8,8,3,3,1,1,2,1,1,2", dict(pad=1, stride_h=2, stride_w=1, dilation_h=1, dilation_w=2)),
+    ("1,8,8,64,64,3,3,1,1,1,1,1,1,32", dict(pad=1, groups=32)),
+])
+def test_parse_shape_long_form(text, fields):
+    n, h, w, c, k, r, s = (int(v) for v in text.split(",")[:7])
+    expected = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, **fields)
+    assert parse_shape(text) == expected
+    assert parse_shape(expected.shape_arg) == expected
+    assert expected.shape_arg == text  # per axis or grouped: the long form
+
+
+@pytest.mark.parametrize("text, word", [
+    ("1,32,32,32,32,3,3,1,1,1,1,1", "12 numbers; give N,H,W,C,K,R,S[,pad,stride,dilation] (7 to 10 numbers) or "
+                                    "N,H,W,C,K,R,S,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w[,groups]"),
+    ("1,32,32,32,32,3,3,1,1,1,1,1,1,1,1", "15 numbers"),
+    ("1,32,32,32,32,1,7,0,-3,1,1,1,1", "pad_w=-3"),
+    ("1,32,32,30,32,3,3,1,1,1,1,1,1,4", "groups=4 must divide"),
+])
+def test_parse_shape_long_form_refuses(text, word):
+    with pytest.raises(ProblemError) as error:
+        parse_shape(text)
+    assert word in one_line(error)
+
+
+def test_layer_tables_take_the_per_axis_fields_and_groups(tmp_path):
+    path = write(tmp_path, "defaults: {pad: 1, stride: 1}\nlayers:\n"
+                           "  a: {n: 1, h: 17, w: 17, c: 8, k: 8, r: 1, s: 7, pad_h: 0, pad_w: 3}\n"
+                           "  b: {n: 1, h: 17, w: 17, c: 8, k: 8, r: 7, s: 1, pad_w: 0}\n"
+                           "  c: {n: 1, h: 17, w: 17, c: 8, k: 8, r: 3, s: 3, stride_h: 2, groups: 4}\n"
+                           "  d: {n: 1, h: 17, w: 17, c: 8, k: 8, r: 3, s: 3}\n")
+    layers = load_layers(path)
+    assert layers["a"].problem == ConvProblem(n=1, h=17, w=17, c=8, k=8, r=1, s=7, pad_h=0, pad_w=3)
+    assert layers["b"].problem.pads == (1, 0)  # pad_h from the defaults' pad
+    assert (layers["c"].problem.strides, layers["c"].problem.groups) == ((2, 1), 4)
+    assert layers["d"].problem.pads == (1, 1) and not layers["d"].problem.per_axis
+
+
+@pytest.mark.parametrize("text, words", [
+    ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, pad: 1, pad_w: 0}\n",
+     ["'a'", "give pad (both axes) or pad_h/pad_w, not both"]),
+    ("defaults: {stride: 1, stride_h: 2}\nlayers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3}\n",
+     ["'a'", "give stride (both axes) or stride_h/stride_w, not both"]),
+    ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, dilation_w: x}\n", ["'a'", "dilation_w must be a whole"]),
+    ("layers:\n  a: {n: 1, h: 8, w: 8, c: 4, k: 4, r: 3, s: 3, groups: 3}\n", ["'a'", "groups=3 must divide"]),
+])
+def test_layer_tables_refuse_bad_per_axis_fields(tmp_path, text, words):
+    with pytest.raises(ProblemError) as error:
+        load_layers(write(tmp_path, text))
+    message = one_line(error)
+    assert message.count("layer 'a'") == 1
+    for word in words:
+        assert word in message
+
+
+def test_shape_text_names_the_axes_where_they_differ(conv_1):
+    assert conv_1.shape_text == "N=1 H=32 W=32 C=32 K=32 R=3 S=3 pad=1 stride=1 dilation=1"
+    assert INCEPTION_1X7.shape_text.endswith("pad_h=0 pad_w=3 stride_h=1 stride_w=1 dilation_h=1 dilation_w=1")
+    assert ConvProblem(n=1, h=8, w=8, c=8, k=8, r=3, s=3, groups=2).shape_text.endswith("dilation=1 groups=2")
 
 
 def test_the_canonical_form_folds_the_scale_into_the_filter_and_keeps_the_rest():

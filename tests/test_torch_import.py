@@ -49,11 +49,11 @@ def test_a_module_becomes_layers_with_their_epilogues():
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
     assert set(by_node) == {"conv1", "conv2", "c3", "conv2d"}
     one = by_node["conv1"]
-    assert (one.n, one.h, one.w, one.c, one.k, one.r, one.pad) == (4, 12, 12, 16, 16, 3, 1)
+    assert (one.n, one.h, one.w, one.c, one.k, one.r, one.pads) == (4, 12, 12, 16, 16, 3, (1, 1))
     assert one.epilogue.key == "scale+bias+relu"
     assert by_node["conv2"].epilogue.key == "scale+bias+residual+relu"
-    assert by_node["c3"].epilogue.key == "bias+silu" and by_node["c3"].pad == 1  # padding='same'
-    assert by_node["conv2d"].stride == 2 and not by_node["conv2d"].epilogue.fused
+    assert by_node["c3"].epilogue.key == "bias+silu" and by_node["c3"].pads == (1, 1)  # padding='same'
+    assert by_node["conv2d"].strides == (2, 2) and not by_node["conv2d"].epilogue.fused
     reasons = {item.node: item.reason for item in network.unsupported}
     assert "depthwise" in reasons["dw"] and "transposed" in reasons["up"]
     assert network.not_fused == ("conv2d -> Gelu(tanh)",)
@@ -174,18 +174,27 @@ def test_modules_the_importer_cannot_read_are_one_line_errors(module, shape, say
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_conv1d_and_reflect_padding_are_listed_with_their_reasons():
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")  # fake tensors: no copy is made
+def test_reflect_padding_is_listed_with_its_reason_and_per_axis_convs_are_layers():
     class Mixed(nn.Module):
         def __init__(self):
             super().__init__()
             self.reflect = nn.Conv2d(16, 16, 3, padding=1, padding_mode="reflect")
-            self.asym = nn.Conv2d(16, 16, (3, 1), padding=(1, 0))
+            self.tall = nn.Conv2d(16, 16, (3, 1), padding=(1, 0))
+            self.wide = nn.Conv2d(16, 16, (1, 7), padding=(0, 3), stride=(1, 2))
+            self.same = nn.Conv2d(16, 16, (1, 4), padding="same")  # pads the right one column more
 
         def forward(self, x):
-            return self.asym(self.reflect(x))
+            return self.same(self.wide(self.tall(self.reflect(x))))
 
-    reasons = {item.node: item.reason for item in from_torch(Mixed(), (1, 16, 8, 8)).unsupported}
-    assert "padding_mode reflect" in reasons["reflect"] and "asymmetric pads" in reasons["asym"]
+    network = from_torch(Mixed(), (1, 16, 8, 8))
+    reasons = {item.node: item.reason for item in network.unsupported}
+    assert set(reasons) == {"reflect", "same"}
+    assert "padding_mode reflect" in reasons["reflect"] and "pads one side more" in reasons["same"]
+    problems = {layer.nodes[0]: layer.problem for layer in network.layers}
+    assert (problems["tall"].r, problems["tall"].s, problems["tall"].pads) == (3, 1, (1, 0))
+    wide = problems["wide"]
+    assert (wide.pads, wide.strides, wide.p, wide.q) == ((0, 3), (1, 2), 8, 4)
 
 
 FAKE_TORCHVISION = """

@@ -53,7 +53,7 @@ def test_tuned_convs_with_their_epilogues_become_one_module_each(tmp_path):
     assert report.network_error < report.tolerance
     lines = report.lines()
     assert lines[0].startswith("3 of 4 convolutions replaced by tuned kernels; falling back to PyTorch: 1 no family")
-    assert any(line.startswith("  grouped: no family runs it: grouped (4 groups)") for line in lines)
+    assert any(line.startswith("  grouped: no family runs it: grouped convolution: 4 groups") for line in lines)
 
 
 def test_the_original_model_is_left_as_it_was(tmp_path):

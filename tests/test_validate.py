@@ -10,29 +10,32 @@ from tuner.validate import array_module, check_output, reference_fprop, relative
 
 
 def naive_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray:
-    """The definition, one output element at a time, with explicit bounds checks for the padding."""
+    """The definition, one output element at a time, with explicit bounds checks for the padding; output
+    channel k reads the input channels of its group."""
     x, w = x.astype(np.float64), w.astype(np.float64)
     y = np.zeros((problem.n, problem.p, problem.q, problem.k))
+    per_group, outputs_per_group = problem.c // problem.groups, problem.k // problem.groups
     for n in range(problem.n):
         for p in range(problem.p):
             for q in range(problem.q):
                 for r in range(problem.r):
-                    h = p * problem.stride - problem.pad + r * problem.dilation
+                    h = p * problem.stride_h - problem.pad_h + r * problem.dilation_h
                     if not 0 <= h < problem.h:
                         continue
                     for s in range(problem.s):
-                        col = q * problem.stride - problem.pad + s * problem.dilation
+                        col = q * problem.stride_w - problem.pad_w + s * problem.dilation_w
                         if not 0 <= col < problem.w:
                             continue
                         for k in range(problem.k):
-                            y[n, p, q, k] += sum(x[n, h, col, c] * w[k, r, s, c] for c in range(problem.c))
+                            first = k // outputs_per_group * per_group
+                            y[n, p, q, k] += sum(x[n, h, col, first + c] * w[k, r, s, c] for c in range(per_group))
     return y
 
 
 def random_inputs(problem: ConvProblem, seed: int = 0):
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (problem.n, problem.h, problem.w, problem.c)).astype(np.float16)
-    w = rng.uniform(-1, 1, (problem.k, problem.r, problem.s, problem.c)).astype(np.float16)
+    w = rng.uniform(-1, 1, (problem.k, problem.r, problem.s, problem.c // problem.groups)).astype(np.float16)
     return x, w
 
 
@@ -45,9 +48,20 @@ SMALL_PROBLEMS = [
     ConvProblem(n=1, h=12, w=9, c=2, k=2, r=3, s=2, pad=1, stride=3, dilation=2),   # everything at once
     ConvProblem(n=1, h=4, w=4, c=3, k=2, r=3, s=3),                                 # valid, no padding
 ]
+PER_AXIS_PROBLEMS = [
+    ConvProblem(n=1, h=7, w=7, c=3, k=4, r=1, s=7, pad_h=0, pad_w=3),                 # Inception's 1x7
+    ConvProblem(n=1, h=7, w=7, c=3, k=4, r=7, s=1, pad_h=3, pad_w=0),                 # and its 7x1
+    ConvProblem(n=2, h=9, w=8, c=2, k=3, r=3, s=3, pad_h=1, pad_w=0, stride_h=2, stride_w=1),
+    ConvProblem(n=1, h=10, w=11, c=2, k=2, r=3, s=2, pad_h=2, pad_w=1, dilation_h=2, dilation_w=3, stride_w=2),
+]
+GROUPED_PROBLEMS = [
+    ConvProblem(n=1, h=6, w=6, c=4, k=6, r=3, s=3, pad=1, groups=2),                   # grouped
+    ConvProblem(n=2, h=7, w=5, c=3, k=3, r=3, s=1, pad_h=1, pad_w=0, stride=2, groups=3),  # depthwise, per axis
+]
 
 
-@pytest.mark.parametrize("problem", SMALL_PROBLEMS, ids=lambda p: p.shape_text.replace(" ", ","))
+@pytest.mark.parametrize("problem", SMALL_PROBLEMS + PER_AXIS_PROBLEMS + GROUPED_PROBLEMS,
+                         ids=lambda p: p.shape_text.replace(" ", ","))
 def test_reference_matches_the_definition(problem):
     x, w = random_inputs(problem)
     reference = reference_fprop(x, w, problem)
@@ -55,6 +69,19 @@ def test_reference_matches_the_definition(problem):
     assert reference.dtype == np.float64
     np.testing.assert_allclose(reference, naive_conv(x, w, problem), rtol=1e-12, atol=1e-12)
     assert np.abs(reference).max() > 0.1  # not a trivially zero case
+
+
+@pytest.mark.parametrize("problem", SMALL_PROBLEMS + PER_AXIS_PROBLEMS + GROUPED_PROBLEMS,
+                         ids=lambda p: p.shape_text.replace(" ", ","))
+def test_reference_matches_torch_conv2d(problem):
+    """PyTorch's conv2d (NCHW, per-axis tuples, groups) on the CPU agrees with the reference."""
+    torch = pytest.importorskip("torch")
+    x, w = random_inputs(problem, seed=3)
+    nchw = (lambda array: torch.from_numpy(array.astype(np.float64)).permute(0, 3, 1, 2))
+    expected = torch.nn.functional.conv2d(nchw(x), nchw(w), stride=problem.strides, padding=problem.pads,
+                                          dilation=problem.dilations, groups=problem.groups)
+    np.testing.assert_allclose(reference_fprop(x, w, problem), expected.permute(0, 2, 3, 1).numpy(), rtol=1e-12,
+                               atol=1e-12)
 
 
 def test_reference_of_a_known_case():
@@ -201,7 +228,7 @@ def test_bf16_reference_reads_the_stored_bits_as_torch_does():
     tx = torch.from_numpy(uniform((problem.n, problem.h, problem.w, problem.c), 3)).to(torch.bfloat16)
     tw = torch.from_numpy(uniform((problem.k, problem.r, problem.s, problem.c), 4)).to(torch.bfloat16)
     expected = torch.nn.functional.conv2d(tx.double().permute(0, 3, 1, 2), tw.double().permute(0, 3, 1, 2),
-                                          padding=problem.pad).permute(0, 2, 3, 1).numpy()
+                                          padding=problem.pads).permute(0, 2, 3, 1).numpy()
     np.testing.assert_allclose(reference, expected, rtol=1e-12, atol=1e-12)
     # a kernel's bf16 output, rounded as torch rounds it, is within the derived tolerance, near the estimate
     output = torch.from_numpy(reference).float().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)

@@ -79,7 +79,7 @@ class CpuKernel:
 
     def launch(self, x, w, y, scale, bias, residual):
         p = self.problem
-        out = F.conv2d(x.float(), w.float(), None, p.stride, p.pad, p.dilation)
+        out = F.conv2d(x.float(), w.float(), None, p.strides, p.pads, p.dilations)
         if scale is not None:
             out = out * scale.view(1, -1, 1, 1)
         if bias is not None:

@@ -38,15 +38,15 @@ SHOWN = ("Duration", "Grid Size", "Cluster Size", "Block Size", "Registers Per T
 BASELINE = """
 import torch
 torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-n, h, w, c, k, r, s, pad, stride, gemm = {args}
+n, h, w, c, k, r, s, pad, stride, dilation, groups, gemm = {args}  # pad, stride, dilation: (h, w)
 if gemm:
     a = torch.randn(n * h * w, c, device="cuda", dtype=torch.float16)
     b = torch.randn(k, c, device="cuda", dtype=torch.float16)
     run = lambda: torch.matmul(a, b.t())
 else:
     x = torch.randn(n, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
-    wt = torch.randn(k, c, r, s, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
-    run = lambda: torch.nn.functional.conv2d(x, wt, stride=stride, padding=pad)
+    wt = torch.randn(k, c // groups, r, s, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    run = lambda: torch.nn.functional.conv2d(x, wt, stride=stride, padding=pad, dilation=dilation, groups=groups)
 for _ in range(3):
     run()  # cuDNN's heuristics and workspace settle outside the profiled range
 torch.cuda.synchronize()
@@ -125,7 +125,8 @@ def main() -> int:
 
     for name, (p, entry) in layers.items():
         gemm = is_gemm_layer(p)
-        snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, gemm))
+        snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pads, p.strides, p.dilations, p.groups,
+                                        gemm))
         found[name] = {
             "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"),
                       "runtime_us": None if args.params else entry.runtime_us},

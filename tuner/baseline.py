@@ -56,7 +56,7 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
     device = torch.device("cuda")
     x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=dtype)
     x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
-    w = torch.empty(problem.k, problem.c, problem.r, problem.s, device=device, dtype=dtype)
+    w = torch.empty(problem.k, problem.channels_per_group, problem.r, problem.s, device=device, dtype=dtype)
     w = w.uniform_(-1, 1).to(memory_format=torch.channels_last)
     bytes_per_set = problem.bytes_moved
     free, _ = torch.cuda.mem_get_info()
@@ -68,7 +68,7 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
     def step(index: int) -> None:
         xi, wi = inputs[index % copies]
         outputs[index % copies] = torch.nn.functional.conv2d(
-            xi, wi, stride=problem.stride, padding=problem.pad, dilation=problem.dilation)
+            xi, wi, stride=problem.strides, padding=problem.pads, dilation=problem.dilations, groups=problem.groups)
 
     us = _graph_time_us(torch, step, launches_per_replay(copies))
     return {"cudnn_us": us, "cudnn_version": torch.backends.cudnn.version(), "copies": copies}
@@ -137,8 +137,8 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
     class Layer(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv = torch.nn.Conv2d(problem.c, problem.k, (problem.r, problem.s), stride=problem.stride,
-                                        padding=problem.pad, dilation=problem.dilation,
+            self.conv = torch.nn.Conv2d(problem.c, problem.k, (problem.r, problem.s), stride=problem.strides,
+                                        padding=problem.pads, dilation=problem.dilations, groups=problem.groups,
                                         bias=epilogue.bias and not epilogue.scale)
             self.norm = torch.nn.BatchNorm2d(problem.k) if epilogue.scale else None
             self.activation = activations[epilogue.activation]

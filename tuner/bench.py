@@ -106,8 +106,9 @@ def recorded_layer_names(folder: Path) -> set[str]:
 
 
 def is_gemm_layer(problem: ConvProblem) -> bool:
-    """A 1x1, stride-1, unpadded conv: in NHWC exactly a GEMM, which cuBLAS can run."""
-    return (problem.r, problem.s, problem.stride, problem.pad) == (1, 1, 1, 0)
+    """A 1x1, stride-1, unpadded, ungrouped conv: in NHWC exactly a GEMM, which cuBLAS can run."""
+    return ((problem.r, problem.s, problem.strides, problem.pads, problem.groups)
+            == (1, 1, (1, 1), (0, 0), 1))
 
 
 def compile_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFacts, compiler,

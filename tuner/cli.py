@@ -28,7 +28,8 @@ from tuner.families.base import SearchSpace, SpaceError
 from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.problem import Layer, ProblemError, dtype_fields, find_layer, load_layers, parse_shape
+from tuner.problem import (LONG_SHAPE, SHORT_SHAPE, Layer, ProblemError, dtype_fields, find_layer, load_layers, pair_text,
+                           parse_shape)
 from tuner.tables import add_output_arguments, json_document
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, layer_file_stem, names_by_problem, recorded_gpu_dir, results_slug)
@@ -76,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--layers", help="comma-separated layer names or patterns (e.g. 'r50_*_b32'), "
                                          "tuned one after another")
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
-    target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out, f32 "
-                                        "accumulation (--dtype: another type)")
+    target.add_argument("--shape", help=f"ad-hoc problem {SHORT_SHAPE} (pad, stride, dilation on both axes), or per "
+                                        f"axis {LONG_SHAPE}; f16 in/out, f32 accumulation (--dtype: another type)")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
     add_network_arguments(parser)
     add_output_arguments(parser)
@@ -140,9 +141,10 @@ def shape_layer(text: str, epilogue_text: str | None = None, dtype: str | None =
             problem = dataclasses.replace(problem, epilogue=parse_epilogue(epilogue_text))
         except EpilogueError as error:
             raise UsageError(f"--epilogue: {error}") from None
+    groups = f"g{problem.groups}" if problem.groups != 1 else ""
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
-            f"_p{problem.pad}s{problem.stride}d{problem.dilation}{problem.epilogue.short}{problem.epilogue.beta_tag}"
-            + (f"_{dtype}" if dtype not in (None, "f16") else ""))
+            f"_p{pair_text(problem.pads)}s{pair_text(problem.strides)}d{pair_text(problem.dilations)}{groups}"
+            f"{problem.epilogue.short}{problem.epilogue.beta_tag}" + (f"_{dtype}" if dtype not in (None, "f16") else ""))
     return Layer(name, problem)
 
 
@@ -275,8 +277,10 @@ def layer_rows(layers: dict[str, Layer], network: Network | None = None) -> list
     rows = []
     for name, layer in layers.items():
         p = layer.problem
-        row = {"name": name, "n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s, "pad": p.pad,
-               "stride": p.stride, "dilation": p.dilation, "types": p.dtype_key, "epilogue": p.epilogue.key,
+        row = {"name": name, "n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s,
+               "pad_h": p.pad_h, "pad_w": p.pad_w, "stride_h": p.stride_h, "stride_w": p.stride_w,
+               "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
+               "types": p.dtype_key, "epilogue": p.epilogue.key,
                "gflop": round(p.flops / 1e9, 6),
                "families": [family for family, reason in registry.problem_reasons(p).items() if reason is None]}
         if name in imported:
@@ -294,15 +298,18 @@ def layer_totals(rows: list[dict]) -> dict:
 
 def print_layers(console: Console, layers: dict[str, Layer], network: Network | None = None,
                  form: str = "table") -> None:
-    """The layer table; for an imported network, with each layer's count and nodes, then the
-    convolutions not tuned and the operators left unfused. `form` json or csv: that document on stdout."""
+    """The layer table; for an imported network, with each layer's count and nodes, then its coverage
+    (tunable and not, with reasons), the convolutions not tuned and the operators left unfused. `form` json or
+    csv: that document on stdout."""
     from rich.table import Table
     from tuner import tables
+    from tuner.network_report import COVERAGE_NUMBERS, coverage, coverage_document, coverage_table
 
     rows = layer_rows(layers, network)
     total = layer_totals(rows)
     if form == "json":
         print(tables.json_document({"layers": rows, "totals": total,
+                                    "coverage": coverage_document(coverage(network)) if network else [],
                                     "not_tuned": [dataclasses.asdict(item) for item in network.unsupported]
                                     if network else [],
                                     "not_fused": list(network.not_fused) if network else []}))
@@ -318,9 +325,12 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         table.add_column("count", justify="right")
         table.add_column("nodes", overflow="fold")
     for row in rows:
-        dilation = f" d{row['dilation']}" if row["dilation"] != 1 else ""
+        pair = (lambda name: pair_text((row[f"{name}_h"], row[f"{name}_w"])))
+        dilation = f" d{pair('dilation')}" if (row["dilation_h"], row["dilation_w"]) != (1, 1) else ""
+        groups = f" g{row['groups']}" if row["groups"] != 1 else ""
         cells = [escape(row["name"]), *(str(row[key]) for key in "nhwck"),
-                 f"{row['r']}x{row['s']} p{row['pad']} s{row['stride']}{dilation}", row["types"], row["epilogue"],
+                 f"{row['r']}x{row['s']} p{pair('pad')} s{pair('stride')}{dilation}{groups}", row["types"],
+                 row["epilogue"],
                  f"{row['gflop']:.3f}", ",".join(row["families"]) or "none"]
         if network is not None:
             nodes = row.get("nodes", [])
@@ -333,6 +343,9 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         totals += [str(total["convolutions"]), "GFLOP: count x GFLOP"]
     table.add_row(*totals)
     tables.print_table(console, table, LAYER_NUMBERS)
+    if network is not None:
+        tables.print_table(console, coverage_table(coverage(network), "coverage (tuned: see tune.py report)"),
+                           COVERAGE_NUMBERS)
     for item in network.unsupported if network else ():
         console.print(f"not tuned: {escape(item.node)}: {escape(item.reason)}")
     for item in network.not_fused if network else ():
@@ -348,7 +361,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sms", type=int, help="SM count of the GPU that was profiled (overrides the report's)")
     parser.add_argument("--gpu", help="the GPU that was profiled, by name (e.g. rtx3060, h100-sxm; see tuner/gpus.py); "
                                       "default: the report's device name, else its SM count")
-    parser.add_argument("--shape", help="the convolution the report ran, N,H,W,C,K,R,S[,pad,stride,dilation]: "
+    parser.add_argument("--shape", help=f"the convolution the report ran, {SHORT_SHAPE} (or per axis, {LONG_SHAPE}): "
                                         "estimate what a tuned implicit-GEMM kernel would take and print the "
                                         "command that tunes it")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "

@@ -10,8 +10,9 @@ from tuner.families.base import KernelConfig, read_template
 
 TEMPLATES = Path(__file__).parent / "templates"
 # The C entry points' version (tuner/run.py checks it): 2 added raster/swizzle and the cluster shape,
-# 3 several kernels per library (tuner_kernel_count, tuner_k<index>_*).
-ABI_VERSION = 4  # 4: create() takes the epilogue's operands
+# 3 several kernels per library (tuner_kernel_count, tuner_k<index>_*),
+# 4 create() takes the epilogue's operands.
+ABI_VERSION = 5  # 5: the problem array is per axis (pad, stride, dilation as _h, _w) with groups
 CANDIDATE_ALIAS = "TunedConv"
 
 

@@ -84,8 +84,8 @@ def cpp_double(value: object, what: str) -> str:
 def _row(name: str, entry: BestEntry, problem: ConvProblem, config: KernelConfig) -> str:
     family = registry.family_of(config)
     launch = family.launch_args(config, problem)
-    ints = [problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s, problem.pad,
-            problem.stride, problem.dilation, launch.kernel_channels]
+    ints = [problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s, *problem.pads,
+            *problem.strides, *problem.dilations, problem.groups, launch.kernel_channels]
     values = [cpp_string(name), *(cpp_int(v, f"layer {name!r} problem") for v in ints), cpp_string(family.name),
               *(cpp_int(v, f"layer {name!r} run-time argument") for v in (launch.split_k, launch.raster, launch.swizzle)),
               *(cpp_int(v, f"layer {name!r} tile") for v in (config.tile.m, config.tile.n, config.tile.k)),

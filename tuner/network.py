@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.epilogue import Activation, Epilogue
-from tuner.problem import ConvProblem, Layer, ProblemError, dtype_fields, dtype_name
+from tuner.problem import ConvProblem, Layer, ProblemError, dtype_fields, dtype_name, problem_to_dict
 
 # The opsets whose Conv, BatchNormalization, Add and activations this importer reads (Conv's attributes
 # have not changed since opset 11; Gelu is an operator from opset 20).
@@ -63,6 +63,7 @@ class ImportedLayer:
 class Unsupported:
     node: str
     reason: str
+    flops: int | None = None  # the convolution's multiply-adds x 2, where its shape is known
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class Op:
 @dataclass(frozen=True)
 class ConvFacts:
     """One convolution as its frontend read it: x is N, C, H, W with the batch resolved; weight is
-    K, C / groups, kernel dims (two for a 2-D conv). `unsupported`: a reason the frontend already knows."""
+    K, C / groups, kernel dims (two for a 2-D conv); pads as ONNX writes them, every axis's begin, then every
+    axis's end ([top, left, bottom, right]). `unsupported`: a reason the frontend already knows."""
 
     node: str
     output: str
@@ -399,23 +401,40 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue, dtype: str | None = None) 
     if c_per_group * conv.groups != c:
         raise NetworkError(f"conv {conv.node}: its weight takes {c_per_group} channels per group x {conv.groups} "
                            f"group(s), its input has {c}: the model is inconsistent; check it with onnx.checker")
-    if conv.groups != 1:
-        kind = "depthwise" if conv.groups == c and c_per_group == 1 else f"grouped ({conv.groups} groups)"
-        return f"{kind} convolution: no family runs groups > 1"
-    pads, strides, dilations = list(conv.pads), list(conv.strides), list(conv.dilations)
-    if len(set(pads)) != 1 or len(set(strides)) != 1 or len(set(dilations)) != 1:
-        return f"asymmetric pads {pads}, strides {strides} or dilations {dilations}: the tuner's problems are symmetric"
+    (top, left), (bottom, right) = conv.pads[:2], conv.pads[2:]
+    if (top, left) != (bottom, right):
+        return (f"one-sided padding: pads [top, left, bottom, right] = {list(conv.pads)}; the kernels pad both sides "
+                "of an axis alike")
     try:
-        problem = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad=pads[0], stride=strides[0],
-                              dilation=dilations[0], epilogue=epilogue, **dtype_fields(dtype))
+        problem = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad_h=top, pad_w=left, stride_h=conv.strides[0],
+                              stride_w=conv.strides[1], dilation_h=conv.dilations[0], dilation_w=conv.dilations[1],
+                              groups=conv.groups, epilogue=epilogue, **dtype_fields(dtype))
     except ProblemError as error:
         return str(error)
     from tuner.families import registry  # here: the families' modules are not needed to read a graph
 
     reasons = registry.problem_reasons(problem)
     if all(reasons.values()):  # each names what it needs, e.g. "pad K to 8"
+        if problem.groups != 1 and not any(family.runs_groups for family in registry.families().values()):
+            if problem.groups == c:
+                return "depthwise convolution: no family runs grouped convolutions yet"
+            return f"grouped convolution: {problem.groups} groups; no family runs grouped convolutions yet"
         return "no family runs it: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
     return problem
+
+
+def conv_flops(conv: ConvFacts) -> int | None:
+    """2 x the multiply-adds of a 2-D convolution as the frontend read it (one-sided pads and groups
+    included); None where its shape is not that of one, or its frontend already found it of another kind."""
+    if conv.unsupported or len(conv.x) != 4 or len(conv.weight) != 4 or len(conv.pads) != 4 or conv.groups < 1:
+        return None
+    n, _, h, w = conv.x
+    k, c_per_group, r, s = conv.weight
+    rows, cols = ((size + begin + end - dilation * (taps - 1) - 1) // stride + 1
+                  for size, begin, end, taps, stride, dilation in
+                  ((h, conv.pads[0], conv.pads[2], r, conv.strides[0], conv.dilations[0]),
+                   (w, conv.pads[1], conv.pads[3], s, conv.strides[1], conv.dilations[1])))
+    return 2 * n * max(rows, 0) * max(cols, 0) * k * c_per_group * r * s
 
 
 def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], graph_outputs: set[str],
@@ -431,7 +450,7 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
     for fused in fused_convs(convs, ops, shapes, graph_outputs):
         problem = conv_problem(fused.conv, fused.epilogue, dtype)
         if isinstance(problem, str):
-            unsupported.append(Unsupported(fused.conv.node, problem))
+            unsupported.append(Unsupported(fused.conv.node, problem, conv_flops(fused.conv)))
             continue
         not_fused += fused.not_fused
         problems.setdefault(problem, []).append(fused.conv.node)
@@ -460,16 +479,11 @@ LAYERS_DEFAULTS = ("defaults: {pad: 0, stride: 1, dilation: 1, input_type: f16, 
 
 
 def layer_entry(name: str, p: ConvProblem) -> str:
-    """One layer of a layers file under LAYERS_DEFAULTS, on one line: every shape field, the epilogue
-    where there is one."""
-    fields = f"n: {p.n}, h: {p.h}, w: {p.w}, c: {p.c}, k: {p.k}, r: {p.r}, s: {p.s}, pad: {p.pad}, " \
-             f"stride: {p.stride}, dilation: {p.dilation}"
-    if dtype_name(p) != "f16":
-        fields += "".join(f", {field}: {getattr(p, field).value}" for field in ("input_type", "filter_type",
-                                                                                "output_type", "accumulator_type"))
-    if p.epilogue.fused:
-        fields += f", epilogue: {p.epilogue.key}"
-    return f"  {name}: {{{fields}}}"
+    """One layer of a layers file under LAYERS_DEFAULTS, on one line: every shape field (per axis where the
+    axes differ, groups where not 1), the types where they are not f16's, the epilogue where there is one."""
+    f16 = dtype_name(p) == "f16"
+    values = {key: value for key, value in problem_to_dict(p).items() if not (f16 and key.endswith("_type"))}
+    return f"  {name}: {{{', '.join(f'{key}: {value}' for key, value in values.items())}}}"
 
 
 def write_layers(network: Network, path: Path) -> None:

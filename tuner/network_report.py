@@ -6,13 +6,18 @@ baselines were timed side by side). Two sums over the network, each count x µs:
 - as the network runs them: the imported problem (with its epilogue) against PyTorch eager (a bare
   conv's eager figure is cuDNN's, which is what eager runs) and torch.compile.
 A convolution whose problem was not tuned, or not timed in the one run, is marked and left out of both
-sums of that comparison, never counted as zero. Last, what tuner.torch_ops.optimize would do with each conv
-node in a PyTorch program (tuner/torch_ops/plan.py): the kernel that replaces it, or why it stays PyTorch's."""
+sums of that comparison, never counted as zero. Then, what tuner.torch_ops.optimize would do with each conv
+node in a PyTorch program (tuner/torch_ops/plan.py): the kernel that replaces it, or why it stays PyTorch's.
+
+Coverage: the network's convolutions and FLOPs in three states, tuned (best.yaml holds the problem as the
+network runs it), tunable (a family runs it, not tuned yet) and not tunable (with the importer's reason),
+and their total; `--list-layers` of an imported network shows the same without the GPU's results."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.epilogue import Epilogue
-from tuner.network import ImportedLayer, Network
+from tuner.network import ImportedLayer, Network, Unsupported
 from tuner.network_args import add_network_arguments, imported_network
 from tuner.problem import ConvProblem
 from tuner.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
@@ -59,6 +64,81 @@ class Totals:
     @property
     def ratio(self) -> float:
         return self.tuned_us / self.baseline_us if self.baseline_us else math.nan
+
+
+TUNED, TUNABLE, NOT_TUNABLE, TOTAL = "tuned", "tunable", "not tunable", "total"
+COVERAGE_NUMBERS = ("convolutions", "GFLOP", "share of GFLOP")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Convolutions of a network in one state (TUNED, TUNABLE, NOT_TUNABLE with its reason, or the TOTAL)."""
+
+    state: str
+    reason: str | None
+    convolutions: int
+    flops: int
+    flops_unknown: int = 0  # convolutions counted here whose FLOPs the importer could not know (left out of flops)
+
+
+def _layers_coverage(state: str, layers: list[ImportedLayer]) -> Coverage:
+    return Coverage(state, None, sum(layer.count for layer in layers),
+                    sum(layer.count * layer.problem.flops for layer in layers))
+
+
+def _unsupported_coverage(reason: str, items: list[Unsupported]) -> Coverage:
+    return Coverage(NOT_TUNABLE, reason, len(items), sum(item.flops or 0 for item in items),
+                    sum(item.flops is None for item in items))
+
+
+def reason_kind(reason: str) -> str:
+    """What a not-tunable convolution's reason says before its details: the text before its first colon
+    ('one-sided padding', 'grouped convolution', 'no family runs it')."""
+    return reason.split(": ", 1)[0]
+
+
+def coverage(network: Network, tuned: Collection[ConvProblem] | None = None) -> list[Coverage]:
+    """The network's convolutions by state, one NOT_TUNABLE row per kind of reason (most FLOPs first), then the
+    TOTAL. `tuned`: the problems a GPU's best.yaml holds (names_by_problem finds a conv tuned with its batch norm
+    folded or not); None (no GPU named) leaves the TUNED row out."""
+    rows = []
+    if tuned is not None:
+        rows.append(_layers_coverage(TUNED, [layer for layer in network.layers if layer.problem in tuned]))
+    rows.append(_layers_coverage(TUNABLE, [layer for layer in network.layers
+                                           if tuned is None or layer.problem not in tuned]))
+    by_reason: dict[str, list[Unsupported]] = {}
+    for item in network.unsupported:
+        by_reason.setdefault(reason_kind(item.reason), []).append(item)
+    rows += sorted((_unsupported_coverage(reason, items) for reason, items in by_reason.items()),
+                   key=lambda row: (-row.flops, -row.convolutions))
+    rows.append(Coverage(TOTAL, None, sum(row.convolutions for row in rows), sum(row.flops for row in rows),
+                         sum(row.flops_unknown for row in rows)))
+    return rows
+
+
+def _share(row: Coverage, total: Coverage) -> float:
+    return row.flops / total.flops if total.flops else math.nan
+
+
+def coverage_document(rows: list[Coverage]) -> list[dict]:
+    """The coverage as --json gives it: each row with its GFLOP and share of the network's."""
+    total = rows[-1]
+    return [dataclasses.asdict(row) | {"gflop": round(row.flops / 1e9, 6), "share_of_flops": _share(row, total)}
+            for row in rows]
+
+
+def coverage_table(rows: list[Coverage], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("state", "reason", *COVERAGE_NUMBERS):
+        table.add_column(column, overflow="fold", justify="right" if column in COVERAGE_NUMBERS else "left")
+    total = rows[-1]
+    for row in rows:
+        if row.state == TOTAL:
+            table.add_section()
+        unknown = f" (+{row.flops_unknown} convs of unknown size)" if row.flops_unknown else ""
+        table.add_row(row.state, escape(row.reason or ""), str(row.convolutions), f"{row.flops / 1e9:.3f}{unknown}",
+                      f"{_share(row, total):.1%}" if total.flops else "-")
+    return table
 
 
 def _one_run(folder: Path) -> dict:
@@ -243,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tune.py report",
         description="A network's convolution time, tuned against cuDNN (convolutions alone) and against "
                     "PyTorch eager and torch.compile (with the epilogues the network applies): per layer and "
-                    "total, count x µs from results/<gpu>/bench.yaml's one run. Needs no GPU.")
+                    "total, count x µs from results/<gpu>/bench.yaml's one run; then the network's coverage, its "
+                    "convolutions and FLOPs tuned, tunable and not tunable (with the reasons). Needs no GPU.")
     add_network_arguments(parser)
     parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/gpus.py (h100); "
                                       "default: the only one with a best.yaml")
@@ -270,13 +351,16 @@ def main(argv: list[str], console: Console) -> int:
     name = args.torchvision or args.onnx.stem
     title = f"{name}, batch {network.layers[0].problem.n if network.layers else args.batch}, on {slugs[0]}"
     reports = layer_reports(network, folder)
-    torch_decisions = network_decisions(network, best_entries(folder))
+    entries = best_entries(folder)
+    covered = coverage(network, names_by_problem(entries))  # tuned: up to the canonical fused form
+    torch_decisions = network_decisions(network, entries)
     if args.json or args.csv:
         from tuner.tables import csv_document, json_document
 
         rows = report_rows(reports)
         print(csv_document(rows) if args.csv else json_document(
             {"title": title, "gpu": slugs[0], "layers": rows, "totals": report_totals(reports),
+             "coverage": coverage_document(covered),
              "not_tuned": [dataclasses.asdict(item) for item in network.unsupported],
              "pytorch_op": [torch_op_row(d) for d in torch_decisions]}), end="" if args.csv else "\n")
         return 0
@@ -285,6 +369,7 @@ def main(argv: list[str], console: Console) -> int:
     print_table(console, report_table(reports, title), REPORT_NUMBERS)
     for line in summary_lines(reports):
         console.print(line)
+    print_table(console, coverage_table(covered, f"{title}: coverage"), COVERAGE_NUMBERS)
     for item in network.unsupported:
         console.print(f"not tuned (no family runs it): {escape(item.node)}: {escape(item.reason)}")
     print_table(console, torch_op_table(torch_decisions), ())

@@ -28,7 +28,7 @@ from tuner.families.base import KernelConfig, SpaceError
 from tuner.families.sm80.costmodel import REGISTER_OVERHEAD
 from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, SWIZZLES, IteratorAlgorithm, Sm80Config
 from tuner.gpus import GpuSpec
-from tuner.problem import ConvProblem, Layer, find_layer, load_layers, parse_shape
+from tuner.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, Layer, find_layer, load_layers, parse_shape
 from tuner.replay import recorded_rows
 from tuner.results import (ResultsError, best_entries, gpu_dir, layer_file_stem, names_by_problem, read_bench,
                            results_slug)
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", required=True, help="the GPU, by name, alias or device name (e.g. rtx3060, h100-sxm)")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--layer", help="layer name from the layer table (tune.py --list-layers)")
-    target.add_argument("--shape", help="ad-hoc problem N,H,W,C,K,R,S[,pad,stride,dilation]; f16 in/out")
+    target.add_argument("--shape", help=f"ad-hoc problem {SHORT_SHAPE}, or per axis {LONG_SHAPE}; f16 in/out")
     parser.add_argument("--config", help="an sm80 configuration: TILE,wWARPS,sSTAGES[,swSWIZZLE][,skSPLIT_K]"
                                          "[,ITERATOR], e.g. 128x128x64,w2x2x1,s3 (swizzle 1, split-K 1 and the "
                                          "optimized iterator unless given)")

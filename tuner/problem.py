@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.epilogue import Epilogue, EpilogueError, parse_epilogue
@@ -83,9 +83,63 @@ def output_extent(size: int, taps: int, pad: int, stride: int, dilation: int) ->
 
 
 @dataclass(frozen=True)
+class Axis:
+    """One spatial axis of a convolution: the input's extent, the filter's taps, the padding on each side,
+    the stride and the dilation along it."""
+
+    size: int
+    taps: int
+    pad: int
+    stride: int
+    dilation: int
+
+    @property
+    def extent(self) -> int:
+        """The output's extent along the axis."""
+        return output_extent(self.size, self.taps, self.pad, self.stride, self.dilation)
+
+    @property
+    def span(self) -> int:
+        """Input pixels one output's filter window spans."""
+        return self.dilation * (self.taps - 1) + 1
+
+    @property
+    def touched(self) -> int:
+        """Input pixels some filter tap reads: a stride wider than the window skips pixels."""
+        outputs = self.extent
+        covered = outputs * self.span if self.stride >= self.span else (outputs - 1) * self.stride + self.span
+        return min(self.size, covered)
+
+
+def pair_text(values: tuple[int, int]) -> str:
+    """A per-axis pair as text: '3' where both axes agree, height x width ('0x3') where not."""
+    return str(values[0]) if values[0] == values[1] else f"{values[0]}x{values[1]}"
+
+
+def axes_key(pad: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> str:
+    """'p3u2d1', or 'p0x3u1d1' where the pads differ by axis: the part of a problem key (study names, sm90_dsl
+    kernel names) that symmetric problems have always had."""
+    return f"p{pair_text(pad)}u{pair_text(stride)}d{pair_text(dilation)}"
+
+
+# The per-axis fields; each has a symmetric keyword (pad, stride, dilation) that sets both.
+AXIS_FIELDS = (("pad", "pad_h", "pad_w"), ("stride", "stride_h", "stride_w"), ("dilation", "dilation_h", "dilation_w"))
+AXIS_DEFAULTS = {"pad": 0, "stride": 1, "dilation": 1}
+
+
+def _per_axis(symmetric: str, both: int | None, height: int | None, width: int | None) -> tuple[int, int]:
+    if both is not None and (height is not None or width is not None):
+        raise ProblemError(f"give {symmetric} (both axes) or {symmetric}_h/{symmetric}_w, not both (dataclasses.replace "
+                           f"passes {symmetric}_h and {symmetric}_w: replace those)")
+    default = AXIS_DEFAULTS[symmetric] if both is None else both
+    return (default if height is None else height), (default if width is None else width)
+
+
+@dataclass(frozen=True, init=False)
 class ConvProblem:
-    """One NHWC conv2d fprop: x[N,H,W,C] * w[K,R,S,C] -> y[N,P,Q,K]; symmetric pad, stride, dilation;
-    the epilogue applied to it before the store (tuner/epilogue.py)."""
+    """One NHWC conv2d fprop: x[N,H,W,C] * w[K,R,S,C/groups] -> y[N,P,Q,K]; pad (each side), stride and
+    dilation per axis (height _h, width _w); the epilogue applied to it before the store (tuner/epilogue.py).
+    Built with pad=, stride=, dilation= for both axes, or pad_h=, pad_w=, ... for one."""
 
     n: int
     h: int
@@ -94,34 +148,65 @@ class ConvProblem:
     k: int
     r: int
     s: int
-    pad: int = 0
-    stride: int = 1
-    dilation: int = 1
-    input_type: DataType = DataType.f16
-    filter_type: DataType = DataType.f16
-    output_type: DataType = DataType.f16
-    accumulator_type: DataType = DataType.f32
-    epilogue: Epilogue = Epilogue()
+    pad_h: int
+    pad_w: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    groups: int
+    input_type: DataType
+    filter_type: DataType
+    output_type: DataType
+    accumulator_type: DataType
+    epilogue: Epilogue
+
+    def __init__(self, n: int, h: int, w: int, c: int, k: int, r: int, s: int, pad: int | None = None,
+                 stride: int | None = None, dilation: int | None = None, input_type: DataType = DataType.f16,
+                 filter_type: DataType = DataType.f16, output_type: DataType = DataType.f16,
+                 accumulator_type: DataType = DataType.f32, epilogue: Epilogue = Epilogue(), *,
+                 pad_h: int | None = None, pad_w: int | None = None, stride_h: int | None = None,
+                 stride_w: int | None = None, dilation_h: int | None = None, dilation_w: int | None = None,
+                 groups: int = 1) -> None:
+        values = dict(n=n, h=h, w=w, c=c, k=k, r=r, s=s, groups=groups, input_type=input_type,
+                      filter_type=filter_type, output_type=output_type, accumulator_type=accumulator_type,
+                      epilogue=epilogue)
+        given = {"pad": (pad, pad_h, pad_w), "stride": (stride, stride_h, stride_w),
+                 "dilation": (dilation, dilation_h, dilation_w)}
+        for symmetric, height, width in AXIS_FIELDS:
+            values[height], values[width] = _per_axis(symmetric, *given[symmetric])
+        for field, value in values.items():
+            object.__setattr__(self, field, value)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
-        for field in ("n", "h", "w", "c", "k", "r", "s", "stride", "dilation"):
+        for field in ("n", "h", "w", "c", "k", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w",
+                      "groups"):
             if getattr(self, field) < 1:
-                raise ProblemError(f"{field}={getattr(self, field)} must be at least 1")
-        if self.pad < 0:
-            raise ProblemError(f"pad={self.pad} must not be negative")
+                raise ProblemError(f"{self.field_name(field)}={getattr(self, field)} must be at least 1")
+        for field in ("pad_h", "pad_w"):
+            if getattr(self, field) < 0:
+                raise ProblemError(f"{self.field_name(field)}={getattr(self, field)} must not be negative")
         for field in ("output_type", "accumulator_type"):
             if getattr(self, field) is DataType.tf32:
                 raise ProblemError(f"{field}=tf32: TF32 is how the tensor cores read f32 inputs; the output and "
                                    "accumulator of such a problem are f32")
-        for field in ("n", "h", "w", "c", "k", "r", "s", "pad", "stride", "dilation"):
+        for field in ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h",
+                      "dilation_w"):
             if getattr(self, field) > INT32_MAX:
-                raise ProblemError(f"{field}={getattr(self, field)} exceeds {INT32_MAX}, the int32 the kernels take "
-                                   "their sizes in")
+                raise ProblemError(f"{self.field_name(field)}={getattr(self, field)} exceeds {INT32_MAX}, the int32 "
+                                   "the kernels take their sizes in")
+        if self.c % self.groups or self.k % self.groups:
+            raise ProblemError(f"groups={self.groups} must divide both C={self.c} and K={self.k}")
         if self.p < 1 or self.q < 1:
+            if not self.per_axis:
+                raise ProblemError(
+                    f"output size {self.p}x{self.q} is empty: the {self.r}x{self.s} filter "
+                    f"(dilation {self.dilation_h}) does not fit the {self.h}x{self.w} input with pad {self.pad_h}")
             raise ProblemError(
-                f"output size {self.p}x{self.q} is empty: the {self.r}x{self.s} filter "
-                f"(dilation {self.dilation}) does not fit the {self.h}x{self.w} input with pad {self.pad}"
-            )
+                f"output size {self.p}x{self.q} is empty: the {self.r}x{self.s} filter (dilation "
+                f"{self.dilation_h}x{self.dilation_w}) does not fit the {self.h}x{self.w} input with pad "
+                f"{self.pad_h}x{self.pad_w} (height x width)")
         # CUTLASS indexes the implicit GEMM's M, N, K (and the problem array hands over P and Q) in int32.
         for what, value in (("N*P*Q (GEMM M)", self.n * self.p * self.q), ("C*R*S (GEMM K)", self.c * self.r * self.s),
                             ("N*H*W*C (input elements)", self.n * self.h * self.w * self.c),
@@ -130,17 +215,43 @@ class ConvProblem:
                 raise ProblemError(f"{what} = {value} exceeds {INT32_MAX}, the int32 range CUTLASS's problem sizes "
                                    "use; split the batch")
 
+    def field_name(self, field: str) -> str:
+        """A per-axis field's name as messages give it: 'pad' where both axes agree, else 'pad_h' or 'pad_w'."""
+        for symmetric, height, width in AXIS_FIELDS:
+            if field in (height, width) and getattr(self, height) == getattr(self, width):
+                return symmetric
+        return field
+
+    @property
+    def per_axis(self) -> bool:
+        """Whether pad, stride or dilation differs between the height and the width axis."""
+        return (self.pad_h, self.stride_h, self.dilation_h) != (self.pad_w, self.stride_w, self.dilation_w)
+
+    @property
+    def axis_h(self) -> Axis:
+        return Axis(self.h, self.r, self.pad_h, self.stride_h, self.dilation_h)
+
+    @property
+    def axis_w(self) -> Axis:
+        return Axis(self.w, self.s, self.pad_w, self.stride_w, self.dilation_w)
+
     @property
     def p(self) -> int:
-        return output_extent(self.h, self.r, self.pad, self.stride, self.dilation)
+        return self.axis_h.extent
 
     @property
     def q(self) -> int:
-        return output_extent(self.w, self.s, self.pad, self.stride, self.dilation)
+        return self.axis_w.extent
+
+    @property
+    def channels_per_group(self) -> int:
+        return self.c // self.groups
 
     @property
     def gemm_mnk(self) -> tuple[int, int, int]:
-        return self.n * self.p * self.q, self.k, self.c * self.r * self.s
+        """The implicit GEMM's M, N, K; of a grouped conv, its groups' GEMMs side by side along N (each
+        K/groups wide, C/groups*R*S deep)."""
+        return self.n * self.p * self.q, self.k, self.channels_per_group * self.r * self.s
 
     @property
     def flops(self) -> int:
@@ -153,7 +264,7 @@ class ConvProblem:
 
     @property
     def filter_elements(self) -> int:
-        return self.k * self.r * self.s * self.c
+        return self.k * self.r * self.s * self.channels_per_group
 
     @property
     def output_elements(self) -> int:
@@ -162,12 +273,7 @@ class ConvProblem:
     @property
     def touched_input_elements(self) -> int:
         """Input elements some filter tap reads: a stride wider than the filter skips pixels."""
-        def touched(size: int, outputs: int, taps: int) -> int:
-            span = self.dilation * (taps - 1) + 1
-            covered = outputs * span if self.stride >= span else (outputs - 1) * self.stride + span
-            return min(size, covered)
-
-        return self.n * touched(self.h, self.p, self.r) * touched(self.w, self.q, self.s) * self.c
+        return self.n * self.axis_h.touched * self.axis_w.touched * self.c
 
     @property
     def bytes_moved(self) -> int:
@@ -180,16 +286,46 @@ class ConvProblem:
         )
 
     @property
+    def pads(self) -> tuple[int, int]:
+        return self.pad_h, self.pad_w
+
+    @property
+    def strides(self) -> tuple[int, int]:
+        return self.stride_h, self.stride_w
+
+    @property
+    def dilations(self) -> tuple[int, int]:
+        return self.dilation_h, self.dilation_w
+
+    @property
+    def key(self) -> str:
+        """'n1h224w224c3k64r7s7p3u2d1': the problem's shape in study names and kernel names. Per-axis values
+        appear only where the axes differ ('p0x3'), groups only where not 1 ('g32'), so that a symmetric,
+        ungrouped problem keeps the key it always had."""
+        groups = f"g{self.groups}" if self.groups != 1 else ""
+        return (f"n{self.n}h{self.h}w{self.w}c{self.c}k{self.k}r{self.r}s{self.s}"
+                f"{axes_key(self.pads, self.strides, self.dilations)}{groups}")
+
+    @property
     def shape_text(self) -> str:
-        return (
-            f"N={self.n} H={self.h} W={self.w} C={self.c} K={self.k} R={self.r} S={self.s} "
-            f"pad={self.pad} stride={self.stride} dilation={self.dilation}"
-        )
+        shape = f"N={self.n} H={self.h} W={self.w} C={self.c} K={self.k} R={self.r} S={self.s} "
+        if self.per_axis:
+            shape += (f"pad_h={self.pad_h} pad_w={self.pad_w} stride_h={self.stride_h} stride_w={self.stride_w} "
+                      f"dilation_h={self.dilation_h} dilation_w={self.dilation_w}")
+        else:
+            shape += f"pad={self.pad_h} stride={self.stride_h} dilation={self.dilation_h}"
+        return shape + (f" groups={self.groups}" if self.groups != 1 else "")
 
     @property
     def shape_arg(self) -> str:
-        """The problem as --shape takes it (parse_shape's inverse), every field spelled out."""
-        return ",".join(str(getattr(self, name)) for name in _SHAPE_FIELDS + _OPTIONAL_FIELDS)
+        """The problem as --shape takes it (parse_shape's inverse), every field spelled out: the short form
+        where the axes agree and groups is 1, else the long one."""
+        if not self.per_axis and self.groups == 1:
+            values = [getattr(self, name) for name in _SHAPE_FIELDS] + [self.pad_h, self.stride_h, self.dilation_h]
+        else:
+            values = [getattr(self, name) for name in _SHAPE_FIELDS + _LONG_FIELDS]
+            values += [self.groups] if self.groups != 1 else []
+        return ",".join(map(str, values))
 
     @property
     def dtype_key(self) -> str:
@@ -214,7 +350,8 @@ def canonical_problem(problem: ConvProblem) -> ConvProblem:
 
 
 def problem_from_dict(values: dict) -> ConvProblem:
-    """A problem from its dict form (worker requests, best.yaml entries)."""
+    """A problem from its dict form (worker requests, best.yaml entries): pad, stride and dilation for both
+    axes, or their _h and _w forms; groups where not 1."""
     try:
         types = {k: DataType(v) for k, v in values.items() if k.endswith("_type")}
         ints = {k: int(v) for k, v in values.items() if not k.endswith("_type") and k != "epilogue"}
@@ -225,9 +362,16 @@ def problem_from_dict(values: dict) -> ConvProblem:
 
 
 def problem_to_dict(problem: ConvProblem) -> dict:
-    """Ints and type names; the epilogue as its text, and only where there is one (a bare conv's entry
-    reads as it did before epilogues existed)."""
-    values = {k: (v.value if isinstance(v, DataType) else v) for k, v in asdict(problem).items() if k != "epilogue"}
+    """Ints and type names; pad, stride and dilation once where both axes agree (a symmetric problem's
+    entry reads as it did before per-axis problems existed), as _h and _w where not; groups only where
+    not 1; the epilogue as its text, and only where there is one."""
+    values = {name: getattr(problem, name) for name in _SHAPE_FIELDS}
+    for symmetric, height, width in AXIS_FIELDS:
+        pair = getattr(problem, height), getattr(problem, width)
+        values.update({symmetric: pair[0]} if pair[0] == pair[1] else {height: pair[0], width: pair[1]})
+    if problem.groups != 1:
+        values["groups"] = problem.groups
+    values.update({name: getattr(problem, name).value for name in _TYPE_FIELDS})
     if problem.epilogue.fused:
         values["epilogue"] = problem.epilogue.key
     return values
@@ -241,22 +385,26 @@ class Layer:
 
 _SHAPE_FIELDS = ("n", "h", "w", "c", "k", "r", "s")
 _OPTIONAL_FIELDS = ("pad", "stride", "dilation")
+_LONG_FIELDS = ("pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w")
+_AXIS_KEYS = _OPTIONAL_FIELDS + _LONG_FIELDS
 _TYPE_FIELDS = ("input_type", "filter_type", "output_type", "accumulator_type")
 _EPILOGUE_FIELD = "epilogue"
+SHORT_SHAPE = "N,H,W,C,K,R,S[,pad,stride,dilation]"
+LONG_SHAPE = "N,H,W,C,K,R,S,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w[,groups]"
 
 
 def parse_shape(text: str, dtypes: dict[str, DataType] | None = None) -> ConvProblem:
-    """Parse `N,H,W,C,K,R,S[,pad,stride,dilation]` as given to --shape."""
+    """Parse `N,H,W,C,K,R,S[,pad,stride,dilation]` or the long form, per axis and with groups, as given
+    to --shape."""
     parts = [p.strip() for p in text.split(",")]
-    if not 7 <= len(parts) <= 10:
-        raise ProblemError(
-            f"--shape {text!r} has {len(parts)} numbers; give N,H,W,C,K,R,S[,pad,stride,dilation]"
-        )
+    if not (7 <= len(parts) <= 10 or 13 <= len(parts) <= 14):
+        raise ProblemError(f"--shape {text!r} has {len(parts)} numbers; give {SHORT_SHAPE} (7 to 10 numbers) "
+                           f"or {LONG_SHAPE} (13 or 14)")
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise ProblemError(f"--shape {text!r} must be whole numbers: N,H,W,C,K,R,S[,pad,stride,dilation]") from None
-    names = _SHAPE_FIELDS + _OPTIONAL_FIELDS
+        raise ProblemError(f"--shape {text!r} must be whole numbers: {SHORT_SHAPE} or {LONG_SHAPE}") from None
+    names = _SHAPE_FIELDS + (_OPTIONAL_FIELDS if len(parts) <= 10 else _LONG_FIELDS + ("groups",))
     return ConvProblem(**dict(zip(names, values)), **(dtypes or {}))
 
 
@@ -274,23 +422,40 @@ def _parse_type(layer: str, field: str, value: object) -> DataType:
         raise ProblemError(f"layer {layer!r}: {field}={brief(value)} is not one of {known}") from None
 
 
+def _axis_values(name: str, entry: dict, defaults: dict) -> dict[str, int]:
+    """The per-axis fields of a layer: each from the layer's own pad_h (say), else its pad, else the defaults'
+    pad_h, else their pad. One mapping may not give both pad and pad_h or pad_w."""
+    values = {}
+    for symmetric, height, width in AXIS_FIELDS:
+        for mapping in (entry, defaults):
+            if symmetric in mapping and (height in mapping or width in mapping):
+                raise ProblemError(f"layer {name!r}: give {symmetric} (both axes) or {height}/{width}, not both")
+        for field in (height, width):
+            given = next(((key, m[key]) for m in (entry, defaults) for key in (field, symmetric) if key in m), None)
+            if given is not None:
+                values[field] = _parse_int(name, *given)
+    return values
+
+
 def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
     if not isinstance(entry, dict):
         raise ProblemError(f"layer {name!r} must be a mapping of shape fields, got {brief(entry)}")
     merged = {**defaults, **entry}
-    unknown = set(merged) - set(_SHAPE_FIELDS + _OPTIONAL_FIELDS + _TYPE_FIELDS + (_EPILOGUE_FIELD,))
+    unknown = set(merged) - set(_SHAPE_FIELDS + _AXIS_KEYS + ("groups",) + _TYPE_FIELDS + (_EPILOGUE_FIELD,))
     if unknown:
         raise ProblemError(f"layer {name!r}: unknown field(s) {brief(', '.join(sorted(map(str, unknown))))}")
     missing = [f for f in _SHAPE_FIELDS if f not in merged]
     if missing:
         raise ProblemError(f"layer {name!r}: missing {', '.join(missing)}")
-    ints = {f: _parse_int(name, f, merged[f]) for f in _SHAPE_FIELDS + _OPTIONAL_FIELDS if f in merged}
+    ints = {f: _parse_int(name, f, merged[f]) for f in _SHAPE_FIELDS + ("groups",) if f in merged}
     types = {f: _parse_type(name, f, merged[f]) for f in _TYPE_FIELDS if f in merged}
     try:
+        axes = _axis_values(name, entry, defaults)
         epilogue = parse_epilogue(merged[_EPILOGUE_FIELD]) if _EPILOGUE_FIELD in merged else Epilogue()
-        return Layer(name, ConvProblem(**ints, **types, epilogue=epilogue))
+        return Layer(name, ConvProblem(**ints, **axes, **types, epilogue=epilogue))
     except (ProblemError, EpilogueError) as error:
-        raise ProblemError(f"layer {name!r}: {error}") from None
+        message = str(error)
+        raise ProblemError(message if message.startswith(f"layer {name!r}") else f"layer {name!r}: {message}") from None
 
 
 def load_layers(path: Path) -> dict[str, Layer]:

@@ -12,8 +12,8 @@ from tuner.epilogue import Epilogue
 from tuner.families.base import LaunchArgs
 from tuner.problem import ConvProblem
 
-PROBLEM_FIELDS = 16
-ABI_VERSION = 4  # 4: create() takes the epilogue's operands
+PROBLEM_FIELDS = 20
+ABI_VERSION = 5  # 5: the problem array is per axis (pad, stride, dilation as _h, _w) with groups
 # CUTLASS takes problem extents as int32: a tensor or GEMM extent beyond this cannot be handed over.
 INT32_MAX = 2**31 - 1
 
@@ -53,11 +53,11 @@ class LaunchGrid:
 
 
 def problem_array(problem: ConvProblem, launch: LaunchArgs) -> ctypes.Array:
-    """The int32[16] the entry points read (tuner/templates/problem.h):
-    N,H,W,C,K,R,S,pad,stride,dilation,split_k,P,Q,raster,swizzle,0 with C the kernel's channels."""
-    values = (problem.n, problem.h, problem.w, launch.kernel_channels, problem.k, problem.r, problem.s, problem.pad,
-              problem.stride, problem.dilation, launch.split_k, problem.p, problem.q, launch.raster,
-              launch.swizzle, 0)
+    """The int32[20] the entry points read (tuner/templates/problem.h): N,H,W,C,K,R,S, pad_h,pad_w,
+    stride_h,stride_w, dilation_h,dilation_w, groups, split_k,P,Q,raster,swizzle,0 with C the kernel's channels."""
+    values = (problem.n, problem.h, problem.w, launch.kernel_channels, problem.k, problem.r, problem.s,
+              *problem.pads, *problem.strides, *problem.dilations, problem.groups, launch.split_k, problem.p,
+              problem.q, launch.raster, launch.swizzle, 0)
     if max(values) > INT32_MAX:
         raise LaunchError(f"a problem extent exceeds CUTLASS's int32 limit ({INT32_MAX})")
     return (ctypes.c_int32 * PROBLEM_FIELDS)(*values)
@@ -175,12 +175,12 @@ class TensorSet:
 
 
 def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
-    """Fresh uniform(-1, 1) x[N,H,W,C] and w[K,R,S,C] at the problem's own C, as elements of the input and
+    """Fresh uniform(-1, 1) x[N,H,W,C] and w[K,R,S,C/groups] at the problem's own C, as elements of the input and
     filter types (tuner/elements.py); never zeros."""
     import cupy
 
     x = rng.uniform(-1.0, 1.0, (problem.n, problem.h, problem.w, problem.c), dtype=cupy.float32)
-    w = rng.uniform(-1.0, 1.0, (problem.k, problem.r, problem.s, problem.c), dtype=cupy.float32)
+    w = rng.uniform(-1.0, 1.0, (problem.k, problem.r, problem.s, problem.channels_per_group), dtype=cupy.float32)
     return encode(x, problem.input_type), encode(w, problem.filter_type)
 
 
@@ -191,7 +191,7 @@ def random_epilogue_operands(problem: ConvProblem, rng) -> tuple[object, object,
     import cupy
 
     epilogue, k = problem.epilogue, problem.k
-    magnitude = max(1.0, math.sqrt(problem.c * problem.r * problem.s) / 3)
+    magnitude = max(1.0, math.sqrt(problem.gemm_mnk[2]) / 3)
     scale = rng.uniform(0.5, 1.5, (k,), dtype=cupy.float32) if epilogue.scale else None
     bias = rng.uniform(-magnitude, magnitude, (k,), dtype=cupy.float32) if epilogue.bias else None
     residual = None

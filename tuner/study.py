@@ -77,9 +77,7 @@ class TrialRecord:
 
 def study_name(device: DeviceFacts, layer: str, problem: ConvProblem, joint: JointSpace) -> str:
     """device/layer/shape/families@space-digest/dtypes[+epilogue]: a study per search space (see open_study)."""
-    shape = (f"n{problem.n}h{problem.h}w{problem.w}c{problem.c}k{problem.k}r{problem.r}s{problem.s}"
-             f"p{problem.pad}u{problem.stride}d{problem.dilation}")
-    return f"{device.slug}/{layer}/{shape}/{joint.key}@{joint.digest}/{problem.variant_key}"
+    return f"{device.slug}/{layer}/{problem.key}/{joint.key}@{joint.digest}/{problem.variant_key}"
 
 
 def problem_of_study(name: str) -> tuple[str, str, str] | None:

@@ -252,18 +252,19 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
 
   const int n = layer.n, h = layer.h, w = layer.w, c = layer.c, k = layer.k, r = layer.r, s = layer.s;
   const int kc = layer.kernel_c;  // channels the kernel reads; c..kc-1 are zeros
-  const int p = (h + 2 * layer.pad - layer.dilation * (r - 1) - 1) / layer.stride + 1;
-  const int q = (w + 2 * layer.pad - layer.dilation * (s - 1) - 1) / layer.stride + 1;
-  if (kc < c || p <= 0 || q <= 0 || layer.split_k < 1) throw LayerError("inconsistent row in kLayers");
+  const int p = tuned::output_p(layer), q = tuned::output_q(layer);
+  if (kc < c || p <= 0 || q <= 0 || layer.split_k < 1 || layer.groups != 1) {
+    throw LayerError("inconsistent row in kLayers");
+  }
 
   // The kernel's problem (padded channels, run-time arguments), as the tuner hands it over, and the
   // reference's (the layer's own C).
-  int32_t problem_array[16];
+  int32_t problem_array[tuned::kTunerProblemFields];
   tuned::problem_array(layer, problem_array);
   const tuned::TunerProblem kernel_problem(problem_array);
   const cutlass::conv::Conv2dProblemSize reference_problem(
-      n, h, w, c, k, r, s, p, q, layer.pad, layer.pad, layer.stride, layer.stride, layer.dilation,
-      layer.dilation, cutlass::conv::Mode::kCrossCorrelation, 1, 1);
+      n, h, w, c, k, r, s, p, q, layer.pad_h, layer.pad_w, layer.stride_h, layer.stride_w, layer.dilation_h,
+      layer.dilation_w, cutlass::conv::Mode::kCrossCorrelation, 1, 1);
 
   const Layout layout_y = Layout::packed({n, p, q, k});
   const Layout layout_x0 = Layout::packed({n, h, w, c});

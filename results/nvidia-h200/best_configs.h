@@ -22,14 +22,25 @@ constexpr char kNvccVersion[] = "13.0.88";
 constexpr char kCutlassVersion[] = "4.2.0.0";
 constexpr char kDriverVersion[] = "13.0";
 
-// The problem array the tuner hands every kernel (tuner/run.py writes it): int32[16] =
-// {N, H, W, C, K, R, S, pad, stride, dilation, split_k, P, Q, raster, swizzle, reserved}.
+// The problem array the tuner hands every kernel (tuner/run.py writes it): int32[kTunerProblemFields] =
+// {N, H, W, C, K, R, S, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups, split_k, P, Q,
+//  raster, swizzle, reserved}. Padding is per side (top = bottom = pad_h, left = right = pad_w).
 // Tensors are NHWC (filters KRSC); C is the kernel's channel count (zero-padded where needed).
+constexpr int kTunerProblemFields = 20;
+
 struct TunerProblem {
-  int n, h, w, c, k, r, s, pad, stride, dilation, split_k, p, q, raster, swizzle;
+  int n, h, w, c, k, r, s, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups, split_k, p, q, raster,
+      swizzle;
   explicit TunerProblem(const int32_t *a)
-      : n(a[0]), h(a[1]), w(a[2]), c(a[3]), k(a[4]), r(a[5]), s(a[6]), pad(a[7]), stride(a[8]),
-        dilation(a[9]), split_k(a[10]), p(a[11]), q(a[12]), raster(a[13]), swizzle(a[14]) {}
+      : n(a[0]), h(a[1]), w(a[2]), c(a[3]), k(a[4]), r(a[5]), s(a[6]), pad_h(a[7]), pad_w(a[8]), stride_h(a[9]),
+        stride_w(a[10]), dilation_h(a[11]), dilation_w(a[12]), groups(a[13]), split_k(a[14]), p(a[15]), q(a[16]),
+        raster(a[17]), swizzle(a[18]) {}
+
+  void to_array(int32_t out[kTunerProblemFields]) const {
+    const int32_t values[kTunerProblemFields] = {n, h, w, c, k, r, s, pad_h, pad_w, stride_h, stride_w, dilation_h,
+                                                 dilation_w, groups, split_k, p, q, raster, swizzle, 0};
+    for (int i = 0; i < kTunerProblemFields; ++i) out[i] = values[i];
+  }
 };
 
 // The epilogue's operands (tuner/run.py fills them; tuner/epilogue.py says what they mean):
@@ -60,6 +71,7 @@ class Sm80Runner {
   static constexpr bool kFused = Sm80FusesEpilogue<Kernel>::value;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;  // the filter layout below is ungrouped
     typename Conv::Arguments args = arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{});
     if constexpr (kFused) {
       cutlass::Status status = Kernel::can_implement_epilogue(args);  // no split-K
@@ -135,8 +147,8 @@ class Sm80Runner {
  private:
   static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
     return cutlass::conv::Conv2dProblemSize(
-        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad, p.pad, p.stride, p.stride, p.dilation, p.dilation,
-        cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
+        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
   }
 
   static bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -204,7 +216,9 @@ using conv_1_runner = Sm80Runner<conv_1>;
 
 struct TunedLayer {
   const char *name;
-  int n, h, w, c, k, r, s, pad, stride, dilation;
+  int n, h, w, c, k, r, s;
+  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;  // per axis; the padding is each side's
+  int groups;
   int kernel_c;  // channels the kernel reads: C is zero-padded to this (C=3 -> 4 for sm80, -> 8 for sm90)
   const char *family;  // the kernel family: sm80 (CUTLASS 2.x), sm90_conv or sm90_gemm (CUTLASS 3.x)
   int split_k;   // run-time split-K slices (sm80 serial split-K, sm90_gemm stream-K units)
@@ -221,14 +235,10 @@ struct TunedLayer {
   bool has_scale, has_bias, has_residual;
   double residual_scale;
   const char *activation;  // none, relu, gelu (the erf form), silu
-  // input_filter_output_accumulator types, e.g. f16_f16_f16_f32 or bf16_bf16_bf16_f32; tf32_tf32_f32_f32: f32
-  // tensors the tensor cores read as TF32. The runner's ElementA/B/C are those types' CUTLASS elements.
-  const char *types;
-  double tolerance;  // the relative L2 error above which an output is wrong (tuner/validate.py, from the types)
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none"},
 };
 constexpr int kLayerCount = 1;
 
@@ -275,13 +285,21 @@ constexpr bool matches_device(int compute_capability, int sm_count, const char *
   return compute_capability == kComputeCapability && sm_count == kSmCount && same_name(device_name, kGpuName);
 }
 
+// The layer's output extents P (rows) and Q (columns).
+constexpr int output_p(const TunedLayer &layer) {
+  return (layer.h + 2 * layer.pad_h - layer.dilation_h * (layer.r - 1) - 1) / layer.stride_h + 1;
+}
+constexpr int output_q(const TunedLayer &layer) {
+  return (layer.w + 2 * layer.pad_w - layer.dilation_w * (layer.s - 1) - 1) / layer.stride_w + 1;
+}
+
 // The problem array a runner takes (see TunerProblem): the layer's problem at the kernel's channels.
-inline void problem_array(const TunedLayer &layer, int32_t out[16]) {
-  const int p = (layer.h + 2 * layer.pad - layer.dilation * (layer.r - 1) - 1) / layer.stride + 1;
-  const int q = (layer.w + 2 * layer.pad - layer.dilation * (layer.s - 1) - 1) / layer.stride + 1;
-  const int32_t values[16] = {layer.n, layer.h, layer.w, layer.kernel_c, layer.k, layer.r, layer.s, layer.pad,
-                              layer.stride, layer.dilation, layer.split_k, p, q, layer.raster, layer.swizzle, 0};
-  for (int i = 0; i < 16; ++i) out[i] = values[i];
+inline void problem_array(const TunedLayer &layer, int32_t out[kTunerProblemFields]) {
+  const int32_t values[kTunerProblemFields] = {
+      layer.n, layer.h, layer.w, layer.kernel_c, layer.k, layer.r, layer.s, layer.pad_h, layer.pad_w,
+      layer.stride_h, layer.stride_w, layer.dilation_h, layer.dilation_w, layer.groups, layer.split_k,
+      output_p(layer), output_q(layer), layer.raster, layer.swizzle, 0};
+  for (int i = 0; i < kTunerProblemFields; ++i) out[i] = values[i];
 }
 
 }  // namespace nvidia_h200

@@ -106,3 +106,51 @@ def test_family_of_a_config():
         config = registry.get(name).make_config(ONE_BY_ONE, params)
         assert config.family == name
         assert registry.family_of(config) is registry.get(name)
+
+
+# Per-axis problems each family runs (None) or refuses with a reason naming why (the words it holds).
+INCEPTION_1X7 = ConvProblem(n=32, h=17, w=17, c=128, k=128, r=1, s=7, pad_h=0, pad_w=3)
+INCEPTION_7X1 = ConvProblem(n=32, h=17, w=17, c=128, k=128, r=7, s=1, pad_h=3, pad_w=0)
+STRIDED_ROWS = ConvProblem(n=8, h=28, w=28, c=64, k=64, r=3, s=3, pad=1, stride_h=2, stride_w=1)
+WIDE_STRIDE = ConvProblem(n=8, h=64, w=64, c=64, k=64, r=3, s=3, pad=1, stride_h=1, stride_w=9)
+GROUPED = ConvProblem(n=8, h=28, w=28, c=128, k=128, r=3, s=3, pad=1, groups=32)
+DEPTHWISE = ConvProblem(n=8, h=28, w=28, c=128, k=128, r=3, s=3, pad=1, groups=128)
+
+
+@pytest.mark.parametrize("problem, expected", [
+    (INCEPTION_1X7, {"sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "1x7, stride 1, pad 0x3",
+                     "sm90_s2d": "stride 1 has nothing to fold"}),
+    (INCEPTION_7X1, {"sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "7x1, stride 1, pad 3x0",
+                     "sm90_s2d": "stride 1 has nothing to fold"}),
+    (STRIDED_ROWS, {"sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "stride 2x1",
+                    "sm90_s2d": "strides 2x1 (height x width)"}),
+    (WIDE_STRIDE, {"sm80": None, "sm90_conv": "stride_w=9: the TMA im2col traversal stride is 1 to 8",
+                   "sm90_dsl": "stride 1x9", "sm90_gemm": "stride 1x9", "sm90_s2d": "strides 1x9"}),
+])
+def test_each_family_runs_or_refuses_a_per_axis_problem(problem, expected):
+    reasons = registry.problem_reasons(problem)
+    assert set(reasons) == set(expected)
+    for name, words in expected.items():
+        if words is None:
+            assert reasons[name] is None, (name, reasons[name])
+        else:
+            assert reasons[name] is not None and words in reasons[name], (name, reasons[name])
+
+
+@pytest.mark.parametrize("problem", [INCEPTION_1X7, INCEPTION_7X1, STRIDED_ROWS], ids=lambda p: p.key)
+@pytest.mark.parametrize("name", ["sm80", "sm90_conv", "sm90_dsl"])
+def test_the_families_that_run_a_per_axis_problem_have_valid_kernels_for_it(problem, name):
+    from conftest import REPO
+    from tuner.space import all_configs, load_space
+
+    family = registry.get(name)
+    configs = all_configs(load_space(REPO / "search_spaces" / f"{name}.yaml"), problem)
+    assert any(not family.static_problems(config, problem, H100) for config in configs)  # stops at the first
+
+
+@pytest.mark.parametrize("problem, kind", [(GROUPED, "a grouped one, groups=32"),
+                                           (DEPTHWISE, "a depthwise one, groups=128")])
+def test_every_family_refuses_grouped_convolutions_for_now(problem, kind):
+    for name, reason in registry.problem_reasons(problem).items():
+        assert reason == f"{name} runs ungrouped convolutions only (groups=1); this is {kind}"
+        assert registry.why_not(registry.get(name), problem, H100) is not None

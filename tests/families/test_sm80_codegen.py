@@ -60,7 +60,7 @@ def test_entry_points_are_extern_c(reference_source):
     extern_block = reference_source[reference_source.index('extern "C" {'):]
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
-    assert "int32_t tuner_abi_version() { return 4; }" in extern_block
+    assert "int32_t tuner_abi_version() { return 5; }" in extern_block
     assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
     assert "using Runner0 = Sm80Runner<TunedConv0>;" in reference_source
     assert "using TunedConv0 = cutlass::conv::device::ImplicitGemmConvolution<" in reference_source

@@ -45,9 +45,9 @@ def assert_candidate_frame(source: str, runner_class: str, family: str) -> None:
     assert f"Tuning candidates of the {family} family" in source
     assert f"class {runner_class}" in source and "struct TunerProblem" in source
     assert f"using Runner0 = {runner_class}<{ALIAS}>;" in source
-    assert ABI_VERSION == 4
+    assert ABI_VERSION == 5
     extern_block = source[source.index('extern "C" {'):]
-    assert "int32_t tuner_abi_version() { return 4; }" in extern_block
+    assert "int32_t tuner_abi_version() { return 5; }" in extern_block
     assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name

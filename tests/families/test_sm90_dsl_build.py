@@ -23,14 +23,25 @@ ENTRY_POINTS = ["tuner_abi_version", "tuner_kernel_count"] + [
     f"tuner_k0_{name}" for name in
     ("can_implement", "workspace_bytes", "grid", "kernel_attributes", "create", "launch", "destroy")]
 
-GEMM = BuildSpec(ProblemSpec(32, 7, 7, 512, 2048, 1, 1, 0, 1, 1), EpilogueSpec(),
+GEMM = BuildSpec(ProblemSpec.symmetric(32, 7, 7, 512, 2048, 1, 1, 0, 1, 1), EpilogueSpec(),
                  TileSpec(128, 256, 64, schedule="cooperative"))
-CONV = BuildSpec(ProblemSpec(32, 28, 28, 128, 128, 3, 3, 1, 1, 1),
+CONV = BuildSpec(ProblemSpec.symmetric(32, 28, 28, 128, 128, 3, 3, 1, 1, 1),
                  EpilogueSpec(scale=True, bias=True, residual=True, beta=0.5, activation="silu"),
                  TileSpec(64, 128, 64, cluster_m=1, cluster_n=2, schedule="single", tile_q=32))
 
 # bf16 in and out, fused with a bf16 residual
 CONV_BF16 = BuildSpec(CONV.problem, CONV.epilogue, CONV.tile, element="bf16")
+
+
+def problem_values(p: ProblemSpec, split_k: int):
+    """The problem array tuner/run.py hands the kernel for the compiled problem."""
+    from dataclasses import asdict
+
+    from tuner.families.base import LaunchArgs
+    from tuner.problem import ConvProblem
+    from tuner.run import problem_array
+
+    return problem_array(ConvProblem(**asdict(p)), LaunchArgs(p.c, split_k=split_k))
 
 
 def run_build(spec_text: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -49,7 +60,7 @@ def exported_symbols(library: Path) -> set[str]:
     return {name for name in ENTRY_POINTS if hasattr(lib, name)}
 
 
-STEM = BuildSpec(ProblemSpec(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
+STEM = BuildSpec(ProblemSpec.symmetric(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
                  TileSpec(128, 64, 32, schedule="cooperative"))
 STEM_BF16 = BuildSpec(STEM.problem, STEM.epilogue, STEM.tile, element="bf16")
 
@@ -87,9 +98,9 @@ def test_abi_answers_without_a_gpu(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     lib = ctypes.CDLL(str(tmp_path / "out" / "candidate.so"))
     lib.tuner_abi_version.restype = ctypes.c_int32
-    assert lib.tuner_abi_version() == 4
+    assert lib.tuner_abi_version() == 5
     p = GEMM.problem
-    problem = (ctypes.c_int32 * 16)(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation, 1, p.p, p.q, 0, 1, 0)
+    problem = problem_values(p, split_k=1)
     assert lib.tuner_k0_can_implement(problem) == 0
     problem[3] = 256  # another C: not the compiled problem
     assert lib.tuner_k0_can_implement(problem) != 0
@@ -101,7 +112,7 @@ def test_abi_answers_without_a_gpu(tmp_path):
 @pytest.mark.parametrize("text, reason", [
     ("{not json", "malformed"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(256, 64, 64, schedule="pingpong")).to_json(), "pingpong"),
-    (BuildSpec(ProblemSpec(1, 9, 9, 64, 64, 3, 3, 1, 3, 1), EpilogueSpec(),
+    (BuildSpec(ProblemSpec.symmetric(1, 9, 9, 64, 64, 3, 3, 1, 3, 1), EpilogueSpec(),
                TileSpec(128, 64, 64, tile_q=8)).to_json(), "stride"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="single")).to_json(), "tile_m"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, GEMM.tile, element="f32").to_json(), "element"),
@@ -119,15 +130,18 @@ def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
 from tuner.families.sm90_dsl.kernel import geometry  # noqa: E402
 from tuner.families.sm90_dsl.spec import SpecError, split_k_range, split_k_workspace_bytes  # noqa: E402
 
-LATE_GEMM_B1 = ProblemSpec(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1)
-STRIDE2 = ProblemSpec(1, 28, 28, 256, 256, 3, 3, 1, 2, 1)
+LATE_GEMM_B1 = ProblemSpec.symmetric(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1)
+INCEPTION_1X7 = ProblemSpec(2, 17, 17, 64, 64, 1, 7, 0, 3, 1, 1, 1, 1)
+STRIDE2 = ProblemSpec.symmetric(1, 28, 28, 256, 256, 3, 3, 1, 2, 1)
 
 
 @pytest.mark.parametrize("problem, tile_k, tile_q, splits", [
     (STRIDE2, 64, 8, 2), (STRIDE2, 64, 8, 7), (STRIDE2, 32, 8, 5),
-    (ProblemSpec(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 64, 16, 8),
-    (ProblemSpec(2, 15, 15, 96, 64, 3, 3, 1, 2, 1), 64, 16, 3),   # odd extents and C not a multiple of tile K
-    (ProblemSpec(2, 16, 16, 64, 64, 5, 5, 4, 2, 2), 64, 16, 4),   # dilated: taps fall into fewer phases
+    (ProblemSpec.symmetric(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 64, 16, 8),
+    (ProblemSpec.symmetric(2, 15, 15, 96, 64, 3, 3, 1, 2, 1), 64, 16, 3),   # odd extents and C not a multiple of tile K
+    (ProblemSpec.symmetric(2, 16, 16, 64, 64, 5, 5, 4, 2, 2), 64, 16, 4),   # dilated: taps fall into fewer phases
+    (INCEPTION_1X7, 64, 16, 3),
+    (ProblemSpec(2, 15, 20, 64, 64, 3, 3, 1, 1, 2, 1, 1, 1), 64, 16, 3),  # stride 2 on rows only
 ])
 def test_the_producer_walks_each_units_k_tiles_exactly_once_over_the_stride_phases(problem, tile_k, tile_q, splits):
     """kernel.py's producer clips each phase's own k tiles to the unit's global range (phase_k_bounds); the
@@ -148,6 +162,31 @@ def test_the_producer_walks_each_units_k_tiles_exactly_once_over_the_stride_phas
     assert len(loaded) == len(set(loaded)) == g.k_tiles == sum(ph.nr * ph.ns for ph in phases) * g.k_blocks_per_tap
 
 
+def test_per_axis_problems_get_each_axis_its_own_phases():
+    """(r, dilation_h, pad_h, stride_h) lay out the rows' phases, (s, dilation_w, pad_w, stride_w) the columns'."""
+    wide = geometry(BuildSpec(INCEPTION_1X7, EpilogueSpec(), TileSpec(128, 64, 64, tile_q=16)))
+    [phase] = wide.phases()
+    assert (phase.nr, phase.ho0, phase.ns, phase.wo0, phase.view_w, phase.view_h) == (1, 0, 7, -3, 17, 17)
+    tall = geometry(BuildSpec(ProblemSpec(2, 15, 20, 64, 64, 3, 3, 1, 1, 2, 1, 1, 1), EpilogueSpec(),
+                              TileSpec(128, 64, 64, tile_q=16)))
+    assert [(ph.ph, ph.pw, ph.view_h, ph.view_w, ph.nr, ph.ns) for ph in tall.phases()] == [
+        (0, 0, 8, 20, 1, 3), (1, 0, 7, 20, 2, 3)]  # rows in two views of every second row, columns in one
+    with pytest.raises(SpecError, match="stride 1x3"):
+        geometry(BuildSpec(ProblemSpec(2, 15, 16, 64, 64, 3, 3, 1, 1, 1, 3, 1, 1), EpilogueSpec(),
+                           TileSpec(128, 64, 64, tile_q=16)))
+
+
+def test_a_per_axis_candidate_takes_exactly_its_problem(tmp_path):
+    import ctypes
+    result = run_build(BuildSpec(INCEPTION_1X7, EpilogueSpec(), TileSpec(128, 64, 64, tile_q=16)).to_json(), tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lib = ctypes.CDLL(str(tmp_path / "out" / "candidate.so"))
+    problem = problem_values(INCEPTION_1X7, split_k=1)
+    assert lib.tuner_k0_can_implement(problem) == 0
+    problem[7], problem[8] = 3, 0  # pad_h, pad_w swapped: the 7x1's padding, not this kernel's
+    assert lib.tuner_k0_can_implement(problem) == 8  # the first field that differs, counted from 1
+
+
 def test_split_k_geometry_workspace_and_refusals():
     g = geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=8)))
     assert g.workspace_bytes == split_k_workspace_bytes(4, 8, 128, 128) and g.grid == (1, 1, 32)
@@ -165,7 +204,7 @@ def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
     assert g.gather and (g.tile_q, g.bp, g.bn) == (128, 1, 1) and g.yq == 32 * 112 * 112
     assert g.m_tiles == 32 * 112 * 112 // 128 and g.k_tiles == 5  # 147 products of (r, s, c) in k tiles of 32
     assert (g.src_n, g.src_h, g.src_w, g.out_p, g.out_q) == (32, 224, 224, 112, 112)
-    assert geometry(BuildSpec(replace(STEM.problem, stride=4), EpilogueSpec(), STEM.tile)).gather  # any stride
+    assert geometry(BuildSpec(replace(STEM.problem, stride_h=4, stride_w=4), EpilogueSpec(), STEM.tile)).gather  # any stride
     for tile, reason in ((replace(STEM.tile, cluster_m=2), "cluster"), (replace(STEM.tile, split_k=2), "split-K"),
                          (replace(STEM.tile, schedule="pingpong"), "single or cooperative")):
         with pytest.raises(SpecError, match=reason):
@@ -191,8 +230,8 @@ def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_
     lib = ctypes.CDLL(str(tmp_path / "out" / "candidate.so"))
     lib.tuner_k0_workspace_bytes.restype = ctypes.c_int64
     p = spec.problem
-    problem = (ctypes.c_int32 * 16)(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation, 4, p.p, p.q, 0, 1, 0)
+    problem = problem_values(p, split_k=4)
     assert lib.tuner_k0_can_implement(problem) == 0
     assert lib.tuner_k0_workspace_bytes(problem) == info["workspace_bytes"] == split_k_workspace_bytes(4, 4, 64, 128)
-    problem[10] = 1
+    problem[14] = 1  # split_k
     assert lib.tuner_k0_can_implement(problem) == 20

@@ -15,7 +15,7 @@ from tuner.families.sm90_dsl.space import make_config  # noqa: E402
 from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
 from tuner.problem import ConvProblem  # noqa: E402
 
-GEMM = ProblemSpec(32, 7, 7, 512, 2048, 1, 1, 0, 1, 1)  # 1568x2048x512
+GEMM = ProblemSpec.symmetric(32, 7, 7, 512, 2048, 1, 1, 0, 1, 1)  # 1568x2048x512
 RESIDUAL = EpilogueSpec(scale=True, bias=True, residual=True, activation="relu")
 BARE = EpilogueSpec(scale=True, bias=True, activation="relu")
 

@@ -115,12 +115,12 @@ def test_a_valid_configuration_has_no_problems():
 def test_layers_it_refuses():
     assert "f16" in layer_problem(replace(CONV, output_type=DataType.f32))
     assert "K=12" in layer_problem(replace(CONV, k=12))
-    assert layer_problem(replace(CONV, stride=2)) is None  # one TMA view per stride phase
-    assert layer_problem(replace(GEMM, stride=2)) is None
-    assert "strides 1 and 2" in layer_problem(replace(CONV, stride=3))
+    assert layer_problem(replace(CONV, stride_h=2, stride_w=2)) is None  # one TMA view per stride phase
+    assert layer_problem(replace(GEMM, stride_h=2, stride_w=2)) is None
+    assert "strides 1 and 2" in layer_problem(replace(CONV, stride_h=3, stride_w=3))
     assert kernel_problem(replace(CONV, c=12)).c == 16  # TMA rows of 16 bytes
     assert kernel_problem(replace(CONV, c=3)).c == 3    # gathered as it is
-    assert layer_problem(replace(CONV, c=3, stride=4)) is None  # a gathering kernel takes any stride
+    assert layer_problem(replace(CONV, c=3, stride_h=4, stride_w=4)) is None  # a gathering kernel takes any stride
 
 
 STEM = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
@@ -313,7 +313,7 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
                                                                                "sm90_gemm", "sm90_s2d"))
     joint, left_out = without_superseded(layer_space(spaces, GEMM, H100), GEMM)
     assert joint.families == ("sm90_dsl",) and left_out == ("sm80", "sm90_conv", "sm90_gemm")
-    strided = replace(CONV, stride=3)  # the DSL does not run it: nothing is left out
+    strided = replace(CONV, stride_h=3, stride_w=3)  # the DSL does not run it: nothing is left out
     joint, left_out = without_superseded(layer_space(spaces, strided, H100), strided)
     assert {"sm80", "sm90_conv"} <= set(joint.families) and left_out == ()
     stem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)  # C < 8: the DSL gathers it

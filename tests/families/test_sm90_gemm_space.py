@@ -322,7 +322,7 @@ def test_resnet_1x1_stride_1_layers_are_runnable(layers):
     assert "r50_s3_1x1_256to128_b32" in runnable and "r50_s2_1x1_64to64_b1" in runnable
     for name in runnable:
         prob = layers[name].problem
-        assert (prob.r, prob.s, prob.stride, prob.pad) == (1, 1, 1, 0), name
+        assert (prob.r, prob.s, prob.strides, prob.pads) == (1, 1, (1, 1), (0, 0)), name
     assert layer_problem(layers["r50_s3_down_s2_b32"].problem) is not None  # 1x1 with stride 2
 
 

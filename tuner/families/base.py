@@ -339,6 +339,8 @@ class Family(abc.ABC):
     fusable: frozenset[str] = frozenset()
     # Parts its kernels could fuse but that it refuses, each with why ("{family}" stands for its name).
     refused_parts: tuple[tuple[str, str], ...] = ()
+    # Whether its kernels run grouped convolutions (groups > 1, depthwise among them).
+    runs_groups: bool = False
 
     # --- where it runs -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -351,7 +353,12 @@ class Family(abc.ABC):
         change that would make it runnable where there is one; None when it can."""
 
     def problem_reason(self, problem: ConvProblem) -> str | None:
-        """layer_problem, after the parts of the layer's epilogue the family cannot fuse or refuses."""
+        """layer_problem, after grouped convolutions where the family runs none and the parts of the layer's
+        epilogue it cannot fuse or refuses."""
+        if problem.groups != 1 and not self.runs_groups:
+            kind = "a depthwise" if problem.groups == problem.c else "a grouped"
+            return (f"{self.name} runs ungrouped convolutions only (groups=1); this is {kind} one, "
+                    f"groups={problem.groups}")
         for part, why in self.refused_parts:
             if part in problem.epilogue.parts:
                 return why.format(family=self.name)

@@ -170,16 +170,19 @@ def layer_problem(problem: ConvProblem) -> str | None:
         padded = -(-problem.k // need) * need
         return (f"K={problem.k} output channels: the TMA store needs K to be a multiple of {need} for "
                 f"{problem.output_type.value} output; pad K to {padded}")
-    if problem.pad > 128:
-        return f"pad={problem.pad} exceeds the im2col TMA's lower corner limit of 128"
-    for taps, name in ((problem.r, "R"), (problem.s, "S")):
-        span = (taps - 1) * problem.dilation
+    axes = (("R", "h", problem.axis_h), ("S", "w", problem.axis_w))
+    for _, suffix, axis in axes:
+        if axis.pad > 128:
+            return f"{problem.field_name('pad_' + suffix)}={axis.pad} exceeds the im2col TMA's lower corner limit of 128"
+    for name, _, axis in axes:
+        span = (axis.taps - 1) * axis.dilation
         if span > 254:
             return f"({name}-1)*dilation={span} exceeds the im2col filter offset limit of 254"
-        if span - problem.pad > 128:
-            return f"({name}-1)*dilation-pad={span - problem.pad} exceeds the im2col TMA's upper corner limit of 128"
-    if problem.stride > 8:
-        return f"stride={problem.stride}: the TMA im2col traversal stride is 1 to 8"
+        if span - axis.pad > 128:
+            return f"({name}-1)*dilation-pad={span - axis.pad} exceeds the im2col TMA's upper corner limit of 128"
+    for _, suffix, axis in axes:
+        if axis.stride > 8:
+            return f"{problem.field_name('stride_' + suffix)}={axis.stride}: the TMA im2col traversal stride is 1 to 8"
     return None
 
 

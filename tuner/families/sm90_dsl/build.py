@@ -161,7 +161,8 @@ def build(spec_text: str, out_dir: Path) -> dict:
     fields = {
         "name": f"sm90_dsl {g.tile_m}x{g.tile_n}x{g.tile_k} {spec.tile.schedule} {g.cluster_m}x{g.cluster_n}",
         "prefix": PREFIX,
-        "problem": ", ".join(str(v) for v in (p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad, p.stride, p.dilation)),
+        "problem": ", ".join(str(v) for v in (p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pad_h, p.pad_w, p.stride_h,
+                                               p.stride_w, p.dilation_h, p.dilation_w, 1)),  # groups 1
         "p": p.p, "q": p.q,
         "grid": ", ".join(str(v) for v in grid),
         "attributes": ", ".join(str(v) for v in attributes),

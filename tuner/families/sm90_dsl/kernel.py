@@ -72,9 +72,12 @@ class Geometry:
     yp: int
     r: int
     s: int
-    pad: int
-    dilation: int
-    stride: int
+    pad_h: int
+    pad_w: int
+    dilation_h: int
+    dilation_w: int
+    stride_h: int
+    stride_w: int
     # M box over (q, p, n)
     tile_q: int
     bp: int
@@ -214,8 +217,8 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Phase:
-    """The taps of one stride phase (ph, pw): input rows h = st*h' + ph and columns w = st*w' + pw, viewed as a
-    (W', H', N, C) tensor from element (ph*W + pw)*C with strides (st*C, st*W*C, H*W*C, 1), so that a stride-st
+    """The taps of one stride phase (ph, pw): input rows h = sh*h' + ph and columns w = sw*w' + pw, viewed as a
+    (W', H', N, C) tensor from element (ph*W + pw)*C with strides (sw*C, sh*W*C, H*W*C, 1), so that a strided
     convolution reads, for each of these taps, one dense TMA box of the view: output (q, p) and tap (r, s) read
     w' = q + wo0 + si*wstep, h' = p + ho0 + ri*hstep (out of bounds of the view: zero, the padding).
     Taps r = r0 + ri*rstep (ri < nr), s = s0 + si*sstep (si < ns)."""
@@ -253,8 +256,8 @@ def _axis_phases(taps: int, dilation: int, pad: int, stride: int, extent: int):
 
 def tap_phases(g) -> list[Phase]:
     return [Phase(ph, pw, vh_w, vh_h, r0, rstep, nr, ho0, hstep, s0, sstep, ns, wo0, wstep)
-            for (ph, vh_h, r0, rstep, nr, ho0, hstep) in _axis_phases(g.r, g.dilation, g.pad, g.stride, g.xh)
-            for (pw, vh_w, s0, sstep, ns, wo0, wstep) in _axis_phases(g.s, g.dilation, g.pad, g.stride, g.xw)]
+            for (ph, vh_h, r0, rstep, nr, ho0, hstep) in _axis_phases(g.r, g.dilation_h, g.pad_h, g.stride_h, g.xh)
+            for (pw, vh_w, s0, sstep, ns, wo0, wstep) in _axis_phases(g.s, g.dilation_w, g.pad_w, g.stride_w, g.xw)]
 
 
 def geometry(spec: BuildSpec) -> Geometry:
@@ -284,8 +287,9 @@ def geometry(spec: BuildSpec) -> Geometry:
     if t.split_k > 1 and pingpong:
         # a pingpong group skips the other group's k tiles by count, which split-K makes vary by unit
         raise SpecError("split_k > 1 is not built with the pingpong schedule (single or cooperative are)")
-    if p.stride not in (1, 2) and not p.gathers:
-        raise SpecError(f"stride {p.stride} is not built in the sm90 DSL kernel's TMA loads (strides 1 and 2 are)")
+    if not p.gathers and (p.stride_h not in (1, 2) or p.stride_w not in (1, 2)):
+        raise SpecError(f"stride {p.stride_h}x{p.stride_w} is not built in the sm90 DSL kernel's TMA loads (strides 1 "
+                        "and 2 on each axis are)")
     if p.is_gemm:
         xw, xh, xn, yq, yp = p.n * p.h * p.w, 1, 1, p.n * p.h * p.w, 1
         tile_q, bp, bn = t.tile_m, 1, 1
@@ -314,11 +318,11 @@ def geometry(spec: BuildSpec) -> Geometry:
         bp, bn = box.rows_p, box.images_n
         if bp > next_power_of_two(p.p):
             raise SpecError(f"tile_m/tile_q = {rows} rows: more than the output's {p.p} rows of one image")
-        for (_, view_h, *_rest) in _axis_phases(p.r, p.dilation, p.pad, p.stride, xh):
+        for (_, view_h, *_rest) in _axis_phases(p.r, p.dilation_h, p.pad_h, p.stride_h, xh):
             if bp == view_h:
                 raise SpecError(f"tile_m/tile_q = {rows} rows cannot be split into output rows other than the "
                                 f"input's {view_h} (stride phase) rows")
-        for (_, view_w, *_rest) in _axis_phases(p.s, p.dilation, p.pad, p.stride, xw):
+        for (_, view_w, *_rest) in _axis_phases(p.s, p.dilation_w, p.pad_w, p.stride_w, xw):
             if tile_q == view_w:
                 raise SpecError(f"tile_q {tile_q} equals the input width {view_w} (of a stride phase): pick "
                                 "another (the TMA box would merge W with H and lose the padding)")
@@ -331,8 +335,9 @@ def geometry(spec: BuildSpec) -> Geometry:
     epi_n = epilogue_columns(tile_n)
     epi_stages = 2
     res_stages = residual_ring_slots(tile_n) if e.residual else 0
-    g = Geometry(xw=xw, xh=xh, xn=xn, c=p.c, k=p.k, yq=yq, yp=yp, r=p.r, s=p.s, pad=p.pad,
-                 dilation=p.dilation, stride=p.stride, tile_q=tile_q, bp=bp, bn=bn, tile_m=t.tile_m, tile_n=tile_n,
+    g = Geometry(xw=xw, xh=xh, xn=xn, c=p.c, k=p.k, yq=yq, yp=yp, r=p.r, s=p.s, pad_h=p.pad_h, pad_w=p.pad_w,
+                 dilation_h=p.dilation_h, dilation_w=p.dilation_w, stride_h=p.stride_h, stride_w=p.stride_w,
+                 tile_q=tile_q, bp=bp, bn=bn, tile_m=t.tile_m, tile_n=tile_n,
                  tile_k=t.tile_k, cluster_m=t.cluster_m, cluster_n=t.cluster_n, consumers=consumers, pingpong=pingpong,
                  stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
                  raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
@@ -396,10 +401,9 @@ class ConvKernel:
             tma_b, tma_w = tma_d, tma_y
         else:
             phases = g.phases()
-            st = g.stride
             mxs = [cute.make_tensor(x.iterator + (ph.ph * g.xw + ph.pw) * c, cute.make_layout(
-                ((ph.view_w, ph.view_h, g.xn), c), stride=((st * c, st * g.xw * c, g.xw * g.xh * c), 1)))
-                for ph in phases]
+                ((ph.view_w, ph.view_h, g.xn), c),
+                stride=((g.stride_w * c, g.stride_h * g.xw * c, g.xw * g.xh * c), 1))) for ph in phases]
             rsc = g.r * g.s * c
             mw = cute.make_tensor(w.iterator, cute.make_layout((k, rsc), stride=(rsc, 1)))
             a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if g.cluster_n > 1
@@ -804,14 +808,14 @@ class ConvKernel:
             n = pixel // pq
             rest = pixel - n * pq
             p = rest // g.out_q
-            h0 = p * g.stride - g.pad
-            w0 = (rest - p * g.out_q) * g.stride - g.pad
+            h0 = p * g.stride_h - g.pad_h
+            w0 = (rest - p * g.out_q) * g.stride_w - g.pad_w
             base = ((n * g.src_h + h0) * g.src_w + w0) * g.c
             # 1 where the pixel is real and the filter row (column) falls inside the input, else 0
             in_pixel = cutlass.Int32(pixel < g.src_n * pq)
-            rows_in = [in_pixel * cutlass.Int32(h0 + r * g.dilation >= 0) * cutlass.Int32(h0 + r * g.dilation < g.src_h)
-                       for r in range(g.r)]
-            cols_in = [cutlass.Int32(w0 + s * g.dilation >= 0) * cutlass.Int32(w0 + s * g.dilation < g.src_w)
+            rows_in = [in_pixel * cutlass.Int32(h0 + r * g.dilation_h >= 0)
+                       * cutlass.Int32(h0 + r * g.dilation_h < g.src_h) for r in range(g.r)]
+            cols_in = [cutlass.Int32(w0 + s * g.dilation_w >= 0) * cutlass.Int32(w0 + s * g.dilation_w < g.src_w)
                        for s in range(g.s)]
             for kt in cutlass.range_constexpr(g.k_tiles):
                 mainloop.producer_acquire(state)
@@ -824,7 +828,7 @@ class ConvKernel:
                                 r, rs_rest = divmod(kg, g.s * g.c)
                                 s, c = divmod(rs_rest, g.c)
                                 inside = rows_in[r] * cols_in[s]
-                                offset = (r * g.dilation * g.src_w + s * g.dilation) * g.c + c
+                                offset = (r * g.dilation_h * g.src_w + s * g.dilation_w) * g.c + c
                                 chunk[i] = mX[(base + offset) * inside] * f16(inside)
                             else:
                                 chunk[i] = f16(0.0)

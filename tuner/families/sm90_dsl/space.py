@@ -15,7 +15,7 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
                                           TileSpec, conv_box, epilogue_columns, next_power_of_two, phase_extents,
                                           residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
-from tuner.problem import ConvProblem, DataType, dtype_key
+from tuner.problem import ConvProblem, DataType, dtype_key, pair_text
 
 FAMILY = "sm90_dsl"
 SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
@@ -91,7 +91,7 @@ class Sm90DslConfig:
         split = f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}{split}_{self.dtype_key}{self.fusion.short}"
-                f"_n{s.n}h{s.h}w{s.w}c{s.c}k{s.k}r{s.r}s{s.s}p{s.pad}u{s.stride}d{s.dilation}")
+                f"_{s.key}")
 
     @property
     def search_params(self) -> dict:
@@ -227,7 +227,7 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
     def waste(q: int) -> tuple[float, int]:
         box = conv_box(shape, tile_m, q)
         return (-box.useful_fraction(shape), -q)
-    widths, heights = phase_extents(shape.w, shape), phase_extents(shape.h, shape)
+    widths, heights = phase_extents(shape.w, shape.stride_w), phase_extents(shape.h, shape.stride_h)
     usable = [q for q in TILE_QS if tile_m % q == 0 and q not in widths
               and conv_box(shape, tile_m, q).rows_p not in heights]
     return min(usable, key=waste) if usable else TILE_QS[0]
@@ -242,8 +242,8 @@ def kernel_problem(problem: ConvProblem) -> ConvProblem:
 
 def problem_spec(problem: ConvProblem) -> ProblemSpec:
     p = kernel_problem(problem)
-    return ProblemSpec(n=p.n, h=p.h, w=p.w, c=p.c, k=p.k, r=p.r, s=p.s, pad=p.pad, stride=p.stride,
-                       dilation=p.dilation)
+    return ProblemSpec(n=p.n, h=p.h, w=p.w, c=p.c, k=p.k, r=p.r, s=p.s, pad_h=p.pad_h, pad_w=p.pad_w,
+                       stride_h=p.stride_h, stride_w=p.stride_w, dilation_h=p.dilation_h, dilation_w=p.dilation_w)
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
@@ -282,8 +282,9 @@ def layer_problem(problem: ConvProblem) -> str | None:
                 f"through stmatrix), got {problem.dtype_key}")
     if problem.k % CHANNEL_MULTIPLE:
         return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
-    if problem.stride > 2 and problem.c >= GATHER_BELOW_CHANNELS:
-        return f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride {problem.stride}"
+    if max(problem.strides) > 2 and problem.c >= GATHER_BELOW_CHANNELS:
+        return (f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride "
+                f"{pair_text(problem.strides)}")
     return None
 
 
@@ -315,10 +316,11 @@ def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         return None
     if config.tile.m % config.columns:
         return f"tile_q={config.columns} must divide tile M={config.tile.m}"
-    widths, heights = phase_extents(config.shape.w, config.shape), phase_extents(config.shape.h, config.shape)
+    shape = config.shape
+    widths, heights = phase_extents(shape.w, shape.stride_w), phase_extents(shape.h, shape.stride_h)
     if config.columns in widths or config.box.rows_p in heights:
         return (f"a box of {config.columns} columns x {config.box.rows_p} rows has a side equal to the input's "
-                f"{config.shape.w}x{config.shape.h} (or a stride-{config.shape.stride} view of it): its TMA "
+                f"{shape.w}x{shape.h} (or a stride-{pair_text((shape.stride_w, shape.stride_h))} view of it): its TMA "
                 "dimensions would merge and lose the padding")
     if config.box.rows_p > next_power_of_two(config.shape.p):
         return (f"tile M={config.tile.m} in boxes of {config.columns} columns needs {config.box.rows_p} output rows, "

@@ -7,9 +7,9 @@ import json
 import functools
 from dataclasses import asdict, dataclass
 
-from tuner.problem import output_extent
+from tuner.problem import axes_key, output_extent
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2  # 2: pad, stride and dilation per axis
 SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two on one tile, two alternating
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
@@ -25,7 +25,8 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class ProblemSpec:
-    """The NHWC convolution, static in the compiled kernel: x[n,h,w,c] * w[k,r,s,c] -> y[n,p,q,k]."""
+    """The NHWC convolution, static in the compiled kernel: x[n,h,w,c] * w[k,r,s,c] -> y[n,p,q,k]; pad (each
+    side), stride and dilation per axis (height _h, width _w)."""
 
     n: int
     h: int
@@ -34,22 +35,38 @@ class ProblemSpec:
     k: int
     r: int
     s: int
-    pad: int
-    stride: int
-    dilation: int
+    pad_h: int
+    pad_w: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+
+    @classmethod
+    def symmetric(cls, n: int, h: int, w: int, c: int, k: int, r: int, s: int, pad: int, stride: int,
+                  dilation: int) -> "ProblemSpec":
+        """One pad, stride and dilation on both axes."""
+        return cls(n, h, w, c, k, r, s, pad, pad, stride, stride, dilation, dilation)
 
     @property
     def p(self) -> int:
-        return output_extent(self.h, self.r, self.pad, self.stride, self.dilation)
+        return output_extent(self.h, self.r, self.pad_h, self.stride_h, self.dilation_h)
 
     @property
     def q(self) -> int:
-        return output_extent(self.w, self.s, self.pad, self.stride, self.dilation)
+        return output_extent(self.w, self.s, self.pad_w, self.stride_w, self.dilation_w)
 
     @property
     def is_gemm(self) -> bool:
         """A 1x1, stride-1, unpadded conv is a GEMM on the NHWC buffers (M = n*p*q, N = k, K = c)."""
-        return self.r == 1 and self.s == 1 and self.stride == 1 and not self.gathers and self.pad == 0
+        return (self.r, self.s, self.stride_h, self.stride_w, self.pad_h, self.pad_w) == (1, 1, 1, 1, 0, 0) and \
+            not self.gathers
+
+    @property
+    def key(self) -> str:
+        """As ConvProblem.key: 'n1h56w56c64k64r3s3p1u1d1'."""
+        axes = axes_key((self.pad_h, self.pad_w), (self.stride_h, self.stride_w), (self.dilation_h, self.dilation_w))
+        return f"n{self.n}h{self.h}w{self.w}c{self.c}k{self.k}r{self.r}s{self.s}{axes}"
 
     @property
     def gathers(self) -> bool:
@@ -132,7 +149,7 @@ class BuildSpec:
             raise SpecError(f"activation {self.epilogue.activation!r} is not one of {', '.join(ACTIVATIONS)}")
         if t.raster not in RASTERS:
             raise SpecError(f"raster {t.raster!r} is not one of {', '.join(RASTERS)}")
-        for name in ("n", "h", "w", "c", "k", "r", "s", "stride", "dilation"):
+        for name in ("n", "h", "w", "c", "k", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w"):
             if not isinstance(getattr(p, name), int) or getattr(p, name) < 1:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
         if (p.c % 8 and not p.gathers) or p.k % 8:
@@ -211,11 +228,11 @@ class ConvBox:
         return problem.n * problem.p * problem.q / (self.tiles(problem) * self.tile_q * self.rows_p * self.images_n)
 
 
-def phase_extents(extent: int, problem: ProblemSpec) -> set[int]:
+def phase_extents(extent: int, stride: int) -> set[int]:
     """The extents of the input views a kernel reads along an axis of `extent`: one view per stride phase,
     every `stride`-th row or column (the input itself at stride 1). A TMA box side equal to one of them
     merges with the next mode and loses the padding."""
-    return {-(-(extent - phase) // problem.stride) for phase in range(min(problem.stride, extent))}
+    return {-(-(extent - phase) // stride) for phase in range(min(stride, extent))}
 
 
 @functools.lru_cache(maxsize=4096)  # a study's static checks ask it hundreds of thousands of times
@@ -223,7 +240,7 @@ def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
     """rows_p the output rows a box spans: all of P rounded up to a power of two where that fits in the
     tile, else as many as the tile holds; the rest of the tile spans images."""
     rows = tile_m // tile_q
-    heights = phase_extents(problem.h, problem)
+    heights = phase_extents(problem.h, problem.stride_h)
     # one image: no box spans images (a box of 2 images of N=1 faulted on the H100, cudaErrorIllegalInstruction,
     # 7x7 C512 3x3 with 128x128 tiles of 8 columns; CuTe drops the size-1 mode from the TMA view)
     splits = [(1 << i, rows >> i) for i in range(rows.bit_length())

@@ -14,7 +14,7 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
 from tuner.epilogue import Epilogue
 # sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
 from tuner.families.sm90_conv.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
-from tuner.problem import ConvProblem, DataType, dtype_key
+from tuner.problem import ConvProblem, DataType, dtype_key, pair_text
 
 FAMILY = "sm90_gemm"
 SMEM_CAPACITY = 232448   # gemm/collective/builders/sm90_common.inl:57
@@ -210,9 +210,10 @@ def launch_args(config: Sm90GemmConfig, problem: ConvProblem) -> LaunchArgs:
 
 def layer_problem(problem: ConvProblem) -> str | None:
     """Only a 1x1, stride-1, unpadded conv is a GEMM on the NHWC buffers as they are."""
-    if (problem.r, problem.s) != (1, 1) or problem.stride != 1 or problem.pad != 0 or problem.dilation != 1:
+    if (problem.r, problem.s, problem.strides, problem.pads, problem.dilations) != (1, 1, (1, 1), (0, 0), (1, 1)):
         return (f"sm90_gemm runs 1x1, stride-1, unpadded convolutions only (a GEMM on the NHWC buffers); this is "
-                f"{problem.r}x{problem.s}, stride {problem.stride}, pad {problem.pad}, dilation {problem.dilation}")
+                f"{problem.r}x{problem.s}, stride {pair_text(problem.strides)}, pad {pair_text(problem.pads)}, "
+                f"dilation {pair_text(problem.dilations)}")
     return types_problem(FAMILY, problem, INPUT_TYPES)  # an M beyond int32 never gets here: ConvProblem refuses it for every family
 
 

@@ -1,7 +1,7 @@
 """The sm90_s2d family's space: the sm90_conv kernel run on a space-to-depth fold of a strided conv.
 
 A stride-s conv over C channels equals a stride-1 conv over s*s*C channels of the input folded s x s
-(x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad, j*s + b - pad, c], zero outside), with a filter of
+(x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad_h, j*s + b - pad_w, c], zero outside), with a filter of
 ceil(R/s) x ceil(S/s) taps folded the same way (taps past R or S zero). For the C=3 stem this turns
 3 of every 16 tile-K lanes doing work (sm90_conv pads C to 8 and walks it in slices of at least 16)
 into 12 of 16. The knobs and every static rule are sm90_conv's, applied to the folded problem."""
@@ -13,7 +13,7 @@ from tuner.device import DeviceFacts
 from tuner.families.base import LaunchArgs, SearchSpace
 from tuner.families.sm90_conv import space as conv_space
 from tuner.families.sm90_conv.space import AUTO_STAGES, Sm90ConvConfig
-from tuner.problem import ConvProblem
+from tuner.problem import ConvProblem, pair_text
 
 FAMILY = "sm90_s2d"
 # Folded channels beyond this leave little to gain over sm90_conv on the layer itself, and the fold's
@@ -40,23 +40,27 @@ class Sm90S2dConfig(Sm90ConvConfig):
 
 def folded_problem(problem: ConvProblem) -> ConvProblem:
     """The stride-1, unpadded conv the sm90_conv kernel runs; its output is the layer's output."""
-    s = problem.stride
+    s = problem.stride_h
     taps_r, taps_s = -(-problem.r // s), -(-problem.s // s)
     channels = s * s * problem.c
     channels = -(-channels // conv_space.CHANNEL_MULTIPLE) * conv_space.CHANNEL_MULTIPLE
     return replace(problem, h=problem.p + taps_r - 1, w=problem.q + taps_s - 1, c=channels, r=taps_r, s=taps_s,
-                   pad=0, stride=1, dilation=1)
+                   pad_h=0, pad_w=0, stride_h=1, stride_w=1, dilation_h=1, dilation_w=1)
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
-    if problem.stride < 2:
+    stride_h, stride_w = problem.strides
+    if stride_h != stride_w:
+        return (f"strides {stride_h}x{stride_w} (height x width): space-to-depth folds s x s pixels, one stride on "
+                "both axes (sm90_conv runs it)")
+    if stride_h < 2:
         return "space-to-depth folds a strided conv; stride 1 has nothing to fold (sm90_conv runs it)"
-    if problem.dilation != 1:
-        return f"dilation={problem.dilation}: space-to-depth folds undilated filters only"
-    if problem.r < problem.stride or problem.s < problem.stride:
-        return (f"a {problem.r}x{problem.s} filter under stride {problem.stride} folds into mostly zero taps "
+    if problem.dilations != (1, 1):
+        return f"dilation {pair_text(problem.dilations)}: space-to-depth folds undilated filters only"
+    if problem.r < stride_h or problem.s < stride_h:
+        return (f"a {problem.r}x{problem.s} filter under stride {stride_h} folds into mostly zero taps "
                 "(sm90_conv runs it)")
-    folded = problem.stride * problem.stride * problem.c
+    folded = stride_h * stride_h * problem.c
     if folded > MAX_FOLDED_CHANNELS:
         return (f"stride² x C = {folded} folded channels, over {MAX_FOLDED_CHANNELS}: space-to-depth pays on "
                 "few input channels (the stem); sm90_conv runs this layer")

@@ -15,6 +15,7 @@ class Sm80Runner {
   static constexpr bool kFused = Sm80FusesEpilogue<Kernel>::value;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;  // the filter layout below is ungrouped
     typename Conv::Arguments args = arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{});
     if constexpr (kFused) {
       cutlass::Status status = Kernel::can_implement_epilogue(args);  // no split-K
@@ -90,8 +91,8 @@ class Sm80Runner {
  private:
   static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
     return cutlass::conv::Conv2dProblemSize(
-        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad, p.pad, p.stride, p.stride, p.dilation, p.dilation,
-        cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
+        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
   }
 
   static bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }

@@ -1,6 +1,6 @@
 // Binds a CUTLASS 3.x ConvUniversalAdapter (the sm90_conv family) to the tuner's problem array.
 // Besides CUTLASS's can_implement it checks what the TMA im2col descriptor needs but CUTLASS only
-// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8, and 16-byte aligned tensors.
+// assert()s (silent under -DNDEBUG): a traversal stride of 1 to 8 on each axis, and 16-byte aligned tensors.
 template <typename Conv>
 class Sm90ConvRunner {
  public:
@@ -14,14 +14,17 @@ class Sm90ConvRunner {
   using ClusterShape = typename Kernel::ClusterShape;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0 ||
-        p.dilation < 1) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad_h < 0 ||
+        p.pad_w < 0 || p.dilation_h < 1 || p.dilation_w < 1) {
       return cutlass::Status::kErrorInvalidProblem;
     }
     if (p.split_k != 1) return cutlass::Status::kErrorNotSupported;  // no split-K for sm90 conv in 4.2
-    if (p.stride < 1 || p.stride > 8) return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
-    const int P = (p.h + 2 * p.pad - ((p.r - 1) * p.dilation + 1)) / p.stride + 1;
-    const int Q = (p.w + 2 * p.pad - ((p.s - 1) * p.dilation + 1)) / p.stride + 1;
+    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;   // the filter layout below is ungrouped
+    if (p.stride_h < 1 || p.stride_h > 8 || p.stride_w < 1 || p.stride_w > 8) {
+      return cutlass::Status::kErrorNotSupported;  // TMA elementStrides
+    }
+    const int P = (p.h + 2 * p.pad_h - ((p.r - 1) * p.dilation_h + 1)) / p.stride_h + 1;
+    const int Q = (p.w + 2 * p.pad_w - ((p.s - 1) * p.dilation_w + 1)) / p.stride_w + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}));
   }
@@ -86,9 +89,10 @@ class Sm90ConvRunner {
     return ProblemShape(cutlass::conv::Mode::kCrossCorrelation,
                         {p.n, p.h, p.w, p.c},             // activations NHWC
                         {p.k, p.r, p.s, p.c},             // filters KRSC
-                        {p.pad, p.pad}, {p.pad, p.pad},   // lower and upper padding (h, w)
-                        {p.stride, p.stride},             // traversal stride
-                        {p.dilation, p.dilation},
+                        {p.pad_h, p.pad_w},               // lower padding (h, w)
+                        {p.pad_h, p.pad_w},               // upper padding (h, w)
+                        {p.stride_h, p.stride_w},         // traversal stride
+                        {p.dilation_h, p.dilation_w},
                         1);                               // groups
   }
 

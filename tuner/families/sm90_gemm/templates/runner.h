@@ -90,8 +90,8 @@ class Sm90GemmRunner {
 
  private:
   static cutlass::Status check_problem(const TunerProblem &p) {
-    const bool gemm = p.r == 1 && p.s == 1 && p.pad == 0 && p.stride == 1 && p.dilation == 1 && p.p == p.h &&
-                      p.q == p.w;
+    const bool gemm = p.r == 1 && p.s == 1 && p.pad_h == 0 && p.pad_w == 0 && p.stride_h == 1 && p.stride_w == 1 &&
+                      p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1 && p.p == p.h && p.q == p.w;
     const int64_t m = int64_t(p.n) * p.p * p.q;
     const bool sizes = p.n > 0 && p.p > 0 && p.q > 0 && p.c > 0 && p.k > 0 && m <= INT32_MAX;
     const bool splits = kStreamK ? p.split_k >= 1 : p.split_k == 1;  // split_k means something to stream-K only

@@ -1,6 +1,6 @@
 // Binds an sm90_conv kernel, run on a space-to-depth fold, to the tuner's problem array (the sm90_s2d
 // family). A stride-s conv over C channels is the stride-1 conv over s*s*C channels of the input folded
-// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad, j*s + b - pad, c], zero outside the image and in the
+// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad_h, j*s + b - pad_w, c], zero outside the image and in the
 // channels padded up to a multiple of 8; the filter folds the same way with pad 0 (taps past R or S zero).
 // run() folds the activations, then runs the conv; initialize() folds the filter once, as an inference
 // build does with its constant weights. Both folds live in the workspace.
@@ -8,7 +8,7 @@ namespace tuner_s2d {
 
 struct Fold {
   int n, h, w, c;   // the source, NHWC (or a KRSC filter)
-  int stride, pad;
+  int stride, pad_h, pad_w;
   int h2, w2, c2;   // the folded tensor: n x h2 x w2 x c2, c2 a multiple of 8
 };
 
@@ -23,7 +23,7 @@ __global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold 
     const int rest = pixel / f.w2;
     const int i = rest % f.h2;
     const int image = rest / f.h2;
-    const int top = i * f.stride - f.pad, left = j * f.stride - f.pad;
+    const int top = i * f.stride - f.pad_h, left = j * f.stride - f.pad_w;
     const T *image_base = source + int64_t(image) * f.h * f.w * f.c;
     uint4 *out = reinterpret_cast<uint4 *>(folded + int64_t(pixel) * f.c2);
     constexpr int kPerStore = 16 / sizeof(T);  // 8 16-bit elements, 4 of 32 bits (tf32)
@@ -64,12 +64,17 @@ class Sm90S2dRunner {
   using ElementC = typename Inner::ElementC;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad < 0) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad_h < 0 ||
+        p.pad_w < 0) {
       return cutlass::Status::kErrorInvalidProblem;
     }
-    if (p.stride < 2 || p.dilation != 1 || p.split_k != 1) return cutlass::Status::kErrorNotSupported;
-    const int P = (p.h + 2 * p.pad - p.r) / p.stride + 1;
-    const int Q = (p.w + 2 * p.pad - p.s) / p.stride + 1;
+    // one fold of s x s pixels: the same stride on both axes
+    if (p.stride_h < 2 || p.stride_w != p.stride_h || p.dilation_h != 1 || p.dilation_w != 1 || p.split_k != 1 ||
+        p.groups != 1) {
+      return cutlass::Status::kErrorNotSupported;
+    }
+    const int P = (p.h + 2 * p.pad_h - p.r) / p.stride_h + 1;
+    const int Q = (p.w + 2 * p.pad_w - p.s) / p.stride_w + 1;
     if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
     const FoldSizes sizes = sizes_of(p);
     if (sizes.activations >= (int64_t(1) << 31) || sizes.filter >= (int64_t(1) << 31)) {
@@ -100,8 +105,8 @@ class Sm90S2dRunner {
     base += tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element));
     Element *w2 = reinterpret_cast<Element *>(base);
     base += tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element));
-    activations_ = {p.n, p.h, p.w, p.c, p.stride, p.pad, kernel.h, kernel.w, kernel.c};
-    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride, 0, kernel.r, kernel.s, kernel.c};
+    activations_ = {p.n, p.h, p.w, p.c, p.stride_h, p.pad_h, p.pad_w, kernel.h, kernel.w, kernel.c};
+    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride_h, 0, 0, kernel.r, kernel.s, kernel.c};
     x_ = static_cast<const Element *>(x);
     x2_ = x2;
     blocks_ = blocks_for(sizes.activations);
@@ -128,11 +133,17 @@ class Sm90S2dRunner {
   // The stride-1 problem the conv kernel runs: ceil(R/s) x ceil(S/s) taps over s*s*C channels (padded to
   // a multiple of 8), unpadded, on a folded input of P + R' - 1 rows, so its output is the layer's.
   static TunerProblem folded(const TunerProblem &p) {
-    const int r2 = (p.r + p.stride - 1) / p.stride, s2 = (p.s + p.stride - 1) / p.stride;
-    const int c2 = (p.stride * p.stride * p.c + 7) / 8 * 8;
-    const int32_t values[16] = {p.n, p.p + r2 - 1, p.q + s2 - 1, c2, p.k, r2, s2, 0, 1, 1,
-                                1, p.p, p.q, p.raster, p.swizzle, 0};
-    return TunerProblem(values);
+    const int stride = p.stride_h;
+    TunerProblem kernel = p;
+    kernel.r = (p.r + stride - 1) / stride;
+    kernel.s = (p.s + stride - 1) / stride;
+    kernel.h = p.p + kernel.r - 1;
+    kernel.w = p.q + kernel.s - 1;
+    kernel.c = (stride * stride * p.c + 7) / 8 * 8;
+    kernel.pad_h = kernel.pad_w = 0;
+    kernel.stride_h = kernel.stride_w = kernel.dilation_h = kernel.dilation_w = 1;
+    kernel.split_k = 1;
+    return kernel;
   }
 
   static FoldSizes sizes_of(const TunerProblem &p) {
