@@ -1271,165 +1271,6 @@ class Sm90GemmRunner {
   void *workspace_ = nullptr;
 };
 
-// Binds an sm90_conv kernel, run on a space-to-depth fold, to the tuner's problem array (the sm90_s2d
-// family). A stride-s conv over C channels is the stride-1 conv over s*s*C channels of the input folded
-// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad_h, j*s + b - pad_w, c], zero outside the image and in the
-// channels padded up to a multiple of 8; the filter folds the same way with pad 0 (taps past R or S zero).
-// run() folds the activations, then runs the conv; initialize() folds the filter once, as an inference
-// build does with its constant weights. Both folds live in the workspace.
-namespace tuner_s2d {
-
-struct Fold {
-  int n, h, w, c;   // the source, NHWC (or a KRSC filter)
-  int stride, pad_h, pad_w;
-  int h2, w2, c2;   // the folded tensor: n x h2 x w2 x c2, c2 a multiple of 8
-};
-
-// One thread folds one pixel: all c2 channels, in 16-byte stores, walking the source taps (a, b) and
-// channels c with counters (a first version divided per element and took 36 us on the batch-32 stem,
-// compute-bound on the integer divisions, ncu).
-template <typename T>
-__global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold f) {
-  const int pixels = f.n * f.h2 * f.w2;
-  for (int pixel = blockIdx.x * blockDim.x + threadIdx.x; pixel < pixels; pixel += gridDim.x * blockDim.x) {
-    const int j = pixel % f.w2;
-    const int rest = pixel / f.w2;
-    const int i = rest % f.h2;
-    const int image = rest / f.h2;
-    const int top = i * f.stride - f.pad_h, left = j * f.stride - f.pad_w;
-    const T *image_base = source + int64_t(image) * f.h * f.w * f.c;
-    uint4 *out = reinterpret_cast<uint4 *>(folded + int64_t(pixel) * f.c2);
-    int a = 0, b = 0, c = 0;  // the source tap and channel of the next folded channel
-    for (int group = 0; group < f.c2 / 8; ++group) {
-      alignas(16) T values[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int y = top + a, x = left + b;
-        T value = T(0);
-        if (a < f.stride && y >= 0 && y < f.h && x >= 0 && x < f.w) {
-          value = image_base[(int64_t(y) * f.w + x) * f.c + c];
-        }
-        values[e] = value;
-        if (++c == f.c) {
-          c = 0;
-          if (++b == f.stride) { b = 0; ++a; }
-        }
-      }
-      out[group] = *reinterpret_cast<const uint4 *>(values);
-    }
-  }
-}
-
-inline size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-}  // namespace tuner_s2d
-
-template <typename Conv>
-class Sm90S2dRunner {
-  using Inner = Sm90ConvRunner<Conv>;
-  using Element = typename Inner::ElementA;
-  static_assert(sizeof(Element) == 2, "the fold writes 8 elements per 16-byte store");
-
- public:
-  using ElementA = typename Inner::ElementA;
-  using ElementB = typename Inner::ElementB;
-  using ElementC = typename Inner::ElementC;
-
-  static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad_h < 0 ||
-        p.pad_w < 0) {
-      return cutlass::Status::kErrorInvalidProblem;
-    }
-    // one fold of s x s pixels: the same stride on both axes
-    if (p.stride_h < 2 || p.stride_w != p.stride_h || p.dilation_h != 1 || p.dilation_w != 1 || p.split_k != 1 ||
-        p.groups != 1) {
-      return cutlass::Status::kErrorNotSupported;
-    }
-    const int P = (p.h + 2 * p.pad_h - p.r) / p.stride_h + 1;
-    const int Q = (p.w + 2 * p.pad_w - p.s) / p.stride_w + 1;
-    if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
-    const FoldSizes sizes = sizes_of(p);
-    if (sizes.activations >= (int64_t(1) << 31) || sizes.filter >= (int64_t(1) << 31)) {
-      return cutlass::Status::kErrorNotSupported;  // the fold indexes pixels in int
-    }
-    return Inner::can_implement(folded(p));
-  }
-
-  static size_t workspace_bytes(const TunerProblem &p) {
-    const FoldSizes sizes = sizes_of(p);
-    return tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element)) +
-           tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element)) +
-           Inner::workspace_bytes(folded(p));
-  }
-
-  static void grid(const TunerProblem &p, int32_t *grid) { Inner::grid(folded(p), grid); }
-
-  static cudaError_t attributes(int32_t *attrs) { return Inner::attributes(attrs); }
-
-  // The folded conv has the layer's output, so the epilogue's operands pass through unchanged.
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
-                             void *workspace, cudaStream_t stream) {
-    if (workspace == nullptr) return cutlass::Status::kErrorWorkspaceNull;
-    const TunerProblem kernel = folded(p);
-    const FoldSizes sizes = sizes_of(p);
-    char *base = static_cast<char *>(workspace);
-    Element *x2 = reinterpret_cast<Element *>(base);
-    base += tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element));
-    Element *w2 = reinterpret_cast<Element *>(base);
-    base += tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element));
-    activations_ = {p.n, p.h, p.w, p.c, p.stride_h, p.pad_h, p.pad_w, kernel.h, kernel.w, kernel.c};
-    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride_h, 0, 0, kernel.r, kernel.s, kernel.c};
-    x_ = static_cast<const Element *>(x);
-    x2_ = x2;
-    blocks_ = blocks_for(sizes.activations);
-    tuner_s2d::fold<<<blocks_for(sizes.filter), kThreads, 0, stream>>>(static_cast<const Element *>(w), w2, filter);
-    if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
-    return inner_.initialize(kernel, x2, w2, y, epilogue, base, stream);
-  }
-
-  cutlass::Status run(cudaStream_t stream) {
-    tuner_s2d::fold<<<blocks_, kThreads, 0, stream>>>(x_, x2_, activations_);
-    if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
-    return inner_.run(stream);
-  }
-
- private:
-  using Fold = tuner_s2d::Fold;
-  static constexpr int kThreads = 256;
-  struct FoldSizes { int64_t activations, filter, channels; };  // pixels of each folded tensor; their channels
-
-  static int blocks_for(int64_t pixels) {
-    return int(std::min<int64_t>((pixels + kThreads - 1) / kThreads, int64_t(1) << 16));
-  }
-
-  // The stride-1 problem the conv kernel runs: ceil(R/s) x ceil(S/s) taps over s*s*C channels (padded to
-  // a multiple of 8), unpadded, on a folded input of P + R' - 1 rows, so its output is the layer's.
-  static TunerProblem folded(const TunerProblem &p) {
-    const int stride = p.stride_h;
-    TunerProblem kernel = p;
-    kernel.r = (p.r + stride - 1) / stride;
-    kernel.s = (p.s + stride - 1) / stride;
-    kernel.h = p.p + kernel.r - 1;
-    kernel.w = p.q + kernel.s - 1;
-    kernel.c = (stride * stride * p.c + 7) / 8 * 8;
-    kernel.pad_h = kernel.pad_w = 0;
-    kernel.stride_h = kernel.stride_w = kernel.dilation_h = kernel.dilation_w = 1;
-    kernel.split_k = 1;
-    return kernel;
-  }
-
-  static FoldSizes sizes_of(const TunerProblem &p) {
-    const TunerProblem kernel = folded(p);
-    return {int64_t(kernel.n) * kernel.h * kernel.w, int64_t(kernel.k) * kernel.r * kernel.s, kernel.c};
-  }
-
-  Inner inner_;
-  Fold activations_{};
-  const Element *x_ = nullptr;
-  Element *x2_ = nullptr;
-  int blocks_ = 1;
-};
-
 // ---- kernels compiled by the CuTe DSL (the sm90_dsl family) -------------------------------------------
 // These layers' kernels are not C++ templates: the DSL compiled each one for exactly its problem, and
 // `tune.py export` put their objects in dsl/libtuned_dsl.a next to this header (built with nvidia-cutlass-dsl
@@ -1578,6 +1419,21 @@ struct Kernel : cutlass::conv::kernel::ConvUniversal<
 using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel>;
 
 using conv_1_runner = Sm90ConvRunner<conv_1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b1;
+using deeplabv3_backbone_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b1_runner = DslRunner<deeplabv3_backbone_conv1_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b32;
+using deeplabv3_backbone_conv1_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b32_runner = DslRunner<deeplabv3_backbone_conv1_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b8;
+using deeplabv3_backbone_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b8_runner = DslRunner<deeplabv3_backbone_conv1_b8>;
 
 // Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_layer3_1_conv2_b1;
@@ -1751,6 +1607,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using densenet121f_features_denseblock3_denselayer16_conv1_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_densenet121f_features_denseblock3_denselayer16_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121f_features_denseblock3_denselayer16_conv1_b8_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b8>;
 
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b1;
+using effnetb0_features_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b1_runner = DslRunner<effnetb0_features_0_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b32;
+using effnetb0_features_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b32_runner = DslRunner<effnetb0_features_0_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b8;
+using effnetb0_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b8_runner = DslRunner<effnetb0_features_0_0_b8>;
+
 // Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b1;
 using effnetb0_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1796,6 +1667,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using effnetb0_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_8_0_b8_runner = DslRunner<effnetb0_features_8_0_b8>;
 
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbsilu_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b1;
+using effnetb0f_features_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b1_runner = DslRunner<effnetb0f_features_0_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b32;
+using effnetb0f_features_0_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b32_runner = DslRunner<effnetb0f_features_0_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b8;
+using effnetb0f_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b8_runner = DslRunner<effnetb0f_features_0_0_b8>;
+
 // Config: dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b1;
 using effnetb0f_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1840,6 +1726,21 @@ using effnetb0f_features_8_0_b32_runner = DslRunner<effnetb0f_features_8_0_b32>;
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b8;
 using effnetb0f_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0f_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0f_features_8_0_b8_runner = DslRunner<effnetb0f_features_8_0_b8>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b1;
+using inception3_Conv2d_1a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b1_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b32;
+using inception3_Conv2d_1a_3x3_conv_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b32_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_n8h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b8;
+using inception3_Conv2d_1a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_1a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b8_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b8>;
 
 // Config: dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3_Conv2d_4a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3_Conv2d_4a_3x3_conv_b1;
@@ -3529,76 +3430,15 @@ using r50_s5_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_do
 
 using r50_s5_down_s2_b32_runner = Sm90ConvRunner<r50_s5_down_s2_b32>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32
-using r50_stem_b1 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kFixedChannels,
-    cutlass::conv::StrideSupport::kStrided,
-    4,
-    4
-  >::Kernel>;
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r7s7p3u2d1 (CuTe DSL; object r50_stem_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_stem_b1;
+using r50_stem_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_stem_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_stem_b1_runner = DslRunner<r50_stem_b1>;
 
-using r50_stem_b1_runner = Sm80Runner<r50_stem_b1>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: s2d_256x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32
-namespace r50_stem_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<16>>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<8>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_stem_b32_detail
-using r50_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_stem_b32_detail::Kernel>;
-
-using r50_stem_b32_runner = Sm90S2dRunner<r50_stem_b32>;
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r7s7p3u2d1 (CuTe DSL; object r50_stem_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_stem_b32;
+using r50_stem_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_stem_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_stem_b32_runner = DslRunner<r50_stem_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5213,93 +5053,15 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using r50f_s5_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s5_down_s2_b32_runner = DslRunner<r50f_s5_down_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_stem_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Shape<cute::Int<16>>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<8>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_stem_b1_detail
-using r50f_stem_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_stem_b1_detail::Kernel>;
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1 (CuTe DSL; object r50f_stem_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_stem_b1;
+using r50f_stem_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_stem_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_stem_b1_runner = DslRunner<r50f_stem_b1>;
 
-using r50f_stem_b1_runner = Sm90S2dRunner<r50f_stem_b1>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_stem_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<16>>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<8>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_stem_b32_detail
-using r50f_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_stem_b32_detail::Kernel>;
-
-using r50f_stem_b32_runner = Sm90S2dRunner<r50f_stem_b32>;
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1 (CuTe DSL; object r50f_stem_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_stem_b32;
+using r50f_stem_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_stem_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_stem_b32_runner = DslRunner<r50f_stem_b32>;
 
 // Config: dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b1;
@@ -5360,6 +5122,21 @@ using regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner = DslRunner<regne
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8;
 using regnety400_trunk_output_block4_block4_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b8>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b1;
+using regnety400f_stem_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b1_runner = DslRunner<regnety400f_stem_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b32;
+using regnety400f_stem_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b32_runner = DslRunner<regnety400f_stem_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbrelu_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b8;
+using regnety400f_stem_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_stem_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b8_runner = DslRunner<regnety400f_stem_0_b8>;
 
 // Config: dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block2_block2_1_f_c_0_b1;
@@ -5696,6 +5473,21 @@ using vgg11_b32_features_8 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b
 
 using vgg11_b32_features_8_runner = Sm90ConvRunner<vgg11_b32_features_8>;
 
+// Config: dsl_128x128x32_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b1;
+using vgg16_features_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_0_b1_runner = DslRunner<vgg16_features_0_b1>;
+
+// Config: dsl_128x128x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b32;
+using vgg16_features_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_0_b32_runner = DslRunner<vgg16_features_0_b32>;
+
+// Config: dsl_128x128x32_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n8h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b8;
+using vgg16_features_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_features_0_b8_runner = DslRunner<vgg16_features_0_b8>;
+
 // Config: dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16_features_12_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b1;
 using vgg16_features_12_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_12_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5741,6 +5533,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using vgg16_features_2_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using vgg16_features_2_b8_runner = DslRunner<vgg16_features_2_b8>;
 
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16f_features_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b1;
+using vgg16f_features_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_0_b1_runner = DslRunner<vgg16f_features_0_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16f_features_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b32;
+using vgg16f_features_0_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_0_b32_runner = DslRunner<vgg16f_features_0_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n8h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16f_features_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b8;
+using vgg16f_features_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16f_features_0_b8_runner = DslRunner<vgg16f_features_0_b8>;
+
 // Config: dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg16f_features_12_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1;
 using vgg16f_features_12_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16f_features_12_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5778,404 +5585,450 @@ struct TunedLayer {
   bool has_scale, has_bias, has_residual;
   double residual_scale;
   const char *activation;  // none, relu, gelu (the erf form), silu
+  // input_filter_output_accumulator types, e.g. f16_f16_f16_f32 or bf16_bf16_bf16_f32; tf32_tf32_f32_f32: f32
+  // tensors the tensor cores read as TF32. The runner's ElementA/B/C are those types' CUTLASS elements.
+  const char *types;
+  double tolerance;  // the relative L2 error above which an output is wrong (tuner/validate.py, from the types)
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.205, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:15:32+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 245.634, "dsl_128x256x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T03:11:31+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 99.751, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T00:48:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2114.328, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:17:06+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 611.068, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:16:37+00:00", "none", false, false, false, 1.0, "none"},
-    {"deeplabv3f_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.736, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:10:46+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 267.228, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T00:40:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 77.250, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:41:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"deeplabv3f_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 256, 64, 94.463, "dsl_64x256x64_q16_c1x1_pingpong_s4_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:16:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"deeplabv3f_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2077.104, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:12:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"deeplabv3f_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 607.132, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:11:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121_features_denseblock1_denselayer1_conv2_b1", 1, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.077, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1", "2026-11-25T03:09:20+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.102, "dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-25T00:16:46+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.085, "dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c96k128r1s1p0u1d1", "2026-11-25T03:08:50+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.549, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T03:15:18+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.474, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:17:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.772, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T03:13:09+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.495, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:16+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer1_conv2_b32", 32, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.416, "dsl_64x32x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n32h14w14c128k32r3s3p1u1d1", "2026-11-25T03:14:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.860, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-25T00:47:21+00:00", "none", false, false, false, 1.0, "none"},
-    {"densenet121f_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.271, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c96k128r1s1p0u1d1", "2026-11-25T03:13:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 18.293, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.580, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.140, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"densenet121f_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.420, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:09:30+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.111, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:08:23+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 44.125, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:09:58+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 13.783, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:24+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.689, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1", "2026-11-25T03:12:49+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 64, 3.576, "dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:08:58+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 5.757, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:10:06+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"effnetb0f_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.625, "dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:13:16+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.602, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:54+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.455, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:40:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.875, "dsl_64x128x32_c1x1_single_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:13:52+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.254, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:13:26+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu"},
-    {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 114.148, "dsl_128x192x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T03:11:15+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.576, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T00:47:53+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.876, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T03:15:49+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.129, "dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T00:16:30+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.838, "dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-25T00:47:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.135, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-25T00:16:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"inception3f_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.869, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1", "2026-11-25T03:15:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 138.068, "dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T00:38:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 42.241, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:37:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.751, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T03:14:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"inception3f_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.438, "dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T03:10:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.467, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:29+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 23.335, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:49:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.386, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.568, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.993, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:57+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.125, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:10+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.787, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:11+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.971, "sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:31+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.783, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:11+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.782, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:44+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.922, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-25T00:50:38+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.252, "dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:49:49+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 9.542, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.885, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.174, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-25T00:49:56+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.607, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:16:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.562, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.268, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:18:16+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.124, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 192, 64, 13.530, "sm90g_128x192x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.231, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:37+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.427, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-25T00:50:48+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.494, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.242, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:44+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 32, 32, 8.614, "64x32x32_w4x1x1_s3_sw2_fixed_channels_sk1_a4x8_f16_f16_f16_f32", "2026-11-22T23:55:34+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 94.237, "s2d_256x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32", "2026-11-23T00:09:22+00:00", "none", false, false, false, 1.0, "none"},
-    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.589, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 25.599, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:21:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 5.291, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:15:27+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 44.478, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:21:11+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.917, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.006, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.766, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 22.812, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:52:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 4.402, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T04:47:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 23.726, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T03:21:33+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.576, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-25T00:52:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.407, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-25T00:51:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.034, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.701, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.635, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 14.480, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 18.893, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.642, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 21.420, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.830, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:48:34+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.837, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:51:55+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.372, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:13+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.021, "dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-25T00:52:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.725, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 128, 14.854, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:36:20+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.822, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.797, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:49+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.511, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 15.496, "sm90c_64x256x64_c1x1x1_s5_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:38:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.532, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.807, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.278, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:49:39+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.511, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-25T00:52:08+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 14.573, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.491, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-25T00:52:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 9.702, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.027, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:18:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.870, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-25T00:51:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.555, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.999, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.545, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.413, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.168, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:50:51+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none"},
-    {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 128, 64, 16, 9.670, "s2d_128x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 192, 64, 16, 97.502, "s2d_192x64x16_c2x1x1_s8_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu"},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.564, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-25T03:08:33+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.497, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-25T03:09:40+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.773, "dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:08:07+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.282, "dsl_128x32x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T03:09:06+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.809, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T03:07:59+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.340, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:08:44+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.645, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-25T03:08:15+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.590, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-25T03:09:48+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none"},
-    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.916, "dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:13:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"regnety400f_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.732, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:13:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu"},
-    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_16", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 192, 64, 64, 51.886, "sm90c_192x64x64_c1x2x1_s3_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:48:07+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.503, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:16:20+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_24_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.829, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1", "2026-11-25T00:47:10+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_24_b8", 8, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 19.217, "dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1", "2026-11-25T00:15:52+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_2_b1", 1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.317, "dsl_128x64x64_q32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c64k64r3s3p1u1d1", "2026-11-25T03:10:30+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_2_b32", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 320.852, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1", "2026-11-25T03:16:19+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16_features_2_b8", 8, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 83.832, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1", "2026-11-25T03:11:00+00:00", "none", false, false, false, 1.0, "none"},
-    {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu"},
-    {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu"},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05},
+    {"deeplabv3_backbone_conv1_b1", 1, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 16.852, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_conv1_b32", 32, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 375.424, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_conv1_b8", 8, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 97.665, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.205, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:15:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 245.634, "dsl_128x256x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T03:11:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 74.704, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:17:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 99.751, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T00:48:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.847e-03},
+    {"deeplabv3_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2114.328, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:17:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.847e-03},
+    {"deeplabv3_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 611.068, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:16:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.847e-03},
+    {"deeplabv3f_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.736, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c256k256r3s3p2u1d2", "2026-11-25T03:10:46+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 267.228, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-25T00:40:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 77.250, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-25T00:41:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"deeplabv3f_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 256, 64, 94.463, "dsl_64x256x64_q16_c1x1_pingpong_s4_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:16:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.847e-03},
+    {"deeplabv3f_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2077.104, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:12:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.847e-03},
+    {"deeplabv3f_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 607.132, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c2048k256r3s3p12u1d12", "2026-11-25T03:11:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.847e-03},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b1", 1, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.077, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1", "2026-11-25T03:09:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 32, 64, 41.458, "64x32x64_w1x1x1_s4_sw1_optimized_sk1_a8x8_f16_f16_f16_f32", "2026-11-24T22:40:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.102, "dsl_128x32x64_qauto_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-25T00:16:46+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.085, "dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c96k128r1s1p0u1d1", "2026-11-25T03:08:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.549, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T03:15:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.474, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:17:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.772, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T03:13:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.174, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-24T22:53:41+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.495, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:16+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.514, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-24T22:44:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b32", 32, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.416, "dsl_64x32x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n32h14w14c128k32r3s3p1u1d1", "2026-11-25T03:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.860, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-25T00:47:21+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.271, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c96k128r1s1p0u1d1", "2026-11-25T03:13:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 18.293, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.580, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-25T00:38:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.728, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-25T00:47:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 7.140, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1", "2026-11-25T03:14:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.420, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1", "2026-11-25T03:09:30+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.760, "dsl_128x32x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1", "2026-11-25T03:56:14+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 26.626, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1", "2026-11-25T03:56:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 9.213, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1", "2026-11-25T03:56:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.111, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:08:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 44.125, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:09:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 13.783, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.689, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1", "2026-11-25T03:12:49+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 64, 3.576, "dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:08:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 5.757, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:10:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.967, "dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbsilu_n1h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:10+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 26.627, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1", "2026-11-25T03:48:28+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 9.184, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:22+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.625, "dsl_128x128x32_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:13:16+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.602, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:54+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 17.083, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T00:39:01+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.766, "dsl_128x64x64_c1x1_cooperative_s4_rm_sw4_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-24T22:43:46+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.455, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:40:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.875, "dsl_64x128x32_c1x1_single_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:13:52+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.254, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:13:26+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.261, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:40:56+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.527, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:49:00+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_1a_3x3_conv_b1", 1, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.861, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h299w299c3k32r3s3p0u2d1", "2026-11-25T03:53:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_1a_3x3_conv_b32", 32, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 45.555, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h299w299c3k32r3s3p0u2d1", "2026-11-25T03:54:39+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_1a_3x3_conv_b8", 8, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.980, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw2_f16_f16_f16_f32_n8h299w299c3k32r3s3p0u2d1", "2026-11-25T03:54:16+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.334, "dsl_128x128x64_qauto_c2x2_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h73w73c80k192r3s3p0u1d1", "2026-11-24T22:45:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 114.148, "dsl_128x192x64_q8_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T03:11:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 39.184, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:17:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.576, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T00:47:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.876, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T03:15:49+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.129, "dsl_128x64x64_q8_c2x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T00:16:30+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.838, "dsl_64x16x64_c1x2_single_sauto_rn_sw4_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-25T00:47:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 192, 64, 10.638, "dsl_128x192x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-24T22:39:43+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.135, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-25T00:16:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3f_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.869, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1", "2026-11-25T03:15:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 138.068, "dsl_128x192x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-25T00:38:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 42.241, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-25T00:37:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.751, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T03:14:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.438, "dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T03:10:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 256, 64, 23.467, "sm90g_128x256x64_c2x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:29+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.228, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:25:38+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 11.041, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:07:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.975, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:26:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 23.335, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:49:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.386, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 13.568, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.993, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.125, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:23:10+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.787, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.971, "sm90g_128x64x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T09:24:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.783, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 17.900, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:17:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.782, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.922, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-25T00:50:38+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.252, "dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:49:49+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 9.542, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.885, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.174, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-25T00:49:56+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.607, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:16:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 14.924, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:55+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.562, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:15:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.268, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:18:16+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.124, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 192, 64, 13.530, "sm90g_128x192x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.231, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.427, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-25T00:50:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.313, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:24:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 10.494, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:18:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.705, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.242, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.564, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r7s7p3u2d1", "2026-11-25T03:49:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 72.672, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r7s7p3u2d1", "2026-11-25T03:49:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.589, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 25.599, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:21:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 5.291, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:15:27+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 44.478, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:21:11+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.917, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.006, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.766, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 22.812, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:52:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 4.402, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T04:47:51+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 23.726, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T03:21:33+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.576, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-25T00:52:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.407, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-25T00:51:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.034, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.701, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.635, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 14.480, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 18.893, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.642, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 21.420, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.830, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:48:34+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.837, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:51:55+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.372, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:13+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.021, "dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-25T00:52:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.725, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 128, 14.854, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:36:20+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.822, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.797, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:49+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.511, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 15.496, "sm90c_64x256x64_c1x1x1_s5_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:38:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.532, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.807, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.278, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:49:39+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.511, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-25T00:52:08+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 14.573, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.491, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-25T00:52:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 9.702, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.027, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:18:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.870, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-25T00:51:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.555, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.999, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.545, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.413, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.168, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:50:51+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.824, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1", "2026-11-25T03:50:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 74.095, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1", "2026-11-25T03:49:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.564, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-25T03:08:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.497, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-25T03:09:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.773, "dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:08:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.282, "dsl_128x32x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T03:09:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.809, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T03:07:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.340, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:08:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.645, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-25T03:08:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.590, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-25T03:09:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_stem_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.894, "dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n1h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_stem_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 26.706, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k32r3s3p1u2d1", "2026-11-25T03:58:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_stem_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 9.138, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbrelu_n8h224w224c3k32r3s3p1u2d1", "2026-11-25T03:57:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.916, "dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:13:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.794, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:40:22+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.049, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T00:39:10+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.732, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:13:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_16", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 192, 64, 64, 51.886, "sm90c_192x64x64_c1x2x1_s3_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:48:07+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_0_b1", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.338, "dsl_128x128x32_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:22+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_0_b32", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 100.796, "dsl_128x128x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_0_b8", 8, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.432, "dsl_128x128x32_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n8h224w224c3k64r3s3p1u1d1", "2026-11-25T03:48:04+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.258, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k256r3s3p1u1d1", "2026-11-24T22:42:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 183.748, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c256k256r3s3p1u1d1", "2026-11-24T22:51:56+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 45.503, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:16:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_24_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.829, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u1d1", "2026-11-25T00:47:10+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_24_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 54.166, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u1d1", "2026-11-24T22:52:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_24_b8", 8, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 19.217, "dsl_128x64x64_qauto_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c512k512r3s3p1u1d1", "2026-11-25T00:15:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_2_b1", 1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.317, "dsl_128x64x64_q32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c64k64r3s3p1u1d1", "2026-11-25T03:10:30+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_2_b32", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 320.852, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1", "2026-11-25T03:16:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16_features_2_b8", 8, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 83.832, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1", "2026-11-25T03:11:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_0_b1", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.340, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:58+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_0_b32", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 102.289, "dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1", "2026-11-25T03:53:38+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_0_b8", 8, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 27.999, "dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n8h224w224c3k64r3s3p1u1d1", "2026-11-25T03:53:20+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_12_b1", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.365, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-25T00:48:52+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
+    {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03},
 };
-constexpr int kLayerCount = 195;
+constexpr int kLayerCount = 216;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
   X(conv_1_runner, 0) \
-  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 1) \
-  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 2) \
-  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 3) \
-  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 4) \
-  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 5) \
-  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 6) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 7) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 8) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 9) \
-  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 10) \
-  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 11) \
-  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 12) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 13) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 14) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 15) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 16) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 17) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 18) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 19) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 20) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 21) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 22) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 23) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 24) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 25) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 26) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 27) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 28) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 29) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 30) \
-  X(effnetb0_features_2_0_block_0_0_b1_runner, 31) \
-  X(effnetb0_features_2_0_block_0_0_b32_runner, 32) \
-  X(effnetb0_features_2_0_block_0_0_b8_runner, 33) \
-  X(effnetb0_features_4_1_block_0_0_b1_runner, 34) \
-  X(effnetb0_features_4_1_block_0_0_b32_runner, 35) \
-  X(effnetb0_features_4_1_block_0_0_b8_runner, 36) \
-  X(effnetb0_features_8_0_b1_runner, 37) \
-  X(effnetb0_features_8_0_b32_runner, 38) \
-  X(effnetb0_features_8_0_b8_runner, 39) \
-  X(effnetb0f_features_2_0_block_0_0_b1_runner, 40) \
-  X(effnetb0f_features_2_0_block_0_0_b32_runner, 41) \
-  X(effnetb0f_features_2_0_block_0_0_b8_runner, 42) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 43) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 44) \
-  X(effnetb0f_features_4_1_block_0_0_b8_runner, 45) \
-  X(effnetb0f_features_8_0_b1_runner, 46) \
-  X(effnetb0f_features_8_0_b32_runner, 47) \
-  X(effnetb0f_features_8_0_b8_runner, 48) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 49) \
-  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 50) \
-  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 51) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 52) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 53) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 54) \
-  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 55) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 56) \
-  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 57) \
-  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 58) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 59) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 60) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 61) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 62) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 63) \
-  X(r50_s2_1x1_256to64_b1_runner, 64) \
-  X(r50_s2_1x1_256to64_b32_runner, 65) \
-  X(r50_s2_1x1_64to256_b1_runner, 66) \
-  X(r50_s2_1x1_64to256_b32_runner, 67) \
-  X(r50_s2_1x1_64to64_b1_runner, 68) \
-  X(r50_s2_1x1_64to64_b32_runner, 69) \
-  X(r50_s2_3x3_b1_runner, 70) \
-  X(r50_s2_3x3_b32_runner, 71) \
-  X(r50_s3_1x1_128to512_b1_runner, 72) \
-  X(r50_s3_1x1_128to512_b32_runner, 73) \
-  X(r50_s3_1x1_256to128_b1_runner, 74) \
-  X(r50_s3_1x1_256to128_b32_runner, 75) \
-  X(r50_s3_1x1_512to128_b1_runner, 76) \
-  X(r50_s3_1x1_512to128_b32_runner, 77) \
-  X(r50_s3_3x3_b1_runner, 78) \
-  X(r50_s3_3x3_b32_runner, 79) \
-  X(r50_s3_3x3_s2_b1_runner, 80) \
-  X(r50_s3_3x3_s2_b32_runner, 81) \
-  X(r50_s3_down_s2_b1_runner, 82) \
-  X(r50_s3_down_s2_b32_runner, 83) \
-  X(r50_s4_1x1_1024to256_b1_runner, 84) \
-  X(r50_s4_1x1_1024to256_b32_runner, 85) \
-  X(r50_s4_1x1_256to1024_b1_runner, 86) \
-  X(r50_s4_1x1_256to1024_b32_runner, 87) \
-  X(r50_s4_1x1_512to256_b1_runner, 88) \
-  X(r50_s4_1x1_512to256_b32_runner, 89) \
-  X(r50_s4_3x3_b1_runner, 90) \
-  X(r50_s4_3x3_b32_runner, 91) \
-  X(r50_s4_3x3_s2_b1_runner, 92) \
-  X(r50_s4_3x3_s2_b32_runner, 93) \
-  X(r50_s4_down_s2_b1_runner, 94) \
-  X(r50_s4_down_s2_b32_runner, 95) \
-  X(r50_s5_1x1_1024to512_b1_runner, 96) \
-  X(r50_s5_1x1_1024to512_b32_runner, 97) \
-  X(r50_s5_1x1_2048to512_b1_runner, 98) \
-  X(r50_s5_1x1_2048to512_b32_runner, 99) \
-  X(r50_s5_1x1_512to2048_b1_runner, 100) \
-  X(r50_s5_1x1_512to2048_b32_runner, 101) \
-  X(r50_s5_3x3_b1_runner, 102) \
-  X(r50_s5_3x3_b32_runner, 103) \
-  X(r50_s5_3x3_s2_b1_runner, 104) \
-  X(r50_s5_3x3_s2_b32_runner, 105) \
-  X(r50_s5_down_s2_b1_runner, 106) \
-  X(r50_s5_down_s2_b32_runner, 107) \
-  X(r50_stem_b1_runner, 108) \
-  X(r50_stem_b32_runner, 109) \
-  X(r50f_s2_1x1_256to64_b1_runner, 110) \
-  X(r50f_s2_1x1_256to64_b32_runner, 111) \
-  X(r50f_s2_1x1_64to256_b1_runner, 112) \
-  X(r50f_s2_1x1_64to256_b32_runner, 113) \
-  X(r50f_s2_1x1_64to64_b1_runner, 114) \
-  X(r50f_s2_1x1_64to64_b32_runner, 115) \
-  X(r50f_s2_3x3_b1_runner, 116) \
-  X(r50f_s2_3x3_b32_runner, 117) \
-  X(r50f_s2_down_b1_runner, 118) \
-  X(r50f_s2_down_b32_runner, 119) \
-  X(r50f_s3_1x1_128to512_b1_runner, 120) \
-  X(r50f_s3_1x1_128to512_b32_runner, 121) \
-  X(r50f_s3_1x1_256to128_b1_runner, 122) \
-  X(r50f_s3_1x1_256to128_b32_runner, 123) \
-  X(r50f_s3_1x1_512to128_b1_runner, 124) \
-  X(r50f_s3_1x1_512to128_b32_runner, 125) \
-  X(r50f_s3_3x3_b1_runner, 126) \
-  X(r50f_s3_3x3_b32_runner, 127) \
-  X(r50f_s3_3x3_s2_b1_runner, 128) \
-  X(r50f_s3_3x3_s2_b32_runner, 129) \
-  X(r50f_s3_down_s2_b1_runner, 130) \
-  X(r50f_s3_down_s2_b32_runner, 131) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 132) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 133) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 134) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 135) \
-  X(r50f_s4_1x1_512to256_b1_runner, 136) \
-  X(r50f_s4_1x1_512to256_b32_runner, 137) \
-  X(r50f_s4_3x3_b1_runner, 138) \
-  X(r50f_s4_3x3_b32_runner, 139) \
-  X(r50f_s4_3x3_s2_b1_runner, 140) \
-  X(r50f_s4_3x3_s2_b32_runner, 141) \
-  X(r50f_s4_down_s2_b1_runner, 142) \
-  X(r50f_s4_down_s2_b32_runner, 143) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 144) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 145) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 146) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 147) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 148) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 149) \
-  X(r50f_s5_3x3_b1_runner, 150) \
-  X(r50f_s5_3x3_b32_runner, 151) \
-  X(r50f_s5_3x3_s2_b1_runner, 152) \
-  X(r50f_s5_3x3_s2_b32_runner, 153) \
-  X(r50f_s5_down_s2_b1_runner, 154) \
-  X(r50f_s5_down_s2_b32_runner, 155) \
-  X(r50f_stem_b1_runner, 156) \
-  X(r50f_stem_b32_runner, 157) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 158) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 159) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 160) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 161) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 162) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 163) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 164) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 165) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 166) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 167) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 168) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 169) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 170) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 171) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 172) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 173) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 174) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 175) \
-  X(vgg11_b32_features_0_runner, 176) \
-  X(vgg11_b32_features_11_runner, 177) \
-  X(vgg11_b32_features_13_runner, 178) \
-  X(vgg11_b32_features_16_runner, 179) \
-  X(vgg11_b32_features_3_runner, 180) \
-  X(vgg11_b32_features_6_runner, 181) \
-  X(vgg11_b32_features_8_runner, 182) \
-  X(vgg16_features_12_b1_runner, 183) \
-  X(vgg16_features_12_b32_runner, 184) \
-  X(vgg16_features_12_b8_runner, 185) \
-  X(vgg16_features_24_b1_runner, 186) \
-  X(vgg16_features_24_b32_runner, 187) \
-  X(vgg16_features_24_b8_runner, 188) \
-  X(vgg16_features_2_b1_runner, 189) \
-  X(vgg16_features_2_b32_runner, 190) \
-  X(vgg16_features_2_b8_runner, 191) \
-  X(vgg16f_features_12_b1_runner, 192) \
-  X(vgg16f_features_12_b32_runner, 193) \
-  X(vgg16f_features_12_b8_runner, 194)
+  X(deeplabv3_backbone_conv1_b1_runner, 1) \
+  X(deeplabv3_backbone_conv1_b32_runner, 2) \
+  X(deeplabv3_backbone_conv1_b8_runner, 3) \
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 4) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 5) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 6) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 7) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 8) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 9) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 10) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 11) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 12) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 13) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 14) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 15) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 16) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 17) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 18) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 19) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 20) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 21) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 22) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 23) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 24) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 25) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 26) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 27) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 28) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 29) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 30) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 31) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 32) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 33) \
+  X(effnetb0_features_0_0_b1_runner, 34) \
+  X(effnetb0_features_0_0_b32_runner, 35) \
+  X(effnetb0_features_0_0_b8_runner, 36) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 37) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 38) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 39) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 40) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 41) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 42) \
+  X(effnetb0_features_8_0_b1_runner, 43) \
+  X(effnetb0_features_8_0_b32_runner, 44) \
+  X(effnetb0_features_8_0_b8_runner, 45) \
+  X(effnetb0f_features_0_0_b1_runner, 46) \
+  X(effnetb0f_features_0_0_b32_runner, 47) \
+  X(effnetb0f_features_0_0_b8_runner, 48) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 49) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 50) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 51) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 52) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 53) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 54) \
+  X(effnetb0f_features_8_0_b1_runner, 55) \
+  X(effnetb0f_features_8_0_b32_runner, 56) \
+  X(effnetb0f_features_8_0_b8_runner, 57) \
+  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 58) \
+  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 59) \
+  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 60) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 61) \
+  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 62) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 63) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 64) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 65) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 66) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 67) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 68) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 69) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 70) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 71) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 72) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 73) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 74) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 75) \
+  X(r50_s2_1x1_256to64_b1_runner, 76) \
+  X(r50_s2_1x1_256to64_b32_runner, 77) \
+  X(r50_s2_1x1_64to256_b1_runner, 78) \
+  X(r50_s2_1x1_64to256_b32_runner, 79) \
+  X(r50_s2_1x1_64to64_b1_runner, 80) \
+  X(r50_s2_1x1_64to64_b32_runner, 81) \
+  X(r50_s2_3x3_b1_runner, 82) \
+  X(r50_s2_3x3_b32_runner, 83) \
+  X(r50_s3_1x1_128to512_b1_runner, 84) \
+  X(r50_s3_1x1_128to512_b32_runner, 85) \
+  X(r50_s3_1x1_256to128_b1_runner, 86) \
+  X(r50_s3_1x1_256to128_b32_runner, 87) \
+  X(r50_s3_1x1_512to128_b1_runner, 88) \
+  X(r50_s3_1x1_512to128_b32_runner, 89) \
+  X(r50_s3_3x3_b1_runner, 90) \
+  X(r50_s3_3x3_b32_runner, 91) \
+  X(r50_s3_3x3_s2_b1_runner, 92) \
+  X(r50_s3_3x3_s2_b32_runner, 93) \
+  X(r50_s3_down_s2_b1_runner, 94) \
+  X(r50_s3_down_s2_b32_runner, 95) \
+  X(r50_s4_1x1_1024to256_b1_runner, 96) \
+  X(r50_s4_1x1_1024to256_b32_runner, 97) \
+  X(r50_s4_1x1_256to1024_b1_runner, 98) \
+  X(r50_s4_1x1_256to1024_b32_runner, 99) \
+  X(r50_s4_1x1_512to256_b1_runner, 100) \
+  X(r50_s4_1x1_512to256_b32_runner, 101) \
+  X(r50_s4_3x3_b1_runner, 102) \
+  X(r50_s4_3x3_b32_runner, 103) \
+  X(r50_s4_3x3_s2_b1_runner, 104) \
+  X(r50_s4_3x3_s2_b32_runner, 105) \
+  X(r50_s4_down_s2_b1_runner, 106) \
+  X(r50_s4_down_s2_b32_runner, 107) \
+  X(r50_s5_1x1_1024to512_b1_runner, 108) \
+  X(r50_s5_1x1_1024to512_b32_runner, 109) \
+  X(r50_s5_1x1_2048to512_b1_runner, 110) \
+  X(r50_s5_1x1_2048to512_b32_runner, 111) \
+  X(r50_s5_1x1_512to2048_b1_runner, 112) \
+  X(r50_s5_1x1_512to2048_b32_runner, 113) \
+  X(r50_s5_3x3_b1_runner, 114) \
+  X(r50_s5_3x3_b32_runner, 115) \
+  X(r50_s5_3x3_s2_b1_runner, 116) \
+  X(r50_s5_3x3_s2_b32_runner, 117) \
+  X(r50_s5_down_s2_b1_runner, 118) \
+  X(r50_s5_down_s2_b32_runner, 119) \
+  X(r50_stem_b1_runner, 120) \
+  X(r50_stem_b32_runner, 121) \
+  X(r50f_s2_1x1_256to64_b1_runner, 122) \
+  X(r50f_s2_1x1_256to64_b32_runner, 123) \
+  X(r50f_s2_1x1_64to256_b1_runner, 124) \
+  X(r50f_s2_1x1_64to256_b32_runner, 125) \
+  X(r50f_s2_1x1_64to64_b1_runner, 126) \
+  X(r50f_s2_1x1_64to64_b32_runner, 127) \
+  X(r50f_s2_3x3_b1_runner, 128) \
+  X(r50f_s2_3x3_b32_runner, 129) \
+  X(r50f_s2_down_b1_runner, 130) \
+  X(r50f_s2_down_b32_runner, 131) \
+  X(r50f_s3_1x1_128to512_b1_runner, 132) \
+  X(r50f_s3_1x1_128to512_b32_runner, 133) \
+  X(r50f_s3_1x1_256to128_b1_runner, 134) \
+  X(r50f_s3_1x1_256to128_b32_runner, 135) \
+  X(r50f_s3_1x1_512to128_b1_runner, 136) \
+  X(r50f_s3_1x1_512to128_b32_runner, 137) \
+  X(r50f_s3_3x3_b1_runner, 138) \
+  X(r50f_s3_3x3_b32_runner, 139) \
+  X(r50f_s3_3x3_s2_b1_runner, 140) \
+  X(r50f_s3_3x3_s2_b32_runner, 141) \
+  X(r50f_s3_down_s2_b1_runner, 142) \
+  X(r50f_s3_down_s2_b32_runner, 143) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 144) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 145) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 146) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 147) \
+  X(r50f_s4_1x1_512to256_b1_runner, 148) \
+  X(r50f_s4_1x1_512to256_b32_runner, 149) \
+  X(r50f_s4_3x3_b1_runner, 150) \
+  X(r50f_s4_3x3_b32_runner, 151) \
+  X(r50f_s4_3x3_s2_b1_runner, 152) \
+  X(r50f_s4_3x3_s2_b32_runner, 153) \
+  X(r50f_s4_down_s2_b1_runner, 154) \
+  X(r50f_s4_down_s2_b32_runner, 155) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 156) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 157) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 158) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 159) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 160) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 161) \
+  X(r50f_s5_3x3_b1_runner, 162) \
+  X(r50f_s5_3x3_b32_runner, 163) \
+  X(r50f_s5_3x3_s2_b1_runner, 164) \
+  X(r50f_s5_3x3_s2_b32_runner, 165) \
+  X(r50f_s5_down_s2_b1_runner, 166) \
+  X(r50f_s5_down_s2_b32_runner, 167) \
+  X(r50f_stem_b1_runner, 168) \
+  X(r50f_stem_b32_runner, 169) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 170) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 171) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 172) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 173) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 174) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 175) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 176) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 177) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 178) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 179) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 180) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 181) \
+  X(regnety400f_stem_0_b1_runner, 182) \
+  X(regnety400f_stem_0_b32_runner, 183) \
+  X(regnety400f_stem_0_b8_runner, 184) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 185) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 186) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 187) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 188) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 189) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 190) \
+  X(vgg11_b32_features_0_runner, 191) \
+  X(vgg11_b32_features_11_runner, 192) \
+  X(vgg11_b32_features_13_runner, 193) \
+  X(vgg11_b32_features_16_runner, 194) \
+  X(vgg11_b32_features_3_runner, 195) \
+  X(vgg11_b32_features_6_runner, 196) \
+  X(vgg11_b32_features_8_runner, 197) \
+  X(vgg16_features_0_b1_runner, 198) \
+  X(vgg16_features_0_b32_runner, 199) \
+  X(vgg16_features_0_b8_runner, 200) \
+  X(vgg16_features_12_b1_runner, 201) \
+  X(vgg16_features_12_b32_runner, 202) \
+  X(vgg16_features_12_b8_runner, 203) \
+  X(vgg16_features_24_b1_runner, 204) \
+  X(vgg16_features_24_b32_runner, 205) \
+  X(vgg16_features_24_b8_runner, 206) \
+  X(vgg16_features_2_b1_runner, 207) \
+  X(vgg16_features_2_b32_runner, 208) \
+  X(vgg16_features_2_b8_runner, 209) \
+  X(vgg16f_features_0_b1_runner, 210) \
+  X(vgg16f_features_0_b32_runner, 211) \
+  X(vgg16f_features_0_b8_runner, 212) \
+  X(vgg16f_features_12_b1_runner, 213) \
+  X(vgg16f_features_12_b32_runner, 214) \
+  X(vgg16f_features_12_b8_runner, 215)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {

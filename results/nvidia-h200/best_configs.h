@@ -235,10 +235,14 @@ struct TunedLayer {
   bool has_scale, has_bias, has_residual;
   double residual_scale;
   const char *activation;  // none, relu, gelu (the erf form), silu
+  // input_filter_output_accumulator types, e.g. f16_f16_f16_f32 or bf16_bf16_bf16_f32; tf32_tf32_f32_f32: f32
+  // tensors the tensor cores read as TF32. The runner's ElementA/B/C are those types' CUTLASS elements.
+  const char *types;
+  double tolerance;  // the relative L2 error above which an output is wrong (tuner/validate.py, from the types)
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none"},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05},
 };
 constexpr int kLayerCount = 1;
 
