@@ -1,5 +1,6 @@
 import dataclasses
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -564,3 +565,79 @@ def test_the_canonical_form_folds_the_scale_into_the_filter_and_keeps_the_rest()
     for other in ("relu", "bias", "bias+residual+relu", "scale+bias+gelu"):
         assert canonical_problem(dataclasses.replace(base, epilogue=parse_epilogue(other))) != folded
     assert canonical_problem(dataclasses.replace(with_norm, n=1)) != folded
+
+
+# --- transposed convolutions (ConvTranspose2d forward, the dgrad of a conv) -----------------------------------
+
+def test_a_transposed_problem_has_torch_s_output_size_and_its_own_key():
+    up = ConvProblem(n=1, h=32, w=32, c=128, k=64, r=2, s=2, stride=2, transposed=True)
+    assert (up.p, up.q) == (64, 64) and up.output_shape == (1, 64, 64, 64)
+    assert up.filter_shape == (128, 2, 2, 64)  # C, R, S, K: the KRSC filter of the conv whose dgrad it is
+    assert up.key == "n1h32w32c128k64r2s2p0u2d1t"
+    bare = ConvProblem(n=1, h=32, w=32, c=128, k=64, r=2, s=2, stride=2)
+    assert bare.key == "n1h32w32c128k64r2s2p0u2d1" and bare.key != up.key  # unchanged for a conv
+    padded = ConvProblem(n=1, h=32, w=32, c=64, k=32, r=3, s=3, pad=1, stride=2, output_padding=1, transposed=True)
+    assert (padded.p, padded.q) == (64, 64) and padded.key.endswith("u2d1t1")
+    per_axis = replace(padded, output_padding_h=1, output_padding_w=0)
+    assert (per_axis.p, per_axis.q) == (64, 63) and per_axis.key.endswith("t1x0")
+    assert "transposed output_padding=1" in padded.shape_text
+
+
+def test_a_transposed_problem_s_flops_are_those_of_the_conv_whose_dgrad_it_is():
+    up = ConvProblem(n=2, h=16, w=16, c=64, k=32, r=4, s=4, pad=1, stride=2, transposed=True)
+    conv = ConvProblem(n=2, h=up.p, w=up.q, c=32, k=64, r=4, s=4, pad=1, stride=2)
+    assert (conv.p, conv.q) == (16, 16) and up.flops == conv.flops
+    assert up.touched_input_elements == up.input_elements
+
+
+@pytest.mark.parametrize("problem", [
+    ConvProblem(n=1, h=32, w=32, c=128, k=64, r=2, s=2, stride=2, transposed=True),
+    ConvProblem(n=8, h=16, w=16, c=64, k=32, r=3, s=3, pad=1, stride=2, output_padding=1, transposed=True),
+    ConvProblem(n=1, h=16, w=15, c=64, k=32, r=3, s=3, pad_h=1, pad_w=0, stride_h=2, stride_w=3, dilation_h=1,
+                dilation_w=1, output_padding_h=1, output_padding_w=2, transposed=True, input_type=DataType.bf16,
+                filter_type=DataType.bf16, output_type=DataType.bf16),
+])
+def test_transposed_problems_round_trip(problem, tmp_path):
+    assert parse_shape(problem.shape_arg, {f: getattr(problem, f) for f in
+                                           ("input_type", "filter_type", "output_type")}) == problem
+    assert problem_from_dict(problem_to_dict(problem)) == problem
+    assert problem_to_dict(problem)["transposed"] is True
+    table = tmp_path / "layers.yaml"
+    fields = ", ".join(f"{key}: {str(value).lower() if isinstance(value, bool) else value}"
+                       for key, value in problem_to_dict(problem).items())
+    table.write_text(f"layers:\n  up: {{{fields}}}\n")
+    assert load_layers(table)["up"].problem == problem
+
+
+def test_a_conv_s_dict_holds_no_transposed_field():
+    values = problem_to_dict(ConvProblem(n=1, h=8, w=8, c=8, k=8, r=3, s=3, pad=1))
+    assert "transposed" not in values and not any(key.startswith("output_padding") for key in values)
+
+
+def test_parse_shape_reads_the_transposed_field():
+    assert parse_shape("1,32,32,128,64,2,2,0,2,1,t").transposed
+    assert parse_shape("1,32,32,128,64,2,2,0,2,1,T").key.endswith("t")
+    problem = parse_shape("1,16,16,64,32,3,3,1,1,2,2,1,1,t1x0")
+    assert problem.output_paddings == (1, 0) and (problem.p, problem.q) == (32, 31)
+    with pytest.raises(ProblemError, match="whole numbers"):
+        parse_shape("1,32,32,128,64,2,2,0,2,x")
+
+
+@pytest.mark.parametrize("fields, word", [
+    ({"output_padding": 1}, "belongs to a transposed convolution"),
+    ({"output_padding": 2, "stride": 2, "transposed": True}, "must be less than stride=2"),
+    ({"output_padding": 1, "transposed": True}, "must be less than stride=1"),
+    ({"output_padding": -1, "stride": 2, "transposed": True}, "must not be negative"),
+    ({"groups": 2, "transposed": True}, "groups=1 only"),
+    ({"pad": 5, "transposed": True}, "is empty"),
+])
+def test_transposed_problems_refuse(fields, word):
+    with pytest.raises(ProblemError, match=word):
+        ConvProblem(n=1, h=4, w=4, c=8, k=8, r=3, s=3, **fields)
+
+
+def test_a_layer_table_refuses_a_transposed_field_that_is_not_a_truth_value(tmp_path):
+    table = tmp_path / "layers.yaml"
+    table.write_text("layers:\n  up: {n: 1, h: 8, w: 8, c: 8, k: 8, r: 2, s: 2, stride: 2, transposed: 1}\n")
+    with pytest.raises(ProblemError, match="layer 'up': transposed must be true or false"):
+        load_layers(table)

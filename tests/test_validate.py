@@ -6,7 +6,8 @@ import pytest
 
 from tuner.elements import decode, encode
 from tuner.problem import ConvProblem, DataType
-from tuner.validate import array_module, check_output, reference_fprop, relative_l2, rounding_error, tolerance
+from tuner.validate import (array_module, check_output, reference_fprop, reference_output, relative_l2, rounding_error,
+                            tolerance)
 
 
 def naive_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray:
@@ -263,3 +264,60 @@ def test_relative_l2():
     assert relative_l2(np.array([3.0, 4.0], np.float32), reference) == 0.0
     assert relative_l2(np.array([3.0, 4.5], np.float32), reference) == pytest.approx(0.1)
     assert relative_l2(np.array([0.0, 1.0]), np.zeros(2)) == pytest.approx(1.0)  # absolute when the reference is 0
+
+
+# --- the transposed convolution's reference -------------------------------------------------------------------
+
+TRANSPOSED_CASES = [
+    ConvProblem(n=2, h=5, w=6, c=8, k=4, r=2, s=2, stride=2, transposed=True),             # a UNet decoder's 2x2
+    ConvProblem(n=1, h=5, w=6, c=8, k=4, r=4, s=4, pad=1, stride=2, transposed=True),      # DCGAN's 4x4
+    ConvProblem(n=1, h=5, w=6, c=8, k=4, r=3, s=3, pad=1, stride=2, output_padding=1, transposed=True),
+    ConvProblem(n=2, h=5, w=6, c=8, k=4, r=3, s=3, pad=1, transposed=True),                # stride 1
+    ConvProblem(n=1, h=5, w=6, c=8, k=4, r=3, s=3, pad=1, dilation=2, transposed=True),
+    ConvProblem(n=1, h=5, w=6, c=4, k=3, r=3, s=2, pad_h=1, pad_w=0, stride_h=2, stride_w=3, dilation_h=1,
+                dilation_w=2, output_padding_h=1, output_padding_w=2, transposed=True),
+]
+
+
+def transposed_inputs(problem: ConvProblem, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return (rng.uniform(-1, 1, problem.input_shape).astype(np.float16),
+            rng.uniform(-1, 1, problem.filter_shape).astype(np.float16))
+
+
+@pytest.mark.parametrize("problem", TRANSPOSED_CASES, ids=lambda p: p.key)
+def test_transposed_reference_matches_torch_conv_transpose2d(problem):
+    torch = pytest.importorskip("torch")
+    x, w = transposed_inputs(problem)
+    expected = torch.nn.functional.conv_transpose2d(
+        torch.tensor(x, dtype=torch.float64).permute(0, 3, 1, 2),
+        torch.tensor(w, dtype=torch.float64).permute(0, 3, 1, 2),  # C,R,S,K -> ConvTranspose2d's C,K,R,S
+        stride=problem.strides, padding=problem.pads, output_padding=problem.output_paddings,
+        dilation=problem.dilations).permute(0, 2, 3, 1).numpy()
+    result = reference_output(x, w, problem)
+    assert result.shape == problem.output_shape == expected.shape
+    np.testing.assert_allclose(result, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_transposed_reference_is_the_adjoint_of_the_conv_reference():
+    """<conv(y, w), x> = <y, conv_transpose(x, w)>: the transposed conv is the conv's data gradient."""
+    up = TRANSPOSED_CASES[2]
+    conv = ConvProblem(n=up.n, h=up.p, w=up.q, c=up.k, k=up.c, r=up.r, s=up.s, pad=1, stride=2)
+    x, w = transposed_inputs(up)
+    y = np.random.default_rng(1).uniform(-1, 1, up.output_shape).astype(np.float16)
+    forward = reference_fprop(y, w, conv)  # w is C x R x S x K: the conv's KRSC filter
+    assert forward.shape == x.shape
+    assert np.vdot(forward, x.astype(np.float64)) == pytest.approx(np.vdot(y.astype(np.float64),
+                                                                            reference_output(x, w, up)), rel=1e-12)
+
+
+def test_a_transposed_output_of_the_plain_conv_fails():
+    """Validation tells the transposed conv from a conv run on the same buffers."""
+    problem = TRANSPOSED_CASES[3]  # stride 1, pad 1: the conv's output has the same shape
+    x, w = transposed_inputs(problem)
+    flipped = np.ascontiguousarray(w.transpose(3, 1, 2, 0))  # as a KRSC filter of a conv C -> K
+    wrong = reference_fprop(x, flipped, replace(problem, transposed=False))
+    assert wrong.shape == problem.output_shape
+    assert not check_output(encode(wrong, DataType.f16), reference_output(x, w, problem), problem).passed
+    assert check_output(encode(reference_output(x, w, problem), DataType.f16), reference_output(x, w, problem),
+                        problem).passed

@@ -28,8 +28,8 @@ from tuner.families.base import SearchSpace, SpaceError
 from tuner.ncu import NcuReportError
 from tuner.network import Network, NetworkError, write_layers
 from tuner.network_args import add_network_arguments, imported_network
-from tuner.problem import (LONG_SHAPE, SHORT_SHAPE, Layer, ProblemError, dtype_fields, find_layer, load_layers, pair_text,
-                           parse_shape)
+from tuner.problem import (LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP, Layer, ProblemError, dtype_fields, find_layer,
+                           load_layers, pair_text, parse_shape)
 from tuner.tables import add_output_arguments, json_document
 from tuner.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, layer_file_stem, names_by_problem, recorded_gpu_dir, results_slug)
@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "tuned one after another")
     target.add_argument("--all", action="store_true", help="every layer of the layer table (the nightly retune)")
     target.add_argument("--shape", help=f"ad-hoc problem {SHORT_SHAPE} (pad, stride, dilation on both axes), or per "
-                                        f"axis {LONG_SHAPE}; f16 in/out, f32 accumulation (--dtype: another type)")
+                                        f"axis {LONG_SHAPE}; f16 in/out, f32 accumulation (--dtype: another type); "
+                                        f"{TRANSPOSED_HELP}")
     target.add_argument("--list-layers", action="store_true", help="print the layer table and exit")
     add_network_arguments(parser)
     add_output_arguments(parser)
@@ -144,6 +145,7 @@ def shape_layer(text: str, epilogue_text: str | None = None, dtype: str | None =
     groups = f"g{problem.groups}" if problem.groups != 1 else ""
     name = (f"shape_{problem.n}x{problem.h}x{problem.w}x{problem.c}_k{problem.k}_{problem.r}x{problem.s}"
             f"_p{pair_text(problem.pads)}s{pair_text(problem.strides)}d{pair_text(problem.dilations)}{groups}"
+            f"{'_' + problem.transposed_key if problem.transposed else ''}"
             f"{problem.epilogue.short}{problem.epilogue.beta_tag}" + (f"_{dtype}" if dtype not in (None, "f16") else ""))
     return Layer(name, problem)
 

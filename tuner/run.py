@@ -175,12 +175,12 @@ class TensorSet:
 
 
 def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
-    """Fresh uniform(-1, 1) x[N,H,W,C] and w[K,R,S,C/groups] at the problem's own C, as elements of the input and
-    filter types (tuner/elements.py); never zeros."""
+    """Fresh uniform(-1, 1) x[N,H,W,C] and w (problem.filter_shape: K,R,S,C/groups, or a transposed conv's
+    C,R,S,K) at the problem's own C, as elements of the input and filter types (tuner/elements.py); never zeros."""
     import cupy
 
-    x = rng.uniform(-1.0, 1.0, (problem.n, problem.h, problem.w, problem.c), dtype=cupy.float32)
-    w = rng.uniform(-1.0, 1.0, (problem.k, problem.r, problem.s, problem.channels_per_group), dtype=cupy.float32)
+    x = rng.uniform(-1.0, 1.0, problem.input_shape, dtype=cupy.float32)
+    w = rng.uniform(-1.0, 1.0, problem.filter_shape, dtype=cupy.float32)
     return encode(x, problem.input_type), encode(w, problem.filter_type)
 
 
@@ -214,7 +214,12 @@ def pad_channels(tensor, channels: int):
 def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: tuple = (None, None, None)) -> TensorSet:
     import cupy
 
-    y = empty_poisoned((problem.n, problem.p, problem.q, problem.k), problem.output_type, cupy)
+    y = empty_poisoned(problem.output_shape, problem.output_type, cupy)
+    if problem.transposed:  # its filter's C is its first axis: the families that run it pad no channels
+        if kernel_channels != problem.c:
+            raise LaunchError(f"a transposed convolution's channels are not padded (C={problem.c}, the kernel "
+                              f"reads {kernel_channels})")
+        return TensorSet(cupy.ascontiguousarray(x), cupy.ascontiguousarray(w), y, *operands)
     return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, kernel_channels), y, *operands)
 
 

@@ -80,6 +80,31 @@ def reference_fprop(x, w, problem: ConvProblem):
     return out
 
 
+def reference_transposed(x, w, problem: ConvProblem):
+    """The transposed convolution in float64, scattered tap by tap: every input pixel (i, j) adds
+    x[n,i,j,:] @ w[:,r,s,:] to y[n, i*stride_h - pad_h + r*dil_h, j*stride_w - pad_w + s*dil_w, :] where that
+    lies inside y (w is C x R x S x K); sharing no code with CUTLASS's dgrad, which gathers instead. The
+    scatter lands on an unpadded canvas, of which y is the window that the padding leaves."""
+    xm = array_module(x)
+    rows, cols = problem.axis_h, problem.axis_w
+    x64, w64 = decode(x, problem.input_type), decode(w, problem.filter_type)
+    height = (problem.h - 1) * rows.stride + rows.span + problem.output_padding_h
+    width = (problem.w - 1) * cols.stride + cols.span + problem.output_padding_w
+    canvas = xm.zeros((problem.n, height, width, problem.k), dtype=xm.float64)
+    row_span = rows.stride * (problem.h - 1) + 1
+    col_span = cols.stride * (problem.w - 1) + 1
+    for r in range(problem.r):
+        for s in range(problem.s):
+            top, left = r * rows.dilation, s * cols.dilation
+            canvas[:, top:top + row_span:rows.stride, left:left + col_span:cols.stride, :] += x64 @ w64[:, r, s, :]
+    return canvas[:, rows.pad:rows.pad + problem.p, cols.pad:cols.pad + problem.q, :]
+
+
+def reference_output(x, w, problem: ConvProblem):
+    """The float64 reference of the problem's convolution, transposed or not (before its epilogue)."""
+    return reference_transposed(x, w, problem) if problem.transposed else reference_fprop(x, w, problem)
+
+
 def relative_l2(output, reference) -> float:
     xm = array_module(output)
     difference = xm.linalg.norm((output.astype(xm.float64) - reference).ravel())

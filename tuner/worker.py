@@ -20,7 +20,7 @@ from tuner.epilogue import Epilogue, apply_epilogue
 from tuner.run import (KernelBinary, KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer,
                        problem_array, random_epilogue_operands, random_inputs)
 from tuner.status import Status
-from tuner.validate import check_output, reference_fprop
+from tuner.validate import check_output, reference_output
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESPONSE_PREFIX = "@@TUNER@@ "
@@ -88,7 +88,7 @@ class Workbench:
             sets += [first.copy() for _ in range(copies - 1)]
         scale, bias, residual = operands
         residual = None if residual is None else decode(residual, problem.output_type)
-        reference = apply_epilogue(reference_fprop(x, w, problem), problem.epilogue, scale, bias, residual)
+        reference = apply_epilogue(reference_output(x, w, problem), problem.epilogue, scale, bias, residual)
         return cls(problem, reference, sets, stream)
 
     def poison(self, index: int) -> None:
