@@ -148,7 +148,7 @@ def test_list_layers_says_which_families_can_run_each(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--layer", "conv_1", "--family", "sm100"], ["--family 'sm100'", "unknown family sm100", "sm80, sm90_conv, sm90_dsl, sm90_gemm"]),
+    (["--layer", "conv_1", "--family", "sm100"], ["--family 'sm100'", "unknown family sm100", "sm80, sm80_dgrad, sm90_conv, sm90_dsl, sm90_gemm"]),
     (["--layer", "r50_s4_3x3_b32", "--family", "sm90_gemm"],
      ["layer r50_s4_3x3_b32", "no kernel family can run it", "1x1, stride-1, unpadded", "leave out --family"]),
     (["--shape", "1,16,16,32,20,3,3,1", "--family", "sm90_conv"], ["K=20", "pad K to 24"]),

@@ -19,20 +19,23 @@ from tuner.validate import tolerance
 
 PROBLEMS = {
     "sm80": ConvProblem(n=1, h=32, w=32, c=3, k=32, r=3, s=3, pad=1),
+    "sm80_dgrad": ConvProblem(n=1, h=16, w=16, c=64, k=32, r=3, s=3, pad=1, stride=2, output_padding=1, transposed=True),
     "sm90_conv": ConvProblem(n=32, h=28, w=28, c=3, k=128, r=3, s=3, pad=1),
     "sm90_gemm": ConvProblem(n=32, h=28, w=28, c=20, k=128, r=1, s=1),
     "sm90_s2d": ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2),
 }
 PARAMS = {
     "sm80": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "optimized", "split_k": 3},
+    "sm80_dgrad": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 4, "iterator": "optimized",
+                   "stride_support": "strided", "split_k": 1},
     "sm90_conv": {"tile": "128x64x64", "cluster": "2x1x1", "stages": 0, "epilogue": "nosmem"},
     "sm90_gemm": {"tile": "256x128x64", "cluster": "1x2x1", "schedule": "cooperative", "scheduler": "stream_k",
                   "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2},
     "sm90_s2d": {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
 }
-LAYER_OF = {"sm80": "layer_sm80", "sm90_conv": "layer-sm90-conv", "sm90_gemm": "layer.sm90.gemm",
+LAYER_OF = {"sm80": "layer_sm80", "sm80_dgrad": "layer_up", "sm90_conv": "layer-sm90-conv", "sm90_gemm": "layer.sm90.gemm",
             "sm90_s2d": "stem"}
-RUNNERS = {"sm80": "Sm80Runner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm90GemmRunner",
+RUNNERS = {"sm80": "Sm80Runner", "sm80_dgrad": "Sm80DgradRunner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm90GemmRunner",
            "sm90_s2d": "Sm90S2dRunner"}
 # The families whose kernels the header holds as C++; sm90_dsl's are objects (tests/test_export_dsl.py).
 CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emits_cpp)
@@ -81,7 +84,7 @@ def strip_literals(line: str) -> tuple[str, list[str]]:
 
 
 ROW = re.compile(r"^    \{S, (-?\d+, ){15}S, (-?\d+, ){6}\d+\.\d{3}, S, S, S, (true|false), (true|false), (true|false), "
-                 r"-?\d+\.\d+(e-?\d+)?, S, S, \d\.\d{3}e-\d\d\},$")
+                 r"-?\d+\.\d+(e-?\d+)?, S, S, \d\.\d{3}e-\d\d, (true|false), \d+, \d+\},$")
 
 
 def rows_of(header: str) -> list[str]:
@@ -149,10 +152,13 @@ def test_rows_carry_the_launch_arguments(header):
     rows = {strip_literals(row)[1][0]: strip_literals(row)[0] for row in rows_of(header)}
     numbers = {layer: [int(n) for n in re.findall(r"(?<![\d.e+-])-?\d+(?![\d.])", code)] for layer, code in rows.items()}
     # n h w c k r s | pad stride dilation, each (h, w) | groups kernel_c | split_k raster swizzle | tile m n k
-    assert numbers["layer_sm80"] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
-    assert numbers["layer-sm90-conv"] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
-    assert numbers["layer.sm90.gemm"] == [32, 28, 28, 20, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 24, 2, 2, 4, 256, 128, 64]
-    assert numbers["stem"] == [32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, 1, 0, 1, 128, 64, 16]  # fold pads C
+    assert numbers["layer_sm80"][:21] == [1, 32, 32, 3, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, 3, 0, 1, 64, 64, 32]
+    assert numbers["layer-sm90-conv"][:21] == [32, 28, 28, 3, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 8, 1, 0, 1, 128, 64, 64]
+    assert numbers["layer.sm90.gemm"][:21] == [32, 28, 28, 20, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 24, 2, 2, 4, 256, 128, 64]
+    assert numbers["stem"][:21] == [32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, 1, 0, 1, 128, 64, 16]  # fold pads C
+    # ... | transposed output_padding_h output_padding_w, at the row's end
+    assert numbers["layer_up"][:21] == [1, 16, 16, 64, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 64, 1, 0, 1, 64, 64, 32]
+    assert rows["layer_up"].endswith(", true, 1, 1},") and rows["stem"].endswith(", false, 0, 0},")
 
 
 def test_a_per_axis_layer_carries_each_axis_in_its_row():
@@ -169,7 +175,8 @@ def test_a_per_axis_layer_carries_each_axis_in_its_row():
 
 def test_for_each_layer_macro(header):
     assert re.findall(r"X\((\w+)_runner, (\d+)\)", header) == [
-        ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2"), ("stem", "3")]  # by layer name
+        ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2"), ("layer_up", "3"),
+        ("stem", "4")]  # by layer name
     assert "namespace nvidia_h100_80gb_hbm3 {" in header
     assert "CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X)" in header
     assert "constexpr int kComputeCapability = 90;" in header and "constexpr int kSmCount = 132;" in header
@@ -344,7 +351,7 @@ def test_a_layers_types_key_its_row_and_its_kernels_elements(dtype, element):
     [row] = rows_of(header)
     code, literals = strip_literals(row)
     assert ROW.match(code) and literals[-1] == problem.dtype_key == f"{dtype}_{dtype}_{dtype}_f32"
-    assert float(code.rsplit(", ", 1)[1].rstrip("},")) == pytest.approx(tolerance(problem), rel=1e-3)
+    assert float(code.rsplit(", ", 4)[1]) == pytest.approx(tolerance(problem), rel=1e-3)  # then transposed, pads
     assert f"{element}, cutlass::layout::TensorNHWC" in header and "cutlass::half_t" not in header.split("kGpuName")[1]
 
 

@@ -96,7 +96,9 @@ def _row(name: str, entry: BestEntry, problem: ConvProblem, config: KernelConfig
                                                       problem.epilogue.residual)),
               repr(float(problem.epilogue.residual_scale)),  # finite: Epilogue checks it
               cpp_string(problem.epilogue.activation.value),
-              cpp_string(problem.dtype_key), f"{tolerance(problem):.3e}"]
+              cpp_string(problem.dtype_key), f"{tolerance(problem):.3e}",
+              "true" if problem.transposed else "false",
+              *(cpp_int(v, f"layer {name!r} output padding") for v in problem.output_paddings)]
     return "    {" + ", ".join(values) + "},"
 
 

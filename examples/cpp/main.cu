@@ -253,7 +253,9 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   const int n = layer.n, h = layer.h, w = layer.w, c = layer.c, k = layer.k, r = layer.r, s = layer.s;
   const int kc = layer.kernel_c;  // channels the kernel reads; c..kc-1 are zeros
   const int p = tuned::output_p(layer), q = tuned::output_q(layer);
-  if (kc < c || p <= 0 || q <= 0 || layer.split_k < 1 || layer.groups != 1) {
+  // A transposed layer's weight is w[C,R,S,K] (K contiguous), and its kernel pads no channels.
+  const bool transposed = layer.transposed;
+  if (kc < c || p <= 0 || q <= 0 || layer.split_k < 1 || layer.groups != 1 || (transposed && kc != c)) {
     throw LayerError("inconsistent row in kLayers");
   }
 
@@ -268,12 +270,14 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
 
   const Layout layout_y = Layout::packed({n, p, q, k});
   const Layout layout_x0 = Layout::packed({n, h, w, c});
-  const Layout layout_w0 = Layout::packed({k, r, s, c});
+  const Layout layout_w0 = transposed ? Layout::packed({c, r, s, k}) : Layout::packed({k, r, s, c});
 
-  const size_t x_rows = size_t(n) * h * w, w_rows = size_t(k) * r * s;
+  // The filter's rows: of w_row contiguous elements, w_kernel_row as the kernel reads them.
+  const size_t x_rows = size_t(n) * h * w, w_rows = size_t(transposed ? c : k) * r * s;
+  const int w_row = transposed ? k : c, w_kernel_row = transposed ? k : kc;
   const size_t y_count = size_t(n) * p * q * k;
   const size_t x_bytes = x_rows * kc * sizeof(ElementA);
-  const size_t w_bytes = w_rows * kc * sizeof(ElementB);
+  const size_t w_bytes = w_rows * w_kernel_row * sizeof(ElementB);
   const size_t y_bytes = y_count * sizeof(ElementC);
 
   CHECK_CUTLASS(Runner::can_implement(kernel_problem));
@@ -282,15 +286,26 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
   Stream stream;
 
   // Random x and w in [-1, 1] at the layer's own C, and the reference output (float, float accumulation).
-  DeviceBuffer x0(x_rows * c * sizeof(ElementA)), w0(w_rows * c * sizeof(ElementB));
+  DeviceBuffer x0(x_rows * c * sizeof(ElementA)), w0(w_rows * w_row * sizeof(ElementB));
   DeviceBuffer reference(y_count * sizeof(float));
   fill_random(x0.as<ElementA>(), x_rows * c, seed, stream.handle);
-  fill_random(w0.as<ElementB>(), w_rows * c, seed + 1, stream.handle);
+  fill_random(w0.as<ElementB>(), w_rows * w_row, seed + 1, stream.handle);
   CHECK_CUDA(cudaMemsetAsync(reference.get(), 0xFF, reference.bytes(), stream.handle));  // NaN
-  CHECK_CUTLASS((cutlass::reference::device::Conv2dFprop<ElementA, Layout, ElementB, Layout, float, Layout,
-                                                          float, float>(
-      reference_problem, {x0.as<ElementA>(), layout_x0}, {w0.as<ElementB>(), layout_w0},
-      {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, 1.0f, 0.0f, stream.handle)));
+  if (transposed) {
+    // The data gradient of the convolution y -> x: x is its dy, w its KRSC filter, y its dx.
+    const cutlass::conv::Conv2dProblemSize dgrad_problem(
+        n, p, q, k, c, r, s, h, w, layer.pad_h, layer.pad_w, layer.stride_h, layer.stride_w, layer.dilation_h,
+        layer.dilation_w, cutlass::conv::Mode::kCrossCorrelation, 1, 1);
+    CHECK_CUTLASS((cutlass::reference::device::Conv2dDgrad<ElementA, Layout, ElementB, Layout, float, Layout,
+                                                            float, float>(
+        dgrad_problem, {x0.as<ElementA>(), layout_x0}, {w0.as<ElementB>(), layout_w0},
+        {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, 1.0f, 0.0f, stream.handle)));
+  } else {
+    CHECK_CUTLASS((cutlass::reference::device::Conv2dFprop<ElementA, Layout, ElementB, Layout, float, Layout,
+                                                            float, float>(
+        reference_problem, {x0.as<ElementA>(), layout_x0}, {w0.as<ElementB>(), layout_w0},
+        {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, 1.0f, 0.0f, stream.handle)));
+  }
 
   // The epilogue's operands, as the tuner validates them: scale in [0.5, 1.5), bias in [-1, 1), and a
   // residual in [-1, 1] of the output's type; a part the layer lacks stays a null pointer.
@@ -337,8 +352,8 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
     }
     CHECK_CUDA(cudaMemcpy2DAsync(set.x.get(), kc * sizeof(ElementA), x0.get(), c * sizeof(ElementA),
                                  c * sizeof(ElementA), x_rows, cudaMemcpyDeviceToDevice, stream.handle));
-    CHECK_CUDA(cudaMemcpy2DAsync(set.w.get(), kc * sizeof(ElementB), w0.get(), c * sizeof(ElementB),
-                                 c * sizeof(ElementB), w_rows, cudaMemcpyDeviceToDevice, stream.handle));
+    CHECK_CUDA(cudaMemcpy2DAsync(set.w.get(), w_kernel_row * sizeof(ElementB), w0.get(), w_row * sizeof(ElementB),
+                                 w_row * sizeof(ElementB), w_rows, cudaMemcpyDeviceToDevice, stream.handle));
     CHECK_CUDA(cudaMemsetAsync(set.y.get(), 0xFF, y_bytes, stream.handle));  // all-ones bits: NaN in f32/f16/bf16
     sets.push_back(std::move(set));
   }

@@ -239,10 +239,15 @@ struct TunedLayer {
   // tensors the tensor cores read as TF32. The runner's ElementA/B/C are those types' CUTLASS elements.
   const char *types;
   double tolerance;  // the relative L2 error above which an output is wrong (tuner/validate.py, from the types)
+  // A transposed convolution (ConvTranspose2d's forward, the family sm80_dgrad): h, w, c are its input x, k its
+  // output's channels, and its weight is w[C,R,S,K] (ConvTranspose2d's [C,K,R,S] with K last). The output
+  // padding adds rows (columns) at the bottom (right) of y; output_p and output_q say y's extents.
+  bool transposed;
+  int output_padding_h, output_padding_w;
 };
 
 constexpr TunedLayer kLayers[] = {
-    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05},
+    {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05, false, 0, 0},
 };
 constexpr int kLayerCount = 1;
 
@@ -289,11 +294,19 @@ constexpr bool matches_device(int compute_capability, int sm_count, const char *
   return compute_capability == kComputeCapability && sm_count == kSmCount && same_name(device_name, kGpuName);
 }
 
-// The layer's output extents P (rows) and Q (columns).
+// The layer's output extents P (rows) and Q (columns); of a transposed convolution, ConvTranspose2d's.
 constexpr int output_p(const TunedLayer &layer) {
+  if (layer.transposed) {
+    return (layer.h - 1) * layer.stride_h - 2 * layer.pad_h + layer.dilation_h * (layer.r - 1) +
+           layer.output_padding_h + 1;
+  }
   return (layer.h + 2 * layer.pad_h - layer.dilation_h * (layer.r - 1) - 1) / layer.stride_h + 1;
 }
 constexpr int output_q(const TunedLayer &layer) {
+  if (layer.transposed) {
+    return (layer.w - 1) * layer.stride_w - 2 * layer.pad_w + layer.dilation_w * (layer.s - 1) +
+           layer.output_padding_w + 1;
+  }
   return (layer.w + 2 * layer.pad_w - layer.dilation_w * (layer.s - 1) - 1) / layer.stride_w + 1;
 }
 

@@ -341,6 +341,8 @@ class Family(abc.ABC):
     refused_parts: tuple[tuple[str, str], ...] = ()
     # Whether its kernels run grouped convolutions (groups > 1, depthwise among them).
     runs_groups: bool = False
+    # Whether its kernels run transposed convolutions (ConvTranspose2d's forward, a dgrad), and those only.
+    runs_transposed: bool = False
 
     # --- where it runs -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -355,6 +357,11 @@ class Family(abc.ABC):
     def problem_reason(self, problem: ConvProblem) -> str | None:
         """layer_problem, after grouped convolutions where the family runs none and the parts of the layer's
         epilogue it cannot fuse or refuses."""
+        if problem.transposed and not self.runs_transposed:
+            return (f"{self.name} runs convolutions (fprop) only; this is a transposed one (ConvTranspose2d, a dgrad): "
+                    "a dgrad family runs it")
+        if self.runs_transposed and not problem.transposed:
+            return f"{self.name} runs transposed convolutions (ConvTranspose2d) only"
         if problem.groups != 1 and not self.runs_groups:
             kind = "a depthwise" if problem.groups == problem.c else "a grouped"
             return (f"{self.name} runs ungrouped convolutions only (groups=1); this is {kind} one, "

@@ -40,7 +40,6 @@ def residual_tag(config: Sm80Config) -> str:
 def kernel_alias(config: Sm80Config, alias: str) -> str:
     """`using <alias> = cutlass::conv::device::ImplicitGemmConvolution<...>;` for the compiled config."""
     compiled = config.compiled
-    warp, inst = compiled.warp_tile, compiled.instruction
     fusion = compiled.fusion
     template = "kernel_evt.h.in" if fusion.fused else "kernel.h.in"
     fused = {} if not fusion.fused else {
@@ -50,7 +49,14 @@ def kernel_alias(config: Sm80Config, alias: str) -> str:
         "activation": ACTIVATION_TAGS[fusion.activation],
     }
     return read_template(TEMPLATES / template).substitute(
-        alias=alias,
+        alias=alias, swizzle=SWIZZLE_TAGS[compiled.swizzle], **template_values(compiled), **fused)
+
+
+def template_values(compiled: Sm80Config) -> dict:
+    """A compiled configuration's types, shapes, access widths, stages and iterator as the kernel templates
+    name them (sm80_dgrad's too)."""
+    warp, inst = compiled.warp_tile, compiled.instruction
+    return dict(
         config_name=compiled.name,
         element_a=ELEMENT_TAGS[compiled.input_type],
         element_b=ELEMENT_TAGS[compiled.filter_type],
@@ -61,10 +67,8 @@ def kernel_alias(config: Sm80Config, alias: str) -> str:
         inst_m=inst.m, inst_n=inst.n, inst_k=inst.k,
         alignment_ab=compiled.alignment_ab,
         alignment_c=compiled.alignment_c,
-        swizzle=SWIZZLE_TAGS[compiled.swizzle],
         stages=compiled.stages,
         iterator=ITERATOR_TAGS[compiled.iterator],
-        **fused,
     )
 
 
