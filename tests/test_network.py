@@ -265,7 +265,9 @@ def test_a_fallback_name_of_other_convolutions_too(tmp_path):
                     scopes="['', 'decoder.up', 'conv_transpose2d']")]
     network = from_onnx(save(tmp_path / "m.onnx", nodes, [weight("w", 16, 16, 3, 3), weight("wt", 16, 16, 2, 2)]),
                         batch=1)
-    assert [item.node for item in network.unsupported] == ["decoder.up"]
+    assert network.unsupported == ()
+    assert [layer.nodes for layer in network.layers] == [("node_Conv_1",), ("decoder.up",)]
+    assert network.layers[1].problem.transposed  # a ConvTranspose is a transposed layer, named after its module
 
 
 # --- a size only known when the model runs (the legacy exporter's DeepLabV3) ---------------------------------------
@@ -333,3 +335,70 @@ def test_dtype_with_a_layer_of_the_table_is_exit_2():
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "--dtype goes with --shape" in result.stderr
+
+
+# --- transposed convolutions (a UNet's decoder) ----------------------------------------------------------------
+
+def conv_transpose(name: str, x: str, w: str, y: str, pads=(0, 0, 0, 0), strides=(2, 2), output_padding=None,
+                   bias: str | None = None, **attributes):
+    inputs = [x, w] + ([bias] if bias else [])
+    extra = {"output_padding": list(output_padding)} if output_padding else {}
+    return helper.make_node("ConvTranspose", inputs, [y], name=name, pads=list(pads), strides=list(strides),
+                            **extra, **attributes)
+
+
+def unet(path: Path) -> Path:
+    """x (16 ch, 16x16) -> down (3x3 s2) -> up (2x2 s2 ConvTranspose, bias) -> concat with x -> up2 (4x4 s2
+    pad 1, BN, ReLU) -> up3 (3x3 s2 pad 1 output_padding 1) -> out."""
+    bn_2, init_2 = bn("bn_up2", "u2", "u2_bn", 8)
+    nodes = [conv("down", "x", "wd", "d", strides=(2, 2)),
+             conv_transpose("up", "d", "wu", "u", bias="bu"),
+             helper.make_node("Concat", ["u", "x"], ["cat"], name="cat", axis=1),
+             conv_transpose("up2", "cat", "wu2", "u2", pads=(1, 1, 1, 1)), bn_2,
+             helper.make_node("Relu", ["u2_bn"], ["u2_r"], name="relu_up2"),
+             conv_transpose("up3", "u2_r", "wu3", "out", pads=(1, 1, 1, 1), output_padding=(1, 1))]
+    inits = [weight("wd", 32, 16, 3, 3), weight("wu", 32, 16, 2, 2), vector("bu", 16), weight("wu2", 32, 8, 4, 4),
+             weight("wu3", 8, 8, 3, 3), *init_2]  # a ConvTranspose's weight is C, K, R, S
+    return save(path, nodes, inits)
+
+
+def test_a_unet_s_conv_transposes_are_transposed_layers(tmp_path):
+    network = from_onnx(unet(tmp_path / "unet.onnx"), batch=2)
+    by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
+    assert set(by_node) == {"down", "up", "up2", "up3"} and network.unsupported == ()
+    up, up2, up3 = by_node["up"], by_node["up2"], by_node["up3"]
+    assert up.transposed and (up.n, up.h, up.w, up.c, up.k, up.r, up.p, up.q) == (2, 8, 8, 32, 16, 2, 16, 16)
+    assert up.key == "n2h8w8c32k16r2s2p0u2d1t"
+    assert (up2.c, up2.k, up2.r, up2.pads, up2.p) == (32, 8, 4, (1, 1), 32)
+    assert up3.output_paddings == (1, 1) and (up3.p, up3.q) == (64, 64) and up3.key.endswith("t1")
+    assert not any(problem.epilogue.fused for problem in (up, up2, up3))  # the bias and the BN+ReLU stay the model's
+    assert network.not_fused == (
+        "up -> bias (no family fuses an epilogue into a transposed convolution yet)",
+        "up2 -> scale+bias+relu (no family fuses an epilogue into a transposed convolution yet)")
+    table = tmp_path / "layers.yaml"
+    write_layers(network, table)
+    assert {layer.problem for layer in load_layers(table).values()} == set(by_node.values())
+
+
+def test_the_coverage_counts_transposed_convolutions_with_their_flops(tmp_path):
+    from tuner.network_report import TOTAL, TUNABLE, coverage
+
+    network = from_onnx(unet(tmp_path / "unet.onnx"), batch=2)
+    rows = {row.state: row for row in coverage(network)}
+    flops = sum(layer.problem.flops for layer in network.layers)
+    assert rows[TUNABLE].convolutions == rows[TOTAL].convolutions == 4
+    assert rows[TUNABLE].flops == rows[TOTAL].flops == flops
+    assert network.layers[1].problem.flops == 2 * 2 * 8 * 8 * 32 * 16 * 2 * 2  # every input pixel times every tap
+
+
+@pytest.mark.parametrize("node, says", [
+    (lambda: conv_transpose("up", "x", "w", "out", group=2), "grouped transposed convolution: 2 groups"),
+    (lambda: conv_transpose("up", "x", "w", "out", output_shape=[32, 32]), "ConvTranspose with output_shape"),
+    (lambda: conv_transpose("up", "x", "w", "out", pads=(0, 0, 1, 1)), "one-sided padding"),
+], ids=["grouped", "output_shape", "one-sided"])
+def test_transposed_convolutions_no_family_takes_are_listed(tmp_path, node, says):
+    grouped = "group" in says
+    path = save(tmp_path / "m.onnx", [node()], [weight("w", 16, 8 if grouped else 16, 2, 2)])
+    [item] = from_onnx(path, batch=1).unsupported
+    assert item.node == "up" and says in item.reason
+    assert (item.flops is None) == ("output_shape" in says)  # a reason the frontend found: no shape read

@@ -47,7 +47,7 @@ class Block(nn.Module):
 def test_a_module_becomes_layers_with_their_epilogues():
     network = from_torch(Block().eval(), torch.empty(4, 16, 12, 12))
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
-    assert set(by_node) == {"conv1", "conv2", "c3", "conv2d"}
+    assert set(by_node) == {"conv1", "conv2", "c3", "conv2d", "up"}
     one = by_node["conv1"]
     assert (one.n, one.h, one.w, one.c, one.k, one.r, one.pads) == (4, 12, 12, 16, 16, 3, (1, 1))
     assert one.epilogue.key == "scale+bias+relu"
@@ -55,8 +55,12 @@ def test_a_module_becomes_layers_with_their_epilogues():
     assert by_node["c3"].epilogue.key == "bias+silu" and by_node["c3"].pads == (1, 1)  # padding='same'
     assert by_node["conv2d"].strides == (2, 2) and not by_node["conv2d"].epilogue.fused
     reasons = {item.node: item.reason for item in network.unsupported}
-    assert "depthwise" in reasons["dw"] and "transposed" in reasons["up"]
-    assert network.not_fused == ("conv2d -> Gelu(tanh)",)
+    assert "depthwise" in reasons["dw"] and "up" not in reasons
+    up = by_node["up"]
+    assert up.transposed and (up.h, up.c, up.k, up.r, up.strides, up.p) == (6, 32, 32, 2, (2, 2), 12)
+    assert not up.epilogue.fused  # its bias stays the model's: no family fuses into a transposed conv yet
+    assert network.not_fused == ("conv2d -> Gelu(tanh)",
+                                 "up -> bias (no family fuses an epilogue into a transposed convolution yet)")
 
 
 def test_weights_are_never_read():
@@ -375,3 +379,58 @@ def test_dtype_on_the_command_line(tmp_path):
     assert rows and all(row["types"] == "bf16_bf16_bf16_f32" and row["name"].startswith("tiny_bf16_b8_")
                         for row in rows)
     assert all("sm90_dsl" in row["families"] and "sm80" in row["families"] for row in rows if row["c"] % 8 == 0)
+
+
+class TinyUNet(nn.Module):
+    """down (3x3 s2) -> up (ConvTranspose2d 2x2 s2, bias) -> cat with x -> up2 (4x4 s2 pad 1, no bias, BN, ReLU)
+    -> up3 (3x3 s2 pad 1 output_padding 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(32, 16, 2, stride=2)
+        self.up2, self.bn = nn.ConvTranspose2d(32, 8, 4, stride=2, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.up3 = nn.ConvTranspose2d(8, 8, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        y = torch.cat([self.up(self.down(x)), x], 1)
+        return self.up3(torch.relu(self.bn(self.up2(y))))
+
+
+def test_conv_transpose2d_modules_are_transposed_layers():
+    network = from_torch(TinyUNet().eval(), torch.empty(2, 16, 16, 16))
+    by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
+    assert set(by_node) == {"down", "up", "up2", "up3"} and network.unsupported == ()
+    up, up3 = by_node["up"], by_node["up3"]
+    assert up.transposed and (up.h, up.c, up.k, up.r, up.strides, up.p) == (8, 32, 16, 2, (2, 2), 16)
+    assert up3.output_paddings == (1, 1) and (up3.p, up3.q) == (64, 64)
+    # the same problems as the model's own output shapes say
+    module = TinyUNet().eval()
+    with torch.no_grad():
+        x = torch.randn(2, 16, 16, 16)
+        u = module.up(module.down(x))
+        u3 = module.up3(torch.relu(module.bn(module.up2(torch.cat([u, x], 1)))))
+    assert tuple(u.shape) == (up.n, up.k, up.p, up.q) and tuple(u3.shape) == (up3.n, up3.k, up3.p, up3.q)
+    assert network.not_fused == (
+        "up -> bias (no family fuses an epilogue into a transposed convolution yet)",
+        "up2 -> scale+bias+relu (no family fuses an epilogue into a transposed convolution yet)",
+        "up3 -> bias (no family fuses an epilogue into a transposed convolution yet)")
+
+
+def test_onnx_and_torch_give_a_conv_transpose_one_key(tmp_path):
+    from tuner.network import from_onnx
+
+    module = TinyUNet().eval()
+    path = tmp_path / "unet.onnx"
+    torch.onnx.export(module, (torch.randn(2, 16, 16, 16),), str(path), dynamo=False)
+    keys = {layer.problem.key for layer in from_onnx(path).layers}
+    assert keys == {layer.problem.key for layer in from_torch(module, (2, 16, 16, 16)).layers}
+    assert sum(key.endswith(("t", "t1")) for key in keys) == 3
+
+
+def test_the_pytorch_op_leaves_a_conv_transpose2d_to_pytorch():
+    from tuner.torch_ops.plan import Fallback, TunedIndex, decide
+
+    [up] = [layer for layer in from_torch(TinyUNet().eval(), (2, 16, 16, 16)).layers if layer.nodes == ("up",)]
+    decision = decide("up", up.problem, TunedIndex({}))
+    assert decision.fallback is Fallback.not_replaceable and "ConvTranspose2d" in decision.note

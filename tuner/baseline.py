@@ -45,10 +45,27 @@ def torch_dtype(torch, problem: ConvProblem):
             DataType.f32: torch.float32}[problem.input_type]
 
 
+def torch_weight_shape(problem: ConvProblem) -> tuple[int, int, int, int]:
+    """The weight as torch holds it: Conv2d's K, C/groups, R, S; ConvTranspose2d's C, K, R, S."""
+    if problem.transposed:
+        return problem.c, problem.k, problem.r, problem.s
+    return problem.k, problem.channels_per_group, problem.r, problem.s
+
+
+def torch_conv(torch, problem: ConvProblem, x, w):
+    """The problem's convolution in torch: conv2d, or conv_transpose2d (cuDNN's dgrad) for a transposed one."""
+    functional = torch.nn.functional
+    if problem.transposed:
+        return functional.conv_transpose2d(x, w, stride=problem.strides, padding=problem.pads,
+                                           output_padding=problem.output_paddings, dilation=problem.dilations)
+    return functional.conv2d(x, w, stride=problem.strides, padding=problem.pads, dilation=problem.dilations,
+                             groups=problem.groups)
+
+
 def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
-    """cuDNN's conv2d fprop for the problem: NHWC (channels_last) in the problem's input type (f16, bf16, or
-    f32 with TF32 math), f32 accumulation, cudnn.benchmark on. cuDNN writes the input's type whatever the
-    problem's output type."""
+    """cuDNN's conv2d fprop for the problem (conv_transpose2d for a transposed one): NHWC (channels_last) in the
+    problem's input type (f16, bf16, or f32 with TF32 math), f32 accumulation, cudnn.benchmark on. cuDNN writes
+    the input's type whatever the problem's output type."""
     import torch
 
     torch.backends.cudnn.benchmark = True
@@ -56,7 +73,7 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
     device = torch.device("cuda")
     x = torch.empty(problem.n, problem.c, problem.h, problem.w, device=device, dtype=dtype)
     x = x.uniform_(-1, 1).to(memory_format=torch.channels_last)
-    w = torch.empty(problem.k, problem.channels_per_group, problem.r, problem.s, device=device, dtype=dtype)
+    w = torch.empty(*torch_weight_shape(problem), device=device, dtype=dtype)
     w = w.uniform_(-1, 1).to(memory_format=torch.channels_last)
     bytes_per_set = problem.bytes_moved
     free, _ = torch.cuda.mem_get_info()
@@ -67,8 +84,7 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
 
     def step(index: int) -> None:
         xi, wi = inputs[index % copies]
-        outputs[index % copies] = torch.nn.functional.conv2d(
-            xi, wi, stride=problem.strides, padding=problem.pads, dilation=problem.dilations, groups=problem.groups)
+        outputs[index % copies] = torch_conv(torch, problem, xi, wi)
 
     us = _graph_time_us(torch, step, launches_per_replay(copies))
     return {"cudnn_us": us, "cudnn_version": torch.backends.cudnn.version(), "copies": copies}
@@ -119,7 +135,7 @@ def ceilings() -> dict:
 
 def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False) -> dict:
     """The layer as a PyTorch model writes it, channels_last in the problem's input type (cudnn_fprop_us's),
-    timed the tuner's way: the conv (cuDNN,
+    timed the tuner's way: the conv (Conv2d or ConvTranspose2d, cuDNN,
     with its bias where there is no scale), a BatchNorm2d in eval mode for a per-channel scale and bias
     (what a folded batch-norm is before folding), the residual added, the activation in place, as
     torchvision's ResNet does. `compiled`: torch.compile of the same module (Inductor fuses the
@@ -137,9 +153,13 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
     class Layer(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv = torch.nn.Conv2d(problem.c, problem.k, (problem.r, problem.s), stride=problem.strides,
-                                        padding=problem.pads, dilation=problem.dilations, groups=problem.groups,
-                                        bias=epilogue.bias and not epilogue.scale)
+            options = dict(stride=problem.strides, padding=problem.pads, dilation=problem.dilations,
+                           groups=problem.groups, bias=epilogue.bias and not epilogue.scale)
+            if problem.transposed:
+                self.conv = torch.nn.ConvTranspose2d(problem.c, problem.k, (problem.r, problem.s),
+                                                     output_padding=problem.output_paddings, **options)
+            else:
+                self.conv = torch.nn.Conv2d(problem.c, problem.k, (problem.r, problem.s), **options)
             self.norm = torch.nn.BatchNorm2d(problem.k) if epilogue.scale else None
             self.activation = activations[epilogue.activation]
 

@@ -1,5 +1,5 @@
-"""A network's convolutions as the tuner's layers: every 2-D convolution of an ONNX model or a PyTorch
-module becomes an NHWC problem (in the model's type, MODEL_DTYPES, or --dtype's) named after its node, with what follows it folded into its epilogue
+"""A network's convolutions as the tuner's layers: every 2-D convolution (transposed ones too: ConvTranspose,
+ConvTranspose2d) of an ONNX model or a PyTorch module becomes an NHWC problem (in the model's type, MODEL_DTYPES, or --dtype's) named after its node, with what follows it folded into its epilogue
 where the tuner can fuse it (batch norm: scale and bias; an add of another tensor: the residual; ReLU,
 SiLU (also as x * sigmoid(x)), exact GELU: the activation). Identical problems are tuned once and carry
 their count and nodes. A convolution no family can take is listed with the reason, never dropped.
@@ -23,11 +23,10 @@ from tuner.problem import ConvProblem, Layer, ProblemError, dtype_fields, dtype_
 # have not changed since opset 11; Gelu is an operator from opset 20).
 OPSETS = range(7, 24)
 # Operators after a conv that are not elementwise: nothing to fuse, so not listed as "not fused".
-STRUCTURAL = {"Conv", "MaxPool", "GlobalAveragePool", "AveragePool", "Flatten", "Concat", "Reshape", "Pad"}
+STRUCTURAL = {"Conv", "ConvTranspose", "MaxPool", "GlobalAveragePool", "AveragePool", "Flatten", "Concat", "Reshape", "Pad"}
 ACTIVATIONS = {"Relu": Activation.relu, "Gelu": Activation.gelu, "Silu": Activation.silu}
 # Convolutions of other kinds than fprop f16/f32 Conv: listed as not tuned, with the reason, never dropped.
-OTHER_CONVS = {"ConvTranspose": "a transposed convolution (dgrad): only Conv (fprop) is tuned",
-               "ConvInteger": "an integer (quantised) convolution: only f16 Conv is tuned",
+OTHER_CONVS = {"ConvInteger": "an integer (quantised) convolution: only f16 Conv is tuned",
                "QLinearConv": "a quantised convolution: only f16 Conv is tuned",
                "DeformConv": "a deformable convolution: only Conv is tuned"}
 
@@ -117,6 +116,10 @@ class ConvFacts:
     has_bias: bool = False
     unsupported: str | None = None
     element: str | None = None  # the input's element type as the frontend names it: float16, bfloat16, float32, ...
+    # A transposed convolution (ONNX ConvTranspose, torch's ConvTranspose2d): its weight is C, K / groups, kernel
+    # dims; output_padding per axis.
+    transposed: bool = False
+    output_padding: tuple[int, ...] = (0, 0)
 
 
 # A model's element type -> the --dtype its convolutions are tuned in. An f32 model is tuned in f16, as the
@@ -231,7 +234,7 @@ class _OnnxGraph:
         module that made several such nodes names the later ones with their own name after it."""
         names, taken = {}, set()
         for index, node in enumerate(self.graph.node):
-            if node.op_type != "Conv" and node.op_type not in OTHER_CONVS:
+            if node.op_type not in ("Conv", "ConvTranspose") and node.op_type not in OTHER_CONVS:
                 continue
             own = node.name or node.output[0]
             module = module_of(node) if not node.name or GENERATED_NODE_NAME.fullmatch(node.name) else None
@@ -246,6 +249,10 @@ class _OnnxGraph:
         x = self.shape(node.input[0], name)
         rank = len(weight) - 2
         auto_pad = attributes["auto_pad"].s.decode() if "auto_pad" in attributes else "NOTSET"
+        unsupported = None if auto_pad in ("NOTSET", "VALID") else f"auto_pad {auto_pad}: export with explicit pads"
+        transposed = node.op_type == "ConvTranspose"
+        if transposed and "output_shape" in attributes and unsupported is None:
+            unsupported = "ConvTranspose with output_shape (pads worked out by the runtime): export with explicit pads"
         return ConvFacts(
             name, node.output[0], x, weight,
             groups=attributes["group"].i if "group" in attributes else 1,
@@ -253,12 +260,15 @@ class _OnnxGraph:
             strides=tuple(attributes["strides"].ints) if "strides" in attributes else (1,) * rank,
             dilations=tuple(attributes["dilations"].ints) if "dilations" in attributes else (1,) * rank,
             has_bias=len(node.input) > 2 and bool(node.input[2]),
-            unsupported=None if auto_pad in ("NOTSET", "VALID") else f"auto_pad {auto_pad}: export with explicit pads",
-            element=self.elements.get(node.input[0], self.elements.get(node.input[1])))
+            unsupported=unsupported,
+            element=self.elements.get(node.input[0], self.elements.get(node.input[1])),
+            transposed=transposed,
+            output_padding=tuple(attributes["output_padding"].ints) if "output_padding" in attributes else (0,) * rank)
 
     def network(self) -> Network:
         names = self.node_names()
-        convs = [self.conv(node, names[index]) for index, node in enumerate(self.graph.node) if node.op_type == "Conv"]
+        convs = [self.conv(node, names[index]) for index, node in enumerate(self.graph.node)
+                 if node.op_type in ("Conv", "ConvTranspose")]
         others = [Unsupported(names[index], f"{node.op_type}: {OTHER_CONVS[node.op_type]}")
                   for index, node in enumerate(self.graph.node) if node.op_type in OTHER_CONVS]
         if not convs:
@@ -397,7 +407,14 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue, dtype: str | None = None) 
     if len(conv.x) != 4:
         return f"input of shape {list(conv.x)} to a 2-D convolution: expected N, C, H, W"
     n, c, h, w = conv.x
-    k, c_per_group, r, s = conv.weight
+    if conv.transposed:
+        weight_c, k_per_group, r, s = conv.weight
+        k, c_per_group = k_per_group * conv.groups, weight_c // conv.groups
+        if weight_c != c:
+            raise NetworkError(f"transposed conv {conv.node}: its weight takes {weight_c} input channels, its input has "
+                               f"{c}: the model is inconsistent; check it with onnx.checker")
+    else:
+        k, c_per_group, r, s = conv.weight
     if c_per_group * conv.groups != c:
         raise NetworkError(f"conv {conv.node}: its weight takes {c_per_group} channels per group x {conv.groups} "
                            f"group(s), its input has {c}: the model is inconsistent; check it with onnx.checker")
@@ -405,10 +422,16 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue, dtype: str | None = None) 
     if (top, left) != (bottom, right):
         return (f"one-sided padding: pads [top, left, bottom, right] = {list(conv.pads)}; the kernels pad both sides "
                 "of an axis alike")
+    transposed = {}
+    if conv.transposed:
+        if conv.groups != 1:
+            return f"grouped transposed convolution: {conv.groups} groups; transposed convolutions are tuned ungrouped"
+        transposed = dict(transposed=True, output_padding_h=conv.output_padding[0],
+                          output_padding_w=conv.output_padding[1])
     try:
         problem = ConvProblem(n=n, h=h, w=w, c=c, k=k, r=r, s=s, pad_h=top, pad_w=left, stride_h=conv.strides[0],
                               stride_w=conv.strides[1], dilation_h=conv.dilations[0], dilation_w=conv.dilations[1],
-                              groups=conv.groups, epilogue=epilogue, **dtype_fields(dtype))
+                              groups=conv.groups, epilogue=epilogue, **dtype_fields(dtype), **transposed)
     except ProblemError as error:
         return str(error)
     from tuner.families import registry  # here: the families' modules are not needed to read a graph
@@ -429,6 +452,9 @@ def conv_flops(conv: ConvFacts) -> int | None:
     if conv.unsupported or len(conv.x) != 4 or len(conv.weight) != 4 or len(conv.pads) != 4 or conv.groups < 1:
         return None
     n, _, h, w = conv.x
+    if conv.transposed:  # every input pixel times every tap: the flops of the conv whose dgrad it is
+        c, k_per_group, r, s = conv.weight
+        return 2 * n * h * w * c * k_per_group * r * s
     k, c_per_group, r, s = conv.weight
     rows, cols = ((size + begin + end - dilation * (taps - 1) - 1) // stride + 1
                   for size, begin, end, taps, stride, dilation in
@@ -449,6 +475,12 @@ def assemble(convs: list[ConvFacts], ops: list[Op], shapes: dict[str, list], gra
             raise NetworkError(f"a convolution's node name holds a NUL character ({conv.node!r}); rename the node")
     for fused in fused_convs(convs, ops, shapes, graph_outputs):
         problem = conv_problem(fused.conv, fused.epilogue, dtype)
+        if isinstance(problem, str) and fused.conv.transposed and fused.epilogue.fused:
+            bare = conv_problem(fused.conv, Epilogue(), dtype)
+            if not isinstance(bare, str):  # the convolution is tuned bare; its bias and what follows stay the model's
+                not_fused.append(f"{fused.conv.node} -> {'+'.join(fused.epilogue.parts)} (no family fuses an epilogue "
+                                 "into a transposed convolution yet)")
+                problem = bare
         if isinstance(problem, str):
             unsupported.append(Unsupported(fused.conv.node, problem, conv_flops(fused.conv)))
             continue

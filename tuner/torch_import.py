@@ -164,7 +164,8 @@ class _FxGraph:
             module = self.modules[node.target]
             if isinstance(module, nn.GELU):
                 return "Gelu" if module.approximate == "none" else f"Gelu({module.approximate})"
-            for types, kind in ((nn.Conv2d, "Conv"), ((nn.BatchNorm2d,), "BatchNormalization"), (nn.ReLU, "Relu"),
+            for types, kind in ((nn.Conv2d, "Conv"), (nn.ConvTranspose2d, "ConvTranspose"),
+                                ((nn.BatchNorm2d,), "BatchNormalization"), (nn.ReLU, "Relu"),
                                 (nn.SiLU, "Silu"), (nn.Sigmoid, "Sigmoid"),
                                 ((nn.MaxPool2d,), "MaxPool"), ((nn.AdaptiveAvgPool2d, nn.AvgPool2d), "AveragePool"),
                                 (nn.Flatten, "Flatten")):
@@ -199,7 +200,7 @@ class _FxGraph:
             facts = dict(node=str(node.target), output=node.name, x=x or (), weight=tuple(module.weight.shape),
                          groups=module.groups, has_bias=module.bias is not None, element=element)
             if transposed:
-                return ConvFacts(**facts, unsupported="transposed convolution: only forward (fprop) convs are tuned")
+                facts.update(transposed=True, output_padding=tuple(module.output_padding))
             if module.padding_mode != "zeros":
                 return ConvFacts(**facts, unsupported=f"padding_mode {module.padding_mode}: the kernels pad with zeros")
             rank = len(module.kernel_size)

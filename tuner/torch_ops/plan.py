@@ -95,6 +95,10 @@ def decide(node: str, problem: ConvProblem | str, index: TunedIndex) -> Decision
     """The decision for one conv node, whose problem the importer gave (or the reason no family runs it)."""
     if isinstance(problem, str):
         return Decision(node, None, fallback=Fallback.unsupported, note=problem)
+    if problem.transposed:
+        return Decision(node, problem, fallback=Fallback.not_replaceable,
+                        note="a ConvTranspose2d: the PyTorch op runs Conv2d kernels only (its tuned kernel is in "
+                             "best_configs.h)")
     name = index.entry_for(problem)
     if name is None:
         why, note = index.why_not(problem)
