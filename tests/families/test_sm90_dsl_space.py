@@ -376,6 +376,7 @@ def test_split_k_static_checks():
     assert problems(GEMM, split_k=1) == []
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
 def test_the_space_offers_split_k_only_where_the_grid_leaves_sms_idle():
     space = load_space(SPACE_FILE)
     for problem in (LATE_GEMM_B1, LATE_CONV_B1):
