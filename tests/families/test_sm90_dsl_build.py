@@ -63,11 +63,13 @@ def exported_symbols(library: Path) -> set[str]:
 STEM = BuildSpec(ProblemSpec.symmetric(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
                  TileSpec(128, 64, 32, schedule="cooperative"))
 STEM_BF16 = BuildSpec(STEM.problem, STEM.epilogue, STEM.tile, element="bf16")
+CLASSES_21 = BuildSpec(ProblemSpec.symmetric(8, 65, 65, 256, 21, 1, 1, 0, 1, 1), EpilogueSpec(bias=True),
+                       TileSpec(128, 32, 64, schedule="cooperative"))
 
 
-@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16],
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16, CLASSES_21],
                          ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
-                              "stem_c3_gathered_bf16"])
+                              "stem_c3_gathered_bf16", "k21_stored_by_element"])
 def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
     result = run_build(spec.to_json(), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -199,6 +201,14 @@ def test_split_k_geometry_workspace_and_refusals():
         BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=0)).check()
 
 
+def test_a_k_not_a_multiple_of_8_is_stored_by_element_and_refuses_a_residual_or_a_gathered_c():
+    assert geometry(CLASSES_21).stores_elements and not geometry(GEMM).stores_elements
+    with pytest.raises(SpecError, match="element by element"):
+        BuildSpec(CLASSES_21.problem, EpilogueSpec(residual=True), CLASSES_21.tile).check()
+    with pytest.raises(SpecError, match="element by element"):
+        BuildSpec(replace(STEM.problem, k=21), EpilogueSpec(), replace(STEM.tile, tile_n=32)).check()
+
+
 def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
     g = geometry(STEM)
     assert g.gather and (g.tile_q, g.bp, g.bn) == (128, 1, 1) and g.yq == 32 * 112 * 112
@@ -215,7 +225,7 @@ def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
         geometry(BuildSpec(STEM.problem, EpilogueSpec(), replace(STEM.tile, tile_n=32)))
     # the stages hold A alone; the filter (64 x 5 k tiles of 32) is counted once
     assert g.smem_bytes(1) - g.smem_bytes(0) == 128 * 32 * 2 and g.smem_bytes(0) > 64 * 160 * 2
-    with pytest.raises(SpecError, match="multiples of 8"):
+    with pytest.raises(SpecError, match="C must be a multiple of 8"):
         BuildSpec(replace(STEM.problem, c=12), EpilogueSpec(), STEM.tile).check()
 
 

@@ -105,6 +105,7 @@ class Geometry:
     # a gathering kernel (spec.ProblemSpec.gathers): the producer warpgroup loads A and B element by element; the
     # M tiles run over the n*p*q output pixels as in a GEMM (xw = yq = n*p*q), and these are the conv's own extents
     gather: bool = False
+    stores_elements: bool = False  # spec.ProblemSpec.stores_elements: K % 8, the output stored without TMA
     src_n: int = 0
     src_h: int = 0
     src_w: int = 0
@@ -342,6 +343,7 @@ def geometry(spec: BuildSpec) -> Geometry:
                  stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
                  raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
                  residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
+                 stores_elements=p.stores_elements,
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
@@ -392,9 +394,10 @@ class ConvKernel:
         y_layout = cute.make_layout(((g.yq, g.yp, g.xn), k), stride=((k, g.yq * k, g.yq * g.yp * k), 1))
         my = cute.make_tensor(y.iterator, y_layout)
         box_m = (g.tile_q, g.bp, g.bn)
-        tma_d, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
-            (box_m, g.epi_n))
+        if cutlass.const_expr(not g.stores_elements):
+            tma_d, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
+                (box_m, g.epi_n))
         if cutlass.const_expr(g.gather):
             # no TMA view of x or w (rows of fewer than 16 bytes): the kernel's A and B atoms are unused stand-ins
             a_atoms = [(tma_d, tma_y)] * 4
@@ -416,6 +419,10 @@ class ConvKernel:
             a_atoms = a_atoms + [a_atoms[0]] * (4 - len(a_atoms))  # the kernel takes four (unused ones repeat)
             tma_b, tma_w = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 b_op, mw, cute.slice_(b_smem, (None, None, 0)), (g.tile_n, g.tile_k), num_multicast=g.cluster_m)
+            if cutlass.const_expr(g.stores_elements):
+                # no TMA view of y (rows of K, not 16 bytes apart): the consumers store into y itself; the atom is
+                # an unused stand-in
+                tma_d, tma_y = tma_b, my
 
         # the residual ring: res_stages subtiles per consumer group, each the TMA box of one epilogue subtile
         res_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, max(g.res_stages, 1) * g.groups)
@@ -467,7 +474,8 @@ class ConvKernel:
                     if cutlass.const_expr(i < len(g.phases())):
                         cute.nvgpu.cpasync.prefetch_descriptor(atom)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
+            if cutlass.const_expr(not g.stores_elements):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
             if cutlass.const_expr(g.residual):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_r)
 
@@ -735,8 +743,10 @@ class ConvKernel:
             if cutlass.const_expr(g.scale or g.bias):
                 epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
             gD_epi = cute.zipped_divide(gD, (box_m, g.epi_n))
-            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
+            bSG_sD, bSG_gD = sD, gD_epi
+            if cutlass.const_expr(not g.stores_elements):
+                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                    tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
             base = scheduler.num_tiles_executed * epi_count
             for e in cutlass.range_constexpr(epi_count):
                 for v in cutlass.range_constexpr(n_sub):
@@ -754,7 +764,10 @@ class ConvKernel:
                 cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")
                 epi_barrier.arrive_and_wait()
-                if lead_warp:
+                if cutlass.const_expr(g.stores_elements):
+                    self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
+                                        outside if g.split_k > 1 else 0)
+                elif lead_warp:
                     cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
                     store_pipe.producer_commit()
                     store_pipe.producer_acquire()
@@ -762,6 +775,28 @@ class ConvKernel:
             scheduler.advance_to_next_work(advance_count=tile_step)
             work = scheduler.get_current_work()
         store_pipe.producer_tail()
+
+    @cute.jit
+    def store_elements(self, mY: cute.Tensor, sD: cute.Tensor, buf, q0, p0, n0, col0, wtid,
+                       group_threads: cutlass.Constexpr, outside):
+        """One epilogue subtile (tile_m pixels x epi_n channels from col0), staged in sD[buf], written into y element
+        by element by the group's threads, where TMA cannot store it (K not a multiple of 8): pixel m of the box is
+        (q0 + m mod tile_q, p0 + (m / tile_q) mod bp, n0 + m / (tile_q bp)); pixels past the output, channels past K
+        and a split-K unit that is not its tile's last (outside) write nothing. Consecutive threads take consecutive
+        channels of one pixel."""
+        g = self.g
+        for i in cutlass.range_constexpr(g.tile_m * g.epi_n // group_threads):
+            index = wtid + i * group_threads
+            m = index // g.epi_n
+            col = index - m * g.epi_n
+            q = q0 + m % g.tile_q
+            p = p0 + (m // g.tile_q) % g.bp
+            n = n0 + m // (g.tile_q * g.bp)
+            kk = col0 + col
+            inside = (cutlass.Int32(q < g.yq) * cutlass.Int32(p < g.yp) * cutlass.Int32(n < g.xn)
+                      * cutlass.Int32(kk < g.k) * (1 - outside))
+            if inside > 0:
+                mY[((q, p, n), kk)] = sD[(m, col, buf)]
 
     @cute.jit
     def load_filter(self, mW: cute.Tensor, sB: cute.Tensor, tidx):

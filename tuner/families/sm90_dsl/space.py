@@ -280,8 +280,12 @@ def layer_problem(problem: ConvProblem) -> str | None:
     if problem.output_type is not problem.input_type:
         return (f"sm90_dsl kernels write the output in their input's type (the epilogue stores 16-bit elements "
                 f"through stmatrix), got {problem.dtype_key}")
-    if problem.k % CHANNEL_MULTIPLE:
-        return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
+    if problem.k % CHANNEL_MULTIPLE and problem.c < GATHER_BELOW_CHANNELS:
+        return (f"sm90_dsl stores K={problem.k} (not a multiple of {CHANNEL_MULTIPLE}) element by element, which its "
+                f"gathering kernel for C={problem.c} does not")
+    if problem.k % CHANNEL_MULTIPLE and problem.epilogue.residual:
+        return (f"sm90_dsl loads a residual by TMA rows of K: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE} "
+                "for a residual layer")
     if max(problem.strides) > 2 and problem.c >= GATHER_BELOW_CHANNELS:
         return (f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride "
                 f"{pair_text(problem.strides)}")

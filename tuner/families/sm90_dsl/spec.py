@@ -76,6 +76,12 @@ class ProblemSpec:
         return self.c < GATHER_BELOW_CHANNELS
 
     @property
+    def stores_elements(self) -> bool:
+        """K not a multiple of 8 (a classifier's 21 classes): y's rows are not 16 bytes apart, so no TMA store;
+        the consumers write the output subtiles from shared memory element by element, clipped at K."""
+        return self.k % GATHER_BELOW_CHANNELS != 0
+
+    @property
     def gemm_k(self) -> int:
         """The implicit GEMM's K: every (r, s, c) of the filter."""
         return self.r * self.s * self.c
@@ -152,9 +158,11 @@ class BuildSpec:
         for name in ("n", "h", "w", "c", "k", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w"):
             if not isinstance(getattr(p, name), int) or getattr(p, name) < 1:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
-        if (p.c % 8 and not p.gathers) or p.k % 8:
-            raise SpecError("C (unless under 8, gathered) and K must be multiples of 8 (16-byte TMA rows of 16-bit "
-                            "elements)")
+        if p.c % 8 and not p.gathers:
+            raise SpecError("C must be a multiple of 8 (16-byte TMA rows of 16-bit elements) unless under 8 (gathered)")
+        if p.stores_elements and (p.gathers or self.epilogue.residual):
+            raise SpecError(f"K={p.k} (not a multiple of 8) is stored element by element: not with a gathered C or a "
+                            "residual (both need TMA rows of K)")
         if not p.is_gemm and not p.gathers and (t.tile_q < 1 or t.tile_m % t.tile_q):
             raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
         if p.gathers and (t.cluster_m, t.cluster_n, t.split_k) != (1, 1, 1):
