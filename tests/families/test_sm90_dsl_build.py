@@ -245,3 +245,21 @@ def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_
     assert lib.tuner_k0_workspace_bytes(problem) == info["workspace_bytes"] == split_k_workspace_bytes(4, 4, 64, 128)
     problem[14] = 1  # split_k
     assert lib.tuner_k0_can_implement(problem) == 20
+
+
+@pytest.mark.parametrize("problem, tile_m, tile_q", [
+    (ProblemSpec.symmetric(2, 16, 16, 64, 64, 3, 3, 1, 1, 1), 128, 16),   # the box's width is the input's W
+    (ProblemSpec.symmetric(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 128, 8),    # 16 rows, more than one 7-row image
+    (ProblemSpec.symmetric(2, 16, 16, 64, 64, 3, 3, 1, 1, 1), 128, 4),    # not whole swizzle rows
+    (ProblemSpec.symmetric(2, 28, 28, 64, 64, 3, 3, 1, 1, 1), 128, 32),   # a valid box
+])
+def test_the_kernel_and_the_static_checks_state_one_box_rule(problem, tile_m, tile_q):
+    from tuner.families.sm90_dsl.spec import box_problem
+    reason = box_problem(problem, tile_m, tile_q)
+    spec = BuildSpec(problem, EpilogueSpec(), TileSpec(tile_m, 64, 64, tile_q=tile_q))
+    if reason is None:
+        assert geometry(spec).tile_q == tile_q
+    else:
+        with pytest.raises(SpecError) as raised:
+            geometry(spec)
+        assert str(raised.value) == reason

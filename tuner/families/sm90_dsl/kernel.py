@@ -41,7 +41,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .spec import (BuildSpec, SpecError, conv_box, epilogue_columns, next_power_of_two, residual_ring_slots,
+from .spec import (BuildSpec, SpecError, box_problem, conv_box, epilogue_columns, residual_ring_slots,
                     scheduled_tiles, split_k_workspace_bytes)
 
 SM_COUNT = 132                 # H100 SXM
@@ -304,29 +304,10 @@ def geometry(spec: BuildSpec) -> Geometry:
     else:
         xw, xh, xn, yq, yp = p.w, p.h, p.n, p.q, p.p
         tile_q = t.tile_q
-        if tile_q < 8 or tile_q % 8:
-            raise SpecError(f"tile_q {tile_q} must be a multiple of 8 (TMA boxes of whole swizzle rows)")
-        if tile_q > 256 or t.tile_m // tile_q > 256:
-            raise SpecError(f"tile_q {tile_q}: TMA box sides are at most 256")
-        rows = t.tile_m // tile_q
-        if rows & (rows - 1):
-            raise SpecError(f"tile_m/tile_q = {rows} rows must be a power of two (output rows x images)")
-        # A box side equal to its tensor's extent lets CuTe merge that mode with the next one into one TMA
-        # dimension, whose bounds then no longer zero-fill the padding: the taps read the neighbouring row
-        # (or image) instead. Measured on the H100: W=16 with tile_q 16 gave relative error 0.21, 8 and 32
-        # validated.
+        if (reason := box_problem(p, t.tile_m, tile_q)):
+            raise SpecError(reason)
         box = conv_box(p, t.tile_m, tile_q)  # rows = bp output rows x bn images
         bp, bn = box.rows_p, box.images_n
-        if bp > next_power_of_two(p.p):
-            raise SpecError(f"tile_m/tile_q = {rows} rows: more than the output's {p.p} rows of one image")
-        for (_, view_h, *_rest) in _axis_phases(p.r, p.dilation_h, p.pad_h, p.stride_h, xh):
-            if bp == view_h:
-                raise SpecError(f"tile_m/tile_q = {rows} rows cannot be split into output rows other than the "
-                                f"input's {view_h} (stride phase) rows")
-        for (_, view_w, *_rest) in _axis_phases(p.s, p.dilation_w, p.pad_w, p.stride_w, xw):
-            if tile_q == view_w:
-                raise SpecError(f"tile_q {tile_q} equals the input width {view_w} (of a stride phase): pick "
-                                "another (the TMA box would merge W with H and lose the padding)")
     if p.p < 1 or p.q < 1:
         raise SpecError("the convolution has an empty output")
     for name, value in (("W", xw), ("H", xh), ("N", xn)):
