@@ -129,7 +129,7 @@ def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
 
 
 # --- split-K -------------------------------------------------------------------------------------------------
-from tuner.families.sm90_dsl.kernel import geometry  # noqa: E402
+from tuner.families.sm90_dsl.geometry import geometry  # noqa: E402
 from tuner.families.sm90_dsl.spec import SpecError, split_k_range, split_k_workspace_bytes  # noqa: E402
 
 LATE_GEMM_B1 = ProblemSpec.symmetric(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1)

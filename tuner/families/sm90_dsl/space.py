@@ -23,7 +23,7 @@ CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in 16-bit elements
 INPUT_TYPES = (DataType.f16, DataType.bf16)  # spec.ELEMENTS: the kernel's 16-bit element
 MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
 AUTO_STAGES = 0
-# mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: kernel.Geometry.smem_bytes's
+# mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: geometry.Geometry.smem_bytes's
 # slack, so that a configuration these checks pass is one the kernel builds (with 1 KB, a pingpong 128x128
 # residual kernel passed here and failed to build: 235520 bytes for 4 stages)
 BARRIER_BYTES = 4096

@@ -264,7 +264,7 @@ def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
 
 def box_problem(problem: ProblemSpec, tile_m: int, tile_q: int) -> str | None:
     """Why tile_m output pixels in boxes of tile_q columns cannot be a TMA conv kernel's M tile, or None: the one
-    statement of the box rules, raised by kernel.geometry and reported by the family's static checks.
+    statement of the box rules, raised by geometry.geometry and reported by the family's static checks.
 
     A box side equal to its tensor's extent lets CuTe merge that mode with the next one into one TMA dimension,
     whose bounds then no longer zero-fill the padding: the taps read the neighbouring row (or image) instead.
