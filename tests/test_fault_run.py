@@ -171,22 +171,24 @@ def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node)
     assert len(layers) == 1 and "injected_layer" not in layers
 
 
-def test_other_convolutions_are_listed_as_not_tuned(tmp_path):
+def test_a_conv_transpose_is_a_transposed_layer_beside_the_convs(tmp_path):
     from tuner.network import from_onnx
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node("plain", "x", "w", "y"),
                                              conv_node("up", "y", "wt", "out", op="ConvTranspose")],
                        {"w": (16, 16, 3, 3), "wt": (16, 16, 3, 3)})
     network = from_onnx(model, batch=1)
-    assert [item.node for item in network.unsupported] == ["up"]
-    assert "ConvTranspose" in network.unsupported[0].reason
+    assert network.unsupported == ()
+    assert [(layer.nodes, layer.problem.transposed) for layer in network.layers] == [(("plain",), False),
+                                                                                    (("up",), True)]
 
 
-def test_a_model_of_only_transposed_convolutions_names_them(tmp_path, capsys):
+def test_a_model_of_only_transposed_convolutions_lists_them(tmp_path, capsys):
     model = onnx_model(tmp_path / "m.onnx", [conv_node("up", "x", "wt", "out", op="ConvTranspose")],
                        {"wt": (16, 16, 3, 3)})
-    err = one_line(*run(capsys, "--onnx", str(model), "--list-layers"))
-    assert "no Conv node" in err and "up (ConvTranspose" in err
+    assert cli.main(["--onnx", str(model), "--list-layers"]) == 0
+    out = capsys.readouterr().out
+    assert "m_b1_up" in out and "transposed" in out  # the layer's shape text says what it is
 
 
 def test_a_weight_that_does_not_match_its_input_is_refused(tmp_path, capsys):

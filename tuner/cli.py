@@ -282,7 +282,8 @@ def layer_rows(layers: dict[str, Layer], network: Network | None = None) -> list
         row = {"name": name, "n": p.n, "h": p.h, "w": p.w, "c": p.c, "k": p.k, "r": p.r, "s": p.s,
                "pad_h": p.pad_h, "pad_w": p.pad_w, "stride_h": p.stride_h, "stride_w": p.stride_w,
                "dilation_h": p.dilation_h, "dilation_w": p.dilation_w, "groups": p.groups,
-               "types": p.dtype_key, "epilogue": p.epilogue.key,
+               "transposed": p.transposed, "output_padding_h": p.output_padding_h,
+               "output_padding_w": p.output_padding_w, "types": p.dtype_key, "epilogue": p.epilogue.key,
                "gflop": round(p.flops / 1e9, 6),
                "families": [family for family, reason in registry.problem_reasons(p).items() if reason is None]}
         if name in imported:
@@ -330,8 +331,11 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         pair = (lambda name: pair_text((row[f"{name}_h"], row[f"{name}_w"])))
         dilation = f" d{pair('dilation')}" if (row["dilation_h"], row["dilation_w"]) != (1, 1) else ""
         groups = f" g{row['groups']}" if row["groups"] != 1 else ""
+        output_padding = pair("output_padding")
+        transposed = (" transposed" + (f" op{output_padding}" if output_padding != "0" else "")
+                      if row["transposed"] else "")
         cells = [escape(row["name"]), *(str(row[key]) for key in "nhwck"),
-                 f"{row['r']}x{row['s']} p{pair('pad')} s{pair('stride')}{dilation}{groups}", row["types"],
+                 f"{row['r']}x{row['s']} p{pair('pad')} s{pair('stride')}{dilation}{groups}{transposed}", row["types"],
                  row["epilogue"],
                  f"{row['gflop']:.3f}", ",".join(row["families"]) or "none"]
         if network is not None:

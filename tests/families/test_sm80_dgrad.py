@@ -160,3 +160,41 @@ def test_a_dgrad_kernel_builds_and_answers_its_host_entry_points(built):
     assert library.can_implement(problem_array(conv, FAMILY.launch_args(config, conv))) != 0
     dilated = dataclasses.replace(STRIDE_ONE, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)
     assert library.can_implement(problem_array(dilated, FAMILY.launch_args(config, dilated))) != 0
+
+
+@pytest.mark.nvcc
+def test_an_exported_header_with_a_transposed_layer_compiles_and_says_its_extents(tmp_path):
+    """best_configs.h of one sm80_dgrad layer (a best.yaml written here, its time made up: it is no result)
+    compiles with the runner bound and the row's output extents checked at compile time."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    import subprocess
+
+    from tuner.compile import cutlass_include_dirs
+    from tuner.export import render_header
+    from tuner.problem import problem_to_dict
+
+    config = make_config(PADDED_UP, params())
+    layer = {"problem": problem_to_dict(PADDED_UP), "family": "sm80_dgrad", "params": config.search_params,
+             "kernel": config.name, "runtime_us": 1.0, "date": "2025-06-01"}
+    header = render_header({"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3",
+                                       "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 52428800},
+                            "toolchain": {"nvcc": "13.0", "cutlass": "4.2.0.0", "driver": "13.0"},
+                            "layers": {"up": layer}})
+    (tmp_path / "best_configs.h").write_text(header)
+    source = tmp_path / "use.cu"
+    source.write_text(
+        '#include "best_configs.h"\n'
+        "namespace tuned = cutlass_conv_tuner::nvidia_h100_80gb_hbm3;\n"
+        "static_assert(tuned::kLayers[0].transposed && tuned::kLayers[0].output_padding_h == 1);\n"
+        f"static_assert(tuned::output_p(tuned::kLayers[0]) == {PADDED_UP.p});\n"
+        f"static_assert(tuned::output_q(tuned::kLayers[0]) == {PADDED_UP.q});\n"
+        "int check(const int32_t *a) {\n"
+        "  int32_t grid[6];\n"
+        "  tuned::up_runner::grid(tuned::TunerProblem(a), grid);\n"
+        "  return int(tuned::up_runner::can_implement(tuned::TunerProblem(a))) + grid[0];\n"
+        "}\n")
+    result = subprocess.run(["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-arch=sm_80",
+                             *(f"-I{d}" for d in cutlass_include_dirs()), f"-I{tmp_path}", "-c", str(source),
+                             "-o", str(tmp_path / "use.o")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
