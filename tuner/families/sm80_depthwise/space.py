@@ -26,6 +26,12 @@ THREAD_PATCHES = {(4, 4): (1, 1), (4, 2): (2, 1), (4, 1): (2, 2), (8, 1): (2, 4)
 # Channels one thread computes (GroupsPerThread of the MmaCore, 16-bit types) and threads in a warp.
 CHANNELS_PER_THREAD = 2
 WARP_THREADS = 32
+# Channels of one thread's vector (the MmaCore's LaneN: 128 bits of 16-bit elements at most).
+MAX_LANE_CHANNELS = 8
+# Values a thread holds (its accumulators, its input window and its filter taps, each of its lane's channels)
+# above which ptxas spills: on sm_90 a 7x7 kernel of 330 spilled 624 bytes at 255 registers (8x8 tile, 64 channels,
+# 4 warps), one of 214 did not (4x4, 16 channels, 2 warps); CUTLASS's example warns of spills for large filters.
+MAX_THREAD_VALUES = 256
 
 
 @dataclass(frozen=True, order=True)
@@ -88,6 +94,19 @@ class Sm80DepthwiseConfig:
     @property
     def warp_threads_along_pixels(self) -> int:
         return WARP_THREADS // min(self.channels // CHANNELS_PER_THREAD, WARP_THREADS)
+
+    @property
+    def thread_values(self) -> int | None:
+        """Accumulators, input window and filter taps one thread holds, or None where the warp shape is none of
+        CUTLASS's."""
+        threads_n = min(self.channels // CHANNELS_PER_THREAD, WARP_THREADS)
+        patch = THREAD_PATCHES.get((self.warp_pixels, WARP_THREADS // threads_n))
+        if patch is None:
+            return None
+        lane = min(MAX_LANE_CHANNELS, self.channels // threads_n)
+        rows = (patch[0] - 1) * self.stride[0] + (self.filter[0] - 1) * self.dilation[0] + 1
+        cols = (patch[1] - 1) * self.stride[1] + (self.filter[1] - 1) * self.dilation[1] + 1
+        return lane * (patch[0] * patch[1] + rows * cols + self.filter[0] * self.filter[1])
 
     @property
     def compiled(self) -> "Sm80DepthwiseConfig":
@@ -214,6 +233,9 @@ def _check_warps(config: Sm80DepthwiseConfig, problem: ConvProblem, device: Devi
     if config.output_tile.p % patch_p or config.output_tile.q % patch_q:
         return (f"a thread's {patch_p}x{patch_q} patch of pixels does not tile the {config.output_tile.text} output "
                 "tile")
+    if config.thread_values > MAX_THREAD_VALUES:
+        return (f"a thread holds {config.thread_values} values (accumulators, input window, filter taps) of its "
+                f"{patch_p}x{patch_q} pixels: over {MAX_THREAD_VALUES}, ptxas spills")
     return None
 
 
