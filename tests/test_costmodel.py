@@ -65,6 +65,7 @@ def test_prior_keeps_the_knobs_the_model_cannot_see_at_the_fitted_values(conv_1,
     assert {c.swizzle for c in ranked[:40]} != {PRIOR_SWIZZLE}
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
 def test_prior_for_few_channels_takes_the_channel_iterator(layers, sm80_space, h100):
     stem = layers["r50_stem_b1"].problem
     assert {p.iterator for p in prior_picks(sm80_space, stem, h100, 8)} == {IteratorAlgorithm.fixed_channels}

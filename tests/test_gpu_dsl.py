@@ -118,6 +118,16 @@ CASES = {
                                     {**BASE, "tile": "128x96x64", "tile_q": 0}),
     "stem_gather_k40_c4": (ConvProblem(n=2, h=96, w=96, c=4, k=40, r=3, s=3, pad=1), {**BASE, "tile": "128x64x32",
                                                                                    "tile_q": 0}),
+    # K not a multiple of 8 (a classifier's 21 classes): no TMA store; the consumers write each subtile from shared
+    # memory element by element, clipped at K and at the output's pixels
+    "classes_21_bias": (with_epilogue(ConvProblem(n=8, h=65, w=65, c=256, k=21, r=1, s=1), "bias"),
+                        {**BASE, "tile": "128x32x64", "tile_q": 0}),
+    "conv_k20_bn_relu": (with_epilogue(ConvProblem(n=4, h=30, w=30, c=64, k=20, r=3, s=3, pad=1), "scale+bias+relu"),
+                         {**BASE, "tile": "128x32x64", "tile_q": 16}),
+    "conv_k20_split4": (ConvProblem(n=1, h=7, w=7, c=512, k=20, r=3, s=3, pad=1),
+                        {**BASE, "tile": "128x32x64", "tile_q": 16, "split_k": 4}),
+    "gemm_k20_pingpong": (ConvProblem(n=8, h=32, w=32, c=64, k=20, r=1, s=1),
+                          {**BASE, "tile": "64x32x64", "schedule": "pingpong", "tile_q": 0}),
     # the planted wrong gathering kernel: STEM with dilation 2 and pad 6 (the same 32x32 output, other pixels)
     "stem_gather_dilated": (dataclasses.replace(STEM, dilation_h=2, dilation_w=2, pad_h=6, pad_w=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
 }
@@ -206,6 +216,7 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     # ReLU where the layer has SiLU: the H100 measured 0.0146, 7x the tolerance
     ("conv_ring_pingpong_64x256", "scale+bias+residual+silu", 2),
     ("stem_gather_3x3_bias_relu_single", "bias", 10),    # a ReLU the gathered stem does not have
+    ("conv_k20_bn_relu", "scale+bias", 10),              # a ReLU the element-stored layer does not have
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]

@@ -94,7 +94,8 @@ def _host(url: str, host: str, log: str, seed: int, delay: float, problem, space
     storage = study_storage(url, Path("unused"), "unused", heartbeat_s=HEARTBEAT_S, grace_s=GRACE_S)
     study = open_study("two-hosts", storage, seed)
     evaluator = _SlowReplay(read_record(RECORD, problem, "sm80"), Path(log), delay)
-    StudyRunner(study, problem, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
+    StudyRunner(study, problem, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN,
+                storage=storage).run(TRIALS)
 
 
 @pytest.mark.slow

@@ -65,6 +65,7 @@ def test_ranking_holds_only_valid_configs_of_the_families_the_gpu_runs(conv_1):
     assert best.predicted_us < reference.predicted_us and reference.blocks == 8
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
 def test_ranking_on_an_h100_searches_the_sm90_families(layers):
     problem = layers["r50_s4_3x3_b32"].problem
     joint, _, ranked = ranked_for("h100", problem)
@@ -166,6 +167,7 @@ def test_versus_words_a_ratio_exactly():
     assert versus(1.001, 1.0) == "the same time"
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
 def test_measured_figures_lead_and_no_modelled_figure_contradicts_them(h100_results):
     rows = predict_json("--gpu", "h100", "--layer", MEASURED_LAYER, "--top", "400",
                         "--results-dir", str(h100_results.parent))

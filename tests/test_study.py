@@ -493,7 +493,7 @@ def test_ask_config_tags_before_sampling(conv_1, sm80_space, h100):
     original = optuna.Trial.suggest_categorical
 
     def watch(trial, name, choices):
-        seen.append(dict(study._storage.get_trial_user_attrs(trial._trial_id)))
+        seen.append(dict(trial.user_attrs))  # what the storage holds for the trial so far
         return original(trial, name, choices)
 
     optuna.Trial.suggest_categorical = watch
@@ -512,9 +512,16 @@ def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
 
     storage = study_storage(f"sqlite:///{tmp_path / 'h.db'}", tmp_path, "gpu", heartbeat_s=20, grace_s=120)
     study = optuna.create_study(storage=storage)
-    beating = _Heartbeat(study)
+    beating = _Heartbeat(study, storage)
     assert beating.storage is not None and beating.stale_after_s == 120
-    assert _Heartbeat(optuna.create_study()).storage is None  # in memory: no heartbeats
+    trial = study.ask()
+    beating.hold(trial)
+    assert list(beating.held) == [trial.number]
+    beating.release(trial)
+    beating.close()
+    assert not beating.held
+    memory = optuna.storages.InMemoryStorage()
+    assert _Heartbeat(optuna.create_study(storage=memory), memory).storage is None  # in memory: no heartbeats
 
 
 def _with_tiles(space: SearchSpace, tiles: tuple) -> SearchSpace:

@@ -306,6 +306,7 @@ def test_a_segmentation_model_is_imported_whole_at_its_recipes_size(tmp_path):
     assert "h: 520, w: 520, c: 3, k: 16" in written and "c: 16, k: 8" in written
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
 def test_a_detection_model_gives_its_backbone_and_lists_its_head(tmp_path):
     result = tune("--torchvision", "detector", "--batch", "2", "--list-layers", "--json", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -101,7 +101,7 @@ def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     label_values(study)
     if joint is not None:
-        carry_over(study, joint)
+        carry_over(study, joint, storage)
     return study
 
 
@@ -120,7 +120,7 @@ def joint_distributions(joint: JointSpace, family: str) -> dict[str, Categorical
     return distributions
 
 
-def carry_over(study: optuna.Study, joint: JointSpace) -> int:
+def carry_over(study: optuna.Study, joint: JointSpace, storage: optuna.storages.BaseStorage | str) -> int:
     """Copy into a new study the measured trials of the same problem's other studies (another search
     space, another set of families, an older space file, another layer name) whose configuration this
     space holds: the sampler and the already-measured check start from them instead of from nothing.
@@ -128,14 +128,13 @@ def carry_over(study: optuna.Study, joint: JointSpace) -> int:
     problem = problem_of_study(study.study_name)
     if problem is None:
         return 0
-    storage = study._storage
     fitting: dict[tuple, FrozenTrial] = {}
-    for other in storage.get_all_studies():
+    for name in optuna.study.get_all_study_names(storage):
         # The same problem under any layer name (the r50 table's and an imported network's, say)
-        if other.study_name == study.study_name or problem_of_study(other.study_name) != problem:
+        if name == study.study_name or problem_of_study(name) != problem:
             continue
-        for trial in storage.get_all_trials(other._study_id, deepcopy=False,
-                                            states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        other = optuna.load_study(study_name=name, storage=storage)
+        for trial in other.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if not _readable(trial) or "from_record" in trial.user_attrs or not _fits(trial.params, joint):
                 continue
             key = params_key(trial.params)
@@ -163,14 +162,14 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 
 def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None,
-               on_ask: Callable[[int], None] | None = None) -> optuna.Trial:
+               on_ask: Callable[[optuna.Trial], None] | None = None) -> optuna.Trial:
     """A new trial with the family and that family's knobs sampled (or taken from the queue). `on_ask`
     (the heartbeat) and `tags` (the worker that owns it) come first, before the sampling's storage round
     trips, so that a kill leaves as small a window as possible for a RUNNING trial nobody can tell is
     orphaned (fail_orphans sweeps untagged ones after UNTAGGED_GRACE)."""
     trial = study.ask()
     if on_ask is not None:
-        on_ask(trial._trial_id)
+        on_ask(trial)
     for key, value in (tags or {}).items():
         trial.set_user_attr(key, value)
     family = trial.suggest_categorical(FAMILY_PARAM, list(joint.families))
@@ -336,9 +335,9 @@ def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
     return sum(1 for t in running if t.user_attrs.get("run") == run_id)
 
 
-def _heartbeat_storage(study: optuna.Study):
-    """The study's storage where it keeps heartbeats (an RDB opened with a heartbeat interval), else None."""
-    storage = study._storage  # an RDBStorage comes wrapped in Optuna's cache, which passes heartbeats on
+def _heartbeat_storage(storage: optuna.storages.BaseStorage | str | None):
+    """The storage the study was opened on, where it keeps heartbeats (an RDB opened with a heartbeat interval,
+    results.study_storage), else None."""
     interval = getattr(storage, "get_heartbeat_interval", None)
     return storage if interval is not None and interval() else None
 
@@ -348,19 +347,24 @@ class _Heartbeat:
     so that other hosts do not take them for a dead host's (Optuna beats only inside study.optimize).
     Does nothing where the storage keeps no heartbeats."""
 
-    def __init__(self, study: optuna.Study):
-        self.storage = _heartbeat_storage(study)
-        self.held: set[int] = set()
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage | str | None):
+        self.storage = _heartbeat_storage(storage)
+        self.study_name = study.study_name
+        self.study_id: int | None = None
+        self.held: dict[int, int] = {}  # trial number -> the storage's trial id
         self.lock = threading.Lock()
         self.finished = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def hold(self, trial_id: int) -> None:
+    def hold(self, trial: optuna.Trial) -> None:
         if self.storage is None:
             return
+        if self.study_id is None:
+            self.study_id = self.storage.get_study_id_from_name(self.study_name)
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
         self.storage.record_heartbeat(trial_id)
         with self.lock:
-            self.held.add(trial_id)
+            self.held[trial.number] = trial_id
             if self.thread is None:
                 self.thread = threading.Thread(target=self._beat, daemon=True, name="trial-heartbeat")
                 self.thread.start()
@@ -368,19 +372,17 @@ class _Heartbeat:
     @property
     def stale_after_s(self) -> float:
         """How long until a trial whose heartbeats stopped counts as a dead host's: the storage's grace
-        period (Optuna's cache wraps the RDBStorage that holds it; unset, Optuna takes two intervals)."""
-        interval = self.storage.get_heartbeat_interval()
-        backend = getattr(self.storage, "_backend", self.storage)
-        return getattr(backend, "grace_period", None) or 2 * interval
+        period (unset, Optuna takes two intervals)."""
+        return getattr(self.storage, "grace_period", None) or 2 * self.storage.get_heartbeat_interval()
 
-    def release(self, trial_id: int) -> None:
+    def release(self, trial: optuna.Trial) -> None:
         with self.lock:
-            self.held.discard(trial_id)
+            self.held.pop(trial.number, None)
 
     def _beat(self) -> None:
         while not self.finished.wait(self.storage.get_heartbeat_interval()):
             with self.lock:
-                held = list(self.held)
+                held = list(self.held.values())
             for trial_id in held:
                 self.storage.record_heartbeat(trial_id)
 
@@ -415,7 +417,8 @@ class StudyRunner:
 
     def __init__(self, study: optuna.Study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
                  compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
-                 run_id: str | None = None):
+                 run_id: str | None = None, storage: optuna.storages.BaseStorage | str | None = None):
+        """`storage`: what the study was opened on, for the heartbeats of an RDB (none without it)."""
         self.study = study
         self.problem = problem
         self.joint = joint
@@ -425,7 +428,7 @@ class StudyRunner:
         self.progress = progress or StudyProgress()
         self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
         self.worker = worker_id()
-        self.heartbeat = _Heartbeat(study)
+        self.heartbeat = _Heartbeat(study, storage)
         self.clock = StudyClock()
         # One set of random inputs for the whole run: the worker draws them, computes their float64 reference
         # and copies them past L2 once, not once a candidate (0.2-0.4 s each on the H100). The finalists are
@@ -518,7 +521,7 @@ class StudyRunner:
 
     def _finish(self, trial: optuna.Trial, *args, **kwargs) -> None:
         self.study.tell(trial, *args, **kwargs)
-        self.heartbeat.release(trial._trial_id)
+        self.heartbeat.release(trial)
 
     def _claimed_elsewhere(self, trial: optuna.Trial, key: tuple) -> int | None:
         """An older RUNNING trial with the same parameters (another worker's, or earlier in this

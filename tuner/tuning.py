@@ -323,7 +323,7 @@ class TuningSession:
                    twin_seeds(self.folder, self.storage, layer.problem, joint, self.device))
         with report.StudyDisplay(self.console, self.options.trials) as display:
             tuner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
-                          display.callbacks(), run_id)
+                                display.callbacks(), run_id, storage=self.storage)
             study_started = time.monotonic()
             measured = tuner.run(self.options.trials)
         self.console.print(f"study {escape(study.study_name)}: {len(study.trials)} trials in all; this run: "

@@ -63,11 +63,13 @@ def exported_symbols(library: Path) -> set[str]:
 STEM = BuildSpec(ProblemSpec.symmetric(32, 224, 224, 3, 64, 7, 7, 3, 2, 1), EpilogueSpec(bias=True, activation="relu"),
                  TileSpec(128, 64, 32, schedule="cooperative"))
 STEM_BF16 = BuildSpec(STEM.problem, STEM.epilogue, STEM.tile, element="bf16")
+CLASSES_21 = BuildSpec(ProblemSpec.symmetric(8, 65, 65, 256, 21, 1, 1, 0, 1, 1), EpilogueSpec(bias=True),
+                       TileSpec(128, 32, 64, schedule="cooperative"))
 
 
-@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16],
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16, CLASSES_21],
                          ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
-                              "stem_c3_gathered_bf16"])
+                              "stem_c3_gathered_bf16", "k21_stored_by_element"])
 def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
     result = run_build(spec.to_json(), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -127,7 +129,7 @@ def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
 
 
 # --- split-K -------------------------------------------------------------------------------------------------
-from tuner.families.sm90_dsl.kernel import geometry  # noqa: E402
+from tuner.families.sm90_dsl.geometry import geometry  # noqa: E402
 from tuner.families.sm90_dsl.spec import SpecError, split_k_range, split_k_workspace_bytes  # noqa: E402
 
 LATE_GEMM_B1 = ProblemSpec.symmetric(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1)
@@ -199,6 +201,14 @@ def test_split_k_geometry_workspace_and_refusals():
         BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=0)).check()
 
 
+def test_a_k_not_a_multiple_of_8_is_stored_by_element_and_refuses_a_residual_or_a_gathered_c():
+    assert geometry(CLASSES_21).stores_elements and not geometry(GEMM).stores_elements
+    with pytest.raises(SpecError, match="element by element"):
+        BuildSpec(CLASSES_21.problem, EpilogueSpec(residual=True), CLASSES_21.tile).check()
+    with pytest.raises(SpecError, match="element by element"):
+        BuildSpec(replace(STEM.problem, k=21), EpilogueSpec(), replace(STEM.tile, tile_n=32)).check()
+
+
 def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
     g = geometry(STEM)
     assert g.gather and (g.tile_q, g.bp, g.bn) == (128, 1, 1) and g.yq == 32 * 112 * 112
@@ -215,7 +225,7 @@ def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
         geometry(BuildSpec(STEM.problem, EpilogueSpec(), replace(STEM.tile, tile_n=32)))
     # the stages hold A alone; the filter (64 x 5 k tiles of 32) is counted once
     assert g.smem_bytes(1) - g.smem_bytes(0) == 128 * 32 * 2 and g.smem_bytes(0) > 64 * 160 * 2
-    with pytest.raises(SpecError, match="multiples of 8"):
+    with pytest.raises(SpecError, match="C must be a multiple of 8"):
         BuildSpec(replace(STEM.problem, c=12), EpilogueSpec(), STEM.tile).check()
 
 
@@ -235,3 +245,21 @@ def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_
     assert lib.tuner_k0_workspace_bytes(problem) == info["workspace_bytes"] == split_k_workspace_bytes(4, 4, 64, 128)
     problem[14] = 1  # split_k
     assert lib.tuner_k0_can_implement(problem) == 20
+
+
+@pytest.mark.parametrize("problem, tile_m, tile_q", [
+    (ProblemSpec.symmetric(2, 16, 16, 64, 64, 3, 3, 1, 1, 1), 128, 16),   # the box's width is the input's W
+    (ProblemSpec.symmetric(1, 7, 7, 512, 512, 3, 3, 1, 1, 1), 128, 8),    # 16 rows, more than one 7-row image
+    (ProblemSpec.symmetric(2, 16, 16, 64, 64, 3, 3, 1, 1, 1), 128, 4),    # not whole swizzle rows
+    (ProblemSpec.symmetric(2, 28, 28, 64, 64, 3, 3, 1, 1, 1), 128, 32),   # a valid box
+])
+def test_the_kernel_and_the_static_checks_state_one_box_rule(problem, tile_m, tile_q):
+    from tuner.families.sm90_dsl.spec import box_problem
+    reason = box_problem(problem, tile_m, tile_q)
+    spec = BuildSpec(problem, EpilogueSpec(), TileSpec(tile_m, 64, 64, tile_q=tile_q))
+    if reason is None:
+        assert geometry(spec).tile_q == tile_q
+    else:
+        with pytest.raises(SpecError) as raised:
+            geometry(spec)
+        assert str(raised.value) == reason

@@ -30,22 +30,18 @@ free the slots; the consumers read each subtile by ldmatrix when their epilogue 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .spec import (BuildSpec, SpecError, conv_box, epilogue_columns, next_power_of_two, residual_ring_slots,
-                    scheduled_tiles, split_k_workspace_bytes)
+from .epilogue import EpilogueSteps
+from .geometry import SM_COUNT, Geometry, Phase, geometry
+from .producers import Producers
+from .spec import BuildSpec
 
-SM_COUNT = 132                 # H100 SXM
-SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
 # a gathering producer holds a pixel's coordinates and predicates. setmaxnreg only moves the registers the launch
@@ -53,311 +49,9 @@ CONSUMER_REGISTERS = 232
 # increase wait forever (the H100 hung)
 GATHER_PRODUCER_REGISTERS = 96
 GATHER_CONSUMER_REGISTERS = 200
-LOG2_E = 1.4426950408889634
-GELU_K = 0.7978845608028654   # sqrt(2 / pi)
 
 
-
-@dataclass(frozen=True)
-class Geometry:
-    """The static shape of one kernel, derived from a BuildSpec in plain Python (no DSL types)."""
-
-    # input viewed as (W', H', N', C), output as (Q', P', N', K)
-    xw: int
-    xh: int
-    xn: int
-    c: int
-    k: int
-    yq: int
-    yp: int
-    r: int
-    s: int
-    pad_h: int
-    pad_w: int
-    dilation_h: int
-    dilation_w: int
-    stride_h: int
-    stride_w: int
-    # M box over (q, p, n)
-    tile_q: int
-    bp: int
-    bn: int
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    cluster_m: int
-    cluster_n: int
-    consumers: int             # consumer warpgroups
-    pingpong: bool             # two consumer warpgroups, each on its own tile (alternate tiles)
-    stages: int
-    epi_n: int
-    epi_stages: int
-    res_stages: int            # residual ring slots per consumer group (0 without a residual)
-    raster_m: bool
-    swizzle: int
-    split_k: int               # work units a tile: each sums a contiguous range of its k tiles
-    # epilogue
-    scale: bool
-    bias: bool
-    residual: bool
-    beta: float
-    activation: str
-    # a gathering kernel (spec.ProblemSpec.gathers): the producer warpgroup loads A and B element by element; the
-    # M tiles run over the n*p*q output pixels as in a GEMM (xw = yq = n*p*q), and these are the conv's own extents
-    gather: bool = False
-    src_n: int = 0
-    src_h: int = 0
-    src_w: int = 0
-    out_p: int = 0
-    out_q: int = 0
-
-    @property
-    def epi_count(self) -> int:
-        """Epilogue subtiles (tile_m x epi_n) of one tile."""
-        return self.tile_n // self.epi_n
-
-    @property
-    def m_tiles_q(self) -> int:
-        return -(-self.yq // self.tile_q)
-
-    @property
-    def m_tiles_p(self) -> int:
-        return -(-self.yp // self.bp)
-
-    @property
-    def m_tiles_n(self) -> int:
-        return -(-self.xn // self.bn)
-
-    @property
-    def m_tiles(self) -> int:
-        return self.m_tiles_q * self.m_tiles_p * self.m_tiles_n
-
-    @property
-    def n_tiles(self) -> int:
-        return -(-self.k // self.tile_n)
-
-    @property
-    def k_blocks_per_tap(self) -> int:
-        return -(-self.c // self.tile_k)
-
-    @property
-    def k_tiles(self) -> int:
-        if self.gather:
-            return -(-(self.r * self.s * self.c) // self.tile_k)
-        return self.r * self.s * self.k_blocks_per_tap
-
-    def phases(self) -> list["Phase"]:
-        """The input's stride-phase views the filter taps read: one for stride 1, up to four for stride 2."""
-        return tap_phases(self)
-
-    @property
-    def groups(self) -> int:
-        """Consumer groups with their own tile (and epilogue buffers): 2 in pingpong, else 1."""
-        return 2 if self.pingpong else 1
-
-    @property
-    def threads(self) -> int:
-        return 128 * (1 + self.consumers)
-
-    @property
-    def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
-
-    @property
-    def tiles(self) -> int:
-        # the scheduler works in whole clusters
-        mt = -(-self.m_tiles // self.cluster_m) * self.cluster_m
-        nt = -(-self.n_tiles // self.cluster_n) * self.cluster_n
-        return mt * nt
-
-    @property
-    def scheduled_tiles(self) -> tuple[int, int]:
-        """The (m, n) tile extents the scheduler hands out (clusters and swizzle groups rounded up)."""
-        return scheduled_tiles(self.m_tiles, self.n_tiles, self.cluster_m, self.cluster_n, self.swizzle,
-                               self.raster_m)
-
-    @property
-    def workspace_tiles(self) -> int:
-        m, n = self.scheduled_tiles
-        return m * n
-
-    @property
-    def partial_elements(self) -> int:
-        """f32 partial accumulators in the split-K workspace, before the tiles' counters."""
-        return self.split_k * self.workspace_tiles * self.tile_m * self.tile_n if self.split_k > 1 else 0
-
-    @property
-    def workspace_bytes(self) -> int:
-        return split_k_workspace_bytes(self.workspace_tiles, self.split_k, self.tile_m, self.tile_n)
-
-    def phase_k_offsets(self) -> list[int]:
-        """The global k tile index of each phase's first k tile: phase by phase, tap by tap, channel block."""
-        offsets, total = [], 0
-        for ph in self.phases():
-            offsets.append(total)
-            total += ph.nr * ph.ns * self.k_blocks_per_tap
-        assert total == self.k_tiles, (total, self.k_tiles)
-        return offsets
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        clusters = min(self.tiles * self.split_k // self.cluster_size, SM_COUNT // self.cluster_size)
-        return (self.cluster_m, self.cluster_n, clusters)  # refined by the scheduler's own rule
-
-    def smem_bytes(self, stages: int | None = None) -> int:
-        stages = self.stages if stages is None else stages
-        if self.gather:  # the stages hold A; the filter stays, every k tile of it
-            return (stages * self.tile_m * self.tile_k * 2 + self.tile_n * self.tile_k * self.k_tiles * 2
-                    + self.tile_m * self.epi_n * 2 * self.epi_stages + 2 * self.tile_n * 4 + 1024 + 3 * 1024)
-        ab = (self.tile_m + self.tile_n) * self.tile_k * 2
-        epi = self.tile_m * self.epi_n * 2 * (self.epi_stages + self.res_stages) * self.groups
-        extra = 2 * self.tile_n * 4 * self.groups
-        return stages * ab + epi + extra + 1024 + 3 * 1024  # barriers, alignment slack
-
-
-@dataclass(frozen=True)
-class Phase:
-    """The taps of one stride phase (ph, pw): input rows h = sh*h' + ph and columns w = sw*w' + pw, viewed as a
-    (W', H', N, C) tensor from element (ph*W + pw)*C with strides (sw*C, sh*W*C, H*W*C, 1), so that a strided
-    convolution reads, for each of these taps, one dense TMA box of the view: output (q, p) and tap (r, s) read
-    w' = q + wo0 + si*wstep, h' = p + ho0 + ri*hstep (out of bounds of the view: zero, the padding).
-    Taps r = r0 + ri*rstep (ri < nr), s = s0 + si*sstep (si < ns)."""
-
-    ph: int
-    pw: int
-    view_w: int
-    view_h: int
-    r0: int
-    rstep: int
-    nr: int
-    ho0: int
-    hstep: int
-    s0: int
-    sstep: int
-    ns: int
-    wo0: int
-    wstep: int
-
-
-def _axis_phases(taps: int, dilation: int, pad: int, stride: int, extent: int):
-    """Per phase of one axis: (phase, view extent, first tap, tap step, taps, first view offset, view step)."""
-    out = []
-    for phase in range(stride):
-        chosen = [t for t in range(taps) if (t * dilation - pad) % stride == phase]
-        if not chosen:
-            continue
-        step = chosen[1] - chosen[0] if len(chosen) > 1 else 1
-        if any(b - a != step for a, b in zip(chosen, chosen[1:])):
-            raise SpecError(f"taps {chosen} of stride phase {phase} are not evenly spaced")
-        out.append((phase, -(-(extent - phase) // stride), chosen[0], step, len(chosen),
-                    (chosen[0] * dilation - pad - phase) // stride, step * dilation // stride))
-    return out
-
-
-def tap_phases(g) -> list[Phase]:
-    return [Phase(ph, pw, vh_w, vh_h, r0, rstep, nr, ho0, hstep, s0, sstep, ns, wo0, wstep)
-            for (ph, vh_h, r0, rstep, nr, ho0, hstep) in _axis_phases(g.r, g.dilation_h, g.pad_h, g.stride_h, g.xh)
-            for (pw, vh_w, s0, sstep, ns, wo0, wstep) in _axis_phases(g.s, g.dilation_w, g.pad_w, g.stride_w, g.xw)]
-
-
-def geometry(spec: BuildSpec) -> Geometry:
-    """Check the spec against what this kernel implements and lay it out; SpecError otherwise."""
-    spec.check()
-    p, t, e = spec.problem, spec.tile, spec.epilogue
-    consumers = 1 if t.schedule == "single" else 2
-    pingpong = t.schedule == "pingpong"
-    if pingpong:
-        # each consumer warpgroup holds a whole tile's accumulators: 64 or 128 rows, at most 128 f32 a thread
-        if t.tile_m not in (64, 128):
-            raise SpecError(f"schedule 'pingpong' needs tile_m 64 or 128 (one warpgroup's tile), got {t.tile_m}")
-        if t.tile_m * t.tile_n > 128 * 128:
-            raise SpecError(f"pingpong tile {t.tile_m}x{t.tile_n}: one warpgroup holds at most 128x128 accumulators")
-    elif t.tile_m != 64 * consumers:
-        raise SpecError(f"schedule {t.schedule!r} needs tile_m {64 * consumers} (64 per consumer warpgroup), "
-                        f"got {t.tile_m}")
-    if t.tile_n != 16 and not (t.tile_n % 32 == 0 and 32 <= t.tile_n <= 256):
-        # the epilogue stores 32-column subtiles: a 48-column tile would leave its last 16 columns unstored
-        raise SpecError(f"tile_n {t.tile_n} must be 16 or a multiple of 32 in 32..256")
-    if t.tile_k not in (32, 64):
-        raise SpecError(f"tile_k {t.tile_k} must be 32 or 64")
-    if t.cluster_m not in (1, 2) or t.cluster_n not in (1, 2):
-        raise SpecError(f"cluster {t.cluster_m}x{t.cluster_n}: each side must be 1 or 2")
-    if t.swizzle < 1:
-        raise SpecError(f"swizzle {t.swizzle} must be >= 1")
-    if t.split_k > 1 and pingpong:
-        # a pingpong group skips the other group's k tiles by count, which split-K makes vary by unit
-        raise SpecError("split_k > 1 is not built with the pingpong schedule (single or cooperative are)")
-    if not p.gathers and (p.stride_h not in (1, 2) or p.stride_w not in (1, 2)):
-        raise SpecError(f"stride {p.stride_h}x{p.stride_w} is not built in the sm90 DSL kernel's TMA loads (strides 1 "
-                        "and 2 on each axis are)")
-    if p.is_gemm:
-        xw, xh, xn, yq, yp = p.n * p.h * p.w, 1, 1, p.n * p.h * p.w, 1
-        tile_q, bp, bn = t.tile_m, 1, 1
-    elif p.gathers:
-        xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
-        tile_q, bp, bn = t.tile_m, 1, 1
-        if pingpong:
-            raise SpecError("a gathering kernel (C < 8) is built with the single or cooperative schedule")
-        if t.tile_n < p.k:
-            raise SpecError(f"a gathering kernel keeps the whole filter: tile_n {t.tile_n} must hold K={p.k}")
-    else:
-        xw, xh, xn, yq, yp = p.w, p.h, p.n, p.q, p.p
-        tile_q = t.tile_q
-        if tile_q < 8 or tile_q % 8:
-            raise SpecError(f"tile_q {tile_q} must be a multiple of 8 (TMA boxes of whole swizzle rows)")
-        if tile_q > 256 or t.tile_m // tile_q > 256:
-            raise SpecError(f"tile_q {tile_q}: TMA box sides are at most 256")
-        rows = t.tile_m // tile_q
-        if rows & (rows - 1):
-            raise SpecError(f"tile_m/tile_q = {rows} rows must be a power of two (output rows x images)")
-        # A box side equal to its tensor's extent lets CuTe merge that mode with the next one into one TMA
-        # dimension, whose bounds then no longer zero-fill the padding: the taps read the neighbouring row
-        # (or image) instead. Measured on the H100: W=16 with tile_q 16 gave relative error 0.21, 8 and 32
-        # validated.
-        box = conv_box(p, t.tile_m, tile_q)  # rows = bp output rows x bn images
-        bp, bn = box.rows_p, box.images_n
-        if bp > next_power_of_two(p.p):
-            raise SpecError(f"tile_m/tile_q = {rows} rows: more than the output's {p.p} rows of one image")
-        for (_, view_h, *_rest) in _axis_phases(p.r, p.dilation_h, p.pad_h, p.stride_h, xh):
-            if bp == view_h:
-                raise SpecError(f"tile_m/tile_q = {rows} rows cannot be split into output rows other than the "
-                                f"input's {view_h} (stride phase) rows")
-        for (_, view_w, *_rest) in _axis_phases(p.s, p.dilation_w, p.pad_w, p.stride_w, xw):
-            if tile_q == view_w:
-                raise SpecError(f"tile_q {tile_q} equals the input width {view_w} (of a stride phase): pick "
-                                "another (the TMA box would merge W with H and lose the padding)")
-    if p.p < 1 or p.q < 1:
-        raise SpecError("the convolution has an empty output")
-    for name, value in (("W", xw), ("H", xh), ("N", xn)):
-        if value >= 1 << 31:
-            raise SpecError(f"{name} {value} is too large for TMA coordinates")
-    tile_n = t.tile_n
-    epi_n = epilogue_columns(tile_n)
-    epi_stages = 2
-    res_stages = residual_ring_slots(tile_n) if e.residual else 0
-    g = Geometry(xw=xw, xh=xh, xn=xn, c=p.c, k=p.k, yq=yq, yp=yp, r=p.r, s=p.s, pad_h=p.pad_h, pad_w=p.pad_w,
-                 dilation_h=p.dilation_h, dilation_w=p.dilation_w, stride_h=p.stride_h, stride_w=p.stride_w,
-                 tile_q=tile_q, bp=bp, bn=bn, tile_m=t.tile_m, tile_n=tile_n,
-                 tile_k=t.tile_k, cluster_m=t.cluster_m, cluster_n=t.cluster_n, consumers=consumers, pingpong=pingpong,
-                 stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
-                 raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
-                 residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
-                 src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q)
-    if g.split_k > g.k_tiles:
-        raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
-    fit = (SMEM_CAPACITY - g.smem_bytes(0)) // (((0 if g.gather else g.tile_n) + g.tile_m) * g.tile_k * 2)
-    stages = fit if t.stages == 0 else t.stages
-    if stages < 2:
-        raise SpecError(f"{stages} pipeline stage(s) fit in shared memory; at least 2 are needed")
-    if stages > fit:
-        raise SpecError(f"{stages} stages need {g.smem_bytes(stages)} bytes of shared memory, "
-                        f"more than {SMEM_CAPACITY}")
-    stages = min(stages, 8)
-    g = Geometry(**{**g.__dict__, "stages": stages})
-    return g
-
-
-class ConvKernel:
+class ConvKernel(Producers, EpilogueSteps):
     """Builds the launch function for one Geometry. __call__ is the @cute.jit host function."""
 
     def __init__(self, g: Geometry, element=None):
@@ -369,6 +63,7 @@ class ConvKernel:
         self.epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
 
     # ----------------------------------------------------------------------------------------- host
+
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, y: cute.Tensor, scale: cute.Tensor,
                  bias: cute.Tensor, residual: cute.Tensor, partials: cute.Tensor, counters: cute.Tensor,
@@ -392,9 +87,10 @@ class ConvKernel:
         y_layout = cute.make_layout(((g.yq, g.yp, g.xn), k), stride=((k, g.yq * k, g.yq * g.yp * k), 1))
         my = cute.make_tensor(y.iterator, y_layout)
         box_m = (g.tile_q, g.bp, g.bn)
-        tma_d, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
-            (box_m, g.epi_n))
+        if cutlass.const_expr(not g.stores_elements):
+            tma_d, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
+                (box_m, g.epi_n))
         if cutlass.const_expr(g.gather):
             # no TMA view of x or w (rows of fewer than 16 bytes): the kernel's A and B atoms are unused stand-ins
             a_atoms = [(tma_d, tma_y)] * 4
@@ -416,6 +112,10 @@ class ConvKernel:
             a_atoms = a_atoms + [a_atoms[0]] * (4 - len(a_atoms))  # the kernel takes four (unused ones repeat)
             tma_b, tma_w = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 b_op, mw, cute.slice_(b_smem, (None, None, 0)), (g.tile_n, g.tile_k), num_multicast=g.cluster_m)
+            if cutlass.const_expr(g.stores_elements):
+                # no TMA view of y (rows of K, not 16 bytes apart): the consumers store into y itself; the atom is
+                # an unused stand-in
+                tma_d, tma_y = tma_b, my
 
         # the residual ring: res_stages subtiles per consumer group, each the TMA box of one epilogue subtile
         res_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, max(g.res_stages, 1) * g.groups)
@@ -450,6 +150,7 @@ class ConvKernel:
             min_blocks_per_mp=1, stream=stream)
 
     # --------------------------------------------------------------------------------------- device
+
     @cute.kernel
     def kernel(self, tma_a0: cute.CopyAtom, mX0: cute.Tensor, tma_a1: cute.CopyAtom, mX1: cute.Tensor,
                tma_a2: cute.CopyAtom, mX2: cute.Tensor, tma_a3: cute.CopyAtom, mX3: cute.Tensor, tma_b: cute.CopyAtom, mW: cute.Tensor,
@@ -467,7 +168,8 @@ class ConvKernel:
                     if cutlass.const_expr(i < len(g.phases())):
                         cute.nvgpu.cpasync.prefetch_descriptor(atom)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
+            if cutlass.const_expr(not g.stores_elements):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
             if cutlass.const_expr(g.residual):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_r)
 
@@ -735,8 +437,10 @@ class ConvKernel:
             if cutlass.const_expr(g.scale or g.bias):
                 epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
             gD_epi = cute.zipped_divide(gD, (box_m, g.epi_n))
-            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
+            bSG_sD, bSG_gD = sD, gD_epi
+            if cutlass.const_expr(not g.stores_elements):
+                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                    tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
             base = scheduler.num_tiles_executed * epi_count
             for e in cutlass.range_constexpr(epi_count):
                 for v in cutlass.range_constexpr(n_sub):
@@ -754,7 +458,10 @@ class ConvKernel:
                 cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")
                 epi_barrier.arrive_and_wait()
-                if lead_warp:
+                if cutlass.const_expr(g.stores_elements):
+                    self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
+                                        outside if g.split_k > 1 else 0)
+                elif lead_warp:
                     cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
                     store_pipe.producer_commit()
                     store_pipe.producer_acquire()
@@ -762,111 +469,6 @@ class ConvKernel:
             scheduler.advance_to_next_work(advance_count=tile_step)
             work = scheduler.get_current_work()
         store_pipe.producer_tail()
-
-    @cute.jit
-    def load_filter(self, mW: cute.Tensor, sB: cute.Tensor, tidx):
-        """A gathering kernel's B: the whole filter as [K, R*S*C] (row-major, K within the one N tile), every k tile
-        of it, written once by all the CTA's threads before the roles split; zero past K and past R*S*C."""
-        g = self.g
-        f16 = self.dtype
-        rsc = g.r * g.s * g.c
-        per_tile = g.tile_n * g.tile_k
-        for i in cutlass.range_constexpr(-(-(per_tile * g.k_tiles) // g.threads)):
-            element = tidx + i * g.threads
-            if element < per_tile * g.k_tiles:
-                kt = element // per_tile
-                rest = element - kt * per_tile
-                row = rest // g.tile_k
-                kk = rest - row * g.tile_k
-                kg = kt * g.tile_k + kk
-                inside = cutlass.Int32(row < g.k) * cutlass.Int32(kg < rsc)
-                sB[(row, kk, kt)] = mW[(row * rsc + kg) * inside] * f16(inside)
-        cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.barrier()
-
-    @cute.jit
-    def gather_pixels(self, mX: cute.Tensor, sA: cute.Tensor, mainloop, sched: utils.PersistentTileSchedulerParams,
-                      tidx):
-        """The gathering producer (C < 8): the warpgroup's 128 threads walk the CTA's tiles as the TMA producer
-        does and write each k tile's A themselves. K runs over the filter's (r, s, c) unpadded, so a k tile holds
-        taps of several filter positions: thread t writes row t (output pixel m0 + t; its (r, s, c) are
-        compile-time per column, its bounds checks one per filter row and column), eight columns at a time as
-        one 16-byte store (a swizzle keeps 16-byte chunks whole). Out of bounds (padding, past the last pixel,
-        past R*S*C) reads element 0 and writes zero. The stores are the generic proxy's: fenced for wgmma's
-        async proxy before the arrival."""
-        g = self.g
-        f16 = self.dtype
-        pq = g.out_p * g.out_q
-        rsc = g.r * g.s * g.c
-        chunk = cute.make_rmem_tensor((8,), f16)
-        store16 = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f16, num_bits_per_copy=128)
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
-        work = scheduler.initial_work_tile_info()
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
-        while work.is_valid_tile:
-            pixel = work.tile_idx[0] * g.tile_m + tidx
-            n = pixel // pq
-            rest = pixel - n * pq
-            p = rest // g.out_q
-            h0 = p * g.stride_h - g.pad_h
-            w0 = (rest - p * g.out_q) * g.stride_w - g.pad_w
-            base = ((n * g.src_h + h0) * g.src_w + w0) * g.c
-            # 1 where the pixel is real and the filter row (column) falls inside the input, else 0
-            in_pixel = cutlass.Int32(pixel < g.src_n * pq)
-            rows_in = [in_pixel * cutlass.Int32(h0 + r * g.dilation_h >= 0)
-                       * cutlass.Int32(h0 + r * g.dilation_h < g.src_h) for r in range(g.r)]
-            cols_in = [cutlass.Int32(w0 + s * g.dilation_w >= 0) * cutlass.Int32(w0 + s * g.dilation_w < g.src_w)
-                       for s in range(g.s)]
-            for kt in cutlass.range_constexpr(g.k_tiles):
-                mainloop.producer_acquire(state)
-                if tidx < g.tile_m:
-                    row = cute.zipped_divide(sA[(tidx, None, state.index)], (8,))
-                    for j in cutlass.range_constexpr(g.tile_k // 8):
-                        for i in cutlass.range_constexpr(8):
-                            kg = kt * g.tile_k + j * 8 + i
-                            if cutlass.const_expr(kg < rsc):
-                                r, rs_rest = divmod(kg, g.s * g.c)
-                                s, c = divmod(rs_rest, g.c)
-                                inside = rows_in[r] * cols_in[s]
-                                offset = (r * g.dilation_h * g.src_w + s * g.dilation_w) * g.c + c
-                                chunk[i] = mX[(base + offset) * inside] * f16(inside)
-                            else:
-                                chunk[i] = f16(0.0)
-                        cute.copy(store16, chunk, row[(None, j)])
-                cute.arch.fence_proxy("async.shared", space="cta")
-                mainloop.producer_commit(state)
-                state.advance()
-            scheduler.advance_to_next_work()
-            work = scheduler.get_current_work()
-        mainloop.producer_tail(state)
-
-    @cute.jit
-    def load_residual(self, tma_r: cute.CopyAtom, mR: cute.Tensor, sR: cute.Tensor, ring_full, ring_empty,
-                      sched: utils.PersistentTileSchedulerParams):
-        """The epilogue-load warp: walks the CTA's tiles as the mainloop producer does and loads each tile's
-        residual, one epilogue subtile a TMA box, into the ring of the consumer group that takes the tile (in
-        pingpong group (tile count) mod 2), as its slots are released. Each group has its own ring: one ring
-        shared by groups that run apart would let a parity wait match a phase two laps behind (see
-        order_barrier). The residual is the CTA's own, never multicast."""
-        g = self.g
-        box_m = (g.tile_q, g.bp, g.bn)
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
-        work = scheduler.initial_work_tile_info()
-        while work.is_valid_tile:
-            gR = self.output_tile(mR, work)
-            bR_s, bR_g = cute.nvgpu.cpasync.tma_partition(
-                tma_r, 0, cute.make_layout(1), cute.group_modes(sR, 0, 2), cute.zipped_divide(gR, (box_m, g.epi_n)))
-            grp = scheduler.num_tiles_executed % g.groups
-            group_tiles = scheduler.num_tiles_executed // g.groups
-            for e in cutlass.range_constexpr(g.epi_count):
-                slot, phase = self.ring_position(group_tiles, e)
-                slot = slot + grp * g.res_stages
-                cute.arch.mbarrier_wait(ring_empty + slot, phase ^ 1)  # the first lap passes at once
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(ring_full + slot, g.tile_m * g.epi_n * 2)
-                cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, slot)], tma_bar_ptr=ring_full + slot)
-            scheduler.advance_to_next_work()
-            work = scheduler.get_current_work()
 
     def tile_origin(self, work):
         """The work tile's first output column q0, row p0, image n0 and channel k0."""
@@ -912,132 +514,10 @@ class ConvKernel:
         offset = g.phase_k_offsets()[pi]
         return (cutlass.max(k_begin, offset) - offset, cutlass.min(k_end, offset + count) - offset)
 
-    @cute.jit
-    def reduce_splits(self, acc: cute.Tensor, mPart: cute.Tensor, mCount: cute.Tensor, sArrivals: cute.Tensor,
-                      tile, split, wtid, group_threads: cutlass.Constexpr, epi_barrier, grp):
-        """Split-K's fixup, with no wait on another CTA: the unit stores its f32 accumulators in its workspace
-        slot (tile, split), element-major across the group's threads (16 bytes a thread, coalesced), and after
-        a barrier and a gpu-scope release one thread counts the arrival on the tile's counter. The unit that
-        counts last (split_k - 1 arrived before it) acquires, sums the split_k partials, its own included, in
-        split order (the same sum whichever unit arrives last) and sets the counter back to zero for the next
-        launch. Returns 0 for that unit, 1 for the others (which must not store the tile)."""
-        g = self.g
-        f32 = self.acc_dtype
-        vectors = cute.size(acc) // 4
-        frag = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
-        slot = g.tile_m * g.tile_n
-        thread_layout = cute.make_layout((4, vectors), stride=(1, group_threads * 4))
-        store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f32, num_bits_per_copy=128)
-        # partials written by other CTAs in this launch: read from L2 (.cg), never from a stale L1 line
-        load = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), f32, num_bits_per_copy=128,
-                                   load_cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL)
-        base = tile * (g.split_k * slot) + wtid * 4
-        cute.copy(store, frag, cute.make_tensor(mPart.iterator + cute.assume(base + split * slot, divby=4),
-                                                thread_layout))
-        epi_barrier.arrive_and_wait()  # every thread's partial stored before the release below
-        if wtid == 0:
-            cute.arch.fence_acq_rel_gpu()
-            sArrivals[grp] = cute.arch.atomic_add(mCount.iterator + tile, cutlass.Int32(1), sem="acq_rel",
-                                                  scope="gpu")
-            cute.arch.fence_acq_rel_gpu()
-        epi_barrier.arrive_and_wait()
-        arrived = sArrivals[grp]
-        if arrived == g.split_k - 1:
-            cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base, divby=4), thread_layout), frag)
-            other = cute.make_rmem_tensor((4, vectors), f32)
-            for s in cutlass.range(1, g.split_k, unroll=1):
-                cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base + s * slot, divby=4),
-                                                 thread_layout), other)
-                frag.store(frag.load() + other.load())
-            if wtid == 0:
-                mCount[tile] = cutlass.Int32(0)
-        return cutlass.min(g.split_k - 1 - arrived, 1)
-
-    def acc_index(self, sub: int, v: int, n_sub: int) -> int:
-        """The accumulator register (flat index into r2s.retile(acc)) of value v of epilogue sub-tile `sub`.
-
-        r2s.retile(acc) is ((8, tile_n/16), m_rep, 1): 8 values (one stmatrix x4: 16 columns of the thread's
-        rows) per 16-column group, the groups of one 64-row wgmma block, then the m_rep = tile_m/64 row blocks a
-        warpgroup holds (2 in a 128-row pingpong tile, else 1). A sub-tile's registers rD are
-        ((8), m_rep, epi_n/16) in that order (value, row block, column group): v = a + 8 (m + m_rep j).
-        (The earlier formula took the row block as the outer index of rD, swapping row blocks and column groups
-        of 128-row pingpong tiles.)"""
-        g = self.g
-        m_rep = g.tile_m // 64 if g.pingpong else 1
-        groups = g.epi_n // 16
-        assert n_sub == 8 * m_rep * groups, (n_sub, m_rep, groups)
-        a, m, j = v % 8, (v // 8) % m_rep, v // (8 * m_rep)
-        return a + 8 * (sub * groups + j) + (g.tile_n // 2) * m
-
     def consumer_state_at(self, count):
         """The consumer's pipeline state after `count` k tiles (index count mod stages, phase flipping per lap)."""
         count = cutlass.Int32(count)
         return pipeline.PipelineState(self.g.stages, count, count % self.g.stages, (count // self.g.stages) % 2)
-
-    @cute.jit
-    def epilogue_ops(self, rD: cute.Tensor, crd: cute.Tensor, count: cutlass.Constexpr,
-                     sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, grp, rR: cute.Tensor):
-        """y = act(scale[k] * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers. scale and
-        bias come from shared memory (staged per tile) at each element's (m, n) coordinate in the tile; the
-        residual `rR` is sub-tile `sub`, TMA-loaded into a slot of the residual ring and read by ldmatrix through
-        the stmatrix layout, so in rD's order."""
-        g = self.g
-        f32 = self.acc_dtype
-        if cutlass.const_expr(g.scale or g.bias):
-            for v in cutlass.range_constexpr(count):
-                col = crd[self.acc_index(sub, v, count)][1] + grp * g.tile_n
-                value = rD[v]
-                if cutlass.const_expr(g.scale):
-                    value = value * sScale[col]
-                if cutlass.const_expr(g.bias):
-                    value = value + sBias[col]
-                rD[v] = value
-        if cutlass.const_expr(g.residual):
-            res = rR.load().to(f32)  # the sub-tile's residual, ldmatrix'd in rD's order
-            if cutlass.const_expr(g.beta == 1.0):
-                rD.store(rD.load() + res)
-            else:
-                rD.store(rD.load() + f32(g.beta) * res)
-        if cutlass.const_expr(g.activation == "relu"):
-            vec = rD.load()
-            rD.store(cute.where(vec > f32(0.0), vec, cute.full_like(vec, 0.0)))
-        elif cutlass.const_expr(g.activation == "silu"):
-            # x sigmoid(x) = h + h tanh(h), h = x/2: one tanh.approx.f16x2 (one MUFU op) per two elements
-            # (was ex2 + rcp per element: four times the MUFU work, 16 ops/clk/SM, +2.8 us on a 28x28 layer)
-            for v in cutlass.range_constexpr(0, count, 2):
-                h0 = rD[v] * f32(0.5)
-                h1 = rD[v + 1] * f32(0.5)
-                rD[v], rD[v + 1] = half_plus_half_tanh2(h0, h1, h0, h1)
-        elif cutlass.const_expr(g.activation == "gelu"):
-            # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (|error| < 5e-4 of the erf form, far under
-            # the f16 output's rounding at the sizes that matter): one tanh.approx.f16x2 per two elements
-            for v in cutlass.range_constexpr(0, count, 2):
-                x0 = rD[v]
-                x1 = rD[v + 1]
-                u0 = x0 * (f32(GELU_K) + f32(GELU_K * 0.044715) * x0 * x0)
-                u1 = x1 * (f32(GELU_K) + f32(GELU_K * 0.044715) * x1 * x1)
-                rD[v], rD[v + 1] = half_plus_half_tanh2(x0 * f32(0.5), x1 * f32(0.5), u0, u1)
-
-
-@dsl_user_op
-def half_plus_half_tanh2(h0, h1, u0, u1, *, loc=None, ip=None):
-    """(h0 + h0 tanh(u0), h1 + h1 tanh(u1)) in f32, the two tanh by one tanh.approx.f16x2 (relative error
-    about 2^-11, the f16 output's own rounding)."""
-    args = [cutlass.Float32(v).ir_value(loc=loc, ip=ip) for v in (h0, h1, u0, u1)]
-    pair = llvm.inline_asm(
-        llvm.StructType.get_literal([T.f32(), T.f32()]), args,
-        "{\n\t.reg .b32 p, t;\n\t.reg .f16 tl, th;\n\t.reg .f32 fl, fh;\n\t"
-        "cvt.rn.f16x2.f32 p, $5, $4;\n\t"
-        "tanh.approx.f16x2 t, p;\n\t"
-        "mov.b32 {tl, th}, t;\n\t"
-        "cvt.f32.f16 fl, tl;\n\t"
-        "cvt.f32.f16 fh, th;\n\t"
-        "fma.rn.f32 $0, $2, fl, $2;\n\t"
-        "fma.rn.f32 $1, $3, fh, $3;\n\t}",
-        "=f,=f,f,f,f,f", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc, ip=ip)
-    return (cutlass.Float32(llvm.extractvalue(T.f32(), pair, [0], loc=loc, ip=ip)),
-            cutlass.Float32(llvm.extractvalue(T.f32(), pair, [1], loc=loc, ip=ip)))
 
 
 def build_launcher(spec: BuildSpec):

@@ -13,7 +13,7 @@ from tuner.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
-                                          TileSpec, conv_box, epilogue_columns, next_power_of_two, phase_extents,
+                                          TileSpec, box_problem, conv_box, epilogue_columns, phase_extents,
                                           residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
 from tuner.problem import ConvProblem, DataType, dtype_key, pair_text
 
@@ -22,9 +22,8 @@ SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1
 CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in 16-bit elements
 INPUT_TYPES = (DataType.f16, DataType.bf16)  # spec.ELEMENTS: the kernel's 16-bit element
 MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
-MAX_TMA_BOX = 256         # elements along any dimension of a TMA box
 AUTO_STAGES = 0
-# mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: kernel.Geometry.smem_bytes's
+# mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: geometry.Geometry.smem_bytes's
 # slack, so that a configuration these checks pass is one the kernel builds (with 1 KB, a pingpong 128x128
 # residual kernel passed here and failed to build: 235520 bytes for 4 stages)
 BARRIER_BYTES = 4096
@@ -280,8 +279,12 @@ def layer_problem(problem: ConvProblem) -> str | None:
     if problem.output_type is not problem.input_type:
         return (f"sm90_dsl kernels write the output in their input's type (the epilogue stores 16-bit elements "
                 f"through stmatrix), got {problem.dtype_key}")
-    if problem.k % CHANNEL_MULTIPLE:
-        return f"sm90_dsl stores output rows by TMA: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE}"
+    if problem.k % CHANNEL_MULTIPLE and problem.c < GATHER_BELOW_CHANNELS:
+        return (f"sm90_dsl stores K={problem.k} (not a multiple of {CHANNEL_MULTIPLE}) element by element, which its "
+                f"gathering kernel for C={problem.c} does not")
+    if problem.k % CHANNEL_MULTIPLE and problem.epilogue.residual:
+        return (f"sm90_dsl loads a residual by TMA rows of K: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE} "
+                "for a residual layer")
     if max(problem.strides) > 2 and problem.c >= GATHER_BELOW_CHANNELS:
         return (f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride "
                 f"{pair_text(problem.strides)}")
@@ -314,19 +317,8 @@ def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
 def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     if config.box is None:
         return None
-    if config.tile.m % config.columns:
-        return f"tile_q={config.columns} must divide tile M={config.tile.m}"
-    shape = config.shape
-    widths, heights = phase_extents(shape.w, shape.stride_w), phase_extents(shape.h, shape.stride_h)
-    if config.columns in widths or config.box.rows_p in heights:
-        return (f"a box of {config.columns} columns x {config.box.rows_p} rows has a side equal to the input's "
-                f"{shape.w}x{shape.h} (or a stride-{pair_text((shape.stride_w, shape.stride_h))} view of it): its TMA "
-                "dimensions would merge and lose the padding")
-    if config.box.rows_p > next_power_of_two(config.shape.p):
-        return (f"tile M={config.tile.m} in boxes of {config.columns} columns needs {config.box.rows_p} output rows, "
-                f"more than the output's {config.shape.p} (one image cannot be spanned): pick a wider tile_q")
-    if max(config.columns, config.box.rows_p, config.box.images_n) > MAX_TMA_BOX:
-        return f"a TMA box spans at most {MAX_TMA_BOX} elements a dimension"
+    if (reason := box_problem(config.shape, config.tile.m, config.columns)):
+        return reason
     if config.columns >= 4 * config.shape.q and config.columns > 8:
         return (f"tile_q={config.columns} is four times the output's Q={config.shape.q} or more: most of the tile "
                 "would be computed on padding (pick a narrower box)")
