@@ -79,7 +79,7 @@ def test_load_space_returns_the_family_named_in_the_file(path):
 
 def test_a_file_without_family_is_refused(tmp_path):
     message = one_line_error(SPACES / "layers.yaml")  # a YAML mapping, but no search space
-    assert "'family:' key" in message and "sm80, sm90_conv, sm90_dsl, sm90_gemm" in message
+    assert "'family:' key" in message and "sm80, sm80_depthwise, sm80_group, sm90_conv, sm90_dsl, sm90_gemm" in message
     document = yaml.safe_load(default_space_file("sm90_conv").read_text())
     del document["family"]
     path = tmp_path / "nofamily.yaml"
@@ -135,8 +135,8 @@ def test_a_family_refuses_its_own_bad_values_through_load_space(tmp_path):
 
 def test_joint_space(spaces):
     joint = JointSpace(tuple(spaces.values()))
-    assert joint.families == ("sm80", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
-    assert joint.key == "families=sm80+sm90_conv+sm90_dsl+sm90_gemm+sm90_s2d"
+    assert joint.families == ("sm80", "sm80_depthwise", "sm80_group", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert joint.key == "families=sm80+sm80_depthwise+sm80_group+sm90_conv+sm90_dsl+sm90_gemm+sm90_s2d"
     assert joint.size == sum(s.size for s in spaces.values())
     for family, space in spaces.items():
         assert joint.space(family) is space

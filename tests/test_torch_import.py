@@ -47,7 +47,8 @@ class Block(nn.Module):
 def test_a_module_becomes_layers_with_their_epilogues():
     network = from_torch(Block().eval(), torch.empty(4, 16, 12, 12))
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
-    assert set(by_node) == {"conv1", "conv2", "c3", "conv2d"}
+    assert set(by_node) == {"conv1", "conv2", "c3", "conv2d", "dw"}
+    assert by_node["dw"].groups == by_node["dw"].c  # depthwise: sm80_depthwise's
     one = by_node["conv1"]
     assert (one.n, one.h, one.w, one.c, one.k, one.r, one.pads) == (4, 12, 12, 16, 16, 3, (1, 1))
     assert one.epilogue.key == "scale+bias+relu"
@@ -55,7 +56,7 @@ def test_a_module_becomes_layers_with_their_epilogues():
     assert by_node["c3"].epilogue.key == "bias+silu" and by_node["c3"].pads == (1, 1)  # padding='same'
     assert by_node["conv2d"].strides == (2, 2) and not by_node["conv2d"].epilogue.fused
     reasons = {item.node: item.reason for item in network.unsupported}
-    assert "depthwise" in reasons["dw"] and "transposed" in reasons["up"]
+    assert set(reasons) == {"up"} and "transposed" in reasons["up"]
     assert network.not_fused == ("conv2d -> Gelu(tanh)",)
 
 
@@ -271,7 +272,7 @@ def test_torchvision_on_the_command_line(tmp_path):
     result = tune("--torchvision", "tiny", "--batch", "8", "--list-layers", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "tiny_b8_0" in result.stdout and "scale+bias+relu" in result.stdout
-    assert "not tuned: 3: depthwise convolution" in result.stdout
+    assert "tiny_b8_3" in result.stdout and "not tuned" not in result.stdout  # the depthwise conv is a layer
     assert time.monotonic() - started < 30
 
 
@@ -375,4 +376,4 @@ def test_dtype_on_the_command_line(tmp_path):
     rows = json.loads(result.stdout)["layers"]
     assert rows and all(row["types"] == "bf16_bf16_bf16_f32" and row["name"].startswith("tiny_bf16_b8_")
                         for row in rows)
-    assert all("sm90_dsl" in row["families"] and "sm80" in row["families"] for row in rows if row["c"] % 8 == 0)
+    assert all("sm90_dsl" in row["families"] and "sm80" in row["families"] for row in rows if row["c"] % 8 == 0 and row["groups"] == 1)

@@ -95,6 +95,10 @@ def decide(node: str, problem: ConvProblem | str, index: TunedIndex) -> Decision
     """The decision for one conv node, whose problem the importer gave (or the reason no family runs it)."""
     if isinstance(problem, str):
         return Decision(node, None, fallback=Fallback.unsupported, note=problem)
+    if problem.groups != 1:  # the op binds a filter of all C channels an output (tuner/torch_ops/kernels.py)
+        kind = "depthwise convolution" if problem.groups == problem.c else f"grouped convolution: {problem.groups} groups"
+        return Decision(node, problem, fallback=Fallback.unsupported,
+                        note=f"{kind}: the PyTorch op takes ungrouped convolutions only; the exported header runs it")
     name = index.entry_for(problem)
     if name is None:
         why, note = index.why_not(problem)

@@ -39,17 +39,22 @@ def residual_tag(config: Sm80Config) -> str:
 
 def kernel_alias(config: Sm80Config, alias: str) -> str:
     """`using <alias> = cutlass::conv::device::ImplicitGemmConvolution<...>;` for the compiled config."""
+    template = "kernel_evt.h.in" if config.fusion.fused else "kernel.h.in"
+    return read_template(TEMPLATES / template).substitute(kernel_values(config, alias))
+
+
+def kernel_values(config: Sm80Config, alias: str) -> dict:
+    """The kernel templates' fields of the compiled configuration (the fused ones only where it is fused)."""
     compiled = config.compiled
     warp, inst = compiled.warp_tile, compiled.instruction
     fusion = compiled.fusion
-    template = "kernel_evt.h.in" if fusion.fused else "kernel.h.in"
     fused = {} if not fusion.fused else {
         "element_residual": residual_tag(compiled),
         "element_vector": ELEMENT_TAGS[VECTOR_TYPE],
         "has_scale": str(fusion.scale).lower(), "has_bias": str(fusion.bias).lower(),
         "activation": ACTIVATION_TAGS[fusion.activation],
     }
-    return read_template(TEMPLATES / template).substitute(
+    return dict(
         alias=alias,
         config_name=compiled.name,
         element_a=ELEMENT_TAGS[compiled.input_type],
