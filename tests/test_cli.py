@@ -148,7 +148,7 @@ def test_list_layers_says_which_families_can_run_each(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--layer", "conv_1", "--family", "sm100"], ["--family 'sm100'", "unknown family sm100", "sm80, sm80_dgrad, sm90_conv, sm90_dsl, sm90_gemm"]),
+    (["--layer", "conv_1", "--family", "sm100"], ["--family 'sm100'", "unknown family sm100", "sm80, sm80_depthwise, sm80_dgrad, sm80_group, sm90_conv, sm90_dsl, sm90_gemm"]),
     (["--layer", "r50_s4_3x3_b32", "--family", "sm90_gemm"],
      ["layer r50_s4_3x3_b32", "no kernel family can run it", "1x1, stride-1, unpadded", "leave out --family"]),
     (["--shape", "1,16,16,32,20,3,3,1", "--family", "sm90_conv"], ["K=20", "pad K to 24"]),
@@ -220,7 +220,7 @@ def test_a_family_that_cannot_fuse_a_part_names_it_and_who_can(monkeypatch, caps
         cli.check_layers_runnable([layers["r50f_s4_1x1_256to1024_b32"]], spaces, explicit=True)
     message = str(refused.value)
     assert "sm90_gemm cannot fuse scale and residual into its epilogue" in message
-    assert "families that fuse scale+bias+residual+relu: sm80, sm90_conv, sm90_dsl, sm90_s2d" in message
+    assert "families that fuse scale+bias+residual+relu: sm80, sm80_group, sm90_conv, sm90_dsl, sm90_s2d" in message
     cli.check_layers_runnable([layers["r50_s4_1x1_256to1024_b32"]], spaces, explicit=True)  # bare: runs
 
 

@@ -23,6 +23,8 @@ PROBLEMS = {
     "sm90_conv": ConvProblem(n=32, h=28, w=28, c=3, k=128, r=3, s=3, pad=1),
     "sm90_gemm": ConvProblem(n=32, h=28, w=28, c=20, k=128, r=1, s=1),
     "sm90_s2d": ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2),
+    "sm80_group": ConvProblem(n=8, h=28, w=28, c=64, k=64, r=3, s=3, pad=1, groups=8),
+    "sm80_depthwise": ConvProblem(n=8, h=28, w=28, c=64, k=64, r=3, s=3, pad=1, stride=2, groups=64),
 }
 PARAMS = {
     "sm80": {"tile": "64x64x32", "warps": "2x2x1", "stages": 4, "swizzle": 2, "iterator": "optimized", "split_k": 3},
@@ -32,11 +34,15 @@ PARAMS = {
     "sm90_gemm": {"tile": "256x128x64", "cluster": "1x2x1", "schedule": "cooperative", "scheduler": "stream_k",
                   "epilogue": "tma", "stages": 4, "raster": 2, "swizzle": 4, "split_k": 2},
     "sm90_s2d": {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
+    "sm80_group": {"tile": "64x32x32", "warps": "2x1x1", "stages": 3, "swizzle": 1, "iterator": "analytic",
+                   "group_mode": "multiple"},
+    "sm80_depthwise": {"output_tile": "8x8", "channels": 64, "warps": 4, "stages": 3, "split": 8},
 }
-LAYER_OF = {"sm80": "layer_sm80", "sm80_dgrad": "layer_up", "sm90_conv": "layer-sm90-conv", "sm90_gemm": "layer.sm90.gemm",
-            "sm90_s2d": "stem"}
-RUNNERS = {"sm80": "Sm80Runner", "sm80_dgrad": "Sm80DgradRunner", "sm90_conv": "Sm90ConvRunner", "sm90_gemm": "Sm90GemmRunner",
-           "sm90_s2d": "Sm90S2dRunner"}
+LAYER_OF = {"sm80": "layer_sm80", "sm80_dgrad": "layer_up", "sm90_conv": "layer-sm90-conv",
+            "sm90_gemm": "layer.sm90.gemm", "sm90_s2d": "stem", "sm80_group": "grouped", "sm80_depthwise": "depthwise"}
+RUNNERS = {"sm80": "Sm80Runner", "sm80_dgrad": "Sm80DgradRunner", "sm90_conv": "Sm90ConvRunner",
+           "sm90_gemm": "Sm90GemmRunner", "sm90_s2d": "Sm90S2dRunner", "sm80_group": "Sm80Runner",
+           "sm80_depthwise": "Sm80DepthwiseRunner"}
 # The families whose kernels the header holds as C++; sm90_dsl's are objects (tests/test_export_dsl.py).
 CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emits_cpp)
 EVIL = 'x"; int evil = 1; //\n#error injected \\'
@@ -175,8 +181,8 @@ def test_a_per_axis_layer_carries_each_axis_in_its_row():
 
 def test_for_each_layer_macro(header):
     assert re.findall(r"X\((\w+)_runner, (\d+)\)", header) == [
-        ("layer_sm90_conv", "0"), ("layer_sm90_gemm", "1"), ("layer_sm80", "2"), ("layer_up", "3"),
-        ("stem", "4")]  # by layer name
+        ("depthwise", "0"), ("grouped", "1"), ("layer_sm90_conv", "2"), ("layer_sm90_gemm", "3"), ("layer_sm80", "4"),
+        ("layer_up", "5"), ("stem", "6")]  # by layer name
     assert "namespace nvidia_h100_80gb_hbm3 {" in header
     assert "CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X)" in header
     assert "constexpr int kComputeCapability = 90;" in header and "constexpr int kSmCount = 132;" in header

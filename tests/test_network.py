@@ -69,7 +69,8 @@ def test_a_block_becomes_layers_with_their_epilogues(tmp_path):
     assert a.epilogue.key == "scale+bias+relu"
     assert b.epilogue.key == "scale+bias+residual+relu"
     assert c.epilogue.key == "bias+relu"
-    assert [(u.node, "grouped convolution: 4 groups" in u.reason) for u in network.unsupported] == [("conv_d", True)]
+    assert network.unsupported == ()  # the grouped conv d (4 channels a group) is sm80_group's
+    assert (by_node["conv_d"].problem.groups, by_node["conv_d"].problem.channels_per_group) == (4, 4)
 
 
 def inception_branch(path: Path) -> Path:
@@ -89,18 +90,17 @@ def inception_branch(path: Path) -> Path:
 def test_per_axis_convs_are_layers_and_one_sided_pads_and_groups_are_listed(tmp_path):
     network = from_onnx(inception_branch(tmp_path / "branch.onnx"), batch=4)
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
-    assert set(by_node) == {"conv_1x7", "conv_7x1"}
+    assert set(by_node) == {"conv_1x7", "conv_7x1", "grouped"}
     wide, tall = by_node["conv_1x7"], by_node["conv_7x1"]
     assert (wide.r, wide.s, wide.pads, wide.p, wide.q) == (1, 7, (0, 3), 16, 16)
     assert (tall.r, tall.s, tall.pads, tall.epilogue.key) == (7, 1, (3, 0), "scale+bias+relu")
     assert wide.key == "n4h16w16c16k16r1s7p0x3u1d1"
     unsupported = {item.node: item for item in network.unsupported}
-    assert set(unsupported) == {"one_sided", "grouped"}
+    assert set(unsupported) == {"one_sided"}
     assert unsupported["one_sided"].reason.startswith("one-sided padding: pads [top, left, bottom, right] = [1, 1, 0, 0]")
-    assert unsupported["grouped"].reason == "grouped convolution: 4 groups; no family runs grouped convolutions yet"
     # (16 + 1 - 3) // 2 + 1 = 8 rows and columns; the grouped conv sees 8x8 with pad 1, 4 channels a group
     assert unsupported["one_sided"].flops == 2 * 4 * 8 * 8 * 16 * 16 * 9
-    assert unsupported["grouped"].flops == 2 * 4 * 8 * 8 * 16 * 4 * 9
+    assert by_node["grouped"].flops == 2 * 4 * 8 * 8 * 16 * 4 * 9 and by_node["grouped"].groups == 4
 
 
 def test_written_per_axis_layers_read_back_as_they_were(tmp_path):
@@ -121,10 +121,22 @@ def test_identical_problems_are_tuned_once_with_their_count_and_nodes(tmp_path):
     assert network.layers[0].nodes == ("first", "second") and network.layers[0].name == "twice_b2_first"
 
 
-def test_a_depthwise_conv_is_listed_with_its_reason(tmp_path):
-    nodes = [conv("dw", "x", "w", "out", group=16)]
-    network = from_onnx(save(tmp_path / "dw.onnx", nodes, [weight("w", 16, 1, 3, 3)]), batch=1)
-    assert network.layers == () and "depthwise convolution" in network.unsupported[0].reason
+def test_depthwise_and_grouped_convs_are_layers_and_those_no_family_runs_are_listed(tmp_path):
+    """16 channels: a depthwise conv (sm80_depthwise's) and one of 4 channels a group (sm80_group's) are layers;
+    at 12 channels, a depthwise conv (not whole 8-channel vectors) and one of 3 channels a group (6 bytes, no
+    whole 4-byte copies) are listed with the grouped families' reasons."""
+    nodes = [conv("dw", "x", "w", "a", group=16), conv("g4", "a", "w4", "b", group=4),
+             conv("to12", "b", "w12", "c"), conv("dw12", "c", "wd12", "d", group=12),
+             conv("g3", "d", "w3", "out", group=4)]
+    inits = [weight("w", 16, 1, 3, 3), weight("w4", 16, 4, 3, 3), weight("w12", 12, 16, 3, 3),
+             weight("wd12", 12, 1, 3, 3), weight("w3", 12, 3, 3, 3)]
+    network = from_onnx(save(tmp_path / "dw.onnx", nodes, inits), batch=1)
+    assert {layer.nodes[0]: layer.problem.groups for layer in network.layers} == {"dw": 16, "g4": 4, "to12": 1}
+    reasons = {item.node: item.reason for item in network.unsupported}
+    assert reasons["dw12"].startswith("depthwise convolution: sm80_depthwise: ")
+    assert "C=12 is not a multiple of 8" in reasons["dw12"]
+    assert reasons["g3"].startswith("grouped convolution: 4 groups; sm80_depthwise: ")
+    assert "this is 3 channels a group" in reasons["g3"]
 
 
 def test_written_layers_are_a_table_the_tool_reads_as_it_is(tmp_path):
@@ -132,7 +144,7 @@ def test_written_layers_are_a_table_the_tool_reads_as_it_is(tmp_path):
     write_layers(network, tmp_path / "layers.yaml")
     table = load_layers(tmp_path / "layers.yaml")
     assert {name: layer.problem for name, layer in table.items()} == {l.name: l.problem for l in network.layers}
-    assert "# not tuned: conv_d: grouped convolution: 4 groups" in (tmp_path / "layers.yaml").read_text()
+    assert "groups: 4" in (tmp_path / "layers.yaml").read_text() and "not tuned" not in (tmp_path / "layers.yaml").read_text()
 
 
 @pytest.mark.parametrize("make, says", [
@@ -171,10 +183,10 @@ def test_list_layers_of_a_model_on_the_command_line(tmp_path):
     result = tune("--onnx", str(model), "--batch", "8", "--list-layers", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "conv_a" in result.stdout and "scale+bias+residual+relu" in result.stdout
-    assert "not tuned: conv_d: grouped convolution: 4 groups" in result.stdout
+    assert "conv_d" in result.stdout and "not tuned" not in result.stdout
     written = tmp_path / "net.yaml"
     result = tune("--onnx", str(model), "--batch", "8", "--write-layers", str(written), tmp_path=tmp_path)
-    assert result.returncode == 0 and len(load_layers(written)) == 3
+    assert result.returncode == 0 and len(load_layers(written)) == 4  # conv_d, grouped, among them
 
 
 @pytest.mark.parametrize("args, says", [

@@ -47,15 +47,15 @@ class Block(nn.Module):
 def test_a_module_becomes_layers_with_their_epilogues():
     network = from_torch(Block().eval(), torch.empty(4, 16, 12, 12))
     by_node = {layer.nodes[0]: layer.problem for layer in network.layers}
-    assert set(by_node) == {"conv1", "conv2", "c3", "conv2d", "up"}
+    assert set(by_node) == {"conv1", "conv2", "c3", "conv2d", "dw", "up"}
+    assert by_node["dw"].groups == by_node["dw"].c  # depthwise: sm80_depthwise's
     one = by_node["conv1"]
     assert (one.n, one.h, one.w, one.c, one.k, one.r, one.pads) == (4, 12, 12, 16, 16, 3, (1, 1))
     assert one.epilogue.key == "scale+bias+relu"
     assert by_node["conv2"].epilogue.key == "scale+bias+residual+relu"
     assert by_node["c3"].epilogue.key == "bias+silu" and by_node["c3"].pads == (1, 1)  # padding='same'
     assert by_node["conv2d"].strides == (2, 2) and not by_node["conv2d"].epilogue.fused
-    reasons = {item.node: item.reason for item in network.unsupported}
-    assert "depthwise" in reasons["dw"] and "up" not in reasons
+    assert network.unsupported == ()
     up = by_node["up"]
     assert up.transposed and (up.h, up.c, up.k, up.r, up.strides, up.p) == (6, 32, 32, 2, (2, 2), 12)
     assert not up.epilogue.fused  # its bias stays the model's: no family fuses into a transposed conv yet
@@ -275,7 +275,7 @@ def test_torchvision_on_the_command_line(tmp_path):
     result = tune("--torchvision", "tiny", "--batch", "8", "--list-layers", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "tiny_b8_0" in result.stdout and "scale+bias+relu" in result.stdout
-    assert "not tuned: 3: depthwise convolution" in result.stdout
+    assert "tiny_b8_3" in result.stdout and "not tuned" not in result.stdout  # the depthwise conv is a layer
     assert time.monotonic() - started < 30
 
 
@@ -379,8 +379,7 @@ def test_dtype_on_the_command_line(tmp_path):
     rows = json.loads(result.stdout)["layers"]
     assert rows and all(row["types"] == "bf16_bf16_bf16_f32" and row["name"].startswith("tiny_bf16_b8_")
                         for row in rows)
-    assert all("sm90_dsl" in row["families"] and "sm80" in row["families"] for row in rows if row["c"] % 8 == 0)
-
+    assert all("sm90_dsl" in row["families"] and "sm80" in row["families"] for row in rows if row["c"] % 8 == 0 and row["groups"] == 1)
 
 class TinyUNet(nn.Module):
     """down (3x3 s2) -> up (ConvTranspose2d 2x2 s2, bias) -> cat with x -> up2 (4x4 s2 pad 1, no bias, BN, ReLU)

@@ -78,6 +78,35 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     return LAUNCH_US + max(compute_us, memory_us) + split_k_us
 
 
+@dataclass(frozen=True)
+class Bound:
+    """What binds a candidate in the model: its multiply-adds at the matrix ceiling (as its family sustains them)
+    or its bytes, each tensor crossing DRAM once, at the copy ceiling."""
+
+    kind: str          # 'compute-bound' or 'memory-bound'
+    compute_us: float
+    memory_us: float
+    bytes_moved: int
+    copy_gbps: float
+
+    @property
+    def text(self) -> str:
+        return (f"{self.kind}: {self.bytes_moved / 1e6:.2f} MB at the {self.copy_gbps:.0f} GB/s copy ceiling take "
+                f"{self.memory_us:.2f} µs, its multiply-adds {self.compute_us:.2f} µs")
+
+
+def bound(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, ceilings: Ceilings = Ceilings()) -> Bound:
+    """Which of the model's two floors binds: the memory one for a family that says its kernels are memory-bound
+    (a depthwise conv) or whose compute takes less time than its bytes."""
+    family = registry.family_of(config)
+    terms = family.cost_terms(config, problem, device)
+    m, n, k = family.kernel_problem(problem).gemm_mnk
+    compute_us = 2 * m * n * k / (ceilings.matmul_tflops * 1e12 * terms.efficiency) * 1e6
+    memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
+    kind = "memory-bound" if terms.memory_bound or memory_us >= compute_us else "compute-bound"
+    return Bound(kind, compute_us, memory_us, problem.bytes_moved, ceilings.copy_gbps)
+
+
 def ranked_by_model(space: SearchSpace, problem: ConvProblem, device: DeviceFacts,
                     ceilings: Ceilings = Ceilings()) -> list[KernelConfig]:
     configs = valid_configs(space, problem, device)

@@ -69,6 +69,9 @@ class LaunchFacts:
     can_split_k: bool = True
     # Warp-specialized TMA kernels hide latency with their pipeline, not resident warps: no occupancy flag.
     warp_specialized: bool = False
+    # A memory-bound kernel's bytes (each tensor crossing DRAM once): the memory_bound note weighs them against the
+    # copy ceiling, and the GEMM-tile rules (tile padding, split-K) stay silent. None: a tensor-core kernel.
+    memory_bytes: int | None = None
     # How the SM count was found when the report did not state it (e.g. "grid 8 / (0.29 waves x 1 block
     # per SM)"); None when it was stated or given.
     sm_count_inferred_from: str | None = None
@@ -225,6 +228,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
         cluster_size=volume(cluster),
         can_split_k=shape.can_split_k,
         warp_specialized=shape.warp_specialized,
+        memory_bytes=problem.bytes_moved if shape.memory_bound else None,
     )
 
 
@@ -348,16 +352,34 @@ def _split_k_opportunity(facts: LaunchFacts, occ: Occupancy, limits: Thresholds)
     )
 
 
+def _memory_bound(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
+    """A note, not a waste: the kernel's floor is its bytes at the copy ceiling (the cost model's default one;
+    `tune.py bench` measures the GPU's)."""
+    if facts.memory_bytes is None:
+        return None
+    from tuner.costmodel import DEFAULT_COPY_GBPS  # the cost model sits above the diagnosis
+
+    floor_us = facts.memory_bytes / (DEFAULT_COPY_GBPS * 1e9) * 1e6
+    return WasteFlag("memory_bound", facts.memory_bytes / 1e6,
+                     f"memory-bound: {facts.memory_bytes / 1e6:.2f} MB cross DRAM at least once, {floor_us:.2f} µs at "
+                     f"{DEFAULT_COPY_GBPS:.0f} GB/s; few multiply-adds an output, so no tensor-core tile rule applies")
+
+
 _SM_COUNT_RULES = (_small_grid, _partial_wave, _split_k_opportunity)
-_RULES = (_small_grid, _partial_wave, _tile_padding, _occupancy_limit, _register_spills, _split_k_opportunity)
+# Rules of tensor-core GEMM tiles: a memory-bound kernel's tile is no GEMM tile.
+_GEMM_TILE_RULES = (_tile_padding, _split_k_opportunity)
+_RULES = (_small_grid, _partial_wave, _tile_padding, _occupancy_limit, _register_spills, _split_k_opportunity,
+          _memory_bound)
 
 
 def diagnose(facts: LaunchFacts, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> list[WasteFlag]:
     occ = occupancy(facts)
     rules = _RULES
     flags = []
+    if facts.memory_bytes is not None:
+        rules = tuple(rule for rule in rules if rule not in _GEMM_TILE_RULES)
     if facts.sm_count is None:
-        rules = tuple(rule for rule in _RULES if rule not in _SM_COUNT_RULES)
+        rules = tuple(rule for rule in rules if rule not in _SM_COUNT_RULES)
         flags.append(
             WasteFlag(
                 "sm_count_unknown",

@@ -438,10 +438,10 @@ def conv_problem(conv: ConvFacts, epilogue: Epilogue, dtype: str | None = None) 
 
     reasons = registry.problem_reasons(problem)
     if all(reasons.values()):  # each names what it needs, e.g. "pad K to 8"
-        if problem.groups != 1 and not any(family.runs_groups for family in registry.families().values()):
-            if problem.groups == c:
-                return "depthwise convolution: no family runs grouped convolutions yet"
-            return f"grouped convolution: {problem.groups} groups; no family runs grouped convolutions yet"
+        if problem.groups != 1:  # the reasons of the families that run grouped convolutions
+            grouped = {name: reasons[name] for name, family in registry.families().items() if family.runs_groups}
+            kind = "depthwise convolution: " if problem.groups == c else f"grouped convolution: {problem.groups} groups; "
+            return kind + "; ".join(f"{name}: {reason}" for name, reason in grouped.items())
         return "no family runs it: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
     return problem
 

@@ -729,7 +729,7 @@ class Sm90ConvRunner {
 namespace sm80_fusion {
 
 template <typename Mma_, typename Epilogue_, typename ThreadblockSwizzle_, typename Fusion_, typename ElementC_,
-          typename ElementCompute_>
+          typename ElementCompute_, cutlass::conv::GroupMode GroupMode_ = cutlass::conv::GroupMode::kNone>
 struct ImplicitGemmConvolutionWithVisitor {
   using Mma = Mma_;
   using Epilogue = Epilogue_;  // EpilogueWithVisitorCallbacks
@@ -770,7 +770,7 @@ struct ImplicitGemmConvolutionWithVisitor {
 
   static int const kConvDim = Mma::IteratorA::kConvDim;
   using ConvProblemSize = cutlass::conv::Conv2dProblemSize;
-  static cutlass::conv::GroupMode const kGroupMode = cutlass::conv::GroupMode::kNone;
+  static cutlass::conv::GroupMode const kGroupMode = GroupMode_;  // a grouped main loop (sm80_group) or none
 
   using ProblemShape = cute::Shape<int32_t, int32_t, int32_t>;  // (M, N, L) = (N*P*Q, K, 1)
 
@@ -856,9 +856,16 @@ struct ImplicitGemmConvolutionWithVisitor {
       return;
     }
     int thread_idx = threadIdx.x;
+    int column_A = threadblock_tile_idx.k() * Mma::Shape::kK;
+    if constexpr (kGroupMode != cutlass::conv::GroupMode::kNone) {
+      // The first input channel of the tile's first group, as kernel/implicit_gemm_convolution.h finds it.
+      int k_per_group = params.problem_size.K / params.problem_size.groups;
+      int group = threadblock_tile_idx.n() * Mma::Shape::kN / k_per_group;
+      column_A += group * (params.problem_size.C / params.problem_size.groups);
+    }
     typename Mma::IteratorA iterator_A(
         params.iterator_A, params.problem_size, params.ptr_A, thread_idx,
-        cutlass::MatrixCoord(threadblock_tile_idx.m() * Mma::Shape::kM, threadblock_tile_idx.k() * Mma::Shape::kK));
+        cutlass::MatrixCoord(threadblock_tile_idx.m() * Mma::Shape::kM, column_A));
     typename Mma::IteratorB iterator_B(
         params.iterator_B, params.problem_size, params.ptr_B, thread_idx,
         cutlass::MatrixCoord(threadblock_tile_idx.k() * Mma::Shape::kK, threadblock_tile_idx.n() * Mma::Shape::kN));
@@ -880,6 +887,19 @@ struct ImplicitGemmConvolutionWithVisitor {
   }
 };
 
+// A base kernel's main loop (and group mode) with the visitor tree of a ConvFusedEpilogue as its epilogue.
+template <typename Base, typename Fusion, typename ThreadblockSwizzle, typename ElementC,
+          cutlass::conv::GroupMode GroupMode = cutlass::conv::GroupMode::kNone>
+struct WithVisitor {
+  static_assert(cutlass::platform::is_base_of<typename Base::Epilogue::OutputTileIterator::ThreadMap,
+                                              typename Fusion::ThreadMap>::value,
+                "the visitors' OutputTileThreadLayout must be the base epilogue's thread map");
+  using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorCallbacks<
+      typename Base::Epilogue, typename Fusion::EVT, Fusion::ThreadMap::Stages>;
+  using Kernel = ImplicitGemmConvolutionWithVisitor<typename Base::Mma, Epilogue, ThreadblockSwizzle, Fusion,
+                                                    ElementC, typename Fusion::ElementCompute, GroupMode>;
+};
+
 // DefaultConv2dFprop's knobs, its output op replaced by a ConvFusedEpilogue, plus the output alignment. The
 // base kernel's epilogue (of a LinearCombination) supplies the accumulator-to-shared-memory path and the
 // thread map, which the visitors' thread map must equal.
@@ -896,13 +916,7 @@ struct DefaultConv2dFpropWithVisitor {
       ThreadblockShape, WarpShape, InstructionShape,
       cutlass::epilogue::thread::LinearCombination<ElementC, AlignmentC, ElementAccumulator, ElementCompute>,
       ThreadblockSwizzle, Stages, MathOperatorTag, IteratorAlgorithm, StrideSupport, AlignmentA, AlignmentB>::Kernel;
-  static_assert(cutlass::platform::is_base_of<typename Base::Epilogue::OutputTileIterator::ThreadMap,
-                                              typename Fusion::ThreadMap>::value,
-                "the visitors' OutputTileThreadLayout must be the base epilogue's thread map");
-  using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorCallbacks<
-      typename Base::Epilogue, typename Fusion::EVT, Fusion::ThreadMap::Stages>;
-  using Kernel = ImplicitGemmConvolutionWithVisitor<typename Base::Mma, Epilogue, ThreadblockSwizzle, Fusion,
-                                                    ElementC, ElementCompute>;
+  using Kernel = typename WithVisitor<Base, Fusion, ThreadblockSwizzle, ElementC>::Kernel;
 };
 
 // y = act(scale[k] * acc + bias[k] + beta * residual) as a visitor tree. kScale and kBias compile the
@@ -998,7 +1012,10 @@ class Sm80Runner {
   static constexpr bool kFused = Sm80FusesEpilogue<Kernel>::value;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;  // the filter layout below is ungrouped
+    // An ungrouped kernel reads the whole of C for every output channel: groups need a grouped one (sm80_group).
+    if (p.groups != 1 && Conv::kGroupMode == cutlass::conv::GroupMode::kNone) {
+      return cutlass::Status::kErrorNotSupported;
+    }
     typename Conv::Arguments args = arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{});
     if constexpr (kFused) {
       cutlass::Status status = Kernel::can_implement_epilogue(args);  // no split-K
@@ -1075,7 +1092,7 @@ class Sm80Runner {
   static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
     return cutlass::conv::Conv2dProblemSize(
         p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
-        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, p.groups);
   }
 
   static bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -1084,7 +1101,7 @@ class Sm80Runner {
                                             const TunerEpilogue &epilogue) {
     using Layout = cutlass::layout::TensorNHWC;
     Layout layout_x = Layout::packed({p.n, p.h, p.w, p.c});
-    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c});
+    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c / p.groups});
     if constexpr (kFused) {
       // y and the residual as the visitors address them: a row-major (N*P*Q) x K matrix.
       using Fusion = typename Kernel::Fusion;

@@ -26,7 +26,7 @@ THREE_BY_THREE = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
 
 
 def test_names():
-    assert registry.names() == ("sm80", "sm80_dgrad", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert registry.names() == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
     assert tuple(registry.families()) == registry.names()
 
 
@@ -43,23 +43,24 @@ def test_get_unknown_family():
     with pytest.raises(SpaceError) as error:
         registry.get("nope")
     message = str(error.value)
-    assert "'nope'" in message and "sm80, sm80_dgrad, sm90_conv, sm90_dsl, sm90_gemm" in message and "\n" not in message
+    assert "'nope'" in message and "sm80, sm80_depthwise, sm80_dgrad, sm80_group, sm90_conv, sm90_dsl, sm90_gemm" in message and "\n" not in message
 
 
 def test_eligible_on_h100():
-    assert tuple(registry.eligible(H100)) == ("sm80", "sm80_dgrad", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert tuple(registry.eligible(H100)) == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv",
+                                              "sm90_dsl", "sm90_gemm", "sm90_s2d")
 
 
 def test_eligible_on_a100():
-    assert tuple(registry.eligible(A100)) == ("sm80", "sm80_dgrad")
+    assert tuple(registry.eligible(A100)) == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group")
 
 
 def test_eligible_on_other_gpus():
     ada = dataclasses.replace(H100, cc_major=8, cc_minor=9)
     blackwell = dataclasses.replace(H100, cc_major=10, cc_minor=0)
     turing = dataclasses.replace(H100, cc_major=7, cc_minor=5)
-    assert tuple(registry.eligible(ada)) == ("sm80", "sm80_dgrad")
-    assert tuple(registry.eligible(blackwell)) == ("sm80", "sm80_dgrad")   # sm_90a code runs on 9.0 only
+    assert tuple(registry.eligible(ada)) == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group")
+    assert tuple(registry.eligible(blackwell)) == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group")  # sm_90a: 9.0 only
     assert tuple(registry.eligible(turing)) == ()
 
 
@@ -99,6 +100,9 @@ PARAMS = {
     "sm90_gemm": {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "scheduler": "persistent",
                   "epilogue": "tma", "stages": 0, "raster": 0, "swizzle": 1, "split_k": 1},
     "sm90_s2d": {"tile": "128x128x64", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
+    "sm80_group": {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "analytic",
+                   "group_mode": "multiple"},
+    "sm80_depthwise": {"output_tile": "8x8", "channels": 64, "warps": 4, "stages": 3, "split": 1},
 }
 
 
@@ -119,16 +123,20 @@ GROUPED = ConvProblem(n=8, h=28, w=28, c=128, k=128, r=3, s=3, pad=1, groups=32)
 DEPTHWISE = ConvProblem(n=8, h=28, w=28, c=128, k=128, r=3, s=3, pad=1, groups=128)
 
 
+# The grouped families' reasons for an ungrouped problem.
+UNGROUPED = {"sm80_group": "groups > 1", "sm80_depthwise": "depthwise convolutions only",
+             "sm80_dgrad": "transposed convolutions (ConvTranspose2d) only"}
+
+
 @pytest.mark.parametrize("problem, expected", [
-    (INCEPTION_1X7, {"sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "1x7, stride 1, pad 0x3",
-                     "sm90_s2d": "stride 1 has nothing to fold", "sm80_dgrad": "transposed convolutions (ConvTranspose2d) only"}),
-    (INCEPTION_7X1, {"sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "7x1, stride 1, pad 3x0",
-                     "sm90_s2d": "stride 1 has nothing to fold", "sm80_dgrad": "transposed convolutions (ConvTranspose2d) only"}),
-    (STRIDED_ROWS, {"sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "stride 2x1",
-                    "sm90_s2d": "strides 2x1 (height x width)", "sm80_dgrad": "transposed convolutions (ConvTranspose2d) only"}),
-    (WIDE_STRIDE, {"sm80": None, "sm90_conv": "stride_w=9: the TMA im2col traversal stride is 1 to 8",
-                   "sm90_dsl": "stride 1x9", "sm90_gemm": "stride 1x9", "sm90_s2d": "strides 1x9",
-                   "sm80_dgrad": "transposed convolutions (ConvTranspose2d) only"}),
+    (INCEPTION_1X7, {**UNGROUPED, "sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "1x7, stride 1, pad 0x3",
+                     "sm90_s2d": "stride 1 has nothing to fold"}),
+    (INCEPTION_7X1, {**UNGROUPED, "sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "7x1, stride 1, pad 3x0",
+                     "sm90_s2d": "stride 1 has nothing to fold"}),
+    (STRIDED_ROWS, {**UNGROUPED, "sm80": None, "sm90_conv": None, "sm90_dsl": None, "sm90_gemm": "stride 2x1",
+                    "sm90_s2d": "strides 2x1 (height x width)"}),
+    (WIDE_STRIDE, {**UNGROUPED, "sm80": None, "sm90_conv": "stride_w=9: the TMA im2col traversal stride is 1 to 8",
+                   "sm90_dsl": "stride 1x9", "sm90_gemm": "stride 1x9", "sm90_s2d": "strides 1x9"}),
 ])
 def test_each_family_runs_or_refuses_a_per_axis_problem(problem, expected):
     reasons = registry.problem_reasons(problem)
@@ -151,11 +159,19 @@ def test_the_families_that_run_a_per_axis_problem_have_valid_kernels_for_it(prob
     assert any(not family.static_problems(config, problem, H100) for config in configs)  # stops at the first
 
 
-@pytest.mark.parametrize("problem, kind", [(GROUPED, "a grouped one, groups=32"),
-                                           (DEPTHWISE, "a depthwise one, groups=128")])
-def test_every_family_refuses_grouped_convolutions_for_now(problem, kind):
-    for name, reason in registry.problem_reasons(problem).items():
-        if registry.get(name).runs_transposed:  # refuses every convolution
-            continue
-        assert reason == f"{name} runs ungrouped convolutions only (groups=1); this is {kind}"
-        assert registry.why_not(registry.get(name), problem, H100) is not None
+GROUPED_FAMILIES = {"sm80_group", "sm80_depthwise"}
+
+
+@pytest.mark.parametrize("problem, kind, runs", [(GROUPED, "a grouped one, groups=32", "sm80_group"),
+                                                 (DEPTHWISE, "a depthwise one, groups=128", "sm80_depthwise")])
+def test_only_the_grouped_families_run_grouped_convolutions(problem, kind, runs):
+    reasons = registry.problem_reasons(problem)
+    for name, reason in reasons.items():
+        if registry.get(name).runs_transposed:  # refuses every convolution (fprop)
+            assert reason == f"{name} runs transposed convolutions (ConvTranspose2d) only"
+        elif name in GROUPED_FAMILIES:
+            assert registry.get(name).runs_groups
+            assert (reason is None) == (name == runs), (name, reason)
+        else:
+            assert reason == f"{name} runs ungrouped convolutions only (groups=1); this is {kind}"
+            assert registry.why_not(registry.get(name), problem, H100) is not None

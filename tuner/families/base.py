@@ -96,6 +96,9 @@ class CostTerms:
     # the splits' partials summed at once by the last to finish (f32 written by each, read back), not one
     # slice after another
     split_k_in_parallel: bool = False
+    # A kernel of few multiply-adds an output (a depthwise conv's R*S): its bytes against the copy ceiling bind,
+    # not the tensor rate (tuner/costmodel.py's bound says which does).
+    memory_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,9 @@ class LaunchShape:
     # Warp-specialized TMA kernels hide latency with their pipeline, not with resident warps: one CTA
     # of 8-12 warps per SM is their design, not waste, so the occupancy rule does not apply.
     warp_specialized: bool = False
+    # A memory-bound kernel (a direct depthwise conv): the diagnosis weighs its bytes against the copy ceiling, and
+    # its tile and wave rules, made for tensor-core GEMM tiles, do not apply.
+    memory_bound: bool = False
 
 
 class KernelConfig(Protocol):

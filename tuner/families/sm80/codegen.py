@@ -39,24 +39,23 @@ def residual_tag(config: Sm80Config) -> str:
 
 def kernel_alias(config: Sm80Config, alias: str) -> str:
     """`using <alias> = cutlass::conv::device::ImplicitGemmConvolution<...>;` for the compiled config."""
+    template = "kernel_evt.h.in" if config.fusion.fused else "kernel.h.in"
+    return read_template(TEMPLATES / template).substitute(kernel_values(config, alias))
+
+
+def kernel_values(config: Sm80Config, alias: str) -> dict:
+    """The kernel templates' fields of the compiled configuration (the fused ones only where it is fused)."""
     compiled = config.compiled
+    warp, inst = compiled.warp_tile, compiled.instruction
     fusion = compiled.fusion
-    template = "kernel_evt.h.in" if fusion.fused else "kernel.h.in"
     fused = {} if not fusion.fused else {
         "element_residual": residual_tag(compiled),
         "element_vector": ELEMENT_TAGS[VECTOR_TYPE],
         "has_scale": str(fusion.scale).lower(), "has_bias": str(fusion.bias).lower(),
         "activation": ACTIVATION_TAGS[fusion.activation],
     }
-    return read_template(TEMPLATES / template).substitute(
-        alias=alias, swizzle=SWIZZLE_TAGS[compiled.swizzle], **template_values(compiled), **fused)
-
-
-def template_values(compiled: Sm80Config) -> dict:
-    """A compiled configuration's types, shapes, access widths, stages and iterator as the kernel templates
-    name them (sm80_dgrad's too)."""
-    warp, inst = compiled.warp_tile, compiled.instruction
     return dict(
+        alias=alias,
         config_name=compiled.name,
         element_a=ELEMENT_TAGS[compiled.input_type],
         element_b=ELEMENT_TAGS[compiled.filter_type],
@@ -67,8 +66,10 @@ def template_values(compiled: Sm80Config) -> dict:
         inst_m=inst.m, inst_n=inst.n, inst_k=inst.k,
         alignment_ab=compiled.alignment_ab,
         alignment_c=compiled.alignment_c,
+        swizzle=SWIZZLE_TAGS[compiled.swizzle],
         stages=compiled.stages,
         iterator=ITERATOR_TAGS[compiled.iterator],
+        **fused,
     )
 
 

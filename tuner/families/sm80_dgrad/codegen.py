@@ -31,9 +31,9 @@ def swizzle_tag(config: Sm80DgradConfig) -> str:
 def kernel_alias(config: Sm80DgradConfig, alias: str) -> str:
     """`using <alias> = cutlass::conv::device::ImplicitGemmConvolution<...DefaultConv2dDgrad...>;`."""
     compiled = config.compiled
+    values = sm80_codegen.kernel_values(compiled, alias)  # bare: sm80's fields with the dgrad's swizzle
     return read_template(TEMPLATES / "kernel.h.in").substitute(
-        alias=alias, swizzle=swizzle_tag(compiled), stride_support=STRIDE_SUPPORT_TAGS[compiled.stride_support],
-        **sm80_codegen.template_values(compiled))
+        {**values, "swizzle": swizzle_tag(compiled), "stride_support": STRIDE_SUPPORT_TAGS[compiled.stride_support]})
 
 
 def cpp_pieces() -> CppPieces:

@@ -11,7 +11,7 @@
 namespace sm80_fusion {
 
 template <typename Mma_, typename Epilogue_, typename ThreadblockSwizzle_, typename Fusion_, typename ElementC_,
-          typename ElementCompute_>
+          typename ElementCompute_, cutlass::conv::GroupMode GroupMode_ = cutlass::conv::GroupMode::kNone>
 struct ImplicitGemmConvolutionWithVisitor {
   using Mma = Mma_;
   using Epilogue = Epilogue_;  // EpilogueWithVisitorCallbacks
@@ -52,7 +52,7 @@ struct ImplicitGemmConvolutionWithVisitor {
 
   static int const kConvDim = Mma::IteratorA::kConvDim;
   using ConvProblemSize = cutlass::conv::Conv2dProblemSize;
-  static cutlass::conv::GroupMode const kGroupMode = cutlass::conv::GroupMode::kNone;
+  static cutlass::conv::GroupMode const kGroupMode = GroupMode_;  // a grouped main loop (sm80_group) or none
 
   using ProblemShape = cute::Shape<int32_t, int32_t, int32_t>;  // (M, N, L) = (N*P*Q, K, 1)
 
@@ -138,9 +138,16 @@ struct ImplicitGemmConvolutionWithVisitor {
       return;
     }
     int thread_idx = threadIdx.x;
+    int column_A = threadblock_tile_idx.k() * Mma::Shape::kK;
+    if constexpr (kGroupMode != cutlass::conv::GroupMode::kNone) {
+      // The first input channel of the tile's first group, as kernel/implicit_gemm_convolution.h finds it.
+      int k_per_group = params.problem_size.K / params.problem_size.groups;
+      int group = threadblock_tile_idx.n() * Mma::Shape::kN / k_per_group;
+      column_A += group * (params.problem_size.C / params.problem_size.groups);
+    }
     typename Mma::IteratorA iterator_A(
         params.iterator_A, params.problem_size, params.ptr_A, thread_idx,
-        cutlass::MatrixCoord(threadblock_tile_idx.m() * Mma::Shape::kM, threadblock_tile_idx.k() * Mma::Shape::kK));
+        cutlass::MatrixCoord(threadblock_tile_idx.m() * Mma::Shape::kM, column_A));
     typename Mma::IteratorB iterator_B(
         params.iterator_B, params.problem_size, params.ptr_B, thread_idx,
         cutlass::MatrixCoord(threadblock_tile_idx.k() * Mma::Shape::kK, threadblock_tile_idx.n() * Mma::Shape::kN));
@@ -162,6 +169,19 @@ struct ImplicitGemmConvolutionWithVisitor {
   }
 };
 
+// A base kernel's main loop (and group mode) with the visitor tree of a ConvFusedEpilogue as its epilogue.
+template <typename Base, typename Fusion, typename ThreadblockSwizzle, typename ElementC,
+          cutlass::conv::GroupMode GroupMode = cutlass::conv::GroupMode::kNone>
+struct WithVisitor {
+  static_assert(cutlass::platform::is_base_of<typename Base::Epilogue::OutputTileIterator::ThreadMap,
+                                              typename Fusion::ThreadMap>::value,
+                "the visitors' OutputTileThreadLayout must be the base epilogue's thread map");
+  using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorCallbacks<
+      typename Base::Epilogue, typename Fusion::EVT, Fusion::ThreadMap::Stages>;
+  using Kernel = ImplicitGemmConvolutionWithVisitor<typename Base::Mma, Epilogue, ThreadblockSwizzle, Fusion,
+                                                    ElementC, typename Fusion::ElementCompute, GroupMode>;
+};
+
 // DefaultConv2dFprop's knobs, its output op replaced by a ConvFusedEpilogue, plus the output alignment. The
 // base kernel's epilogue (of a LinearCombination) supplies the accumulator-to-shared-memory path and the
 // thread map, which the visitors' thread map must equal.
@@ -178,13 +198,7 @@ struct DefaultConv2dFpropWithVisitor {
       ThreadblockShape, WarpShape, InstructionShape,
       cutlass::epilogue::thread::LinearCombination<ElementC, AlignmentC, ElementAccumulator, ElementCompute>,
       ThreadblockSwizzle, Stages, MathOperatorTag, IteratorAlgorithm, StrideSupport, AlignmentA, AlignmentB>::Kernel;
-  static_assert(cutlass::platform::is_base_of<typename Base::Epilogue::OutputTileIterator::ThreadMap,
-                                              typename Fusion::ThreadMap>::value,
-                "the visitors' OutputTileThreadLayout must be the base epilogue's thread map");
-  using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorCallbacks<
-      typename Base::Epilogue, typename Fusion::EVT, Fusion::ThreadMap::Stages>;
-  using Kernel = ImplicitGemmConvolutionWithVisitor<typename Base::Mma, Epilogue, ThreadblockSwizzle, Fusion,
-                                                    ElementC, ElementCompute>;
+  using Kernel = typename WithVisitor<Base, Fusion, ThreadblockSwizzle, ElementC>::Kernel;
 };
 
 // y = act(scale[k] * acc + bias[k] + beta * residual) as a visitor tree. kScale and kBias compile the

@@ -15,7 +15,10 @@ class Sm80Runner {
   static constexpr bool kFused = Sm80FusesEpilogue<Kernel>::value;
 
   static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.groups != 1) return cutlass::Status::kErrorNotSupported;  // the filter layout below is ungrouped
+    // An ungrouped kernel reads the whole of C for every output channel: groups need a grouped one (sm80_group).
+    if (p.groups != 1 && Conv::kGroupMode == cutlass::conv::GroupMode::kNone) {
+      return cutlass::Status::kErrorNotSupported;
+    }
     typename Conv::Arguments args = arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{});
     if constexpr (kFused) {
       cutlass::Status status = Kernel::can_implement_epilogue(args);  // no split-K
@@ -92,7 +95,7 @@ class Sm80Runner {
   static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
     return cutlass::conv::Conv2dProblemSize(
         p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
-        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, 1);
+        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, p.groups);
   }
 
   static bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -101,7 +104,7 @@ class Sm80Runner {
                                             const TunerEpilogue &epilogue) {
     using Layout = cutlass::layout::TensorNHWC;
     Layout layout_x = Layout::packed({p.n, p.h, p.w, p.c});
-    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c});
+    Layout layout_w = Layout::packed({p.k, p.r, p.s, p.c / p.groups});
     if constexpr (kFused) {
       // y and the residual as the visitors address them: a row-major (N*P*Q) x K matrix.
       using Fusion = typename Kernel::Fusion;

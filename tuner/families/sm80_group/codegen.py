@@ -1,0 +1,32 @@
+"""The sm80_group family's C++: the kernel alias of a configuration, from templates/kernel.h.in (bare) or
+templates/kernel_evt.h.in (fused, on sm80's visitor tree); the runner is sm80's (it takes groups)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.families.base import CppPieces, read_template
+from tuner.families.sm80 import codegen as sm80
+from tuner.families.sm80_group.space import GroupMode, Sm80GroupConfig
+
+TEMPLATES = Path(__file__).parent / "templates"
+GROUP_MODE_TAGS = {
+    GroupMode.single: sm80.cutlass_lib.GroupModeTag[sm80.cutlass_lib.GroupMode.SingleGroup],
+    GroupMode.multiple: sm80.cutlass_lib.GroupModeTag[sm80.cutlass_lib.GroupMode.MultipleGroup],
+}
+INCLUDES = ("cutlass/conv/kernel/default_conv2d_group_fprop.h", "cutlass/conv/device/implicit_gemm_convolution.h")
+
+
+def kernel_alias(config: Sm80GroupConfig, alias: str) -> str:
+    """`using <alias> = cutlass::conv::device::ImplicitGemmConvolution<...>;`: sm80's fields and the group mode."""
+    template = "kernel_evt.h.in" if config.fusion.fused else "kernel.h.in"
+    return read_template(TEMPLATES / template).substitute(
+        sm80.kernel_values(config, alias), group_mode=GROUP_MODE_TAGS[config.group_mode])
+
+
+def cpp_pieces(fused: bool = False) -> CppPieces:
+    base = sm80.cpp_pieces(fused)
+    if not fused:
+        return CppPieces(INCLUDES, base.runners, base.runner_class)
+    evt = (TEMPLATES / "group_fprop_evt.h").read_text()
+    # sm80's visitor kernel header names DefaultConv2dFprop too: its includes come along.
+    return CppPieces(tuple(dict.fromkeys(INCLUDES + sm80.INCLUDES)) + sm80.FUSION_INCLUDES, base.runners[:-1] + (evt, base.runners[-1]), base.runner_class)
