@@ -10,15 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+from conftest import gpu_cupy
 
-cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-try:
-    GPU_COUNT = cupy.cuda.runtime.getDeviceCount()
-except cupy.cuda.runtime.CUDARuntimeError:
-    GPU_COUNT = 0
-if GPU_COUNT == 0:
-    pytest.skip("no CUDA GPU", allow_module_level=True)
+pytestmark = pytest.mark.gpu
+gpu_cupy()  # skips the module without CuPy or a GPU
 
 from tuner.compile import Compiler  # noqa: E402
 from tuner.device import query_device  # noqa: E402
