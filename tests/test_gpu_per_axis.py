@@ -25,7 +25,7 @@ from tuner.messages import EvaluateRequest  # noqa: E402
 from tuner.problem import ConvProblem  # noqa: E402
 from tuner.space import make_config  # noqa: E402
 from tuner.status import Status  # noqa: E402
-from tuner.validate import TOLERANCE  # noqa: E402
+from tuner.validate import tolerance  # noqa: E402
 
 WIDE = ConvProblem(n=4, h=17, w=17, c=64, k=64, r=1, s=7, pad_h=0, pad_w=3)    # Inception's 1x7
 TALL = ConvProblem(n=4, h=17, w=17, c=64, k=64, r=7, s=1, pad_h=3, pad_w=0)    # and its 7x1
@@ -100,7 +100,7 @@ def test_a_per_axis_layer_validates_and_is_timed(case, compiled, device, worker)
     launch = registry.family_of(config).launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason
-    assert evaluation.error < TOLERANCE[problem.output_type]
+    assert evaluation.error < tolerance(problem)
     assert evaluation.measurement.median_us > 0
 
 
@@ -123,6 +123,6 @@ def test_a_kernel_with_the_axes_swapped_fails_validation(family, compiled, devic
     wrong_binary = compiled["sm90_dsl_built_swapped" if family == "sm90_dsl" else case].binary
     rejected = worker.request(request(wrong_binary, MIXED, SWAPPED, launch))
     assert rejected["status"] == Status.wrong_result.value, rejected
-    assert rejected["error"] > 100 * TOLERANCE[MIXED.output_type]
+    assert rejected["error"] > 100 * tolerance(MIXED)
     accepted = worker.request(request(compiled[case].binary, MIXED, None, launch))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
