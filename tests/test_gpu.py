@@ -26,7 +26,7 @@ from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families.base import LaunchArgs  # noqa: E402
 from tuner.families.sm80.space import make_config, reference_config  # noqa: E402
 from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.run import KernelBinary  # noqa: E402
+from tuner.run import ABI_VERSION, KernelBinary  # noqa: E402
 from tuner.problem import ConvProblem, DataType  # noqa: E402
 from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
 from tuner.status import Status  # noqa: E402
@@ -99,7 +99,7 @@ def test_planted_wrong_stride_leaves_outputs_unwritten(compiled, worker):
 def build_faulty(device, folder: Path, misbehaviour: int) -> Path:
     library = folder / f"faulty_{misbehaviour}.so"
     subprocess.run(["nvcc", f"-arch={device.arch_flag}", "--shared", "-Xcompiler", "-fPIC",
-                    f"-DMISBEHAVIOUR={misbehaviour}", str(REPO / "tests" / "data" / "faulty_candidate.cu"),
+                    f"-DMISBEHAVIOUR={misbehaviour}", f"-DTUNER_ABI={ABI_VERSION}", str(REPO / "tests" / "data" / "faulty_candidate.cu"),
                     "-o", str(library)], check=True)
     return library
 

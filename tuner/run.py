@@ -211,6 +211,17 @@ def pad_channels(tensor, channels: int):
     return cupy.pad(tensor, [(0, 0)] * (tensor.ndim - 1) + [(0, extra)])
 
 
+def padded_filter_channels(problem: ConvProblem, kernel_channels: int) -> int:
+    """The last axis of the filter the kernel reads: the kernel's channels, or for a grouped conv its channels
+    per group, which no family pads (padding C would move every group's channels)."""
+    if problem.groups == 1:
+        return kernel_channels
+    if kernel_channels != problem.c:
+        raise LaunchError(f"a grouped convolution's channels are not padded (C={problem.c}, the kernel reads "
+                          f"{kernel_channels})")
+    return problem.channels_per_group
+
+
 def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: tuple = (None, None, None)) -> TensorSet:
     import cupy
 
@@ -220,7 +231,8 @@ def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: 
             raise LaunchError(f"a transposed convolution's channels are not padded (C={problem.c}, the kernel "
                               f"reads {kernel_channels})")
         return TensorSet(cupy.ascontiguousarray(x), cupy.ascontiguousarray(w), y, *operands)
-    return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, kernel_channels), y, *operands)
+    return TensorSet(pad_channels(x, kernel_channels), pad_channels(w, padded_filter_channels(problem, kernel_channels)),
+                     y, *operands)
 
 
 def pointer(array) -> int:

@@ -1,5 +1,6 @@
 // A candidate that speaks the tuner's C ABI but whose kernel misbehaves, for the GPU tests of
-// fault survival. Build with -DMISBEHAVIOUR=1 (illegal address) or 2 (never returns).
+// fault survival. Build with -DMISBEHAVIOUR=1 (illegal address) or 2 (never returns) and
+// -DTUNER_ABI=<tuner.run.ABI_VERSION>, so that it speaks the ABI of the tuner that loads it.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -12,7 +13,7 @@ __global__ void misbehave(int *target) {
 }
 
 extern "C" {
-int32_t tuner_abi_version() { return 4; }
+int32_t tuner_abi_version() { return TUNER_ABI; }
 int32_t tuner_kernel_count() { return 1; }
 int32_t tuner_k0_can_implement(const int32_t *) { return 0; }
 int64_t tuner_k0_workspace_bytes(const int32_t *) { return 0; }
