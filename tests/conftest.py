@@ -11,11 +11,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # plain `pytest` from anywhere, not only `python -m pytest` at the root
     sys.path.insert(0, str(REPO))
 
-from tuner.device import DeviceFacts  # noqa: E402
-from tuner.problem import ConvProblem, load_layers  # noqa: E402
+from tuner.core.device import DeviceFacts  # noqa: E402
+from tuner.core.problem import ConvProblem, load_layers  # noqa: E402
 from tuner.families.base import SearchSpace  # noqa: E402
 from tuner.families.sm80.space import make_config  # noqa: E402
-from tuner.space import load_space  # noqa: E402
+from tuner.search.space import load_space  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 SPACE_FILE = REPO / "search_spaces" / "sm80.yaml"
@@ -91,7 +91,7 @@ def assert_in_order(text: str, pieces: list[str]) -> None:
 
 
 # An imported model's element type (as torch and numpy name it), --dtype, and the types and name tag its layers
-# get: the same for every frontend (tuner/network.py MODEL_DTYPES).
+# get: the same for every frontend (tuner/importers/network.py MODEL_DTYPES).
 MODEL_DTYPE_CASES = [
     ("float32", None, "f16_f16_f16_f32", ""),              # an f32 model is tuned in f16, as before
     ("float16", None, "f16_f16_f16_f32", ""),

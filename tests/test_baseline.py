@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from tuner.baseline import torch_dtype
-from tuner.problem import ConvProblem, dtype_fields
+from tuner.measure.baseline import torch_dtype
+from tuner.core.problem import ConvProblem, dtype_fields
 
 LAYER = ConvProblem(n=1, h=14, w=14, c=64, k=64, r=3, s=3, pad=1)
 
@@ -29,8 +29,8 @@ def test_the_baseline_runs_the_problems_convolution_on_its_weight(problem):
     torch = pytest.importorskip("torch")
     import numpy as np
 
-    from tuner.baseline import torch_conv, torch_weight_shape
-    from tuner.validate import reference_output
+    from tuner.measure.baseline import torch_conv, torch_weight_shape
+    from tuner.measure.validate import reference_output
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, problem.input_shape)

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tuner import bench
-from tuner.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
-from tuner.device import device_from_dict
-from tuner.replay import read_record
-from tuner.space import JointSpace, load_space
-from tuner.status import Status
+from tuner.pipeline import bench
+from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
+from tuner.core.device import device_from_dict
+from tuner.search.replay import read_record
+from tuner.search.space import JointSpace, load_space
+from tuner.core.status import Status
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
 WITHIN = 1.03
@@ -65,7 +65,7 @@ def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_
 
 
 def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
-    from tuner.space import valid_configs
+    from tuner.search.space import valid_configs
 
     device = device_from_dict(measured["device"])
     for name in recorded_layers():
@@ -87,7 +87,7 @@ def test_replayed_bench_prints_the_table(capsys):
 
 def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, landscape_space):
     """The 'search' step's plumbing, on the CPU: replayed compiles and timings of conv_1's landscape."""
-    from tuner.replay import ReplayCompiler, ReplayEvaluator
+    from tuner.search.replay import ReplayCompiler, ReplayEvaluator
 
     device = device_from_dict(measured["device"])
     record = sm80_record("conv_1", layers["conv_1"].problem)
@@ -118,7 +118,7 @@ def test_unknown_bench_step_is_a_usage_error(capsys):
 
 @pytest.mark.parametrize("option", ["--seeds", "--product-trials", "--jobs"])
 def test_whole_number_options_below_one_are_usage_errors(option):
-    from tuner.cli import UsageError
+    from tuner.cli.main import UsageError
 
     with pytest.raises(UsageError, match=f"{option} must be at least 1"):
         bench.main(["--replay-only", option, "0"], Console())
@@ -127,10 +127,10 @@ def test_whole_number_options_below_one_are_usage_errors(option):
 def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, landscape_space):
     """The 'tuned' step on the CPU: best.yaml's kernel of each layer is compiled once and timed, and cuDNN
     (cuBLAS on a GEMM layer) right after it; the one-run summary judges the ratios."""
-    from tuner.replay import ReplayCompiler, ReplayEvaluator
-    from tuner.results import atomic_write
-    from tuner.problem import problem_to_dict
-    from tuner.space import all_configs
+    from tuner.search.replay import ReplayCompiler, ReplayEvaluator
+    from tuner.store.results import atomic_write
+    from tuner.core.problem import problem_to_dict
+    from tuner.search.space import all_configs
 
     device = device_from_dict(yaml.safe_load((RESULTS / "bench.yaml").read_text())["device"])
     layer = layers["conv_1"]
@@ -191,7 +191,7 @@ def test_ratio_line_gives_every_batch_its_mean_largest_first():
 
 
 def test_bench_measures_every_layer_of_a_layers_file_without_the_landscape_suite():
-    from tuner.problem import load_layers
+    from tuner.core.problem import load_layers
 
     repo = Path(__file__).resolve().parents[1]
     assert bench.default_layers(load_layers(repo / "search_spaces" / "layers.yaml")) == list(bench.SUITE)

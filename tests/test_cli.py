@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.cli import build_parser
-from tuner.device import missing_gpu
+from tuner.cli.main import build_parser
+from tuner.core.device import missing_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
@@ -185,11 +185,11 @@ def test_reading_commands_name_a_known_gpu_and_create_nothing(tmp_path, args, wo
 
 
 def test_the_command_line_sits_on_top(tmp_path):
-    """Nothing under tuner/ imports tuner.cli (bench and cli once imported each other), and the top-level
+    """Nothing under tuner/ imports tuner.cli.main (bench and cli once imported each other), and the top-level
     --help names every subcommand."""
     for path in (REPO / "tuner").rglob("*.py"):
         if path.name != "cli.py":
-            assert "from tuner.cli" not in path.read_text() and "import tuner.cli" not in path.read_text(), path
+            assert "from tuner.cli.main" not in path.read_text() and "import tuner.cli.main" not in path.read_text(), path
     text = tune("--help", tmp_path=tmp_path).stdout
     commands = text[text.index("commands:"):]
     for command in ("diagnose", "export", "bench", "plots", "report", "predict"):
@@ -210,7 +210,7 @@ def test_bad_epilogues_are_one_line_usage_errors(tmp_path, args, says):
 
 
 def test_a_family_that_cannot_fuse_a_part_names_it_and_who_can(monkeypatch, capsys):
-    from tuner import cli
+    from tuner.cli import main as cli
     from tuner.families import registry
 
     monkeypatch.setattr(registry.get("sm90_gemm"), "fusable", frozenset({"bias", "relu"}))
@@ -228,7 +228,7 @@ def test_help_lists_every_command_with_its_summary():
     import subprocess
     import sys
 
-    from tuner.cli import COMMAND_SUMMARIES, COMMANDS
+    from tuner.cli.main import COMMAND_SUMMARIES, COMMANDS
 
     assert set(COMMAND_SUMMARIES) == set(COMMANDS)
     result = subprocess.run([sys.executable, str(REPO / "tune.py"), "--help"], capture_output=True, text=True,
@@ -242,7 +242,7 @@ def test_help_lists_every_command_with_its_summary():
 @pytest.mark.parametrize("dtype, key, suffix", [(None, "f16_f16_f16_f32", ""), ("bf16", "bf16_bf16_bf16_f32", "_bf16"),
                                                 ("tf32", "tf32_tf32_f32_f32", "_tf32")])
 def test_a_shape_takes_a_dtype_into_its_types_and_name(dtype, key, suffix):
-    from tuner.cli import shape_layer
+    from tuner.cli.main import shape_layer
 
     layer = shape_layer("2,14,14,64,64,3,3,1", None, dtype)
     assert layer.problem.dtype_key == key

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import tuner.compile as compile_module
+import tuner.build.compile as compile_module
 from conftest import config_for
-from tuner.compile import (
+from tuner.build.compile import (
     ERROR_EXCERPT_LINES,
     CompileResult,
     Compiler,
@@ -30,10 +30,11 @@ from tuner.compile import (
     parse_ptxas,
 )
 from conftest import H100
-from tuner.codegen import candidate_source
+from tuner.build.codegen import candidate_source
 from tuner.families.base import LaunchArgs
-from tuner.problem import ConvProblem
-from tuner.run import KernelBinary, KernelLibrary, LaunchError, LaunchGrid, problem_array
+from tuner.core.problem import ConvProblem
+from tuner.measure.run import KernelLibrary, LaunchError, LaunchGrid, problem_array
+from tuner.build.abi import KernelBinary
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
@@ -199,7 +200,7 @@ def test_real_compile(built, small_config):
 
 @pytest.mark.nvcc
 def test_compiled_library_answers_its_host_entry_points(built, conv_1):
-    """The C ABI that tuner.run loads, called without a GPU: can_implement, workspace and grid are host code."""
+    """The C ABI that tuner.measure.run loads, called without a GPU: can_implement, workspace and grid are host code."""
     _, result, _ = built
     library = KernelLibrary(result.binary)
     one, four = LaunchArgs(32, split_k=1), LaunchArgs(32, split_k=4)
@@ -414,7 +415,7 @@ def test_a_unit_that_fails_is_built_again_kernel_by_kernel(tmp_path, monkeypatch
 def test_real_unit_of_two_kernels_answers_each(tmp_path, conv_1):
     """Two kernels in one real translation unit (sm80, quick to build): each answers through its own
     tuner_k<index>_* entry points."""
-    from tuner.codegen import group_source
+    from tuner.build.codegen import group_source
 
     narrow, wide = config_for(conv_1, tile="64x64x32", stages=3), config_for(conv_1, tile="128x128x64", stages=3)
     (tmp_path / "candidate.cu").write_text(group_source([narrow, wide]))

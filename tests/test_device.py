@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from tuner.device import DeviceFacts, device_from_dict, slugify
+from tuner.core.device import DeviceFacts, device_from_dict, slugify
 
 
 @pytest.mark.parametrize(

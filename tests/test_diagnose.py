@@ -4,7 +4,7 @@ import os
 import pytest
 from rich.console import Console
 
-from tuner.diagnose import (
+from tuner.analysis.diagnose import (
     DEFAULT_THRESHOLDS,
     LaunchFacts,
     Thresholds,
@@ -16,7 +16,7 @@ from tuner.diagnose import (
     occupancy,
     render_diagnosis,
 )
-from tuner.ncu import LaunchStats, NcuLaunch, NcuReportError, parse_text_report
+from tuner.analysis.ncu import LaunchStats, NcuLaunch, NcuReportError, parse_text_report
 
 from conftest import FIXTURES, H100_CSV, H100_CUTLASS, REPO, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
 
@@ -431,10 +431,10 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from tuner.diagnose import explain_report, summarise_rule, tuned_estimate  # noqa: E402
-from tuner.gpus import lookup  # noqa: E402
-from tuner.ncu import NcuRule  # noqa: E402
-from tuner.problem import parse_shape  # noqa: E402
+from tuner.analysis.diagnose import explain_report, summarise_rule, tuned_estimate  # noqa: E402
+from tuner.core.gpus import lookup  # noqa: E402
+from tuner.analysis.ncu import NcuRule  # noqa: E402
+from tuner.core.problem import parse_shape  # noqa: E402
 
 NAIVE_SHAPE = "8,32,32,32,32,3,3,1"
 

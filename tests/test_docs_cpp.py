@@ -17,9 +17,9 @@ import pytest
 
 from test_cli import REPO, tune
 from test_export_dsl import write_best
-from tuner.compile import cutlass_include_dirs
-from tuner.export import HEADER_FILE
-from tuner.results import read_best
+from tuner.build.compile import cutlass_include_dirs
+from tuner.pipeline.export import HEADER_FILE
+from tuner.store.results import read_best
 
 DOCUMENTS = (REPO / "README.md", REPO / "examples" / "cpp" / "README.md")
 H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"
@@ -91,7 +91,7 @@ def test_every_cpp_snippet_of_the_docs_compiles_against_an_exported_header(resul
 def test_the_committed_header_is_what_export_writes_now(gpu, tmp_path):
     """A header left behind by a change of the template or the codegen fails here; `python tune.py export`
     mends it. sm90_dsl layers' library is not compared (export builds it after a clone)."""
-    from tuner.export import render_header
+    from tuner.pipeline.export import render_header
 
     committed = (REPO / "results" / gpu / HEADER_FILE).read_text()
     dsl_version = re.search(r'constexpr char kDslVersion\[\] = "([^"]*)";', committed)

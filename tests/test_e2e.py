@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.e2e import (AUTOTUNED, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, NetworkResult, VariantResult,
+from tuner.torch_ops.e2e import (AUTOTUNED, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, NetworkResult, VariantResult,
                        checked_arguments, result_table)
-from tuner.choices import UsageError
+from tuner.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_the_convolutions_inputs_are_recorded_without_changing_the_forward():
     """Each convolution's arguments are kept for timing it alone; the hook must hand the forward back untouched
     (a pre-hook that returned its record replaced the module's arguments: the H100 run failed in its first conv)."""
     torch = pytest.importorskip("torch")
-    from tuner.e2e import conv_inputs
+    from tuner.torch_ops.e2e import conv_inputs
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
     x = torch.randn(2, 3, 8, 8)

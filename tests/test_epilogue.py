@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from tuner.epilogue import Activation, Epilogue, EpilogueError, apply_epilogue, parse_epilogue
+from tuner.core.epilogue import Activation, Epilogue, EpilogueError, apply_epilogue, parse_epilogue
 
 
 @pytest.mark.parametrize("text, parts, key", [

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import tuner.evaluate as evaluate_module
-from tuner.device import missing_gpu
-from tuner.evaluate import (
+import tuner.measure.evaluate as evaluate_module
+from tuner.core.device import missing_gpu
+from tuner.measure.evaluate import (
     Evaluation,
     GpuEvaluator,
     GpuUnavailable,
@@ -21,11 +21,12 @@ from tuner.evaluate import (
     query_device_facts,
 )
 from tuner.families.base import LaunchArgs
-from tuner.measure import Measurement
-from tuner.messages import EvaluateRequest
-from tuner.run import KernelAttributes, KernelBinary
-from tuner.status import Status
-from tuner.worker import CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX
+from tuner.measure.timing import Measurement
+from tuner.measure.protocol import EvaluateRequest
+from tuner.measure.run import KernelAttributes
+from tuner.build.abi import KernelBinary
+from tuner.core.status import Status
+from tuner.measure.worker import CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -52,7 +53,7 @@ FAKE_WORKER = textwrap.dedent(f"""\
         if op == "hang":
             time.sleep(600)
         if op == "lose_context":
-            # as tuner.worker does after a CUDA fault: answer with the context-lost flag, then exit 3;
+            # as tuner.measure.worker does after a CUDA fault: answer with the context-lost flag, then exit 3;
             # the exit takes a while (CUDA teardown), long enough for a careless parent to send more.
             answer({{"status": "launch_failed", "reason": "CUDA error: illegal address", "pid": os.getpid(),
                      CONTEXT_LOST: True}})
@@ -64,7 +65,7 @@ FAKE_WORKER = textwrap.dedent(f"""\
 
 @pytest.fixture
 def fake_worker(tmp_path, monkeypatch):
-    """A WorkerProcess whose `python -m tuner.worker` is the fake script; the real _start and pumps run."""
+    """A WorkerProcess whose `python -m tuner.measure.worker` is the fake script; the real _start and pumps run."""
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE_WORKER)
     real_popen = subprocess.Popen
@@ -72,7 +73,7 @@ def fake_worker(tmp_path, monkeypatch):
 
     def popen(command, *args, **kwargs):
         commands.append(command)
-        assert command[1:] == ["-m", "tuner.worker"]
+        assert command[1:] == ["-m", "tuner.measure.worker"]
         return real_popen([command[0], str(script)], *args, **kwargs)
 
     monkeypatch.setattr(evaluate_module.subprocess, "Popen", popen)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.export import HEADER_FILE, render_header
-from tuner.results import read_best
+from tuner.pipeline.export import HEADER_FILE, render_header
+from tuner.store.results import read_best
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "cpp"
@@ -59,7 +59,7 @@ def _tree(tmp_path: Path) -> Path:
     """tmp_path/examples/cpp (a copy of the example) and tmp_path/results/<gpu>/best_configs.h, exported (with
     dsl/libtuned_dsl.a where a chosen layer is sm90_dsl's, the DSL installed)."""
     from test_export_dsl import write_best
-    from tuner.export import export_header
+    from tuner.pipeline.export import export_header
 
     shutil.copytree(EXAMPLE, tmp_path / "examples" / "cpp", ignore=shutil.ignore_patterns("build*"))
     folder = write_best(tmp_path / "results" / GPU, one_layer_per_family(read_best(RESULTS), dsl_installed()))

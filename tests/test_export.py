@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tuner.codegen import include_lines
-from tuner.export import cpp_identifier, cpp_int, cpp_string, render_header
+from tuner.build.codegen import include_lines
+from tuner.pipeline.export import cpp_identifier, cpp_int, cpp_string, render_header
 from tuner.families import registry
-from tuner.problem import ConvProblem, dtype_fields, problem_to_dict
-from tuner.results import ResultsError
-from tuner.space import make_config
-from tuner.validate import tolerance
+from tuner.core.problem import ConvProblem, dtype_fields, problem_to_dict
+from tuner.store.results import ResultsError
+from tuner.search.space import make_config
+from tuner.measure.validate import tolerance
 
 PROBLEMS = {
     "sm80": ConvProblem(n=1, h=32, w=32, c=3, k=32, r=3, s=3, pad=1),
@@ -122,9 +122,9 @@ def test_every_family_gets_its_alias_and_runner(header):
 
 
 def test_the_pytorch_op_and_the_header_bind_a_kernel_with_one_runner(header):
-    """The candidate library tuner.torch_ops loads (the tuner's own, tuner/codegen.py) and the exported header
+    """The candidate library tuner.torch_ops loads (the tuner's own, tuner/build/codegen.py) and the exported header
     hold the same runner class, verbatim, around the same kernel: one binding of kernel to problem for both."""
-    from tuner.codegen import candidate_source
+    from tuner.build.codegen import candidate_source
 
     for family in CPP_FAMILIES:
         candidate = candidate_source(config_of(family))
@@ -369,7 +369,7 @@ SLUG = "nvidia-h100-80gb-hbm3"
 
 def tuned_results(root: Path) -> Path:
     """results/<slug>/best.yaml with one sm80 layer of NETWORK_PROBLEM, as the tuner writes it."""
-    from tuner.results import update_best
+    from tuner.store.results import update_best
 
     config = make_config(NETWORK_PROBLEM, "sm80", PARAMS["sm80"] | {"split_k": 1})
     header = {key: value for key, value in document().items() if key != "layers"}
@@ -402,8 +402,7 @@ def scoped_model(path, module_names: list[str]):
 
 
 def export_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    from tuner import cli
-
+    from tuner.cli import main as cli
     code = cli.main(["export", *argv])
     out, err = capsys.readouterr()
     return code, out, err

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner import cli
-from tuner.problem import ConvProblem, problem_to_dict
-from tuner.results import BEST_FILE, ResultsError, read_best, update_best
-from tuner.space import make_config
+from tuner.cli import main as cli
+from tuner.core.problem import ConvProblem, problem_to_dict
+from tuner.store.results import BEST_FILE, ResultsError, update_best
+from tuner.search.space import make_config
 
 SLUG = "nvidia-h100-80gb-hbm3"
 HEADER = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": SLUG, "compute_capability": "9.0", "sm_count": 132,
@@ -126,7 +126,7 @@ def test_each_residual_scale_is_a_layer_of_its_own():
 
 
 def test_the_residual_scale_is_keyed_exactly():
-    from tuner.epilogue import parse_epilogue
+    from tuner.core.epilogue import parse_epilogue
 
     keys = {text: parse_epilogue(text).key for text in ("residual*0.1234567", "residual*0.123457", "residual*0.5",
                                                          "residual*2", "residual*-3e-09")}
@@ -162,7 +162,7 @@ INJECTED = "conv_a\n  injected_layer: {n: 7, h: 7, w: 7, c: 8, k: 8, r: 1, s: 1,
 
 @pytest.mark.parametrize("node", [INJECTED, "plain\nnewline", "cr\rand\u2028line\x85sep"])
 def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node):
-    from tuner.problem import load_layers
+    from tuner.core.problem import load_layers
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node(node, "x", "w", "out")], {"w": (16, 16, 3, 3)})
     code, err = run(capsys, "--onnx", str(model), "--write-layers", str(tmp_path / "layers.yaml"))
@@ -172,7 +172,7 @@ def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node)
 
 
 def test_a_conv_transpose_is_a_transposed_layer_beside_the_convs(tmp_path):
-    from tuner.network import from_onnx
+    from tuner.importers.network import from_onnx
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node("plain", "x", "w", "y"),
                                              conv_node("up", "y", "wt", "out", op="ConvTranspose")],
@@ -245,7 +245,7 @@ def test_plots_stay_in_their_folder(tmp_path, layer):
     pytest.importorskip("matplotlib")
     import optuna
 
-    from tuner.plots import layer_plots
+    from tuner.analysis.plots import layer_plots
 
     study = optuna.create_study()
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
@@ -264,7 +264,7 @@ def test_a_nul_in_a_layer_name_is_one_line(tmp_path, capsys):
 
 
 def test_landscape_files_stay_in_their_folder(tmp_path):
-    from tuner.bench import landscape_path
+    from tuner.pipeline.bench import landscape_path
 
     assert landscape_path(tmp_path, "sm80", "../../x").parent == tmp_path / "landscape" / "sm80"
     assert landscape_path(tmp_path, "sm80", "conv_1").name == "conv_1.csv"  # the committed names stay
@@ -275,7 +275,7 @@ def test_landscape_files_stay_in_their_folder(tmp_path):
 def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
     import json
 
-    from tuner.results import HISTORY_FILE, append_history
+    from tuner.store.results import HISTORY_FILE, append_history
 
     append_history(tmp_path, {"layer": "a"})
     append_history(tmp_path, {"layer": "b"})
@@ -288,7 +288,7 @@ def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
 def test_a_journal_cut_short_is_repaired_before_the_next_append(tmp_path):
     import optuna
 
-    from tuner.results import JOURNAL_FILE, default_storage
+    from tuner.store.results import JOURNAL_FILE, default_storage
 
     study = optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
@@ -305,7 +305,7 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 
     import optuna
 
-    from tuner.results import JOURNAL_FILE, default_storage
+    from tuner.store.results import JOURNAL_FILE, default_storage
 
     optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     path = tmp_path / "gpu" / JOURNAL_FILE
@@ -320,7 +320,7 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 def test_stale_scratch_folders_are_removed(tmp_path):
     import time
 
-    from tuner.compile import COMPILE_TIMEOUT_S, remove_stale_scratch
+    from tuner.build.compile import COMPILE_TIMEOUT_S, remove_stale_scratch
 
     stale, fresh, entry = tmp_path / ".0123456789ab-x1", tmp_path / ".0123456789ab-x2", tmp_path / "0123456789abcd"
     for folder in (stale, fresh, entry):
@@ -337,7 +337,7 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     import subprocess
     import time
 
-    from tuner.compile import COMPILE_TIMEOUT_S, Compiler
+    from tuner.build.compile import COMPILE_TIMEOUT_S, Compiler
 
     (tmp_path / "ab").mkdir()
     stale = tmp_path / "ab" / ".abcdef012345-killed"
@@ -367,7 +367,7 @@ def test_an_alias_bomb_is_refused_in_every_file_read(tmp_path, capsys, kind):
         (folder / BEST_FILE).write_text(bomb + (folder / BEST_FILE).read_text().replace("family: sm80", "family: *i"))
         err = one_line(*run(capsys, "export", "--results-dir", str(tmp_path / "results")))
     else:
-        from tuner.results import read_bench
+        from tuner.store.results import read_bench
 
         folder = results_with(tmp_path)
         (folder / "bench.yaml").write_text(bomb + "layers: *i\n")
@@ -420,7 +420,7 @@ def test_bad_flags_are_one_line_before_any_gpu_work(tmp_path, capsys, monkeypatc
 
 @pytest.mark.parametrize("url", ["postgresql://127.0.0.1:1/x", "mysql://127.0.0.1:1/x"])
 def test_an_unreachable_database_is_one_line(tmp_path, url):
-    from tuner.results import study_storage
+    from tuner.store.results import study_storage
 
     with pytest.raises(ResultsError, match="cannot be opened"):
         study_storage(url, tmp_path, "gpu")
@@ -440,13 +440,13 @@ def test_a_results_dir_that_is_a_file_is_one_line(tmp_path, capsys, under):
 
 
 def test_a_read_only_results_dir_is_one_line(tmp_path, capsys, monkeypatch):
-    import tuner.export
+    import tuner.pipeline.export
 
     results_with(tmp_path)
 
     def refused(path, text):
         raise PermissionError(13, "Permission denied", str(path))
-    monkeypatch.setattr(tuner.export, "atomic_write", refused)
+    monkeypatch.setattr(tuner.pipeline.export, "atomic_write", refused)
     assert "Permission denied" in one_line(*export(capsys, tmp_path))
     monkeypatch.setattr(os, "access", lambda *a, **k: False)
     assert "not writable" in one_line(*run(capsys, *tune_args(tmp_path)))
@@ -459,7 +459,7 @@ def test_a_write_layers_into_a_missing_place_is_one_line(tmp_path, capsys):
 
 
 def test_a_binary_bench_yaml_is_one_line(tmp_path):
-    from tuner.results import read_bench
+    from tuner.store.results import read_bench
 
     folder = results_with(tmp_path)
     (folder / "bench.yaml").write_bytes(b"\xff\xfe\x00\x01" * 64)
@@ -490,10 +490,10 @@ def test_a_date_given_as_a_mapping_is_refused(tmp_path, capsys):
 
 
 def test_the_cross_host_grace_is_a_flag(tmp_path):
-    from tuner.results import heartbeat_for
+    from tuner.store.results import heartbeat_for
 
     options = cli.options_from(cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30")), None)
     assert options.stale_after_s == 30 and heartbeat_for(30) == 10 and heartbeat_for(120) == 20
-    storage = __import__("tuner.results", fromlist=["x"]).study_storage(
+    storage = __import__("tuner.store.results", fromlist=["x"]).study_storage(
         f"sqlite:///{tmp_path / 's.db'}", tmp_path, "gpu", heartbeat_s=heartbeat_for(30), grace_s=30)
     assert storage.grace_period == 30 and storage.get_heartbeat_interval() == 10

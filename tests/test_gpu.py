@@ -19,18 +19,18 @@ except cupy.cuda.runtime.CUDARuntimeError:
 if GPU_COUNT == 0:
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.diagnose import kernel_facts  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.build.compile import Compiler  # noqa: E402
+from tuner.core.device import query_device  # noqa: E402
+from tuner.analysis.diagnose import kernel_facts  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families.base import LaunchArgs  # noqa: E402
 from tuner.families.sm80.space import make_config, reference_config  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.run import ABI_VERSION, KernelBinary  # noqa: E402
-from tuner.problem import ConvProblem, DataType  # noqa: E402
-from tuner.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
-from tuner.status import Status  # noqa: E402
-from tuner.validate import tolerance  # noqa: E402
+from tuner.measure.protocol import EvaluateRequest  # noqa: E402
+from tuner.build.abi import ABI_VERSION, KernelBinary  # noqa: E402
+from tuner.core.problem import ConvProblem, DataType  # noqa: E402
+from tuner.analysis.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
+from tuner.core.status import Status  # noqa: E402
+from tuner.measure.validate import tolerance  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONV_1 = ConvProblem(n=1, h=32, w=32, c=32, k=32, r=3, s=3, pad=1, output_type=DataType.f32)
@@ -190,7 +190,7 @@ SM90_CASES = {
 
 
 def sm90_config(case: str):
-    from tuner.space import make_config as family_config
+    from tuner.search.space import make_config as family_config
 
     family, problem, params = SM90_CASES[case]
     return problem, family_config(problem, family, params)
@@ -264,7 +264,7 @@ def test_sm90_static_facts_agree_with_ncu(compiled_sm90, device, worker):
 
 # --- fused epilogues (sm90 families) ---------------------------------------------------------------------
 def with_epilogue(problem: ConvProblem, text: str) -> ConvProblem:
-    from tuner.epilogue import parse_epilogue
+    from tuner.core.epilogue import parse_epilogue
 
     return dataclasses.replace(problem, epilogue=parse_epilogue(text))
 
@@ -304,7 +304,7 @@ FUSED_CASES = {
 
 @pytest.fixture(scope="module")
 def compiled_fused(device, tmp_path_factory):
-    from tuner.space import make_config as family_config
+    from tuner.search.space import make_config as family_config
 
     cases = {case: spec for case, spec in FUSED_CASES.items() if device.cc == 90 or spec[0] == "sm80"}
     configs = {case: family_config(problem, family, params) for case, (family, problem, params) in cases.items()}
@@ -367,8 +367,8 @@ def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
     import shutil
 
     from tuner.families import registry
-    from tuner.ncu import ncu_report_folder
-    from tuner.worker import worker_env
+    from tuner.analysis.ncu import ncu_report_folder
+    from tuner.measure.worker import worker_env
 
     ncu = shutil.which("ncu")
     if ncu is None or ncu_report_folder() is None:
@@ -380,7 +380,7 @@ def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
     report = tmp_path / "gemm.ncu-rep"
     recorded = subprocess.run([ncu, "--section", "SpeedOfLight", "--section", "LaunchStats", "--section", "Occupancy",
                                "--clock-control", "none", "-k", "regex:device_kernel", "--launch-count", "1", "-f",
-                               "-o", str(report.with_suffix("")), sys.executable, "-m", "tuner.worker", "--once",
+                               "-o", str(report.with_suffix("")), sys.executable, "-m", "tuner.measure.worker", "--once",
                                __import__("json").dumps(request)],
                               capture_output=True, text=True, env=worker_env(dict(__import__("os").environ)), timeout=300)
     if "ERR_NVGPUCTRPERM" in recorded.stdout + recorded.stderr:

@@ -17,17 +17,17 @@ except cupy.cuda.runtime.CUDARuntimeError:
 if GPU_COUNT == 0:
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.epilogue import parse_epilogue  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.build.compile import Compiler  # noqa: E402
+from tuner.core.device import query_device  # noqa: E402
+from tuner.core.epilogue import parse_epilogue  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl import dsl_version  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.problem import ConvProblem  # noqa: E402
-from tuner.space import make_config  # noqa: E402
-from tuner.status import Status  # noqa: E402
-from tuner.validate import tolerance  # noqa: E402
+from tuner.measure.protocol import EvaluateRequest  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
+from tuner.search.space import make_config  # noqa: E402
+from tuner.core.status import Status  # noqa: E402
+from tuner.measure.validate import tolerance  # noqa: E402
 
 if dsl_version() is None:
     pytest.skip("the CuTe DSL is not installed (pip install -e '.[dsl]')", allow_module_level=True)
@@ -231,8 +231,8 @@ def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, c
     """Three launches on one operator and its workspace, the output poisoned before each: each validates only
     if the launch before it left every tile's arrival counter at zero (a counter left at S makes no unit the
     last to arrive, and the tile is never stored)."""
-    from tuner.run import KernelLibrary, problem_array
-    from tuner.worker import BoundKernel, Workbench
+    from tuner.measure.run import KernelLibrary, problem_array
+    from tuner.measure.worker import BoundKernel, Workbench
 
     problem, config = case_config(case)
     launch = registry.family_of(config).launch_args(config, problem)

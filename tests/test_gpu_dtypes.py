@@ -14,17 +14,17 @@ from conftest import gpu_cupy  # noqa: E402
 
 gpu_cupy()
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.epilogue import parse_epilogue  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.build.compile import Compiler  # noqa: E402
+from tuner.core.device import query_device  # noqa: E402
+from tuner.core.epilogue import parse_epilogue  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl import dsl_version  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.problem import ConvProblem, dtype_fields  # noqa: E402
-from tuner.space import make_config  # noqa: E402
-from tuner.status import Status  # noqa: E402
-from tuner.validate import tolerance  # noqa: E402
+from tuner.measure.protocol import EvaluateRequest  # noqa: E402
+from tuner.core.problem import ConvProblem, dtype_fields  # noqa: E402
+from tuner.search.space import make_config  # noqa: E402
+from tuner.core.status import Status  # noqa: E402
+from tuner.measure.validate import tolerance  # noqa: E402
 
 CONV = ConvProblem(n=2, h=16, w=16, c=64, k=128, r=3, s=3, pad=1)
 FUSED = dataclasses.replace(CONV, epilogue=parse_epilogue("scale+bias+residual+relu"))

@@ -16,16 +16,16 @@ from conftest import gpu_cupy  # noqa: E402
 
 gpu_cupy()
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.epilogue import parse_epilogue  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.build.compile import Compiler  # noqa: E402
+from tuner.core.device import query_device  # noqa: E402
+from tuner.core.epilogue import parse_epilogue  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.problem import ConvProblem, dtype_fields  # noqa: E402
-from tuner.space import make_config  # noqa: E402
-from tuner.status import Status  # noqa: E402
-from tuner.validate import tolerance  # noqa: E402
+from tuner.measure.protocol import EvaluateRequest  # noqa: E402
+from tuner.core.problem import ConvProblem, dtype_fields  # noqa: E402
+from tuner.search.space import make_config  # noqa: E402
+from tuner.core.status import Status  # noqa: E402
+from tuner.measure.validate import tolerance  # noqa: E402
 
 BF16 = dtype_fields("bf16")
 REGNET = ConvProblem(n=8, h=28, w=28, c=104, k=104, r=3, s=3, pad=1, groups=13)        # 8 channels a group

@@ -16,16 +16,16 @@ except cupy.cuda.runtime.CUDARuntimeError:
 if GPU_COUNT == 0:
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.build.compile import Compiler  # noqa: E402
+from tuner.core.device import query_device  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl import dsl_version  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.problem import ConvProblem  # noqa: E402
-from tuner.space import make_config  # noqa: E402
-from tuner.status import Status  # noqa: E402
-from tuner.validate import tolerance  # noqa: E402
+from tuner.measure.protocol import EvaluateRequest  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
+from tuner.search.space import make_config  # noqa: E402
+from tuner.core.status import Status  # noqa: E402
+from tuner.measure.validate import tolerance  # noqa: E402
 
 WIDE = ConvProblem(n=4, h=17, w=17, c=64, k=64, r=1, s=7, pad_h=0, pad_w=3)    # Inception's 1x7
 TALL = ConvProblem(n=4, h=17, w=17, c=64, k=64, r=7, s=1, pad_h=3, pad_w=0)    # and its 7x1

@@ -1,7 +1,7 @@
 """Transposed convolutions (ConvTranspose2d's forward) on the GPU through sm80_dgrad: a UNet decoder's 2x2
 stride-2 upsampling, DCGAN's 4x4 stride-2 pad-1 one, a 3x3 stride-2 one with output padding, stride 1 on both
 the unity and the strided kernel (dilated, split-K), bf16 and f32 output, and a per-axis one, each validated
-against the float64 reference (a scatter, tuner/validate.py) and timed; a kernel handed the problem with its
+against the float64 reference (a scatter, tuner/measure/validate.py) and timed; a kernel handed the problem with its
 axes swapped (every output written, from the wrong pixels) must fail. Run with `pytest -m gpu` on a machine
 with an NVIDIA GPU (compute capability 8.0 or newer) and CuPy."""
 from __future__ import annotations
@@ -15,15 +15,15 @@ from conftest import gpu_cupy
 pytestmark = pytest.mark.gpu
 gpu_cupy()  # skips the module without CuPy or a GPU
 
-from tuner.compile import Compiler  # noqa: E402
-from tuner.device import query_device  # noqa: E402
-from tuner.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.build.compile import Compiler  # noqa: E402
+from tuner.core.device import query_device  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
-from tuner.messages import EvaluateRequest  # noqa: E402
-from tuner.problem import ConvProblem, DataType, dtype_fields  # noqa: E402
-from tuner.space import make_config  # noqa: E402
-from tuner.status import Status  # noqa: E402
-from tuner.validate import tolerance  # noqa: E402
+from tuner.measure.protocol import EvaluateRequest  # noqa: E402
+from tuner.core.problem import ConvProblem, DataType, dtype_fields  # noqa: E402
+from tuner.search.space import make_config  # noqa: E402
+from tuner.core.status import Status  # noqa: E402
+from tuner.measure.validate import tolerance  # noqa: E402
 
 UNET_UP = ConvProblem(n=2, h=16, w=16, c=128, k=64, r=2, s=2, stride=2, transposed=True)
 DCGAN_UP = ConvProblem(n=4, h=8, w=8, c=128, k=64, r=4, s=4, pad=1, stride=2, transposed=True)

@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from tuner import gpus
-from tuner.gpus import GPUS, UnknownGpu, by_sm_count, device_facts, find_in_text, lookup
+from tuner.core import gpus
+from tuner.core.gpus import GPUS, UnknownGpu, by_sm_count, device_facts, find_in_text, lookup
 
 from conftest import H100  # noqa: E402
 
@@ -82,5 +82,5 @@ def test_device_facts_of_the_rtx3060_follow_the_sm86_occupancy_table():
 
 def test_achievable_rates_are_the_cost_models_share_of_peak():
     h100 = lookup("h100-sxm")
-    assert gpus.achievable_tflops(h100) == pytest.approx(593.4)  # ~ tuner/costmodel.py's 600 default
+    assert gpus.achievable_tflops(h100) == pytest.approx(593.4)  # ~ tuner/search/costmodel.py's 600 default
     assert gpus.achievable_gbps(h100) == pytest.approx(3015)     # ~ its 3000

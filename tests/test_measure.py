@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from tuner.measure import (
+from tuner.measure.timing import (
     L2_MULTIPLE,
     MAX_COPIES,
     MIN_LAUNCHES_PER_REPLAY,
@@ -92,7 +92,7 @@ def test_launches_per_replay(copies, expected):
     (732, 3000.0, 732), # never less than one round over every copy (L2 stays cold)
 ])
 def test_launches_per_replay_shortened_for_long_kernels(copies, round_us, expected):
-    from tuner.measure import REPLAY_TARGET_US
+    from tuner.measure.timing import REPLAY_TARGET_US
 
     launches = launches_per_replay(copies, round_us)
     assert launches == expected and launches % copies == 0
@@ -119,7 +119,7 @@ def test_measurement_is_frozen_and_hashable():
 
 
 def test_one_timing_loop_warms_up_then_times_each_replay_per_launch():
-    from tuner.measure import WARMUP_REPLAYS, time_replays
+    from tuner.measure.timing import WARMUP_REPLAYS, time_replays
 
     calls, timings = [], iter([2.0, 4.0, 3.0])
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.ncu import (
+from tuner.analysis.ncu import (
     LaunchStats,
     NcuLaunch,
     NcuMetric,
@@ -437,8 +437,7 @@ def test_csv_rule_rows_become_rules_with_their_speedup():
 def test_a_report_over_the_size_limit_is_refused_without_reading_it(tmp_path):
     import time
 
-    from tuner import ncu
-
+    from tuner.analysis import ncu
     path = tmp_path / "huge.txt"
     with path.open("wb") as stream:  # sparse: 100 MB that take no disk
         stream.truncate(100 * 1000 * 1000)
@@ -469,7 +468,7 @@ def test_a_directory_is_not_a_report(tmp_path):
 
 def test_a_gui_copy_reads_as_the_text_report_it_was_made_from(rtx3060_launches):
     from conftest import RTX3060_GUI_COPY
-    from tuner.ncu import parse_report
+    from tuner.analysis.ncu import parse_report
 
     [gui] = parse_report(RTX3060_GUI_COPY.read_text())
     text = rtx3060_launches[0]
@@ -483,7 +482,7 @@ def test_a_gui_copy_reads_as_the_text_report_it_was_made_from(rtx3060_launches):
 
 
 def test_a_gui_copy_with_space_separated_cells_and_size_column():
-    from tuner.ncu import parse_gui_report
+    from tuner.analysis.ncu import parse_gui_report
 
     text = ("Result  Size  Time  Cycles  GPU  SM Frequency  Process  Attributes\n"
             "12 - 40 - conv2d_kernel  (2, 2, 256)x(16, 16, 1)  3.55 msecond  4,500,000  1 - NVIDIA H100 80GB HBM3"
@@ -504,7 +503,7 @@ def test_a_gui_copy_with_space_separated_cells_and_size_column():
 @pytest.mark.parametrize("form", ["details.txt", "details.csv", "raw.csv"])
 def test_every_form_of_one_recorded_launch_gives_the_same_figures(form):
     from conftest import H100_CUDNN_FORMS
-    from tuner.ncu import parse_report
+    from tuner.analysis.ncu import parse_report
 
     [launch] = parse_report(H100_CUDNN_FORMS[form].read_text())
     stats = LaunchStats.from_launch(launch)
@@ -518,7 +517,7 @@ def test_every_form_of_one_recorded_launch_gives_the_same_figures(form):
 
 def test_the_raw_page_keeps_every_metric_under_its_own_name():
     from conftest import H100_CUDNN_FORMS
-    from tuner.ncu import parse_raw_csv_report
+    from tuner.analysis.ncu import parse_raw_csv_report
 
     [launch] = parse_raw_csv_report(H100_CUDNN_FORMS["raw.csv"].read_text())
     assert launch.metric("launch__registers_per_thread", "raw").value == 168
@@ -530,7 +529,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
     """A stand-in for Nsight Compute's report interface: the launch's metrics become the raw page's."""
     import sys
     import textwrap
-    from tuner.ncu import read_report
+    from tuner.analysis.ncu import read_report
 
     (tmp_path / "ncu_report.py").write_text(textwrap.dedent('''
         METRICS = {"launch__grid_dim_x": ("", "15"), "launch__grid_dim_y": ("", "8"), "launch__grid_dim_z": ("", "1"),
@@ -576,7 +575,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
     stats = LaunchStats.from_launch(launch)
     assert (launch.grid, launch.block, stats.registers_per_thread) == ((15, 8, 1), (384, 1, 1), 168)
     assert stats.duration_us == pytest.approx(25.28)
-    from tuner.diagnose import explain_report  # `tune.py diagnose` reads it the same way
+    from tuner.analysis.diagnose import explain_report  # `tune.py diagnose` reads it the same way
 
     diagnosis = explain_report(report)
     [(_, _, flags)] = diagnosis.results
@@ -585,7 +584,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
 
 
 def test_an_ncu_rep_without_ncu_report_is_one_line(tmp_path, monkeypatch):
-    import tuner.ncu as ncu
+    import tuner.analysis.ncu as ncu
 
     monkeypatch.setattr(ncu, "ncu_report_folder", lambda: None)
     report = tmp_path / "one.ncu-rep"
@@ -599,7 +598,7 @@ def test_an_ncu_rep_that_crashes_ncu_report_is_one_line(tmp_path, monkeypatch):
     """ncu_report is native code: Nsight Compute 2025.3's ended the process with SIGSEGV on a real H100
     report. It runs in a child, so a crash is a one-line error naming the export that reads anyway."""
     import sys
-    from tuner.ncu import read_report
+    from tuner.analysis.ncu import read_report
 
     (tmp_path / "ncu_report.py").write_text("import os, signal\n"
                                             "def load_report(path): os.kill(os.getpid(), signal.SIGSEGV)\n")
@@ -614,7 +613,7 @@ def test_an_ncu_rep_that_crashes_ncu_report_is_one_line(tmp_path, monkeypatch):
 
 def test_an_ncu_rep_metric_is_read_by_its_kind():
     """Nsight Compute's as_string() is None for a number; value() picks the accessor by kind."""
-    from tuner.ncu_rep import metric_text
+    from tuner.analysis.ncu_rep import metric_text
 
     class Metric:
         def __init__(self, value): self._value = value

@@ -13,8 +13,8 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from conftest import MODEL_DTYPE_CASES  # noqa: E402
-from tuner.network import NetworkError, from_onnx, write_layers  # noqa: E402
-from tuner.problem import load_layers  # noqa: E402
+from tuner.importers.network import NetworkError, from_onnx, write_layers  # noqa: E402
+from tuner.core.problem import load_layers  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -393,7 +393,7 @@ def test_a_unet_s_conv_transposes_are_transposed_layers(tmp_path):
 
 
 def test_the_coverage_counts_transposed_convolutions_with_their_flops(tmp_path):
-    from tuner.network_report import TOTAL, TUNABLE, coverage
+    from tuner.pipeline.network_report import TOTAL, TUNABLE, coverage
 
     network = from_onnx(unet(tmp_path / "unet.onnx"), batch=2)
     rows = {row.state: row for row in coverage(network)}

@@ -14,10 +14,10 @@ import yaml
 pytest.importorskip("onnx")
 
 from test_network import resnet_block  # noqa: E402
-from tuner.epilogue import Epilogue  # noqa: E402
-from tuner.network import from_onnx  # noqa: E402
-from tuner.network_report import layer_reports, summary_lines, totals  # noqa: E402
-from tuner.problem import problem_to_dict  # noqa: E402
+from tuner.core.epilogue import Epilogue  # noqa: E402
+from tuner.importers.network import from_onnx  # noqa: E402
+from tuner.pipeline.network_report import layer_reports, summary_lines, totals  # noqa: E402
+from tuner.core.problem import problem_to_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SLUG = "test-gpu"
@@ -155,7 +155,7 @@ def test_a_problem_tuned_under_two_names_is_reported_from_the_one_the_run_timed(
 
 def test_coverage_counts_convolutions_and_flops_tuned_tunable_and_not_with_a_total(tmp_path):
     from test_network import inception_branch
-    from tuner.network_report import NOT_TUNABLE, TOTAL, TUNABLE, TUNED, coverage
+    from tuner.pipeline.network_report import NOT_TUNABLE, TOTAL, TUNABLE, TUNED, coverage
 
     network = from_onnx(inception_branch(tmp_path / "branch.onnx"), batch=4)
     wide, tall = (next(layer.problem for layer in network.layers if layer.nodes == (node,))
@@ -175,8 +175,8 @@ def test_coverage_counts_convolutions_and_flops_tuned_tunable_and_not_with_a_tot
 
 
 def test_coverage_counts_a_conv_of_unknown_size_without_its_flops(tmp_path):
-    from tuner.network import ConvFacts, ImportedLayer, Network, Unsupported, conv_flops
-    from tuner.network_report import coverage
+    from tuner.importers.network import ConvFacts, ImportedLayer, Network, Unsupported, conv_flops
+    from tuner.pipeline.network_report import coverage
 
     transposed = ConvFacts("up", "y", (1, 16, 8, 8), (16, 16, 2, 2), unsupported="a transposed convolution: no")
     assert conv_flops(transposed) is None

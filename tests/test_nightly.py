@@ -6,9 +6,9 @@ import re
 import pytest
 from rich.console import Console
 
-from tuner.nightly import (REGRESSION_THRESHOLD, default_run_id, parse_gpus, regression_table, regressions,
+from tuner.pipeline.nightly import (REGRESSION_THRESHOLD, default_run_id, parse_gpus, regression_table, regressions,
                            run_on_gpus, without_gpus_flag)
-from tuner.tuning import LayerOutcome
+from tuner.pipeline.tuning import LayerOutcome
 
 OUTCOMES = [LayerOutcome("slower", 10.5, 10.0, "k1", 32), LayerOutcome("faster", 9.0, 10.0, "k2", 32),
             LayerOutcome("same", 10.2, 10.0, "k3", 32), LayerOutcome("new", 5.0, None, "k4", 32),

@@ -8,12 +8,12 @@ import optuna
 import pytest
 from rich.console import Console
 
-from tuner import plots
-from tuner.problem import problem_to_dict
-from tuner.space import JointSpace
-from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.results import default_storage, gpu_dir, update_best
-from tuner.study import StudyRunner, open_study
+from tuner.analysis import plots
+from tuner.core.problem import problem_to_dict
+from tuner.search.space import JointSpace
+from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
+from tuner.store.results import default_storage, gpu_dir, update_best
+from tuner.search.study import StudyRunner, open_study
 
 pytest.importorskip("matplotlib")
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
@@ -31,7 +31,7 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
 
 
 def test_unknown_layer_is_a_results_error(tmp_path, h100, conv_1):
-    from tuner.results import ResultsError
+    from tuner.store.results import ResultsError
 
     update_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
                                                           "params": {"tile": "64x64x32"}, "kernel": "k",
@@ -57,7 +57,7 @@ def test_family_study_keeps_one_familys_knobs_under_their_own_names():
 
 
 def test_without_gpu_every_gpu_with_results_gets_its_summary(tmp_path, h100, conv_1):
-    from tuner.results import ResultsError
+    from tuner.store.results import ResultsError
 
     for slug, name in ((h100.slug, h100.name), ("nvidia-h200", "NVIDIA H200")):
         update_best(gpu_dir(tmp_path, slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
@@ -118,7 +118,7 @@ def test_titles_and_labels_are_whole_with_their_units(tmp_path, monkeypatch, con
 
 
 def test_the_dashboard_journal_has_one_study_per_layer_with_its_unit(tmp_path, conv_1, sm80_space, h100):
-    from tuner.results import journal_backend
+    from tuner.store.results import journal_backend
 
     storage = default_storage(tmp_path, h100.slug)
     # one layer over two studies (two search spaces), as the tuner keeps it, and another layer
@@ -145,8 +145,7 @@ def test_the_dashboard_journal_has_one_study_per_layer_with_its_unit(tmp_path, c
 def test_json_says_what_was_written_and_what_was_left_out(tmp_path, capsys, conv_1, sm80_space, h100):
     import json
 
-    from tuner import cli
-
+    from tuner.cli import main as cli
     storage = default_storage(tmp_path, h100.slug)
     replayed_study(storage, "conv_1-study", conv_1, sm80_space, h100)
     folder = gpu_dir(tmp_path, h100.slug)

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from tuner.choices import UsageError
+from tuner.core.errors import UsageError
 from tuner.families import registry
-from tuner.gpus import device_facts, lookup
-from tuner.predict import ceilings, config_waste, fills, parse_config_text, predict, ranking, versus
-from tuner.space import joint_valid_configs, layer_space, load_space, default_space_file
+from tuner.core.gpus import device_facts, lookup
+from tuner.analysis.predict import ceilings, config_waste, fills, parse_config_text, predict, ranking, versus
+from tuner.search.space import joint_valid_configs, layer_space, load_space, default_space_file
 
 from conftest import REPO, config_for  # noqa: E402
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.epilogue import Epilogue, parse_epilogue
-from tuner.problem import (ConvProblem, DataType, Layer, ProblemError, find_layer, load_layers, parse_shape,
+from tuner.core.epilogue import Epilogue, parse_epilogue
+from tuner.core.problem import (ConvProblem, DataType, Layer, ProblemError, find_layer, load_layers, parse_shape,
                            dtype_fields, dtype_name, problem_from_dict, problem_to_dict)
 
 
@@ -352,7 +352,7 @@ def test_epilogue_in_the_layer_table_and_the_dict_form(tmp_path):
 
 
 def test_shape_arg_is_what_parse_shape_reads_back():
-    from tuner.problem import ConvProblem, parse_shape
+    from tuner.core.problem import ConvProblem, parse_shape
 
     problem = ConvProblem(n=32, h=56, w=56, c=64, k=128, r=3, s=3, pad=2, stride=2, dilation=2)
     assert problem.shape_arg == "32,56,56,64,128,3,3,2,2,2"
@@ -477,8 +477,8 @@ def test_old_dicts_read_back_unchanged_and_per_axis_dicts_carry_only_what_differ
 def test_the_committed_best_yaml_entries_read_back_unchanged_under_their_study_keys():
     """Every committed result: its problem's dict form is the stored one, byte for byte, and its key is the
     shape part of the study name it was tuned under."""
-    from tuner.study import problem_of_study
-    from tuner.yamlfile import read_yaml
+    from tuner.search.study import problem_of_study
+    from tuner.core.yamlfile import read_yaml
 
     repo = Path(__file__).resolve().parents[1]
     checked = 0
@@ -554,7 +554,7 @@ def test_shape_text_names_the_axes_where_they_differ(conv_1):
 
 
 def test_the_canonical_form_folds_the_scale_into_the_filter_and_keeps_the_rest():
-    from tuner.problem import canonical_problem
+    from tuner.core.problem import canonical_problem
 
     base = ConvProblem(n=8, h=14, w=14, c=64, k=64, r=3, s=3, pad=1)
     with_norm = dataclasses.replace(base, epilogue=parse_epilogue("scale+bias+residual*0.5+relu"))

@@ -10,13 +10,13 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from tuner.space import JointSpace
-from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
+from tuner.search.space import JointSpace
+from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.families.base import LaunchArgs
-from tuner.run import KernelBinary
+from tuner.build.abi import KernelBinary
 from tuner.families.sm80.space import make_config
-from tuner.status import Status
-from tuner.study import StudyRunner, counted_in_run, open_study
+from tuner.core.status import Status
+from tuner.search.study import StudyRunner, counted_in_run, open_study
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-two-workers"
@@ -76,8 +76,8 @@ def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):
 
 
 def test_a_damaged_record_row_is_named_by_its_line(tmp_path, conv_1):
-    from tuner.replay import fastest_recorded
-    from tuner.results import ResultsError
+    from tuner.search.replay import fastest_recorded
+    from tuner.store.results import ResultsError
 
     text = RECORD.read_text()
     truncated = tmp_path / "conv_1.csv"

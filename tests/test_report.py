@@ -6,13 +6,13 @@ from collections import Counter
 
 from rich.console import Console
 
-from tuner.diagnose import kernel_facts
+from tuner.analysis.diagnose import kernel_facts
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
-from tuner.measure import Measurement
-from tuner.report import Confirmed, confirmed_table, failures_table, outcome_line, waste_table
-from tuner.run import KernelAttributes
-from tuner.status import Status
-from tuner.study import TrialRecord
+from tuner.measure.timing import Measurement
+from tuner.analysis.report import Confirmed, confirmed_table, failures_table, outcome_line, waste_table
+from tuner.measure.run import KernelAttributes
+from tuner.core.status import Status
+from tuner.search.study import TrialRecord
 
 ATTRIBUTES = KernelAttributes(registers_per_thread=128, static_smem_bytes=0, dynamic_smem_bytes=98304,
                               local_bytes_per_thread=0, threads_per_block=128, max_active_blocks_per_sm=2)

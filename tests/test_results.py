@@ -7,7 +7,7 @@ import optuna
 import pytest
 import yaml
 
-from tuner.results import (
+from tuner.store.results import (
     BEST_FILE,
     HISTORY_FILE,
     JOURNAL_FILE,
@@ -141,7 +141,7 @@ def _journal_with_trials(folder, trials: int = 3):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from tuner.results import JOURNAL_FILE
+    from tuner.store.results import JOURNAL_FILE
 
     folder.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(folder / JOURNAL_FILE)))
@@ -155,7 +155,7 @@ def _journal_with_trials(folder, trials: int = 3):
 def test_a_damaged_journal_line_is_named_and_what_loads_is_kept(tmp_path):
     import optuna
 
-    from tuner.results import ResultsError, default_storage, first_damaged_line, readable_journal
+    from tuner.store.results import ResultsError, default_storage, first_damaged_line, readable_journal
 
     path = _journal_with_trials(tmp_path / "gpu")
     assert first_damaged_line(path) is None
@@ -174,7 +174,7 @@ def test_a_damaged_journal_line_is_named_and_what_loads_is_kept(tmp_path):
 
 
 def test_a_last_line_still_being_written_is_not_damage(tmp_path):
-    from tuner.results import first_damaged_line
+    from tuner.store.results import first_damaged_line
 
     path = _journal_with_trials(tmp_path / "gpu", trials=1)
     path.write_bytes(path.read_bytes() + b'{"op_code": 4, "worker_id"')
@@ -189,11 +189,11 @@ def test_a_killed_holder_leaves_no_journal_lock(tmp_path):
     import time
     from pathlib import Path
 
-    from tuner.results import KernelReleasedLock
+    from tuner.store.results import KernelReleasedLock
 
     journal = tmp_path / "optuna.journal"
     holder = ("import os, signal, sys, time; sys.path.insert(0, %r); from pathlib import Path; "
-              "from tuner.results import KernelReleasedLock; lock = KernelReleasedLock(Path(%r)); lock.acquire(); "
+              "from tuner.store.results import KernelReleasedLock; lock = KernelReleasedLock(Path(%r)); lock.acquire(); "
               "print('held', flush=True); time.sleep(float(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)"
               % (str(Path(__file__).resolve().parents[1]), str(journal)))
     child = subprocess.Popen([sys.executable, "-c", holder, "1.5"], stdout=subprocess.PIPE, text=True)
@@ -240,7 +240,7 @@ def test_an_entry_that_does_not_fit_the_schema_is_refused_with_its_layer(tmp_pat
 
 
 def test_an_entry_the_schema_refuses_is_never_written(tmp_path):
-    from tuner.results import BEST_FILE, ResultsError, update_best
+    from tuner.store.results import BEST_FILE, ResultsError, update_best
 
     with pytest.raises(ResultsError, match="runtime_us"):
         update_best(tmp_path, "conv_1", {"problem": {"n": 1, "h": 8, "w": 8, "c": 8, "k": 8, "r": 1, "s": 1},
@@ -253,9 +253,9 @@ def test_an_entry_the_schema_refuses_is_never_written(tmp_path):
 def test_a_typed_entry_round_trips_through_best_yaml(tmp_path, dtype):
     import dataclasses
 
-    from tuner.problem import ConvProblem, dtype_fields, problem_to_dict
-    from tuner.results import best_entries
-    from tuner.space import entry_config, make_config
+    from tuner.core.problem import ConvProblem, dtype_fields, problem_to_dict
+    from tuner.store.results import best_entries
+    from tuner.search.space import entry_config, make_config
 
     problem = ConvProblem(n=2, h=14, w=14, c=64, k=64, r=3, s=3, pad=1, **dtype_fields(dtype))
     config = make_config(problem, "sm80", {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1,
@@ -275,9 +275,9 @@ def test_problems_are_found_by_their_canonical_fused_form(tmp_path):
     (bias+relu) and the other way round; a different epilogue or batch does not."""
     import dataclasses
 
-    from tuner.epilogue import parse_epilogue
-    from tuner.problem import ConvProblem
-    from tuner.results import BestEntry, names_by_problem
+    from tuner.core.epilogue import parse_epilogue
+    from tuner.core.problem import ConvProblem
+    from tuner.store.results import BestEntry, names_by_problem
 
     base = ConvProblem(n=32, h=56, w=56, c=64, k=64, r=3, s=3, pad=1)
     norm, folded = (dataclasses.replace(base, epilogue=parse_epilogue(text)) for text in ("scale+bias+relu", "bias+relu"))

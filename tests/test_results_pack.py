@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tuner import results_pack
-from tuner.results import ResultsError
+from tuner.store import pack as results_pack
+from tuner.store.results import ResultsError
 
 REPO = Path(__file__).resolve().parents[1]
 ARTEFACTS = {"optuna.journal": b'{"op_code": 0}\n', "history.jsonl": b'{"layer": "conv_1"}\n',

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tuner import bench
-from tuner import results_summary as summary
-from tuner.results import ResultsError
+from tuner.pipeline import bench
+from tuner.pipeline import results_summary as summary
+from tuner.store.results import ResultsError
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "nvidia-h100-80gb-hbm3"

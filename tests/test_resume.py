@@ -14,9 +14,9 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from tuner.space import JointSpace
-from tuner.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.study import StudyRunner, counted_in_run, fail_orphans, open_study
+from tuner.search.space import JointSpace
+from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
+from tuner.search.study import StudyRunner, counted_in_run, fail_orphans, open_study
 
 # Each run is a process of its own, and a resume after a kill waits out the dead worker's heartbeat.
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ class SlowReplay(ReplayEvaluator):
 
 def _tune(journal: str, log: str, conv_1, space, device, on_sigterm: bool) -> None:
     if on_sigterm:
-        from tuner.cli import _interrupt
+        from tuner.cli.main import _interrupt
 
         signal.signal(signal.SIGTERM, _interrupt)
     optuna.logging.set_verbosity(optuna.logging.ERROR)

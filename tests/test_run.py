@@ -1,10 +1,10 @@
-"""tuner/run.py without a GPU: the problem array the entry points read and the filter the kernel is handed."""
+"""tuner/measure/run.py without a GPU: the problem array the entry points read and the filter the kernel is handed."""
 from __future__ import annotations
 
 import pytest
 
-from tuner.problem import ConvProblem
-from tuner.run import LaunchError, padded_filter_channels
+from tuner.core.problem import ConvProblem
+from tuner.measure.run import LaunchError, padded_filter_channels
 
 STEM = ConvProblem(n=1, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
 REGNET = ConvProblem(n=8, h=28, w=28, c=104, k=104, r=3, s=3, pad=1, groups=13)

@@ -10,8 +10,8 @@ import yaml
 from conftest import H100
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
-from tuner.problem import ConvProblem
-from tuner.space import (
+from tuner.core.problem import ConvProblem
+from tuner.search.space import (
     FAMILY_PARAM,
     MAX_SPACE_BYTES,
     SPACES,
@@ -246,7 +246,7 @@ def test_every_narrow_space_loads_and_has_its_docs_row():
     in docs/narrow-spaces.md."""
     from pathlib import Path
 
-    from tuner.space import load_space
+    from tuner.search.space import load_space
 
     repo = Path(__file__).resolve().parents[1]
     documented = (repo / "docs" / "narrow-spaces.md").read_text()

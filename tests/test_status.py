@@ -1,7 +1,7 @@
 import pytest
 from optuna.trial import TrialState
 
-from tuner.status import Status
+from tuner.core.status import Status
 
 
 def test_the_six_outcomes():

@@ -19,16 +19,16 @@ from optuna.trial import TrialState
 
 from conftest import config_for
 from conftest import params as sm80_params
-import tuner.study as study_module
-from tuner.compile import CompileResult, CompletedQueue, PtxasReport
-from tuner.evaluate import Evaluation
-from tuner.measure import Measurement
-from tuner.run import KernelAttributes
+import tuner.search.study as study_module
+from tuner.build.compile import CompileResult, CompletedQueue, PtxasReport
+from tuner.measure.evaluate import Evaluation
+from tuner.measure.timing import Measurement
+from tuner.measure.run import KernelAttributes
 from tuner.families.base import SearchSpace
 from tuner.families.sm80.space import IteratorAlgorithm, reference_config
-from tuner.space import JointSpace, config_from_params, static_problems
-from tuner.status import Status
-from tuner.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,
+from tuner.search.space import JointSpace, config_from_params, static_problems
+from tuner.core.status import Status
+from tuner.search.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,
     EXHAUSTED_AFTER_ASKS,
     UNTAGGED_GRACE,
     StudyProgress,
@@ -450,7 +450,7 @@ class FrozenClock(datetime.datetime):
 
 
 def test_default_run_ids_are_unique(conv_1, sm80_space, h100, monkeypatch):
-    import tuner.study as study_module
+    import tuner.search.study as study_module
 
     monkeypatch.setattr(study_module, "dt", types.SimpleNamespace(datetime=FrozenClock, timezone=datetime.timezone))
     storage = optuna.storages.InMemoryStorage()
@@ -507,8 +507,8 @@ def test_ask_config_tags_before_sampling(conv_1, sm80_space, h100):
 def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
     """Optuna wraps an RDBStorage in its cache; the grace period a finished worker waits for a dead host's
     trials is the RDBStorage's (120 s), not Optuna's two-interval default for an unset one (40 s)."""
-    from tuner.results import study_storage
-    from tuner.study import _Heartbeat
+    from tuner.store.results import study_storage
+    from tuner.search.study import _Heartbeat
 
     storage = study_storage(f"sqlite:///{tmp_path / 'h.db'}", tmp_path, "gpu", heartbeat_s=20, grace_s=120)
     study = optuna.create_study(storage=storage)

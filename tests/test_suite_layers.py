@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.epilogue import Activation, Epilogue
+from tuner.core.epilogue import Activation, Epilogue
 from tuner.families import registry
-from tuner.problem import load_layers
+from tuner.core.problem import load_layers
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "search_spaces" / "suite.yaml"

@@ -17,8 +17,8 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from conftest import MODEL_DTYPE_CASES  # noqa: E402
-from tuner.network import NetworkError  # noqa: E402
-from tuner.torch_import import from_torch  # noqa: E402
+from tuner.importers.network import NetworkError  # noqa: E402
+from tuner.importers.torch_import import from_torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ def test_identical_problems_merge_with_their_nodes():
 
 
 def test_the_fused_chain_names_the_nodes_a_kernel_takes_the_place_of():
-    from tuner.torch_import import traced_module
+    from tuner.importers.torch_import import traced_module
 
     fused = {f.conv.node: f for f in traced_module(Downsampled().eval(), (2, 16, 8, 8)).fused_convs()}
     main, branch = fused["conv3"], fused["downsample.0"]
@@ -132,9 +132,9 @@ def test_every_import_path_gives_a_conv_one_key(tmp_path, folded):
     import yaml
 
     pytest.importorskip("onnx")
-    from tuner.network import from_onnx
-    from tuner.problem import canonical_problem, problem_to_dict
-    from tuner.results import best_entries, names_by_problem
+    from tuner.importers.network import from_onnx
+    from tuner.core.problem import canonical_problem, problem_to_dict
+    from tuner.store.results import best_entries, names_by_problem
 
     module = Stage().eval()
     path = tmp_path / "stage.onnx"
@@ -336,7 +336,7 @@ def _torchvision_loads() -> bool:
 
 @pytest.mark.skipif(not _torchvision_loads(), reason="needs torch with a torchvision that loads beside it")
 def test_real_segmentation_and_detection_models_import():
-    from tuner.torch_import import from_torchvision
+    from tuner.importers.torch_import import from_torchvision
 
     deeplab = from_torchvision("deeplabv3_resnet50", 1)
     nodes = {node for layer in deeplab.layers for node in layer.nodes}
@@ -418,7 +418,7 @@ def test_conv_transpose2d_modules_are_transposed_layers():
 
 
 def test_onnx_and_torch_give_a_conv_transpose_one_key(tmp_path):
-    from tuner.network import from_onnx
+    from tuner.importers.network import from_onnx
 
     module = TinyUNet().eval()
     path = tmp_path / "unet.onnx"
@@ -429,7 +429,7 @@ def test_onnx_and_torch_give_a_conv_transpose_one_key(tmp_path):
 
 
 def test_the_pytorch_op_leaves_a_conv_transpose2d_to_pytorch():
-    from tuner.torch_ops.plan import Fallback, TunedIndex, decide
+    from tuner.importers.plan import Fallback, TunedIndex, decide
 
     [up] = [layer for layer in from_torch(TinyUNet().eval(), (2, 16, 16, 16)).layers if layer.nodes == ("up",)]
     decision = decide("up", up.problem, TunedIndex({}))

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from tuner.epilogue import parse_epilogue  # noqa: E402
+from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.torch_ops.fold import NotFoldable, fold, kernel_filter  # noqa: E402
 
 

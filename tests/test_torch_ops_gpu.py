@@ -15,10 +15,10 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU for torch", allow_module_level=True)
 
 from torch_standins import SLUG, net, write_best  # noqa: E402
-from tuner.epilogue import Activation  # noqa: E402
-from tuner.space import make_config  # noqa: E402
+from tuner.core.epilogue import Activation  # noqa: E402
+from tuner.search.space import make_config  # noqa: E402
 from tuner.torch_ops.optimize import CompiledKernels, TunedConv2d, optimize, relative_l2  # noqa: E402
-from tuner.torch_ops.plan import Fallback  # noqa: E402
+from tuner.importers.plan import Fallback  # noqa: E402
 
 SHAPE = (4, 3, 16, 16)
 TOLERANCE = 1e-2

@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch_standins import CpuKernel  # noqa: E402
-from tuner.epilogue import parse_epilogue  # noqa: E402
+from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.base import LaunchArgs  # noqa: E402
-from tuner.problem import ConvProblem  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.torch_ops import kernels  # noqa: E402
 
 PROBLEM = ConvProblem(n=2, h=8, w=8, c=16, k=32, r=3, s=3, pad=1, stride=2, epilogue=parse_epilogue("bias+relu"))

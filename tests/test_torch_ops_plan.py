@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tuner.epilogue import parse_epilogue
-from tuner.network import ImportedLayer, Network, Unsupported
-from tuner.problem import ConvProblem, DataType
-from tuner.results import BestEntry, best_entries
-from tuner.torch_ops.plan import Fallback, TunedIndex, decide, network_decisions, summary
+from tuner.core.epilogue import parse_epilogue
+from tuner.importers.network import ImportedLayer, Network, Unsupported
+from tuner.core.problem import ConvProblem, DataType
+from tuner.store.results import BestEntry, best_entries
+from tuner.importers.plan import Fallback, TunedIndex, decide, network_decisions, summary
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = REPO / "results" / "nvidia-h100-80gb-hbm3"
@@ -62,7 +62,7 @@ def test_the_committed_resnet50_table_replaces_every_conv_of_the_torchvision_imp
 
 
 def test_with_dtype_keeps_tf32_an_input_type():
-    from tuner.torch_ops.plan import with_dtype
+    from tuner.importers.plan import with_dtype
 
     problem = ConvProblem(n=2, h=8, w=8, c=16, k=32, r=3, s=3, pad=1)
     assert with_dtype(problem, DataType.tf32).dtype_key == "tf32_tf32_f32_f32"

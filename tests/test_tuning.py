@@ -6,13 +6,13 @@ from dataclasses import replace
 import optuna
 
 from conftest import params
-from tuner.results import BestEntry
-from tuner.costmodel import PRIOR_PICKS, Ceilings, prior_picks
+from tuner.store.results import BestEntry
+from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
-from tuner.space import JointSpace, joint_params
-from tuner.status import Status
-from tuner.study import TrialRecord, open_study
-from tuner.tuning import finalist_configs, seed_study
+from tuner.search.space import JointSpace, joint_params
+from tuner.core.status import Status
+from tuner.search.study import TrialRecord, open_study
+from tuner.pipeline.tuning import finalist_configs, seed_study
 
 
 def record(number: int, config, us: float) -> TrialRecord:
@@ -71,8 +71,8 @@ def test_the_best_of_each_family_joins_the_finalists(conv_1, sm80_space, h100):
 def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
     from pathlib import Path
 
-    from tuner.space import default_space_file, layer_space, load_space
-    from tuner.tuning import landscape_seeds
+    from tuner.search.space import default_space_file, layer_space, load_space
+    from tuner.pipeline.tuning import landscape_seeds
 
     folder = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
     spaces = tuple(load_space(default_space_file(f)) for f in ("sm80", "sm90_conv", "sm90_gemm"))
@@ -105,10 +105,10 @@ def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h
     import yaml
     from optuna.distributions import CategoricalDistribution
 
-    from tuner.epilogue import parse_epilogue
-    from tuner.problem import ConvProblem, problem_to_dict
-    from tuner.space import load_space, default_space_file, make_config as family_config
-    from tuner.tuning import twin_seeds
+    from tuner.core.epilogue import parse_epilogue
+    from tuner.core.problem import ConvProblem, problem_to_dict
+    from tuner.search.space import load_space, default_space_file
+    from tuner.pipeline.tuning import twin_seeds
 
     bare = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
     fused = replace(bare, epilogue=parse_epilogue("scale+bias+relu"))
@@ -138,8 +138,8 @@ def test_an_imported_layer_whose_problem_is_tuned_under_another_name_is_skipped(
     import yaml
     from rich.console import Console
 
-    from tuner.problem import Layer, problem_to_dict
-    from tuner.tuning import TuningOptions, TuningSession
+    from tuner.core.problem import Layer, problem_to_dict
+    from tuner.pipeline.tuning import TuningOptions, TuningSession
 
     entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": dict(REFERENCE_PARAMS),
              "kernel": "k", "runtime_us": 3.9}

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from test_cli import REPO, one_error_line, tune
-from tuner.bench import compile_target
-from tuner.choices import UsageError
-from tuner.results import results_slug
+from tuner.pipeline.bench import compile_target
+from tuner.core.errors import UsageError
+from tuner.store.results import results_slug
 
 H100_SLUG = "nvidia-h100-80gb-hbm3"
 ONE_SM80_KERNEL = """\
@@ -101,7 +101,7 @@ def test_export_takes_a_gpus_name_and_needs_no_gpu(tmp_path):
 
 
 def test_the_no_gpu_message_names_every_command_of_the_readmes_offline_section():
-    from tuner.evaluate import OFFLINE_FEATURES
+    from tuner.measure.evaluate import OFFLINE_FEATURES
 
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Without a GPU"):]

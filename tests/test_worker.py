@@ -4,11 +4,13 @@ import json
 
 import pytest
 
-from tuner import device, worker
-from tuner.problem import ConvProblem, DataType
-from tuner.status import Status
-from tuner.problem import problem_from_dict, problem_to_dict
-from tuner.worker import CONTEXT_LOST, EXIT_CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX
+from tuner.core import device
+
+from tuner.measure import worker
+from tuner.core.problem import ConvProblem, DataType
+from tuner.core.status import Status
+from tuner.core.problem import problem_from_dict, problem_to_dict
+from tuner.measure.worker import CONTEXT_LOST, EXIT_CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -41,7 +43,7 @@ def test_problem_from_dict_types_the_values():
 
 @pytest.mark.skipif(HAS_CUPY, reason="checks the answer of a worker without CuPy")
 def test_handle_without_cupy_is_an_infra_error(monkeypatch):
-    monkeypatch.setattr("tuner.device.missing_gpu", lambda: None)  # a GPU host that lacks only CuPy
+    monkeypatch.setattr("tuner.core.device.missing_gpu", lambda: None)  # a GPU host that lacks only CuPy
     response, context_ok = worker.handle({"op": "device"})
     assert response["status"] == Status.infra_error.value and "CuPy" in response["reason"]
     assert NO_GPU not in response
@@ -49,7 +51,7 @@ def test_handle_without_cupy_is_an_infra_error(monkeypatch):
 
 
 def test_a_host_without_a_gpu_is_said_before_a_missing_cupy(monkeypatch):
-    monkeypatch.setattr("tuner.device.missing_gpu", lambda: "no NVIDIA driver: libcuda.so.1 not found")
+    monkeypatch.setattr("tuner.core.device.missing_gpu", lambda: "no NVIDIA driver: libcuda.so.1 not found")
     response, context_ok = worker.handle({"op": "device"})
     assert response[NO_GPU] is True and response["reason"] == "no NVIDIA driver: libcuda.so.1 not found"
     assert response["status"] == Status.infra_error.value and context_ok is False

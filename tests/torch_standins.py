@@ -11,9 +11,9 @@ from torch.nn import functional as F
 
 from tuner.families import registry
 from tuner.families.sm80.space import make_config
-from tuner.problem import problem_to_dict
-from tuner.space import entry_config
-from tuner.torch_import import from_torch
+from tuner.core.problem import problem_to_dict
+from tuner.search.space import entry_config
+from tuner.importers.torch_import import from_torch
 
 SLUG = "test-gpu"
 SM80_PARAMS = {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1}

@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from repository import this_gpu, tuned_layers
 
-from tuner.compile import Compiler
-from tuner.epilogue import Epilogue
-from tuner.evaluate import GpuEvaluator, WorkerProcess
+from tuner.build.compile import Compiler
+from tuner.core.epilogue import Epilogue
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess
 from tuner.families import registry
-from tuner.space import entry_config
-from tuner.status import Status
+from tuner.search.space import entry_config
+from tuner.core.status import Status
 
 VARIANTS = (0, 1)
 

@@ -12,10 +12,10 @@ import time
 
 from repository import this_gpu, tuned_layers
 
-from tuner.compile import Compiler
-from tuner.evaluate import GpuEvaluator, WorkerProcess
+from tuner.build.compile import Compiler
+from tuner.measure.evaluate import GpuEvaluator, WorkerProcess
 from tuner.families import registry
-from tuner.space import entry_config
+from tuner.search.space import entry_config
 
 IDLE_S = 2.0
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 import repository  # noqa: F401 - puts the repository on sys.path
 
-from tuner.torch_import import from_torchvision
+from tuner.importers.torch_import import from_torchvision
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import repository  # noqa: F401 - puts the repository on sys.path
 
-from tuner.ncu import NcuReportError, parse_text_report
+from tuner.analysis.ncu import NcuReportError, parse_text_report
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 """Write search_spaces/suite.yaml, the generalisation suite: convolutions of six networks that the
 ResNet-50 table (search_spaces/layers.yaml) does not hold, each at batch 1, 8 and 32, bare and, for a
 share of them, fused as the network runs them. The networks are imported the way `tune.py
---torchvision NAME --batch N` imports them (tuner/torch_import.py: built without weights on the meta
+--torchvision NAME --batch N` imports them (tuner/importers/torch_import.py: built without weights on the meta
 device, shapes from torch.fx with fake tensors); the layers taken from each are the hand-picked nodes
 of NETWORKS below, each with why it is there. The output depends on nothing but torchvision's
 architectures: running this again writes the same bytes. docs/suite.md says how the picks were made."""
@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: the tuner package is the repository's
 
-from tuner.epilogue import Epilogue  # noqa: E402
-from tuner.network import LAYERS_DEFAULTS, ImportedLayer, Network, NetworkError, layer_entry, layer_name  # noqa: E402
-from tuner.problem import ConvProblem, ProblemError, load_layers  # noqa: E402
+from tuner.core.epilogue import Epilogue  # noqa: E402
+from tuner.importers.network import LAYERS_DEFAULTS, ImportedLayer, Network, NetworkError, layer_entry, layer_name  # noqa: E402
+from tuner.core.problem import ConvProblem, ProblemError, load_layers  # noqa: E402
 
 BATCHES = (1, 8, 32)
 FUSED_MARK = "f"  # vgg16f_features_0_b1: the layer with its epilogue, as layers.yaml's r50f_ layers
@@ -65,7 +65,7 @@ class SuiteLayer:
 def torchvision_classifier(name: str) -> Callable[[int], Network]:
     """The network as `tune.py --torchvision NAME --batch N` imports it."""
     def build(batch: int) -> Network:
-        from tuner.torch_import import from_torchvision
+        from tuner.importers.torch_import import from_torchvision
 
         return from_torchvision(name, batch)
     return build
@@ -74,7 +74,7 @@ def torchvision_classifier(name: str) -> Callable[[int], Network]:
 def inception_v3(batch: int) -> Network:
     """torchvision's Inception-v3 without its auxiliary classifier (inference), at 299x299."""
     torch, torchvision = _torchvision()
-    from tuner.torch_import import from_torch
+    from tuner.importers.torch_import import from_torch
 
     with torch.device("meta"):
         module = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False).eval()
@@ -86,7 +86,7 @@ def deeplabv3(batch: int) -> Network:
     at 520x520, the size its weights' transforms resize to. `--torchvision` takes classifiers only,
     so this goes through from_torch, which is what it calls."""
     torch, torchvision = _torchvision()
-    from tuner.torch_import import from_torch
+    from tuner.importers.torch_import import from_torch
 
     with torch.device("meta"):
         module = torchvision.models.segmentation.deeplabv3_resnet50(weights=None, weights_backbone=None,
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         same = args.output.is_file() and args.output.read_text() == text
         print(f"{args.output}: {'up to date' if same else f'differs from what {COMMAND} writes'}")
         return 0 if same else 1
-    from tuner.results import atomic_write
+    from tuner.store.results import atomic_write
 
     try:
         atomic_write(args.output, text)

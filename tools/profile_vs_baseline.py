@@ -19,15 +19,15 @@ from pathlib import Path
 
 from repository import this_gpu, tuned_layers
 
-from tuner.bench import is_gemm_layer
-from tuner.compile import Compiler
-from tuner.epilogue import Epilogue
+from tuner.pipeline.bench import is_gemm_layer
+from tuner.build.compile import Compiler
+from tuner.core.epilogue import Epilogue
 from tuner.families import registry
-from tuner.messages import EvaluateRequest
-from tuner.profile import KERNEL_FILTER
-from tuner.ncu import NcuReportError, parse_csv_report
-from tuner.space import make_config
-from tuner.worker import worker_env
+from tuner.measure.protocol import EvaluateRequest
+from tuner.analysis.profile import KERNEL_FILTER
+from tuner.analysis.ncu import NcuReportError, parse_csv_report
+from tuner.search.space import make_config
+from tuner.measure.worker import worker_env
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 # --warp-states: where the warps wait and how many instructions they issue (fused against bare, e.g.)
@@ -118,7 +118,7 @@ def main() -> int:
         launch = registry.family_of(config).launch_args(config, problem)
         request = EvaluateRequest(str(compiled.binary.path), compiled.binary.index, problem, launch, seed=1,
                                   validate_only=True).to_dict()
-        return {"kernel": config.name, "launches": ncu([sys.executable, "-m", "tuner.worker", "--once",
+        return {"kernel": config.name, "launches": ncu([sys.executable, "-m", "tuner.measure.worker", "--once",
                                                         json.dumps(request)], report,
                                                        "-k", KERNEL_FILTER + "|Implicit|fold", "--launch-count", "2",
                                                        sections=sections, every_metric=args.warp_states)}

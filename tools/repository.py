@@ -10,10 +10,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tuner.device import DeviceFacts  # noqa: E402
-from tuner.evaluate import GpuUnavailable, NoGpu, local_device  # noqa: E402
-from tuner.problem import ConvProblem, ProblemError  # noqa: E402
-from tuner.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
+from tuner.core.device import DeviceFacts  # noqa: E402
+from tuner.measure.evaluate import GpuUnavailable, NoGpu, local_device  # noqa: E402
+from tuner.core.problem import ConvProblem, ProblemError  # noqa: E402
+from tuner.store.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 RESULTS_DIR = REPO / "results"

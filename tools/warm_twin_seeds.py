@@ -13,13 +13,15 @@ import time
 
 from repository import LAYERS_FILE, RESULTS_DIR, this_gpu
 
-from tuner.choices import UsageError, chosen_spaces, matching_layers
-from tuner.compile import Compiler, default_cache_dir
-from tuner.costmodel import Ceilings
-from tuner.problem import ProblemError, load_layers
-from tuner.results import gpu_dir, study_storage
-from tuner.space import layer_space
-from tuner.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds
+from tuner.cli.choices import matching_layers
+from tuner.search.space import chosen_spaces
+from tuner.core.errors import UsageError
+from tuner.build.compile import Compiler, default_cache_dir
+from tuner.search.costmodel import Ceilings
+from tuner.core.problem import ProblemError, load_layers
+from tuner.store.results import gpu_dir, study_storage
+from tuner.search.space import layer_space
+from tuner.pipeline.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds
 
 
 def main() -> int:

@@ -5605,7 +5605,7 @@ struct TunedLayer {
   // input_filter_output_accumulator types, e.g. f16_f16_f16_f32 or bf16_bf16_bf16_f32; tf32_tf32_f32_f32: f32
   // tensors the tensor cores read as TF32. The runner's ElementA/B/C are those types' CUTLASS elements.
   const char *types;
-  double tolerance;  // the relative L2 error above which an output is wrong (tuner/validate.py, from the types)
+  double tolerance;  // the relative L2 error above which an output is wrong (tuner/measure/validate.py, from the types)
   // A transposed convolution (ConvTranspose2d's forward, the family sm80_dgrad): h, w, c are its input x, k its
   // output's channels, and its weight is w[C,R,S,K] (ConvTranspose2d's [C,K,R,S] with K last). The output
   // padding adds rows (columns) at the bottom (right) of y; output_p and output_q say y's extents.

@@ -11,13 +11,13 @@ from typing import Iterator
 import yaml
 
 import tuner.families
-from tuner.evaluate import Evaluation
+from tuner.measure.evaluate import Evaluation
 from tuner.families import registry
 from tuner.families.base import Family, KernelConfig, LaunchArgs
-from tuner.measure import Measurement
-from tuner.problem import ConvProblem
-from tuner.run import KernelBinary
-from tuner.status import Status
+from tuner.measure.timing import Measurement
+from tuner.core.problem import ConvProblem
+from tuner.build.abi import KernelBinary
+from tuner.core.status import Status
 
 # Holds fake/, as tuner/families/ holds the real families.
 FOLDER = Path(__file__).resolve().parent

@@ -4,10 +4,10 @@ import dataclasses
 import pytest
 
 from conftest import H100
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import Family, SpaceError
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 A100 = DeviceFacts(
     name="NVIDIA A100-SXM4-80GB",
@@ -152,7 +152,7 @@ def test_each_family_runs_or_refuses_a_per_axis_problem(problem, expected):
 @pytest.mark.parametrize("name", ["sm80", "sm90_conv", "sm90_dsl"])
 def test_the_families_that_run_a_per_axis_problem_have_valid_kernels_for_it(problem, name):
     from conftest import REPO
-    from tuner.space import all_configs, load_space
+    from tuner.search.space import all_configs, load_space
 
     family = registry.get(name)
     configs = all_configs(load_space(REPO / "search_spaces" / f"{name}.yaml"), problem)

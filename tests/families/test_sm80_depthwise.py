@@ -9,17 +9,17 @@ import shutil
 import pytest
 
 from conftest import H100, REPO, squeeze
-from tuner.codegen import candidate_source
-from tuner.compile import Compiler
-from tuner.costmodel import bound
-from tuner.diagnose import diagnose, kernel_facts
-from tuner.epilogue import parse_epilogue
+from tuner.build.codegen import candidate_source
+from tuner.build.compile import Compiler
+from tuner.search.costmodel import bound
+from tuner.analysis.diagnose import diagnose, kernel_facts
+from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs, SpaceError
 from tuner.families.sm80_depthwise import space
-from tuner.problem import ConvProblem, DataType
-from tuner.run import EpilogueOperands, KernelAttributes, KernelLibrary, LaunchError, problem_array
-from tuner.space import load_space, valid_configs
+from tuner.core.problem import ConvProblem, DataType
+from tuner.measure.run import EpilogueOperands, KernelAttributes, KernelLibrary, LaunchError, problem_array
+from tuner.search.space import load_space, valid_configs
 
 FAMILY = registry.get("sm80_depthwise")
 BF16 = dict(input_type=DataType.bf16, filter_type=DataType.bf16, output_type=DataType.bf16)

@@ -7,13 +7,13 @@ import shutil
 import pytest
 
 from conftest import H100, REPO, squeeze
-from tuner.codegen import candidate_source
+from tuner.build.codegen import candidate_source
 from tuner.families import registry
 from tuner.families.base import SpaceError
 from tuner.families.sm80_dgrad.space import StrideSupport, derive_alignments, k_iterations, make_config, parse_space
-from tuner.problem import ConvProblem, DataType
-from tuner.run import KernelLibrary, LaunchGrid, problem_array
-from tuner.space import all_configs, load_space, valid_configs
+from tuner.core.problem import ConvProblem, DataType
+from tuner.measure.run import KernelLibrary, LaunchGrid, problem_array
+from tuner.search.space import all_configs, load_space, valid_configs
 
 FAMILY = registry.get("sm80_dgrad")
 SPACE = load_space(REPO / "search_spaces" / "sm80_dgrad.yaml")
@@ -117,7 +117,7 @@ def test_config_names_and_params_round_trip():
 
 
 def test_the_cost_model_prefers_the_strided_kernel_where_it_must():
-    from tuner.costmodel import prior_candidates
+    from tuner.search.costmodel import prior_candidates
 
     assert {c.stride_support for c in prior_candidates(SPACE, UNET_UP, H100)[:5]} == {StrideSupport.strided}
     assert prior_candidates(SPACE, STRIDE_ONE, H100)[0].stride_support is StrideSupport.unity
@@ -141,7 +141,7 @@ def test_source_is_a_dgrad_kernel_with_its_runner():
 def built(tmp_path_factory):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
-    from tuner.compile import Compiler
+    from tuner.build.compile import Compiler
 
     config = make_config(DCGAN_UP, params())
     result = Compiler(H100, tmp_path_factory.mktemp("cache"), jobs=1).compile(config)
@@ -170,9 +170,9 @@ def test_an_exported_header_with_a_transposed_layer_compiles_and_says_its_extent
         pytest.skip("nvcc is not on PATH")
     import subprocess
 
-    from tuner.compile import cutlass_include_dirs
-    from tuner.export import render_header
-    from tuner.problem import problem_to_dict
+    from tuner.build.compile import cutlass_include_dirs
+    from tuner.pipeline.export import render_header
+    from tuner.core.problem import problem_to_dict
 
     config = make_config(PADDED_UP, params())
     layer = {"problem": problem_to_dict(PADDED_UP), "family": "sm80_dgrad", "params": config.search_params,

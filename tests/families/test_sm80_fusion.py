@@ -8,15 +8,15 @@ import shutil
 import pytest
 
 from conftest import assert_in_order, H100, config_for
-from tuner.codegen import CANDIDATE_ALIAS, candidate_source, kernel_alias
-from tuner.compile import Compiler
-from tuner.epilogue import Activation, Epilogue, parse_epilogue
+from tuner.build.codegen import CANDIDATE_ALIAS, candidate_source, kernel_alias
+from tuner.build.compile import Compiler
+from tuner.core.epilogue import Activation, Epilogue, parse_epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs
 from tuner.families.base import ACTIVATION_TAGS
 from tuner.families.sm80.space import reference_config, static_problems
-from tuner.problem import ConvProblem, DataType
-from tuner.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
+from tuner.core.problem import ConvProblem, DataType
+from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
 
 ALIAS = f"{CANDIDATE_ALIAS}0"
 LAYER = ConvProblem(n=2, h=28, w=28, c=64, k=128, r=3, s=3, pad=1)  # f16 out: 8-wide output accesses

@@ -8,15 +8,15 @@ import shutil
 import pytest
 
 from conftest import H100, REPO, squeeze
-from tuner.codegen import candidate_source
-from tuner.compile import Compiler
-from tuner.epilogue import parse_epilogue
+from tuner.build.codegen import candidate_source
+from tuner.build.compile import Compiler
+from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs, SpaceError
 from tuner.families.sm80_group import space
-from tuner.problem import ConvProblem, DataType
-from tuner.run import KernelLibrary, problem_array
-from tuner.space import load_space, valid_configs
+from tuner.core.problem import ConvProblem, DataType
+from tuner.measure.run import KernelLibrary, problem_array
+from tuner.search.space import load_space, valid_configs
 
 FAMILY = registry.get("sm80_group")
 # RegNetY-400MF's grouped 3x3: 8 channels a group

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from conftest import SPACE_FILE, config_for, params
-from tuner.problem import ConvProblem, DataType
+from tuner.core.problem import ConvProblem, DataType
 from tuner.families.base import SearchSpace, Shape3, SpaceError
 from tuner.families.sm80.space import (
     MAX_ACCUMULATORS_PER_THREAD,
@@ -21,7 +21,7 @@ from tuner.families.sm80.space import (
     reference_config,
     static_problems,
 )
-from tuner.space import all_configs, load_space, valid_configs
+from tuner.search.space import all_configs, load_space, valid_configs
 
 
 def problem(**fields) -> ConvProblem:
@@ -387,7 +387,7 @@ def test_128_wide_warp_tiles_with_f16_output_are_rejected(layers, h100):
 def test_a_warp_tile_of_one_instruction_step_in_k_is_refused(conv_1, h100):
     """Tile K 16 with one warp in K: one mma.sync step of K 16, which CUTLASS's pipelined mainloop
     refuses at compile time (mma_base.h: at least two warp-level GEMMs, an even number)."""
-    from tuner.space import static_problems
+    from tuner.search.space import static_problems
 
     one_step = config_for(conv_1, tile="128x64x16", warps="2x2x1")
     assert any("needs an even number, at least two" in r for r in static_problems(one_step, conv_1, h100))

@@ -7,7 +7,8 @@ import pytest
 
 from conftest import assert_in_order
 
-from tuner.codegen import ABI_VERSION, CANDIDATE_ALIAS, candidate_source, kernel_alias
+from tuner.build.codegen import CANDIDATE_ALIAS, candidate_source, kernel_alias
+from tuner.build.abi import ABI_VERSION
 from tuner.families import registry
 from tuner.families.sm90_conv.codegen import EPILOGUE_TAGS
 from tuner.families.sm90_conv.space import EpilogueSchedule as ConvEpilogue
@@ -15,8 +16,8 @@ from tuner.families.sm90_conv.space import make_config as conv_config
 from tuner.families.sm90_gemm.codegen import KERNEL_SCHEDULE_TAGS, SCHEDULER_TAGS, TMA_EPILOGUE_TAGS
 from tuner.families.sm90_gemm.space import Schedule, Scheduler
 from tuner.families.sm90_gemm.space import make_config as gemm_config
-from tuner.epilogue import parse_epilogue
-from tuner.problem import ConvProblem, DataType
+from tuner.core.epilogue import parse_epilogue
+from tuner.core.problem import ConvProblem, DataType
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
                 "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",

@@ -21,8 +21,8 @@ from tuner.families.sm90_conv.space import (
     parse_space,
     static_problems,
 )
-from tuner.problem import ConvProblem, DataType
-from tuner.space import all_configs, load_space, valid_configs
+from tuner.core.problem import ConvProblem, DataType
+from tuner.search.space import all_configs, load_space, valid_configs
 
 SPACE_FILE = REPO / "search_spaces" / "sm90_conv.yaml"
 LANDSCAPE_FILE = REPO / "search_spaces" / "sm90_conv_landscape.yaml"
@@ -217,7 +217,7 @@ def test_explicit_stages_that_do_not_fit(h100):
 def test_a_residual_kernel_keeps_the_epilogue_beside_the_stages(h100):
     """The early-residual kernel (templates/early_residual.h) stores the epilogue's tensors beside the
     mainloop's, not in a union with them: the explicit stage counts that fit only in the union do not."""
-    from tuner.epilogue import parse_epilogue
+    from tuner.core.epilogue import parse_epilogue
 
     residual = problem(epilogue=parse_epilogue("scale+bias+residual+relu"))
     seven = config(residual, stages=7)

@@ -16,7 +16,7 @@ pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pi
 if shutil.which("gcc") is None:
     pytest.skip("gcc is needed to link candidate.so", allow_module_level=True)
 
-from tuner.compile import parse_ptxas  # noqa: E402
+from tuner.build.compile import parse_ptxas  # noqa: E402
 from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
 
 ENTRY_POINTS = ["tuner_abi_version", "tuner_kernel_count"] + [
@@ -34,12 +34,12 @@ CONV_BF16 = BuildSpec(CONV.problem, CONV.epilogue, CONV.tile, element="bf16")
 
 
 def problem_values(p: ProblemSpec, split_k: int):
-    """The problem array tuner/run.py hands the kernel for the compiled problem."""
+    """The problem array tuner/measure/run.py hands the kernel for the compiled problem."""
     from dataclasses import asdict
 
     from tuner.families.base import LaunchArgs
-    from tuner.problem import ConvProblem
-    from tuner.run import problem_array
+    from tuner.core.problem import ConvProblem
+    from tuner.measure.run import problem_array
 
     return problem_array(ConvProblem(**asdict(p)), LaunchArgs(p.c, split_k=split_k))
 

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pip install -e '.[dsl]')")
 
-from tuner.epilogue import parse_epilogue  # noqa: E402
+from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.families.sm90_dsl.kernel import ConvKernel, geometry  # noqa: E402
 from tuner.families.sm90_dsl.space import make_config  # noqa: E402
 from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
-from tuner.problem import ConvProblem  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 
 GEMM = ProblemSpec.symmetric(32, 7, 7, 512, 2048, 1, 1, 0, 1, 1)  # 1568x2048x512
 RESIDUAL = EpilogueSpec(scale=True, bias=True, residual=True, activation="relu")

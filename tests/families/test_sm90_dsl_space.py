@@ -1,7 +1,6 @@
 """The sm90_dsl family without the DSL: its space file, static rules, the box of pixels a conv tile
 covers, the build request the compile cache keys on, the compile hook that runs a family's own builder,
 the one-line skip where the DSL is not installed, and the export's refusal of its kernels."""
-import json
 import sys
 from dataclasses import replace
 
@@ -9,17 +8,17 @@ import pytest
 from rich.console import Console
 
 from conftest import H100, REPO
-from tuner.compile import Compiler, builder_cache_key
-from tuner.epilogue import parse_epilogue
+from tuner.build.compile import Compiler, builder_cache_key
+from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
 from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
-from tuner.families.sm90_dsl.space import (Schedule, Sm90DslConfig, kernel_problem, layer_problem, make_config,
+from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
                                            parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
-from tuner.problem import ConvProblem, DataType
-from tuner.space import load_space, valid_configs
-from tuner.tuning import buildable_spaces
+from tuner.core.problem import ConvProblem, DataType
+from tuner.search.space import load_space, valid_configs
+from tuner.pipeline.tuning import buildable_spaces
 
 SPACE_FILE = REPO / "search_spaces" / "sm90_dsl.yaml"
 GEMM = ConvProblem(n=32, h=7, w=7, c=512, k=2048, r=1, s=1)
@@ -242,8 +241,8 @@ def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, mon
     (tests/test_export_dsl.py has the export itself)."""
     import yaml
 
-    from tuner.export import export_header
-    from tuner.results import ResultsError
+    from tuner.pipeline.export import export_header
+    from tuner.store.results import ResultsError
 
     config = make_config(CONV, params())
     entry = {"problem": {"n": 32, "h": 28, "w": 28, "c": 128, "k": 128, "r": 3, "s": 3, "pad": 1, "stride": 1,
@@ -310,7 +309,7 @@ def test_a_long_lived_builder_builds_kernel_after_kernel_and_a_dead_one_is_trans
 
 
 def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
-    from tuner.space import JointSpace, layer_space, without_superseded
+    from tuner.search.space import JointSpace, layer_space, without_superseded
 
     spaces = tuple(load_space(REPO / "search_spaces" / f"{f}.yaml") for f in ("sm80", "sm90_conv", "sm90_dsl",
                                                                                "sm90_gemm", "sm90_s2d"))
@@ -330,7 +329,7 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
 
 
 def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(tmp_path, monkeypatch):
-    from tuner.compile import BuilderPool, Compiler
+    from tuner.build.compile import BuilderPool, Compiler
 
     started = []
     monkeypatch.setattr(BuilderPool, "_start", staticmethod(lambda command: started.append(command) or command))

@@ -15,9 +15,9 @@ from tuner.families.sm90_s2d.space import (
     make_config,
     static_problems,
 )
-from tuner.problem import ConvProblem
-from tuner.space import load_space, valid_configs
-from tuner.validate import reference_fprop
+from tuner.core.problem import ConvProblem
+from tuner.search.space import load_space, valid_configs
+from tuner.measure.validate import reference_fprop
 
 STEM = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
 PARAMS = {"tile": "128x64x16", "cluster": "1x1x1", "stages": 0, "epilogue": "tma"}

@@ -7,13 +7,13 @@ import shutil
 import pytest
 
 from conftest import H100
-from tuner.codegen import candidate_source
-from tuner.compile import Compiler
-from tuner.epilogue import parse_epilogue
+from tuner.build.codegen import candidate_source
+from tuner.build.compile import Compiler
+from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
-from tuner.problem import ConvProblem, DataType, dtype_fields
-from tuner.run import KernelLibrary, problem_array
-from tuner.space import make_config
+from tuner.core.problem import ConvProblem, DataType, dtype_fields
+from tuner.measure.run import KernelLibrary, problem_array
+from tuner.search.space import make_config
 
 CONV = ConvProblem(n=2, h=28, w=28, c=64, k=128, r=3, s=3, pad=1)
 GEMM = ConvProblem(n=2, h=28, w=28, c=64, k=128, r=1, s=1)

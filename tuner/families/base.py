@@ -16,10 +16,10 @@ from pathlib import Path
 from string import Template
 from typing import Callable, Protocol, Sequence
 
-from tuner.cutlass_pkg import library as cutlass_lib
-from tuner.epilogue import Activation, Epilogue
-from tuner.device import DeviceFacts
-from tuner.problem import ConvProblem, DataType
+from tuner.core.cutlass_pkg import library as cutlass_lib
+from tuner.core.epilogue import Activation, Epilogue
+from tuner.core.device import DeviceFacts
+from tuner.core.problem import ConvProblem, DataType
 
 
 class SpaceError(ValueError):
@@ -50,7 +50,7 @@ class Shape3:
 
 @dataclass(frozen=True)
 class LaunchArgs:
-    """What a compiled kernel takes at run time besides its buffers (tuner/run.py's problem array)."""
+    """What a compiled kernel takes at run time besides its buffers (tuner/measure/run.py's problem array)."""
 
     kernel_channels: int  # C as the kernel reads it: the tensors are zero-padded from the layer's C
     split_k: int = 1      # sm80 serial split-K slices; sm90_gemm stream-K/split-K units
@@ -80,7 +80,7 @@ class SearchSpace:
 
 @dataclass(frozen=True)
 class CostTerms:
-    """What the cost model (tuner/costmodel.py) needs to know of one candidate on one problem."""
+    """What the cost model (tuner/search/costmodel.py) needs to know of one candidate on one problem."""
 
     tile_m: int
     tile_n: int
@@ -97,7 +97,7 @@ class CostTerms:
     # slice after another
     split_k_in_parallel: bool = False
     # A kernel of few multiply-adds an output (a depthwise conv's R*S): its bytes against the copy ceiling bind,
-    # not the tensor rate (tuner/costmodel.py's bound says which does).
+    # not the tensor rate (tuner/search/costmodel.py's bound says which does).
     memory_bound: bool = False
 
 
@@ -322,7 +322,7 @@ class BuildRequest:
     source_file: str
     command: tuple[str, ...]
     toolchain: str
-    # A long-lived builder that builds kernel after kernel (tuner/compile.py's BuilderPool says how it is
+    # A long-lived builder that builds kernel after kernel (tuner/build/compile.py's BuilderPool says how it is
     # spoken to): a toolchain that is slow to start but fast per kernel. Empty: `command`, a process a kernel.
     serve_command: tuple[str, ...] = ()
 
@@ -341,7 +341,7 @@ class Family(abc.ABC):
     groupable: bool = False
     # Whether best_configs.h can hold its kernels (CUTLASS C++ emitted from the family's templates).
     emits_cpp: bool = True
-    # The epilogue parts (tuner/epilogue.py's Epilogue.parts) its kernels fuse.
+    # The epilogue parts (tuner/core/epilogue.py's Epilogue.parts) its kernels fuse.
     fusable: frozenset[str] = frozenset()
     # Parts its kernels could fuse but that it refuses, each with why ("{family}" stands for its name).
     refused_parts: tuple[tuple[str, str], ...] = ()

@@ -7,9 +7,9 @@ import pkgutil
 from functools import lru_cache
 
 import tuner.families
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import Family, KernelConfig, SpaceError
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tuner.epilogue import Epilogue
+from tuner.core.epilogue import Epilogue
 
 
 class NotFoldable(ValueError):

@@ -3,7 +3,7 @@
 implementation, so that torch.compile traces it and CUDA graphs capture it.
 
 `kernel` is the index of a kernel registered here: on the GPU a `LoadedKernel`, the very candidate library the
-tuner validated (the compile cache's candidate.so, tuner/run.py's KernelLibrary and problem_array), launched on
+tuner validated (the compile cache's candidate.so, tuner/measure/run.py's KernelLibrary and problem_array), launched on
 the caller's current stream. The op's contract: x [N, C', H, W] and w [K, C', R, S] channels_last at the
 kernel's channel count C'; scale and bias f32 [K] where the kernel has them; the residual [N, K, P, Q]
 channels_last; y comes back [N, K, P, Q] channels_last. `TunedConv2d` (tuner/torch_ops/optimize.py) meets it."""
@@ -16,11 +16,12 @@ from typing import Optional, Protocol
 
 import torch
 
-from tuner.epilogue import Epilogue
+from tuner.core.epilogue import Epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs
-from tuner.problem import ConvProblem, DataType
-from tuner.run import EpilogueOperands, KernelBinary, KernelLibrary, LaunchError, problem_array
+from tuner.core.problem import ConvProblem, DataType
+from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
+from tuner.build.abi import KernelBinary
 
 NAMESPACE = "cutlass_conv_tuner"
 # Operator objects kept per kernel, one per set of tensor addresses and stream: a CUDA graph or a

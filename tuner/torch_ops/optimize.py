@@ -1,7 +1,7 @@
 """`optimize(model, example_input)`: the model as a torch.fx GraphModule in which every Conv2d that has a tuned
 kernel, with the BatchNorm, residual add and activation the importer fuses after it, is one `TunedConv2d`
 running the custom op of tuner/torch_ops/kernels.py. Everything else stays PyTorch's. Each replaced layer is
-checked against eager on the example input before it goes in; the decisions (tuner/torch_ops/plan.py) say
+checked against eager on the example input before it goes in; the decisions (tuner/importers/plan.py) say
 what was replaced and why the rest fell back."""
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from tuner.epilogue import Activation
+from tuner.core.epilogue import Activation
 from tuner.families import registry
-from tuner.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
-from tuner.problem import ConvProblem, DataType
-from tuner.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
-from tuner.run import LaunchError
-from tuner.torch_import import traced_module
+from tuner.importers.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
+from tuner.core.problem import ConvProblem, DataType
+from tuner.store.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
+from tuner.measure.run import LaunchError
+from tuner.importers.torch_import import traced_module
 from tuner.torch_ops import kernels
 from tuner.torch_ops.fold import NotFoldable, fold, kernel_filter
-from tuner.torch_ops.plan import Decision, Fallback, TunedIndex, decide, summary, with_dtype
+from tuner.importers.plan import Decision, Fallback, TunedIndex, decide, summary, with_dtype
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_TYPES = {torch.float16: DataType.f16, torch.bfloat16: DataType.bf16, torch.float32: DataType.f32}
@@ -51,22 +51,22 @@ class KernelSource(Protocol):
 
 class CompiledKernels:
     """The candidate libraries the tuner validated: each best.yaml kernel through the compile cache (built
-    with the Compiler where it is missing), loaded with tuner/run.py's KernelLibrary."""
+    with the Compiler where it is missing), loaded with tuner/measure/run.py's KernelLibrary."""
 
     def __init__(self, folder: Path, cache_dir: Path | None = None):
-        from tuner.export import best_device
+        from tuner.pipeline.export import best_device
 
         self.device = best_device(read_best(folder))
         self.cache_dir = cache_dir
 
     def config_for(self, name: str, entry: BestEntry):
         """The entry's kernel, checked as export checks it."""
-        from tuner.export import checked_config
+        from tuner.pipeline.export import checked_config
 
         return checked_config(name, entry, self.device)
 
     def load(self, wanted, device):
-        from tuner.compile import Compiler
+        from tuner.build.compile import Compiler
 
         configs, loaded = {}, {}
         for name, (entry, _) in wanted.items():
@@ -169,10 +169,10 @@ def relative_l2(output: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def results_folder(results_dir: Path, gpu: str | None) -> tuple[str, Path]:
-    """results/<gpu>/ with a best.yaml: `gpu` (a slug or a tuner/gpus.py name), else this host's GPU, else
+    """results/<gpu>/ with a best.yaml: `gpu` (a slug or a tuner/core/gpus.py name), else this host's GPU, else
     the only GPU with results."""
     if gpu is None and torch.cuda.is_available():
-        from tuner.device import slugify
+        from tuner.core.device import slugify
 
         gpu = slugify(torch.cuda.get_device_name())
     if gpu is None:

@@ -13,11 +13,11 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tuner.device import DeviceFacts
-from tuner.epilogue import Epilogue
+from tuner.core.device import DeviceFacts
+from tuner.core.epilogue import Epilogue
 from tuner.families.base import (BuildRequest, CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  Shape3, check_keys, int_list, param, shape_list, whole)
-from tuner.problem import ConvProblem, DataType
+from tuner.core.problem import ConvProblem, DataType
 
 NAME = "fake"
 REFERENCE_PARAMS = {"tile": "128x128x32", "stages": 3, "split_k": 1}

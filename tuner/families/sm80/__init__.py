@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace, types_problem
 from tuner.families.sm80 import codegen, costmodel, space
 from tuner.families.sm80.space import REFERENCE_PARAMS, IteratorAlgorithm, Sm80Config
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 
 class Sm80Family(Family):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.cutlass_pkg import library as cutlass_lib
+from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
 from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
 

@@ -1,11 +1,11 @@
 """The sm80 family's cost-model terms: resident blocks from shared memory and an estimate of
-registers, and the tensor-core efficiency of its warp tiles (tuner/costmodel.py combines them)."""
+registers, and the tensor-core efficiency of its warp tiles (tuner/search/costmodel.py combines them)."""
 from __future__ import annotations
 
-from tuner.device import DeviceFacts, block_limits
+from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm80.space import SMALL_CHANNELS, IteratorAlgorithm, Sm80Config, k_iterations, kernel_problem
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 # Fitted to the H100 landscape of `tune.py bench` (its first 6 layers, results/nvidia-h100-80gb-hbm3/
 # landscape/sm80/; the 31 layers recorded after the last change to the model are all within 3 % with

@@ -5,11 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from tuner.device import DeviceFacts
-from tuner.epilogue import Epilogue
+from tuner.core.device import DeviceFacts
+from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
-from tuner.problem import ConvProblem, DataType, dtype_key
+from tuner.core.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm80"
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.device import DeviceFacts, block_limits
+from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace
 from tuner.families.sm80_depthwise import codegen, space
 from tuner.families.sm80_depthwise.space import Sm80DepthwiseConfig
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 # The SM's f32 FMA rate as a share of its dense f16 tensor rate, which the cost model's matrix ceiling holds
 # (H100 SXM datasheet: 67 TFLOPS f32 against 989 TFLOPS f16 tensor): the direct kernel multiplies on CUDA cores.

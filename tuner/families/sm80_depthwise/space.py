@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tuner.device import DeviceFacts
-from tuner.epilogue import Epilogue
+from tuner.core.device import DeviceFacts
+from tuner.core.epilogue import Epilogue
 from tuner.families.base import LaunchArgs, SearchSpace, Shape3, SpaceError, check_keys, int_list, param, whole
-from tuner.problem import ConvProblem, DataType, dtype_key
+from tuner.core.problem import ConvProblem, DataType, dtype_key
 
 FAMILY = "sm80_depthwise"
 INPUT_TYPES = (DataType.f16, DataType.bf16)

@@ -10,8 +10,8 @@ from tuner.families.base import CppPieces, LaunchArgs, LaunchShape, SearchSpace,
 from tuner.families.sm80 import Sm80Family
 from tuner.families.sm80_dgrad import codegen, costmodel, space
 from tuner.families.sm80_dgrad.space import REFERENCE_PARAMS, Sm80DgradConfig
-from tuner.device import DeviceFacts
-from tuner.problem import ConvProblem
+from tuner.core.device import DeviceFacts
+from tuner.core.problem import ConvProblem
 
 
 class Sm80DgradFamily(Sm80Family):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.cutlass_pkg import library as cutlass_lib
+from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.families.base import CppPieces, read_template
 from tuner.families.sm80 import codegen as sm80_codegen
 from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport

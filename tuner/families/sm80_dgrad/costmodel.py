@@ -2,11 +2,11 @@
 of a dgrad tile (the taps of its stride phase)."""
 from __future__ import annotations
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import CostTerms
 from tuner.families.sm80 import costmodel as sm80_costmodel
 from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport, k_iterations
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 
 def cost_terms(config: Sm80DgradConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import CostTerms, CppPieces, LaunchArgs, LaunchShape, SearchSpace
 from tuner.families.sm80 import Sm80Family
 from tuner.families.sm80 import costmodel as sm80_costmodel
 from tuner.families.sm80_group import codegen, space
 from tuner.families.sm80_group.space import GroupMode, Sm80GroupConfig
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 
 class Sm80GroupFamily(Sm80Family):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, fields
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param,
                                  shape_list)
 from tuner.families.sm80 import space as sm80
 from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm80_group"
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import (CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  sm90a_device_problem)
 from tuner.families.sm90_conv import codegen, costmodel, space
 from tuner.families.sm90_conv.space import Sm90ConvConfig
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 
 # CUTLASS 4.2's sm90 SiLU epilogue: in the cold studies of the layers outside the ResNet-50 table (H100,

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.epilogue import Epilogue
+from tuner.core.epilogue import Epilogue
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
-from tuner.problem import DataType
+from tuner.core.problem import DataType
 from tuner.families.sm90_conv.space import AUTO_STAGES, EpilogueSchedule, Sm90ConvConfig
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -3,10 +3,10 @@ the epilogue does not overlap the next tile's main loop (one tile per CTA), so a
 of the SM's tensor rate that grows with the tile; blocks per SM follow from shared memory."""
 from __future__ import annotations
 
-from tuner.device import DeviceFacts, block_limits
+from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm90_conv.space import AUTO_STAGES, THREADS_PER_BLOCK, EpilogueSchedule, Sm90ConvConfig, k_steps
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x128 tile, relative to the model's matrix ceiling, and how it falls
 # with smaller tiles and tile K. Fitted to the H100 landscape of this family

@@ -10,13 +10,13 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import (BuildRequest, CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  SpaceError, sm90a_device_problem)
 from tuner.families.sm90_dsl import costmodel, space
 from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
 from tuner.families.sm90_dsl.spec import GATHER_BELOW_CHANNELS
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 INSTALL_HINT = "pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
 SMALL_CHANNELS = 16  # from 8 to this, a default study keeps the C++ Hopper families beside this one

@@ -4,7 +4,7 @@ the output (a box past the edge of P or Q computes padding); split-K's units are
 fewer k tiles, and its fixup reads back the partials every split wrote."""
 from __future__ import annotations
 
-from tuner.device import DeviceFacts, block_limits
+from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm90_dsl.space import AUTO_STAGES, CONSUMER_WARPGROUPS, Raster, Schedule, Sm90DslConfig, threads
 

@@ -8,14 +8,14 @@ import enum
 import functools
 from dataclasses import dataclass
 
-from tuner.device import DeviceFacts
-from tuner.epilogue import Epilogue
+from tuner.core.device import DeviceFacts
+from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
                                           TileSpec, box_problem, conv_box, epilogue_columns, phase_extents,
                                           residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
-from tuner.problem import ConvProblem, DataType, dtype_key, pair_text
+from tuner.core.problem import ConvProblem, DataType, dtype_key, pair_text
 
 FAMILY = "sm90_dsl"
 SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves

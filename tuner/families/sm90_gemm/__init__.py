@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.sm90_conv import Sm90ConvFamily
 from tuner.families.base import (CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  sm90a_device_problem)
 from tuner.families.sm90_gemm import codegen, costmodel, space
 from tuner.families.sm90_gemm.space import Scheduler, Sm90GemmConfig
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 
 class Sm90GemmFamily(Family):

@@ -3,11 +3,11 @@ consumer warpgroups (ping-pong overlaps one tile's epilogue with the next tile's
 kernel is one consumer warpgroup, one tile per CTA. Stream-K balances the last wave."""
 from __future__ import annotations
 
-from tuner.device import DeviceFacts, block_limits
+from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms
 from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, EpilogueSchedule, Schedule,
                                             Scheduler, Sm90GemmConfig, k_steps)
-from tuner.problem import ConvProblem
+from tuner.core.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x256 tile, by schedule, relative to the model's matrix ceiling, and
 # how it falls with smaller tiles: 75 % of the H100 landscape's pairs more than 5 % apart ordered right

@@ -8,13 +8,13 @@ import enum
 import math
 from dataclasses import dataclass, replace
 
-from tuner.device import DeviceFacts
+from tuner.core.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, flag, flag_list, int_list,
                                  output_alignment, pad_channels, param, shape_list, types_problem, whole)
-from tuner.epilogue import Epilogue
+from tuner.core.epilogue import Epilogue
 # sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
 from tuner.families.sm90_conv.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
-from tuner.problem import ConvProblem, DataType, dtype_key, pair_text
+from tuner.core.problem import ConvProblem, DataType, dtype_key, pair_text
 
 FAMILY = "sm90_gemm"
 SMEM_CAPACITY = 232448   # gemm/collective/builders/sm90_common.inl:57

@@ -9,8 +9,8 @@ from tuner.families.base import CppPieces, LaunchArgs, SearchSpace
 from tuner.families.sm90_conv import Sm90ConvFamily
 from tuner.families.sm90_s2d import codegen, space
 from tuner.families.sm90_s2d.space import Sm90S2dConfig
-from tuner.device import DeviceFacts
-from tuner.problem import ConvProblem
+from tuner.core.device import DeviceFacts
+from tuner.core.problem import ConvProblem
 
 
 class Sm90S2dFamily(Sm90ConvFamily):

@@ -1,0 +1,1 @@
+"""tune.py's commands: argument parsing and what is printed."""

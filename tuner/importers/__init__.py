@@ -1,0 +1,1 @@
+"""Networks in: ONNX and PyTorch models as layers with their fused epilogues."""

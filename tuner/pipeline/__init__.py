@@ -1,0 +1,1 @@
+"""Whole runs: tuning layers and networks, the nightly, bench, export to C++."""

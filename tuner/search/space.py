@@ -1,0 +1,208 @@
+"""Search spaces: each family's YAML file parsed by its family, and the joint space of one layer (every
+family that can run it on this device) as the study samples it: a `family` parameter, then that
+family's knobs under `<family>.<knob>` names, so that the families' knobs never share a name."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from tuner.core.device import DeviceFacts
+from tuner.families import registry
+from tuner.families.base import KernelConfig, SearchSpace, SpaceError
+from tuner.core.problem import ConvProblem
+from tuner.store.results import BestEntry, ResultsError
+from tuner.core.errors import UsageError
+from tuner.core.yamlfile import YamlFileError, read_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SPACES = REPO / "search_spaces"
+FAMILY_PARAM = "family"
+# Space files larger than this are not a search space; refuse before parsing them.
+MAX_SPACE_BYTES = 1 << 20
+
+
+def default_space_file(family: str) -> Path:
+    return SPACES / f"{family}.yaml"
+
+
+def landscape_space_file(family: str) -> Path:
+    return SPACES / f"{family}_landscape.yaml"
+
+
+def load_space(path: Path) -> SearchSpace:
+    """A family's space file: its `family:` key names the family that parses the rest."""
+    try:
+        document = read_yaml(path, "search space", MAX_SPACE_BYTES)
+    except YamlFileError as error:
+        raise SpaceError(str(error)) from None
+    if not isinstance(document, dict) or not isinstance(document.get(FAMILY_PARAM), str):
+        raise SpaceError(f"search space {path} must be a mapping with a 'family:' key "
+                         f"({', '.join(registry.names())})")
+    return registry.get(document[FAMILY_PARAM]).parse_space(document)
+
+
+def make_config(problem: ConvProblem, family: str, params: dict) -> KernelConfig:
+    return registry.get(family).make_config(problem, params)
+
+
+def entry_config(entry: BestEntry, layer: str, problem: ConvProblem) -> KernelConfig:
+    """The configuration a best.yaml entry records; ResultsError when it cannot be read back."""
+    try:
+        return make_config(problem, entry.family, entry.knobs)
+    except (KeyError, TypeError, ValueError, SpaceError) as error:
+        raise ResultsError(f"best.yaml layer {layer!r}: unreadable kernel parameters ({error})") from None
+
+
+def static_problems(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+    return registry.family_of(config).static_problems(config, problem, device)
+
+
+def all_configs(space: SearchSpace, problem: ConvProblem) -> Iterator[KernelConfig]:
+    family = registry.get(space.family)
+    names = list(space.choices)
+    for values in itertools.product(*space.choices.values()):
+        yield family.make_config(problem, dict(zip(names, values)))
+
+
+def valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
+    return list(_valid_configs(space, problem, device))
+
+
+@functools.lru_cache(maxsize=32)  # a layer's study asks twice (its space, the cost model's ranking): seconds each
+def _valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> tuple[KernelConfig, ...]:
+    family = registry.get(space.family)
+    if registry.why_not(family, problem, device):
+        return ()
+    # dict.fromkeys: knobs a problem does not use (sm90_dsl's tile_q in a GEMM) make one configuration twice
+    return tuple(c for c in dict.fromkeys(all_configs(space, problem)) if not family.static_problems(c, problem, device))
+
+
+@dataclass(frozen=True)
+class JointSpace:
+    """The spaces of the families a study searches together, in family-name order."""
+
+    spaces: tuple[SearchSpace, ...]
+
+    def __post_init__(self) -> None:
+        if not self.spaces:
+            raise SpaceError("a study needs at least one family's space")
+        families = [s.family for s in self.spaces]
+        if len(set(families)) != len(families):
+            raise SpaceError(f"two search spaces for one family: {families}")
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(s.family for s in self.spaces)
+
+    @property
+    def key(self) -> str:
+        """The study-name segment: which families' knobs the study holds."""
+        return "families=" + "+".join(self.families)
+
+    @property
+    def digest(self) -> str:
+        """8 hex digits over every family's knobs and their choices. Optuna fixes a categorical's
+        choices for the life of a study, so a space whose choices changed needs a study of its own."""
+        body = json.dumps([[s.family, [[knob, [str(v) for v in values]] for knob, values in s.choices_items]]
+                           for s in self.spaces])
+        return hashlib.sha256(body.encode()).hexdigest()[:8]
+
+    def space(self, family: str) -> SearchSpace:
+        for space in self.spaces:
+            if space.family == family:
+                return space
+        raise SpaceError(f"family {family!r} is not in this study ({', '.join(self.families)})")
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.spaces)
+
+    def contains(self, config: KernelConfig) -> bool:
+        """Whether the study can ask for this configuration: its family and every knob's value are
+        among the choices."""
+        if config.family not in self.families:
+            return False
+        choices = self.space(config.family).choices
+        return all(knob in choices and value in choices[knob] for knob, value in config.search_params.items())
+
+    def only(self, families: tuple[str, ...]) -> "JointSpace":
+        return JointSpace(tuple(s for s in self.spaces if s.family in families))
+
+
+def joint_params(config: KernelConfig) -> dict:
+    """A configuration's parameters as the study stores them."""
+    family = config.family
+    return {FAMILY_PARAM: family, **{f"{family}.{knob}": value for knob, value in config.search_params.items()}}
+
+
+def split_params(params: dict) -> tuple[str, dict]:
+    """(family, its knobs) from stored parameters."""
+    if FAMILY_PARAM not in params:
+        raise SpaceError(f"stored parameters {sorted(params)} name no family")
+    family = str(params[FAMILY_PARAM])
+    prefix = family + "."
+    return family, {name[len(prefix):]: value for name, value in params.items() if name.startswith(prefix)}
+
+
+def config_from_params(problem: ConvProblem, params: dict) -> KernelConfig:
+    family, knobs = split_params(params)
+    return make_config(problem, family, knobs)
+
+
+def layer_space(spaces: tuple[SearchSpace, ...], problem: ConvProblem, device: DeviceFacts) -> JointSpace:
+    """The spaces of the families that can run this problem on this device. None can: a SpaceError
+    that says why for each family."""
+    runnable, reasons = [], []
+    for space in spaces:
+        reason = registry.why_not(registry.get(space.family), problem, device)
+        if reason is None:
+            runnable.append(space)
+        else:
+            reasons.append(f"{space.family}: {reason}")
+    if not runnable:
+        raise SpaceError("no kernel family can run this layer here: " + "; ".join(reasons))
+    return JointSpace(tuple(sorted(runnable, key=lambda s: s.family)))
+
+
+def without_superseded(joint: JointSpace, problem: ConvProblem) -> tuple[JointSpace, tuple[str, ...]]:
+    """The layer's joint space less the families another family of it supersedes on this problem
+    (Family.supersedes), and those left out."""
+    superseded = {name for family in joint.families
+                  for name in registry.get(family).supersedes(problem)} & set(joint.families)
+    if not superseded:
+        return joint, ()
+    return joint.only(tuple(f for f in joint.families if f not in superseded)), tuple(sorted(superseded))
+
+
+def joint_valid_configs(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
+    return [config for space in joint.spaces for config in valid_configs(space, problem, device)]
+
+
+def chosen_spaces(family_text: str | None, space_files: list[Path] | None) -> tuple[SearchSpace, ...]:
+    """The spaces to search: the named families (default every known one), each from its
+    --space-file if one was given, else from search_spaces/<family>.yaml."""
+    if family_text is not None:
+        names = [name.strip() for name in family_text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in registry.names()]
+        if unknown or not names:
+            raise UsageError(f"--family {family_text!r}: unknown family {', '.join(unknown) or '(none given)'}; "
+                             f"choose from {', '.join(registry.names())}")
+        if len(set(names)) != len(names):
+            raise UsageError(f"--family {family_text!r} names a family twice; name each once")
+    else:
+        names = list(registry.names())
+    given = {}
+    for path in space_files or []:
+        space = load_space(path)
+        if space.family in given:
+            raise UsageError(f"--space-file: two files for family {space.family} ({given[space.family][0]} and {path})")
+        given[space.family] = (path, space)
+    stray = [family for family in given if family not in names]
+    if stray:
+        raise UsageError(f"--space-file for {', '.join(stray)}, which --family leaves out; add it to --family")
+    return tuple(given[name][1] if name in given else load_space(default_space_file(name)) for name in names)

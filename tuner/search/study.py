@@ -1,0 +1,595 @@
+"""The Optuna study: ask for candidates, prune the impossible ones, compile in the background,
+evaluate each on the GPU once built, tell Optuna what happened. One study per (GPU, layer, problem,
+families, dtypes): the kernel family is a sampled parameter, each family's knobs conditional on it."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+import zlib
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable, Protocol
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.build.compile import CompileResult
+from tuner.core.device import DeviceFacts
+from tuner.measure.evaluate import Evaluation
+from tuner.families import registry
+from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
+from tuner.core.problem import ConvProblem
+from tuner.build.abi import KernelBinary
+from tuner.search.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
+from tuner.core.status import Status
+# Asks that may pass without a new candidate (all impossible or already recorded) before the
+# space counts as exhausted for this sampler.
+EXHAUSTED_AFTER_ASKS = 400
+# How long a RUNNING trial without its worker tag may wait before fail_orphans takes it for a kill
+# between ask and tag (sampling a knob is a storage round trip: seconds at worst on a remote database).
+UNTAGGED_GRACE = dt.timedelta(minutes=10)
+# How often the runner, waiting for a compile to finish, looks whether a stop was requested.
+STOP_POLL_S = 0.5
+# What a trial's value is, as Optuna's plots and optuna-dashboard label it (else "Objective 0").
+METRIC_NAME = "median µs"
+
+
+class Evaluator(Protocol):
+    def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs,
+                 seed: int | None = None) -> Evaluation: ...
+
+
+class CompileQueueLike(Protocol):
+    """Compiles in the background (tuner.build.compile.CompileQueue): a future per configuration submitted."""
+
+    def submit(self, configs: Iterable[KernelConfig]) -> list[Future[CompileResult]]: ...
+
+    def close(self) -> None: ...
+
+
+class CompilerLike(Protocol):
+    jobs: int
+
+    def open_queue(self) -> CompileQueueLike: ...
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the study holds it, typed."""
+
+    number: int
+    config: KernelConfig
+    status: Status
+    median_us: float | None
+    attrs: dict
+
+    @property
+    def reason(self) -> str | None:
+        return self.attrs.get("reason")
+
+
+def study_name(device: DeviceFacts, layer: str, problem: ConvProblem, joint: JointSpace) -> str:
+    """device/layer/shape/families@space-digest/dtypes[+epilogue]: a study per search space (see open_study)."""
+    return f"{device.slug}/{layer}/{problem.key}/{joint.key}@{joint.digest}/{problem.variant_key}"
+
+
+def problem_of_study(name: str) -> tuple[str, str, str] | None:
+    """(device, shape, dtypes[+epilogue]) of a name study_name() made: the problem, whatever the layer
+    name and the space; None for any other name."""
+    parts = name.split("/")
+    return (parts[0], parts[2], parts[4]) if len(parts) == 5 else None
+
+
+def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
+               joint: JointSpace | None = None) -> optuna.Study:
+    """Load the study, or create it and, given its joint space, carry over what the layer's other
+    studies measured (see carry_over)."""
+    with warnings.catch_warnings():  # multivariate, group and constant_liar are marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # group: each family's knobs are sampled jointly among the trials of that family.
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize")
+    except optuna.exceptions.DuplicatedStudyError:  # exists (or another host created it a moment ago)
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    label_values(study)
+    if joint is not None:
+        carry_over(study, joint, storage)
+    return study
+
+
+def label_values(study: optuna.Study) -> None:
+    """Name what a trial's value is (METRIC_NAME) for Optuna's plots and optuna-dashboard."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([METRIC_NAME])
+
+
+def joint_distributions(joint: JointSpace, family: str) -> dict[str, CategoricalDistribution]:
+    """What ask_config suggests for a trial of `family`."""
+    distributions = {FAMILY_PARAM: CategoricalDistribution(list(joint.families))}
+    for knob, choices in joint.space(family).choices.items():
+        distributions[f"{family}.{knob}"] = CategoricalDistribution(list(choices))
+    return distributions
+
+
+def carry_over(study: optuna.Study, joint: JointSpace, storage: optuna.storages.BaseStorage | str) -> int:
+    """Copy into a new study the measured trials of the same problem's other studies (another search
+    space, another set of families, an older space file, another layer name) whose configuration this
+    space holds: the sampler and the already-measured check start from them instead of from nothing.
+    The newest measurement of a configuration wins. Returns how many were copied."""
+    problem = problem_of_study(study.study_name)
+    if problem is None:
+        return 0
+    fitting: dict[tuple, FrozenTrial] = {}
+    for name in optuna.study.get_all_study_names(storage):
+        # The same problem under any layer name (the r50 table's and an imported network's, say)
+        if name == study.study_name or problem_of_study(name) != problem:
+            continue
+        other = optuna.load_study(study_name=name, storage=storage)
+        for trial in other.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if not _readable(trial) or "from_record" in trial.user_attrs or not _fits(trial.params, joint):
+                continue
+            key = params_key(trial.params)
+            held = fitting.get(key)
+            if held is None or (trial.datetime_complete or dt.datetime.min) > (held.datetime_complete or dt.datetime.min):
+                fitting[key] = trial
+    copies = [optuna.trial.create_trial(
+        state=trial.state, value=trial.value if trial.state is TrialState.COMPLETE else None,
+        params=trial.params, distributions=joint_distributions(joint, trial.params[FAMILY_PARAM]),
+        user_attrs=trial.user_attrs) for trial in fitting.values()]
+    study.add_trials(copies)
+    return len(copies)
+
+
+def _fits(params: dict, joint: JointSpace) -> bool:
+    family = params.get(FAMILY_PARAM)
+    if family not in joint.families:
+        return False
+    distributions = joint_distributions(joint, family)
+    return set(params) == set(distributions) and all(params[name] in d.choices for name, d in distributions.items())
+
+
+# The tuner asks and tells and records the heartbeats itself (_Heartbeat), which Optuna warns about on every ask.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None,
+               on_ask: Callable[[optuna.Trial], None] | None = None) -> optuna.Trial:
+    """A new trial with the family and that family's knobs sampled (or taken from the queue). `on_ask`
+    (the heartbeat) and `tags` (the worker that owns it) come first, before the sampling's storage round
+    trips, so that a kill leaves as small a window as possible for a RUNNING trial nobody can tell is
+    orphaned (fail_orphans sweeps untagged ones after UNTAGGED_GRACE)."""
+    trial = study.ask()
+    if on_ask is not None:
+        on_ask(trial)
+    for key, value in (tags or {}).items():
+        trial.set_user_attr(key, value)
+    family = trial.suggest_categorical(FAMILY_PARAM, list(joint.families))
+    for name, distribution in joint_distributions(joint, family).items():
+        if name != FAMILY_PARAM:
+            trial.suggest_categorical(name, distribution.choices)
+    return trial
+
+
+def params_key(params: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+# A trial's measurement detail (what the tables and the replay read back, nothing a query filters on)
+# is written as one user attribute, DETAIL_ATTR: one journal line instead of one per field.
+DETAIL_ATTR = "detail"
+DETAIL_KEYS = frozenset({"measurement", "attributes", "ptxas", "grid", "cluster", "spread", "tflops", "gbps",
+                         "measured_at", "compile_cached", "family"})
+
+
+def trial_attrs(trial: FrozenTrial) -> dict:
+    """Every attribute the tuner recorded for a trial, its detail merged in (journals written before the
+    detail was one attribute hold the same keys at the top)."""
+    attrs = dict(trial.user_attrs)
+    return {**(attrs.pop(DETAIL_ATTR, None) or {}), **attrs}
+
+
+def set_trial_attrs(trial: optuna.Trial, attrs: dict) -> None:
+    detail = {key: value for key, value in attrs.items() if key in DETAIL_KEYS}
+    for key, value in attrs.items():
+        if key not in DETAIL_KEYS:
+            trial.set_user_attr(key, value)
+    if detail:
+        trial.set_user_attr(DETAIL_ATTR, detail)
+
+
+def record_of(trial: FrozenTrial, problem: ConvProblem) -> TrialRecord:
+    return TrialRecord(trial.number, config_from_params(problem, trial.params),
+                       Status(trial.user_attrs["status"]), trial.value, trial_attrs(trial))
+
+
+def _readable(trial: FrozenTrial) -> bool:
+    """A finished trial with an outcome and a family (a study written before families were
+    parameters has none: its trials are history, not candidates)."""
+    return "status" in trial.user_attrs and FAMILY_PARAM in trial.params
+
+
+def recorded_trials(study: optuna.Study, problem: ConvProblem) -> dict[tuple, TrialRecord]:
+    """Finished trials that carry an outcome (FAIL means interrupted: those are tried again)."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    return {params_key(t.params): record_of(t, problem) for t in finished if _readable(t)}
+
+
+def ranked(study: optuna.Study, problem: ConvProblem, family: str | None = None) -> list[TrialRecord]:
+    """Measured configurations (of one family, if named), fastest first, each once (answers from
+    the record left out)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    originals = [record_of(t, problem) for t in complete if "from_record" not in t.user_attrs and _readable(t)]
+    if family is not None:
+        originals = [r for r in originals if r.config.family == family]
+    return sorted(originals, key=lambda r: r.median_us)
+
+
+def compile_attrs(result: CompileResult) -> dict:
+    attrs = {"config": result.config.name, "family": result.config.family, "compile_s": round(result.seconds, 2),
+             "compile_cached": result.cached}
+    if result.ptxas:
+        attrs["ptxas"] = asdict(result.ptxas)
+    return attrs
+
+
+def evaluation_attrs(evaluation: Evaluation, problem: ConvProblem) -> dict:
+    attrs: dict = {"status": evaluation.status.value, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    if evaluation.reason:
+        attrs["reason"] = evaluation.reason
+    if evaluation.error is not None:
+        attrs["error"] = evaluation.error
+    if evaluation.grid:
+        attrs["grid"] = list(evaluation.grid)
+        attrs["cluster"] = list(evaluation.cluster)
+    if evaluation.attributes:
+        attrs["attributes"] = asdict(evaluation.attributes)
+    if evaluation.measurement:
+        m = evaluation.measurement
+        attrs.update(measurement=asdict(m), spread=m.spread, tflops=m.tflops(problem), gbps=m.gbps(problem))
+    return attrs
+
+
+@dataclass
+class StudyProgress:
+    """Callbacks the command line uses to show progress; all optional."""
+
+    on_batch: Callable[[int], None] = lambda size: None
+    on_compiled: Callable[[CompileResult], None] = lambda result: None
+    on_evaluated: Callable[[TrialRecord], None] = lambda record: None
+
+
+_stop_requested = threading.Event()
+
+
+def request_stop() -> None:
+    """First call: finish the candidate in hand, record it, then stop (KeyboardInterrupt from the
+    study loop). A second call stops at once."""
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
+    _stop_requested.set()
+
+
+def stop_if_requested() -> None:
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
+
+
+def worker_id() -> str:
+    """host:pid. CUTLASS_TUNER_HOST names the host where the machine's name does not tell hosts apart
+    (containers that share one, or a test posing as two hosts)."""
+    return f"{os.environ.get('CUTLASS_TUNER_HOST') or socket.gethostname()}:{os.getpid()}"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_orphans(study: optuna.Study, now: dt.datetime | None = None) -> int:
+    """RUNNING trials whose worker process on this host is gone (killed hard) become FAIL, so the
+    study neither waits on them nor counts them. Other hosts' trials are left to their own workers,
+    except one that never got its worker tag (killed between ask and tag, on any host) once it is
+    older than UNTAGGED_GRACE: a live worker tags within milliseconds of asking."""
+    host = worker_id().rpartition(":")[0]
+    now = now or dt.datetime.now()
+    orphans = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = str(trial.user_attrs.get("worker", ""))
+        owner_host, _, pid = owner.rpartition(":")
+        untagged_and_old = (not owner and trial.datetime_start is not None
+                            and now - trial.datetime_start > UNTAGGED_GRACE)
+        if untagged_and_old or (owner_host == host and pid.isdigit() and not _process_alive(int(pid))):
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            orphans += 1
+    return orphans
+
+
+def counted_in_run(study: optuna.Study, run_id: str) -> int:
+    """Candidates compiled and evaluated under this run id, by any worker: what --trials counts. A
+    compile that was killed or timed out counts too (FAIL, retried by a later run), or a run whose
+    compiles keep dying would never end."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    return sum(1 for t in finished if t.user_attrs.get("run") == run_id and "compile_s" in t.user_attrs
+               and "from_record" not in t.user_attrs
+               and (t.state is not TrialState.FAIL or t.user_attrs.get("transient")))
+
+
+def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
+    """Candidates other workers of this run hold right now (asked, not yet told): they will count,
+    so a worker does not start a batch that would overshoot --trials."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return sum(1 for t in running if t.user_attrs.get("run") == run_id)
+
+
+def _heartbeat_storage(storage: optuna.storages.BaseStorage | str | None):
+    """The storage the study was opened on, where it keeps heartbeats (an RDB opened with a heartbeat interval,
+    results.study_storage), else None."""
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return storage if interval is not None and interval() else None
+
+
+class _Heartbeat:
+    """Records a heartbeat for every trial this worker holds, from its ask to its tell, every interval,
+    so that other hosts do not take them for a dead host's (Optuna beats only inside study.optimize).
+    Does nothing where the storage keeps no heartbeats."""
+
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage | str | None):
+        self.storage = _heartbeat_storage(storage)
+        self.study_name = study.study_name
+        self.study_id: int | None = None
+        self.held: dict[int, int] = {}  # trial number -> the storage's trial id
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def hold(self, trial: optuna.Trial) -> None:
+        if self.storage is None:
+            return
+        if self.study_id is None:
+            self.study_id = self.storage.get_study_id_from_name(self.study_name)
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+        self.storage.record_heartbeat(trial_id)
+        with self.lock:
+            self.held[trial.number] = trial_id
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._beat, daemon=True, name="trial-heartbeat")
+                self.thread.start()
+
+    @property
+    def stale_after_s(self) -> float:
+        """How long until a trial whose heartbeats stopped counts as a dead host's: the storage's grace
+        period (unset, Optuna takes two intervals)."""
+        return getattr(self.storage, "grace_period", None) or 2 * self.storage.get_heartbeat_interval()
+
+    def release(self, trial: optuna.Trial) -> None:
+        with self.lock:
+            self.held.pop(trial.number, None)
+
+    def _beat(self) -> None:
+        while not self.finished.wait(self.storage.get_heartbeat_interval()):
+            with self.lock:
+                held = list(self.held.values())
+            for trial_id in held:
+                self.storage.record_heartbeat(trial_id)
+
+    def close(self) -> None:
+        """Stops the beating thread; a later hold starts another."""
+        self.finished.set()
+        if self.thread is not None:
+            self.thread.join()
+        self.thread = None
+        self.finished = threading.Event()
+
+
+@dataclass
+class StudyClock:
+    """Where a study's wall time went, in seconds: asking the sampler (and answering the impossible and
+    recorded trials at once), waiting for compiles, and on the GPU worker (validate and time)."""
+
+    asking: float = 0.0
+    waiting_for_compiles: float = 0.0
+    on_gpu: float = 0.0
+
+    def line(self, wall_s: float) -> str:
+        return (f"{wall_s:.1f} s: {self.waiting_for_compiles:.1f} s waiting for compiles, {self.on_gpu:.1f} s "
+                f"validating and timing, {self.asking:.1f} s asking the sampler")
+
+
+class StudyRunner:
+    """Runs one layer's study for a number of trials: keeps up to a batch of candidates compiling in
+    the background, evaluates each on the GPU worker as soon as its compile finishes, tells Optuna the
+    outcome and asks for the next candidate in its place. (tuning.TuningSession drives one
+    StudyRunner per layer and does everything after the study.)"""
+
+    def __init__(self, study: optuna.Study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
+                 compiler: CompilerLike, evaluator: Evaluator, progress: StudyProgress | None = None,
+                 run_id: str | None = None, storage: optuna.storages.BaseStorage | str | None = None):
+        """`storage`: what the study was opened on, for the heartbeats of an RDB (none without it)."""
+        self.study = study
+        self.problem = problem
+        self.joint = joint
+        self.device = device
+        self.compiler = compiler
+        self.evaluator = evaluator
+        self.progress = progress or StudyProgress()
+        self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
+        self.worker = worker_id()
+        self.heartbeat = _Heartbeat(study, storage)
+        self.clock = StudyClock()
+        # One set of random inputs for the whole run: the worker draws them, computes their float64 reference
+        # and copies them past L2 once, not once a candidate (0.2-0.4 s each on the H100). The finalists are
+        # validated again on fresh inputs in each confirmation round.
+        self.inputs_seed = (1 << 30) | zlib.crc32(self.run_id.encode()) >> 2  # apart from the evaluator's 1, 2, ...
+
+    def run(self, candidates: int, batch_size: int | None = None) -> int:
+        """Ask until `candidates` configurations have been compiled and evaluated under this run id,
+        by this worker or any other on the study (impossible and already-recorded ones do not count);
+        a run resumed under the same id only does what is left. Returns how many this call did.
+        Stops early once the sampler only proposes what the study already knows."""
+        try:
+            return self._run(candidates, max(1, batch_size or self.compiler.jobs))
+        finally:
+            self.heartbeat.close()
+
+    def _run(self, candidates: int, batch_size: int) -> int:
+        """A pipeline, not rounds: the next candidate is asked as soon as one compile of the batch
+        finishes and its candidate is told, not once the slowest of the batch is built (the sampler's
+        constant liar accounts for the candidates still compiling)."""
+        done, idle_asks, waited = 0, 0, False
+        storage = self.heartbeat.storage
+        untold: dict[int, optuna.Trial] = {}  # asked, not told yet: FAILed if the run stops
+        compiling: dict[Future[CompileResult], tuple[optuna.Trial, KernelConfig]] = {}
+        with closing(self.compiler.open_queue()) as queue:
+            try:
+                while True:
+                    stop_if_requested()
+                    if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
+                        optuna.storages.fail_stale_trials(self.study)
+                    if len(untold) < batch_size and idle_asks < EXHAUSTED_AFTER_ASKS:
+                        asked = time.monotonic()
+                        batch, idle = self._fill_batch(self._fill_size(batch_size, len(untold)), candidates)
+                        self.clock.asking += time.monotonic() - asked
+                        idle_asks = idle_asks + idle if not batch else 0
+                        untold.update((trial.number, trial) for trial, _ in batch)
+                        if batch:
+                            self.progress.on_batch(len(batch))
+                            compiling.update(zip(queue.submit([config for _, config in batch]), batch))
+                    if compiling:
+                        told = self._evaluate_next(compiling)
+                        del untold[told]
+                        done += 1
+                    elif idle_asks >= EXHAUSTED_AFTER_ASKS:
+                        break
+                    elif self._remaining(candidates) <= 0:  # (above 0: another worker's candidate failed)
+                        # Other workers' trials count as in flight. Those of a dead host go stale after the
+                        # grace period: wait that long once, so that the run ends with them measured again.
+                        if waited or storage is None or not in_flight_in_run(self.study, self.run_id):
+                            break
+                        waited = True
+                        self._wait_out_grace_period()
+            finally:
+                for trial in untold.values():  # interrupted: FAIL, so that a resumed study tries them again
+                    self._finish(trial, state=TrialState.FAIL, skip_if_finished=True)
+        return done
+
+    def _fill_size(self, batch_size: int, in_hand: int) -> int:
+        """How many candidates to ask for: the free places of the batch, and queued seeds up to twice the
+        batch in hand at once, so that their kernels compile together (in units of several kernels, when
+        there are more than the cores) instead of one after the other."""
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        return max(batch_size - in_hand, min(waiting, 2 * batch_size - in_hand))
+
+    def _evaluate_next(self, compiling: dict[Future[CompileResult], tuple[optuna.Trial, KernelConfig]]) -> int:
+        """Waits for the first compile to finish (of several finished, the oldest trial's), evaluates
+        its candidate and tells the outcome; returns the trial's number. Looks for a stop request while
+        waiting."""
+        started = time.monotonic()
+        while not (finished := wait(compiling, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED).done):
+            stop_if_requested()
+        self.clock.waiting_for_compiles += time.monotonic() - started
+        future = min(finished, key=lambda done: compiling[done][0].number)
+        trial, config = compiling.pop(future)
+        result = future.result()
+        self.progress.on_compiled(result)
+        stop_if_requested()  # between candidates: nothing measured is ever left untold
+        self._evaluate(trial, config, result)
+        return trial.number
+
+    def _wait_out_grace_period(self) -> None:
+        interval = self.heartbeat.storage.get_heartbeat_interval()
+        deadline = time.monotonic() + self.heartbeat.stale_after_s + interval
+        while time.monotonic() < deadline:
+            stop_if_requested()
+            time.sleep(min(1.0, interval))
+
+    def _ask(self) -> optuna.Trial:
+        return ask_config(self.study, self.joint, {"worker": self.worker, "run": self.run_id}, self.heartbeat.hold)
+
+    def _finish(self, trial: optuna.Trial, *args, **kwargs) -> None:
+        self.study.tell(trial, *args, **kwargs)
+        self.heartbeat.release(trial)
+
+    def _claimed_elsewhere(self, trial: optuna.Trial, key: tuple) -> int | None:
+        """An older RUNNING trial with the same parameters (another worker's, or earlier in this
+        batch): the lower trial number measures it, so no configuration is measured twice."""
+        for other in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if other.number < trial.number and params_key(other.params) == key:
+                return other.number
+        return None
+
+    def _remaining(self, candidates: int) -> int:
+        """What is left of the run's budget once every worker's finished and in-hand candidates
+        (this worker's batch so far included: its trials are RUNNING) are counted."""
+        return candidates - counted_in_run(self.study, self.run_id) - in_flight_in_run(self.study, self.run_id)
+
+    def _fill_batch(self, size: int, candidates: int) -> tuple[list[tuple[optuna.Trial, KernelConfig]], int]:
+        """Ask trials until `size` new candidates are in hand, or the run's budget is taken by this
+        worker and the others; answer the impossible and the recorded ones at once."""
+        batch: list[tuple[optuna.Trial, KernelConfig]] = []
+        idle = 0
+        while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS and self._remaining(candidates) > 0:
+            trial = self._ask()
+            record = recorded_trials(self.study, self.problem)  # fresh: other workers finish trials too
+            key = params_key(trial.params)
+            try:
+                config = config_from_params(self.problem, trial.params)
+            except SpaceError as error:  # a queued trial from an older space: nothing to build
+                trial.set_user_attr("reason", str(error))
+                self._finish(trial, state=TrialState.PRUNED)
+                idle += 1
+                continue
+            if key in record:
+                self._answer_from_record(trial, record[key])
+            elif (reasons := static_problems(config, self.problem, self.device)):
+                self._tell(trial, config, Status.invalid, None, {"reason": "; ".join(reasons), "config": config.name})
+            elif (owner := self._claimed_elsewhere(trial, key)) is not None:
+                trial.set_user_attr("duplicate_of", owner)
+                self._finish(trial, state=TrialState.FAIL)  # FAIL: samplers ignore it
+            else:
+                batch.append((trial, config))
+                continue
+            idle += 1
+        return batch, idle
+
+    def _answer_from_record(self, trial: optuna.Trial, recorded: TrialRecord) -> None:
+        attrs = {k: v for k, v in recorded.attrs.items() if k not in ("from_record", "run", "worker")}
+        attrs["from_record"] = recorded.number
+        self._tell(trial, recorded.config, recorded.status, recorded.median_us, attrs)
+
+    def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:
+        attrs = compile_attrs(result)
+        if result.transient:  # killed or timed out, not the configuration's fault: FAIL, tried again later
+            set_trial_attrs(trial, {**attrs, "reason": result.error, "transient": True})
+            self._finish(trial, state=TrialState.FAIL)
+            return
+        if not result.ok:
+            self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
+            return
+        launch = registry.family_of(config).launch_args(config, self.problem)
+        started = time.monotonic()
+        evaluation = self.evaluator.evaluate(result.binary, self.problem, launch, seed=self.inputs_seed)
+        self.clock.on_gpu += time.monotonic() - started
+        value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
+        attrs.update(evaluation_attrs(evaluation, self.problem))
+        self._tell(trial, config, evaluation.status, value, attrs)
+
+    def _tell(self, trial: optuna.Trial, config: KernelConfig, status: Status, value: float | None, attrs: dict) -> None:
+        attrs = {**attrs, "status": status.value}
+        set_trial_attrs(trial, attrs)
+        state = status.trial_state
+        self._finish(trial, value if state is TrialState.COMPLETE else None, state=state)
+        self.progress.on_evaluated(TrialRecord(trial.number, config, status, value, attrs))

@@ -1,0 +1,1 @@
+"""What the tuner keeps per GPU: best.yaml, bench.yaml, landscapes, history, and moving them between hosts."""
