@@ -1,6 +1,7 @@
 """Shared fixtures of the CPU test suite: the repository's own tables and an H100's facts."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ if str(REPO) not in sys.path:  # plain `pytest` from anywhere, not only `python 
 
 from tuner.core.device import DeviceFacts  # noqa: E402
 from tuner.core.problem import ConvProblem, load_layers  # noqa: E402
+from tuner.families import registry  # noqa: E402
 from tuner.families.base import SearchSpace  # noqa: E402
 from tuner.families.sm80.space import make_config  # noqa: E402
 from tuner.search.space import load_space  # noqa: E402
@@ -59,6 +61,16 @@ def layers() -> dict:
 @pytest.fixture(scope="session")
 def conv_1(layers) -> ConvProblem:
     return layers["conv_1"].problem
+
+
+@pytest.fixture
+def emitter_pieces(monkeypatch):
+    """Replaces pieces of a registered family's emitter for one test: emitter_pieces("sm90_dsl", build_request=f)."""
+    def replace_pieces(name: str, **pieces) -> None:
+        family = registry.get(name)
+        emitter = dataclasses.replace(family.emitter, **pieces)
+        monkeypatch.setitem(registry.families(), name, dataclasses.replace(family, emitter=emitter))
+    return replace_pieces
 
 
 @pytest.fixture(scope="session")

@@ -147,7 +147,7 @@ def test_predicted_us_is_finite_and_positive_on_the_sm90_landscapes(layers, h100
         for config in valid_configs(landscape, problem, h100):
             us = predicted_us(config, problem, h100)
             assert math.isfinite(us) and us > 0, (name, config.name, us)
-            assert registry.family_of(config).cost_terms(config, problem, h100).blocks_per_sm >= 1
+            assert registry.family_of(config).model.cost_terms(config, problem, h100).blocks_per_sm >= 1
             checked += 1
     assert checked >= landscape.size  # every configuration on at least one layer's worth
 
@@ -156,7 +156,7 @@ def test_predicted_us_is_finite_and_positive_on_the_sm90_landscapes(layers, h100
 def test_sm90_gemm_prior_keeps_the_auto_epilogue_subtile(layers, h100):
     """A space offering explicit subtiles (the cost model cannot see them) still gets CUTLASS's auto one."""
     document = yaml.safe_load(default_space_file("sm90_gemm").read_text())
-    space = registry.get("sm90_gemm").parse_space({**document, "epilogue_n": [0, 64, 128]})
+    space = registry.get("sm90_gemm").rules.parse_space({**document, "epilogue_n": [0, 64, 128]})
     problem = layers["r50_s5_1x1_512to2048_b32"].problem
     picks = prior_picks(space, problem, h100, 8)
     assert len(picks) == 8 and {p.epilogue_n for p in picks} == {0}

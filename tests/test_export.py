@@ -44,10 +44,10 @@ RUNNERS = {"sm80": "Sm80Runner", "sm80_dgrad": "Sm80DgradRunner", "sm90_conv": "
            "sm90_gemm": "Sm90GemmRunner", "sm90_s2d": "Sm90S2dRunner", "sm80_group": "Sm80Runner",
            "sm80_depthwise": "Sm80DepthwiseRunner"}
 # The families whose kernels the header holds as C++; sm90_dsl's are objects (tests/test_export_dsl.py).
-CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emits_cpp)
+CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emitter.emits_cpp)
 EVIL = 'x"; int evil = 1; //\n#error injected \\'
 # The families whose kernels the header takes (sm90_dsl's are DSL-exported objects).
-CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emits_cpp)
+CPP_FAMILIES = tuple(f for f in registry.names() if registry.get(f).emitter.emits_cpp)
 
 
 def config_of(family: str):
@@ -129,7 +129,7 @@ def test_the_pytorch_op_and_the_header_bind_a_kernel_with_one_runner(header):
     for family in CPP_FAMILIES:
         candidate = candidate_source(config_of(family))
         assert f"using Runner0 = {RUNNERS[family]}<TunedConv0>;" in candidate, family
-        for source in registry.get(family).cpp([config_of(family).compiled]).runners:
+        for source in registry.get(family).emitter.cpp([config_of(family).compiled]).runners:
             assert source in candidate and source in header, family
 
 
@@ -137,7 +137,7 @@ def test_each_familys_includes_once(header):
     lines = [line for line in header.splitlines() if line.startswith("#include")]
     assert len(lines) == len(set(lines))
     for family in CPP_FAMILIES:
-        for include in registry.get(family).cpp().includes:
+        for include in registry.get(family).emitter.cpp().includes:
             assert header.count(include_lines((include,))) == 1, include
 
 

@@ -18,7 +18,6 @@ from tuner.build.compile import cutlass_include_dirs
 from tuner.pipeline.dsl_export import LIBRARY, dsl_symbol
 from tuner.pipeline.export import HEADER_FILE, cpp_identifier, export_header, render_header
 from tuner.families.base import BuildRequest
-from tuner.families.sm90_dsl import Sm90DslFamily
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.store.results import read_best
 from tuner.search.space import make_config
@@ -158,9 +157,9 @@ def run_export(results: Path, capsys) -> tuple[int, list[str]]:
     return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
-def test_without_the_dsl_export_exits_2_with_one_line_and_writes_nothing(results, monkeypatch, capsys):
-    monkeypatch.setattr(Sm90DslFamily, "toolchain_problem",
-                        lambda self: "the CuTe DSL is not installed: pip install -e '.[dsl]' (nvidia-cutlass-dsl)")
+def test_without_the_dsl_export_exits_2_with_one_line_and_writes_nothing(results, emitter_pieces, capsys):
+    missing = "the CuTe DSL is not installed: pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
+    emitter_pieces("sm90_dsl", toolchain_problem=lambda: missing)
     code, lines = run_export(results, capsys)
     assert code == 2 and len(lines) == 1
     assert "'dsl-layer'" in lines[0] and "sm90_dsl" in lines[0] and "pip install -e '.[dsl]'" in lines[0]
@@ -168,11 +167,10 @@ def test_without_the_dsl_export_exits_2_with_one_line_and_writes_nothing(results
     assert sorted(p.name for p in results.iterdir()) == ["best.yaml", HEADER_FILE]
 
 
-def test_a_dsl_kernel_that_does_not_build_exits_2_with_one_line(results, tmp_path, monkeypatch, capsys):
+def test_a_dsl_kernel_that_does_not_build_exits_2_with_one_line(results, tmp_path, emitter_pieces, capsys):
     builder = tmp_path / "failing_builder.py"
     builder.write_text(FAILING_BUILDER)
-    monkeypatch.setattr(Sm90DslFamily, "toolchain_problem", lambda self: None)
-    monkeypatch.setattr(Sm90DslFamily, "build_request", lambda self, config: BuildRequest(
+    emitter_pieces("sm90_dsl", toolchain_problem=lambda: None, build_request=lambda config: BuildRequest(
         config.build_spec().to_json(), "spec.json", (sys.executable, str(builder)), "failing 1"))
     code, lines = run_export(results, capsys)
     assert code == 2 and len(lines) == 1, lines

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from fakefamily import FOLDER, NAME, FakeEvaluator, computes_garbage, fake_median_us, registered, write_space
+from fakefamily.fake import FAILING_STAGES
 from tuner.pipeline.bench import exhaustive_best, landscape_path, measure_landscape, read_landscapes, search_results
 from tuner.build.compile import Compiler
 from tuner.search.costmodel import Ceilings
@@ -51,8 +52,8 @@ def test_a_study_builds_and_evaluates_the_new_familys_kernels(tmp_path, conv_1, 
         assert [r.median_us for r in records] == sorted(fake_median_us(r.config, conv_1) for r in records)
         outcomes = {record.config: record.status for record in recorded_trials(study, conv_1).values()}
         for config, status in outcomes.items():
-            expected = (Status.invalid if family.static_problems(config, conv_1, h100) else
-                        Status.compile_failed if config.stages == family.failing_stages else
+            expected = (Status.invalid if family.rules.static_problems(config, conv_1, h100) else
+                        Status.compile_failed if config.stages == FAILING_STAGES else
                         Status.wrong_result if computes_garbage(config) else Status.ok)
             assert status is expected, config.name
         assert {c.name for c in evaluator.evaluated} == {c.name for c, s in outcomes.items()
@@ -64,7 +65,7 @@ def test_a_study_builds_and_evaluates_the_new_familys_kernels(tmp_path, conv_1, 
 
 def test_a_replayed_study_searches_the_new_familys_recorded_landscape(tmp_path, layers, h100, no_nvcc):
     layer = layers["conv_1"]
-    with registered() as family:
+    with registered():
         space = load_space(write_space(tmp_path / "fake.yaml"))
         joint = layer_space((space,), layer.problem, h100)
         valid = valid_configs(space, layer.problem, h100)
@@ -77,7 +78,7 @@ def test_a_replayed_study_searches_the_new_familys_recorded_landscape(tmp_path, 
         record = read_landscapes(tmp_path, layer, (NAME,))[NAME]
         assert sorted(record) == sorted(c.name for c in valid)
         outcomes = Counter(r.status for r in record.values())
-        assert outcomes[Status.compile_failed] == sum(c.stages == family.failing_stages for c in valid)
+        assert outcomes[Status.compile_failed] == sum(c.stages == FAILING_STAGES for c in valid)
         assert outcomes[Status.wrong_result] == sum(computes_garbage(c) for c in valid)
         ok = [c for c in valid if record[c.name].status is Status.ok]
         assert exhaustive_best(record) == min(fake_median_us(c, layer.problem) for c in ok)

@@ -215,7 +215,7 @@ def test_sm90_kernel_is_right_and_timed(case, compiled_sm90, device, worker):
     from tuner.families import registry
 
     problem, config = sm90_config(case)
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled_sm90[case].binary, problem,
                                                                           launch)
     assert evaluation.status is Status.ok, evaluation.reason  # also right after the timed graph replays
@@ -232,7 +232,7 @@ def test_sm90_planted_wrong_kernel_fails_validation(case, compiled_sm90, worker)
     from tuner.families import registry
 
     problem, config = sm90_config(case)
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     if config.family == "sm90_conv":
         wrong = dataclasses.replace(problem, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)
         assert (wrong.p, wrong.q) == (problem.p, problem.q)
@@ -250,7 +250,7 @@ def test_sm90_static_facts_agree_with_ncu(compiled_sm90, device, worker):
 
     problem, config = sm90_config("sm90_gemm")
     result = compiled_sm90["sm90_gemm"]
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=3).evaluate(result.binary, problem, launch)
     facts = kernel_facts(config, problem, device, evaluation.grid_blocks, evaluation.attributes,
                          result.ptxas.spill_bytes)
@@ -319,7 +319,7 @@ def test_fused_epilogue_is_right_and_timed(case, compiled_fused, device, worker)
     from tuner.families import registry
 
     problem, config, result = compiled_fused[case]
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(result.binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason  # against the float64 conv + epilogue
     assert evaluation.error < tolerance(problem)
@@ -344,7 +344,7 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, passes, 
 
     kernel_problem, config, result = compiled_fused[kernel_case]
     layer = with_epilogue(kernel_problem, layer_epilogue)
-    launch = registry.family_of(config).launch_args(config, layer)
+    launch = registry.family_of(config).rules.launch_args(config, layer)
     answer = worker.request(evaluate_request(result.binary, None, layer, launch))
     if passes:
         assert answer["status"] == Status.ok.value, answer
@@ -358,7 +358,7 @@ def test_a_kernel_refuses_a_residual_it_was_not_built_to_read(compiled_fused, wo
 
     _, config, result = compiled_fused["gemm_bias_silu"]
     layer = with_epilogue(GEMM_1X1, "bias+residual+silu")
-    answer = worker.request(evaluate_request(result.binary, None, layer, registry.family_of(config).launch_args(config, layer)))
+    answer = worker.request(evaluate_request(result.binary, None, layer, registry.family_of(config).rules.launch_args(config, layer)))
     assert answer["status"] == Status.launch_failed.value and "cutlass::Status" in answer["reason"], answer
 
 
@@ -375,7 +375,7 @@ def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
         pytest.skip("ncu or its Python report interface is not installed here")
     problem, config = sm90_config("sm90_gemm")
     binary = compiled_sm90["sm90_gemm"].binary
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     request = EvaluateRequest(str(binary.path), binary.index, problem, launch, seed=1, validate_only=True).to_dict()
     report = tmp_path / "gemm.ncu-rep"
     recorded = subprocess.run([ncu, "--section", "SpeedOfLight", "--section", "LaunchStats", "--section", "Occupancy",

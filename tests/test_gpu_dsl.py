@@ -22,7 +22,7 @@ from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
-from tuner.families.sm90_dsl import dsl_version  # noqa: E402
+from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
@@ -164,7 +164,7 @@ def worker():
 
 def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None) -> dict:
     config = result.config
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     return EvaluateRequest(str(result.binary.path), result.binary.index, problem, launch, seed=7, l2_bytes=50 << 20,
                            repeats=5, kernel_problem=kernel_view).to_dict()
 
@@ -172,7 +172,7 @@ def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None
 @pytest.mark.parametrize("case", [c for c in CASES if c not in ("conv_dilated", "stem_gather_dilated")])
 def test_dsl_kernel_is_right_and_timed(case, compiled, device, worker):
     problem, config = case_config(case)
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < tolerance(problem)
@@ -235,7 +235,7 @@ def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, c
     from tuner.measure.worker import BoundKernel, Workbench
 
     problem, config = case_config(case)
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         bench = Workbench.prepare(problem, launch.kernel_channels, 7, device.l2_bytes, stream, timed=False)

@@ -19,7 +19,7 @@ from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
-from tuner.families.sm90_dsl import dsl_version  # noqa: E402
+from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.core.problem import ConvProblem, dtype_fields  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
@@ -98,7 +98,7 @@ def test_a_layer_in_the_type_is_right_and_timed(case, dtype, compiled, device, w
     if (case, dtype) not in compiled:
         pytest.skip(f"{LAYERS[case][0]} does not run on {device.name} (or its toolchain is not installed)")
     problem, config = case_config(case, dtype)
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case, dtype].binary, problem,
                                                                           launch)
     assert evaluation.status is Status.ok, evaluation.reason  # also right after the timed graph replays
@@ -108,7 +108,7 @@ def test_a_layer_in_the_type_is_right_and_timed(case, dtype, compiled, device, w
 
 
 def request(result, problem: ConvProblem, kernel_view: ConvProblem) -> dict:
-    launch = registry.family_of(result.config).launch_args(result.config, kernel_view)
+    launch = registry.family_of(result.config).rules.launch_args(result.config, kernel_view)
     return EvaluateRequest(str(result.binary.path), result.binary.index, problem, launch, seed=11,
                            l2_bytes=50 << 20, repeats=3, kernel_problem=kernel_view).to_dict()
 

@@ -98,7 +98,7 @@ def compiled(device, tmp_path_factory):
 
 def evaluate(compiled, case: str, problem: ConvProblem, device, worker):
     config = config_of(case)
-    launch = registry.family_of(config).launch_args(config, problem)
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     return GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
 
 
@@ -106,7 +106,7 @@ def evaluate(compiled, case: str, problem: ConvProblem, device, worker):
 def test_a_grouped_or_depthwise_layer_validates_and_is_timed(case, compiled, device, worker):
     _, problem, _ = CASES[case]
     config = config_of(case)
-    assert registry.family_of(config).static_problems(config, problem, device) == []
+    assert registry.family_of(config).rules.static_problems(config, problem, device) == []
     evaluation = evaluate(compiled, case, problem, device, worker)
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < tolerance(problem)
@@ -122,7 +122,7 @@ def test_a_grouped_kernel_handed_the_wrong_groups_fails(compiled, device, worker
     """A kernel of 4-element accesses runs 8 channels a group right; told the same tensors hold 4 a group (twice
     the groups, each output channel reading half its channels, half of them another group's), it must fail."""
     config = config_of("four_a_group")
-    launch = registry.family_of(config).launch_args(config, EIGHT_A_GROUP)
+    launch = registry.family_of(config).rules.launch_args(config, EIGHT_A_GROUP)
     binary = compiled["four_a_group"].binary
     accepted = worker.request(request(binary, EIGHT_A_GROUP, None, launch))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
@@ -135,7 +135,7 @@ def test_a_depthwise_kernel_built_for_another_dilation_fails(compiled, device, w
     """Built for dilation 2 (pad 2: the same output size), it is run on dilation 1's inputs, handed the problem it
     was built for: every output reads the wrong pixels."""
     config = config_of("dw3_built_dilated")
-    launch = registry.family_of(config).launch_args(config, DW3)
+    launch = registry.family_of(config).rules.launch_args(config, DW3)
     rejected = worker.request(request(compiled["dw3_built_dilated"].binary, DW3, DW3_DILATED, launch))
     assert rejected["status"] == Status.wrong_result.value, rejected
     assert rejected["error"] > 100 * tolerance(DW3)

@@ -20,7 +20,7 @@ from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
-from tuner.families.sm90_dsl import dsl_version  # noqa: E402
+from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
@@ -96,8 +96,8 @@ def test_a_per_axis_layer_validates_and_is_timed(case, compiled, device, worker)
     if (why := runnable(case, device)):
         pytest.skip(why)
     problem, config = config_of(case)
-    assert registry.family_of(config).static_problems(config, problem, device) == []
-    launch = registry.family_of(config).launch_args(config, problem)
+    assert registry.family_of(config).rules.static_problems(config, problem, device) == []
+    launch = registry.family_of(config).rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < tolerance(problem)
@@ -119,7 +119,7 @@ def test_a_kernel_with_the_axes_swapped_fails_validation(family, compiled, devic
         pytest.skip(why)
     assert (SWAPPED.p, SWAPPED.q) == (MIXED.p, MIXED.q) == (16, 16)
     _, config = config_of(case)
-    launch = registry.family_of(config).launch_args(config, MIXED)
+    launch = registry.family_of(config).rules.launch_args(config, MIXED)
     wrong_binary = compiled["sm90_dsl_built_swapped" if family == "sm90_dsl" else case].binary
     rejected = worker.request(request(wrong_binary, MIXED, SWAPPED, launch))
     assert rejected["status"] == Status.wrong_result.value, rejected

@@ -87,8 +87,8 @@ def compiled(device, tmp_path_factory):
 def test_a_transposed_layer_validates_and_is_timed(case, compiled, device, worker):
     problem, config = config_of(case)
     family = registry.family_of(config)
-    assert family.problem_reason(problem) is None and family.static_problems(config, problem, device) == []
-    launch = family.launch_args(config, problem)
+    assert family.problem_reason(problem) is None and family.rules.static_problems(config, problem, device) == []
+    launch = family.rules.launch_args(config, problem)
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < tolerance(problem)
@@ -105,7 +105,7 @@ def test_a_kernel_handed_the_axes_swapped_fails_validation(compiled, worker):
     extents agree) from the wrong taps and must be rejected; handed MIXED's it passes."""
     assert (SWAPPED.p, SWAPPED.q) == (MIXED.p, MIXED.q) == (48, 48)
     _, config = config_of("per_axis_s3")
-    launch = registry.family_of(config).launch_args(config, MIXED)
+    launch = registry.family_of(config).rules.launch_args(config, MIXED)
     binary = compiled["per_axis_s3"].binary
     rejected = worker.request(request(binary, MIXED, SWAPPED, launch))
     assert rejected["status"] == Status.wrong_result.value, rejected
@@ -119,6 +119,6 @@ def test_a_kernel_handed_the_conv_whose_dgrad_it_is_is_refused(compiled, worker)
     back onto H, W), so a dgrad kernel never runs a conv by mistake."""
     conv = ConvProblem(n=2, h=16, w=16, c=128, k=64, r=2, s=2, stride=2)
     _, config = config_of("unet_2x2_s2")
-    launch = registry.family_of(config).launch_args(config, UNET_UP)
+    launch = registry.family_of(config).rules.launch_args(config, UNET_UP)
     answer = worker.request(request(compiled["unet_2x2_s2"].binary, UNET_UP, conv, launch))
     assert answer["status"] == Status.invalid.value, answer

@@ -55,7 +55,7 @@ def test_ranking_holds_only_valid_configs_of_the_families_the_gpu_runs(conv_1):
     assert len(ranked) > 100
     for prediction in ranked[:200]:
         family = registry.family_of(prediction.config)
-        assert family.static_problems(prediction.config, conv_1, device) == []
+        assert family.rules.static_problems(prediction.config, conv_1, device) == []
         assert joint.contains(prediction.config)
     times = [prediction.predicted_us for prediction in ranked]
     assert all(a <= b + 1e-6 for a, b in zip(times, times[1:]))  # equal predictions keep the fitted knobs first

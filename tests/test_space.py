@@ -72,8 +72,8 @@ def test_load_space_returns_the_family_named_in_the_file(path):
     space = load_space(path)
     assert space.family == named
     assert path.name.startswith(named)
-    assert space == registry.get(named).parse_space(yaml.safe_load(path.read_text()))
-    assert list(space.choices) == list(registry.get(named).knobs)
+    assert space == registry.get(named).rules.parse_space(yaml.safe_load(path.read_text()))
+    assert list(space.choices) == list(registry.get(named).rules.knobs)
     assert space.size > 0
 
 

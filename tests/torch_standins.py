@@ -105,7 +105,7 @@ class CpuKernels:
                 self.loaded[name] = "did not build: planted"
                 continue
             config = entry_config(entry, name, entry.problem)
-            channels = registry.family_of(config).launch_args(config, entry.problem).kernel_channels
+            channels = registry.family_of(config).rules.launch_args(config, entry.problem).kernel_channels
             wrong = "gelu" if problem.epilogue.activation.value != "gelu" else "relu"
             self.loaded[name] = CpuKernel(problem, channels, config.fusion, wrong if name in self.planted else None)
         return dict(self.loaded)

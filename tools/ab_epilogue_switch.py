@@ -73,7 +73,7 @@ def main() -> None:
                     continue
                 kernel, problem = (bare[name], forms["bare"]) if key == "bare" else (config, forms["fused"])
                 evaluation = evaluator.evaluate(result.binary, problem,
-                                                registry.family_of(kernel).launch_args(kernel, problem))
+                                                registry.family_of(kernel).rules.launch_args(kernel, problem))
                 if evaluation.status is Status.ok:
                     times[key].append(evaluation.measurement.median_us)
         medians = {key: statistics.median(values) for key, values in times.items() if values}

@@ -41,7 +41,7 @@ def main() -> None:
     for name, (problem, entry) in tuned_layers(parser, args.layers, device.slug).items():
         config = entry_config(entry, name, problem)
         [result] = compiler.compile_many([config])
-        launch = registry.family_of(config).launch_args(config, problem)
+        launch = registry.family_of(config).rules.launch_args(config, problem)
         figures = []
         for attempt in range(4):
             if attempt == 0:

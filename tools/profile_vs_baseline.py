@@ -115,7 +115,7 @@ def main() -> int:
     def profiled(problem, entry, report: Path) -> dict:
         config = config_of(problem, entry)
         compiled = compiled_all[config]
-        launch = registry.family_of(config).launch_args(config, problem)
+        launch = registry.family_of(config).rules.launch_args(config, problem)
         request = EvaluateRequest(str(compiled.binary.path), compiled.binary.index, problem, launch, seed=1,
                                   validate_only=True).to_dict()
         return {"kernel": config.name, "launches": ncu([sys.executable, "-m", "tuner.measure.worker", "--once",

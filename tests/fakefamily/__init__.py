@@ -13,7 +13,8 @@ import yaml
 import tuner.families
 from tuner.measure.evaluate import Evaluation
 from tuner.families import registry
-from tuner.families.base import Family, KernelConfig, LaunchArgs
+from tuner.families.base import KernelConfig, LaunchArgs
+from tuner.families.family import Family
 from tuner.measure.timing import Measurement
 from tuner.core.problem import ConvProblem
 from tuner.build.abi import KernelBinary
@@ -71,8 +72,8 @@ class FakeEvaluator:
     def evaluate(self, binary: KernelBinary, problem: ConvProblem, launch: LaunchArgs,
                  seed: int | None = None) -> Evaluation:
         kernel = json.loads(binary.path.read_text())
-        params = {knob: kernel[knob] for knob in registry.get(NAME).knobs} | {"split_k": launch.split_k}
-        config = registry.get(NAME).make_config(problem, params)
+        params = {knob: kernel[knob] for knob in registry.get(NAME).rules.knobs} | {"split_k": launch.split_k}
+        config = registry.get(NAME).rules.make_config(problem, params)
         self.evaluated.append(config)
         if computes_garbage(config):
             return Evaluation(Status.wrong_result, reason="relative L2 error 0.5 above 0.01", error=0.5)

@@ -6,7 +6,8 @@ import pytest
 from conftest import H100
 from tuner.core.device import DeviceFacts
 from tuner.families import registry
-from tuner.families.base import Family, SpaceError
+from tuner.families.base import SpaceError
+from tuner.families.family import Family
 from tuner.core.problem import ConvProblem
 
 A100 = DeviceFacts(
@@ -36,7 +37,7 @@ def test_get_returns_each_family():
         assert isinstance(family, Family)
         assert family.name == name
         assert family.folder.name == name
-        assert family.knobs and family.summary
+        assert family.rules.knobs and family.summary
 
 
 def test_get_unknown_family():
@@ -109,7 +110,7 @@ PARAMS = {
 def test_family_of_a_config():
     assert set(PARAMS) == set(registry.names())
     for name, params in PARAMS.items():
-        config = registry.get(name).make_config(ONE_BY_ONE, params)
+        config = registry.get(name).rules.make_config(ONE_BY_ONE, params)
         assert config.family == name
         assert registry.family_of(config) is registry.get(name)
 
@@ -156,7 +157,7 @@ def test_the_families_that_run_a_per_axis_problem_have_valid_kernels_for_it(prob
 
     family = registry.get(name)
     configs = all_configs(load_space(REPO / "search_spaces" / f"{name}.yaml"), problem)
-    assert any(not family.static_problems(config, problem, H100) for config in configs)  # stops at the first
+    assert any(not family.rules.static_problems(config, problem, H100) for config in configs)  # stops at the first
 
 
 GROUPED_FAMILIES = {"sm80_group", "sm80_depthwise"}

@@ -31,7 +31,7 @@ PARAMS = {"output_tile": "8x8", "channels": 64, "warps": 4, "stages": 3, "split"
 
 
 def config(problem: ConvProblem, **overrides):
-    return FAMILY.make_config(problem, {**PARAMS, **overrides})
+    return FAMILY.rules.make_config(problem, {**PARAMS, **overrides})
 
 
 def test_the_space_file_parses():
@@ -66,8 +66,8 @@ def test_the_epilogue_fuses_per_channel_parts_but_no_residual():
 def test_the_filter_stride_and_dilation_are_the_layers():
     built = config(DW3)
     assert (built.filter, built.stride, built.dilation) == ((3, 3), (1, 1), (1, 1))
-    assert FAMILY.static_problems(built, DW3, H100) == []
-    reasons = FAMILY.static_problems(built, DW3_S2, H100)
+    assert FAMILY.rules.static_problems(built, DW3, H100) == []
+    reasons = FAMILY.rules.static_problems(built, DW3_S2, H100)
     assert any("built for a 3x3 filter, stride (1, 1)" in reason for reason in reasons)
     assert built.name == "8x8_c64_w4_s3_x16_f3x3_u1x1_d1x1_f16_f16_f16_f32"
     assert config(DW7).name.endswith("_f7x7_u1x1_d1x1_bf16_bf16_bf16_f32_eb")
@@ -75,13 +75,13 @@ def test_the_filter_stride_and_dilation_are_the_layers():
 
 def test_warp_shapes_are_cutlass_s():
     # 64 channels: all 32 threads along them; 16 pixels a warp is SimtWarpShape<16, 1>, a 4x4 patch
-    assert FAMILY.static_problems(config(DW3, warps=4), DW3, H100) == []
+    assert FAMILY.rules.static_problems(config(DW3, warps=4), DW3, H100) == []
     # 64 pixels a warp has no SimtWarpShape
-    reasons = FAMILY.static_problems(config(DW3, warps=1), DW3, H100)
+    reasons = FAMILY.rules.static_problems(config(DW3, warps=1), DW3, H100)
     assert any("64 pixels a warp over 1 thread(s)" in reason for reason in reasons)
     # 10x10 over 4 warps: 25 pixels, the 5x5 patch
-    assert FAMILY.static_problems(config(DW3, output_tile="10x10"), DW3, H100) == []
-    reasons = FAMILY.static_problems(config(DW3, output_tile="10x10", channels=16), DW3, H100)
+    assert FAMILY.rules.static_problems(config(DW3, output_tile="10x10"), DW3, H100) == []
+    reasons = FAMILY.rules.static_problems(config(DW3, output_tile="10x10", channels=16), DW3, H100)
     assert any("25 pixels a warp over 4 thread(s)" in reason for reason in reasons)
 
 
@@ -89,17 +89,17 @@ def test_a_thread_of_too_many_values_spills():
     # 8x8 pixels, 64 channels, 4 warps: a thread's 4x4 patch of 2 channels reads a 10x10 window of a 7x7 filter
     too_many = config(DW7)
     assert too_many.thread_values == 2 * (16 + 100 + 49)
-    assert any("over 256, ptxas spills" in reason for reason in FAMILY.static_problems(too_many, DW7, H100))
-    assert FAMILY.static_problems(config(DW7, output_tile="4x4", channels=32), DW7, H100) == []
+    assert any("over 256, ptxas spills" in reason for reason in FAMILY.rules.static_problems(too_many, DW7, H100))
+    assert FAMILY.rules.static_problems(config(DW7, output_tile="4x4", channels=32), DW7, H100) == []
     assert config(DW3).thread_values == 2 * (16 + 36 + 9)
 
 
 def test_the_split_cannot_exceed_a_slices_output_tiles():
     small = ConvProblem(n=1, h=7, w=7, c=64, k=64, r=3, s=3, pad=1, groups=64)  # one 8x8 tile
-    assert FAMILY.static_problems(config(small, split=1), small, H100) == []
-    reasons = FAMILY.static_problems(config(small, split=4), small, H100)
+    assert FAMILY.rules.static_problems(config(small, split=1), small, H100) == []
+    reasons = FAMILY.rules.static_problems(config(small, split=4), small, H100)
     assert any("4 CTAs a channel slice exceed its 1 output tiles" in reason for reason in reasons)
-    assert FAMILY.launch_args(config(DW3), DW3) == LaunchArgs(144, split_k=16)
+    assert FAMILY.rules.launch_args(config(DW3), DW3) == LaunchArgs(144, split_k=16)
     assert config(DW3).compiled.split == 1
 
 
@@ -135,7 +135,7 @@ def test_the_cost_model_and_the_diagnosis_say_memory_bound():
     # a tensor-core layer gets no such note
     sm80 = registry.get("sm80")
     dense = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
-    dense_config = sm80.make_config(dense, sm80.reference_params())
+    dense_config = sm80.rules.make_config(dense, sm80.rules.reference_params)
     assert "memory_bound" not in {f.code for f in diagnose(kernel_facts(dense_config, dense, H100, 400, attributes, 0))}
 
 

@@ -72,7 +72,7 @@ def test_each_transposed_layer_has_valid_kernels(problem):
 
 def test_static_checks_name_what_is_wrong():
     def reasons(problem, **changes):
-        return " / ".join(FAMILY.static_problems(make_config(problem, params(**changes)), problem, H100))
+        return " / ".join(FAMILY.rules.static_problems(make_config(problem, params(**changes)), problem, H100))
 
     assert "unity-stride dgrad runs stride 1 only" in reasons(UNET_UP, stride_support="unity")
     assert "cannot split K at stride > 1" in reasons(UNET_UP, split_k=2)
@@ -87,7 +87,7 @@ def test_the_strided_kernel_walks_only_the_taps_of_its_phase():
     strided, unity = make_config(DCGAN_UP, params()), make_config(STRIDE_ONE, params(stride_support="unity"))
     assert k_iterations(strided, DCGAN_UP) == 2 * 2 * 4     # 4x4 taps at stride 2: 2x2 a phase, C=128 in 32s
     assert k_iterations(unity, STRIDE_ONE) == 3 * 3 * 2      # every tap, C=64 in 32s
-    assert FAMILY.launch_shape(strided, DCGAN_UP, H100).filter_taps == 4
+    assert FAMILY.model.launch_shape(strided, DCGAN_UP, H100).filter_taps == 4
 
 
 def test_alignments_follow_both_channel_counts():
@@ -99,7 +99,7 @@ def test_alignments_follow_both_channel_counts():
 
 
 def test_space_file_parses_and_refuses_small_channel_iterators():
-    assert list(SPACE.choices) == list(FAMILY.knobs)
+    assert list(SPACE.choices) == list(FAMILY.rules.knobs)
     document = {"family": "sm80_dgrad", "threadblock": ["64x64x32"], "warp_count": ["2x2x1"], "stages": [3],
                 "swizzle": [1], "iterator": ["few_channels"], "stride_support": ["strided"], "split_k": [1]}
     with pytest.raises(SpaceError, match="no small-channel dgrad"):
@@ -152,14 +152,14 @@ def built(tmp_path_factory):
 @pytest.mark.nvcc
 def test_a_dgrad_kernel_builds_and_answers_its_host_entry_points(built):
     config, library = built
-    args = problem_array(DCGAN_UP, FAMILY.launch_args(config, DCGAN_UP))
+    args = problem_array(DCGAN_UP, FAMILY.rules.launch_args(config, DCGAN_UP))
     assert library.can_implement(args) == 0 and library.workspace_bytes(args) == 0
     # M = N*P*Q = 32*32*32 rows over the 4 stride phases, in 64-row tiles; N = K = 64 in one 64-wide tile
     assert library.grid(args) == LaunchGrid((32 * 32 * 32 // 64, 1, 1))
     conv = ConvProblem(n=32, h=16, w=16, c=128, k=64, r=4, s=4, pad=1, stride=2)  # the same numbers as fprop
-    assert library.can_implement(problem_array(conv, FAMILY.launch_args(config, conv))) != 0
+    assert library.can_implement(problem_array(conv, FAMILY.rules.launch_args(config, conv))) != 0
     dilated = dataclasses.replace(STRIDE_ONE, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)
-    assert library.can_implement(problem_array(dilated, FAMILY.launch_args(config, dilated))) != 0
+    assert library.can_implement(problem_array(dilated, FAMILY.rules.launch_args(config, dilated))) != 0
 
 
 @pytest.mark.nvcc

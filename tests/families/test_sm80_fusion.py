@@ -98,15 +98,15 @@ def test_split_k_is_refused_with_a_fused_epilogue(h100):
 def test_the_diagnosis_is_not_told_to_split_k_a_fused_kernel(h100):
     family = registry.get("sm80")
     layer = fused(LAYER, "scale+bias+relu")
-    assert family.launch_shape(config_for(layer), layer, h100).can_split_k is False
-    assert family.launch_shape(config_for(LAYER), LAYER, h100).can_split_k is True
+    assert family.model.launch_shape(config_for(layer), layer, h100).can_split_k is False
+    assert family.model.launch_shape(config_for(LAYER), LAYER, h100).can_split_k is True
 
 
 def test_a_fused_kernel_models_as_its_bare_twin(h100):
     """The visitor epilogue reuses the base epilogue's shared memory (one stage), so the cost terms match."""
     family = registry.get("sm80")
     layer = fused(LAYER, "scale+bias+residual+silu")
-    assert family.cost_terms(config_for(layer), layer, h100) == family.cost_terms(config_for(LAYER), LAYER, h100)
+    assert family.model.cost_terms(config_for(layer), layer, h100) == family.model.cost_terms(config_for(LAYER), LAYER, h100)
 
 
 # --- the source ------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ PARAMS = {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iter
 
 
 def config(problem: ConvProblem, **overrides):
-    return FAMILY.make_config(problem, {**PARAMS, **overrides})
+    return FAMILY.rules.make_config(problem, {**PARAMS, **overrides})
 
 
 def test_the_space_file_parses_and_keeps_to_the_grouped_iterators():
@@ -54,16 +54,16 @@ def test_only_grouped_problems_with_four_bytes_a_group_run():
 
 def test_the_group_mode_must_fit_k_per_group():
     single = config(WIDE_GROUPS, group_mode="single", iterator="optimized")   # 128 a group, tile N 64
-    assert FAMILY.static_problems(single, WIDE_GROUPS, H100) == []
+    assert FAMILY.rules.static_problems(single, WIDE_GROUPS, H100) == []
     wrong = config(REGNET, group_mode="single")                              # 8 a group < tile N 64
-    assert any("K/groups (8) to be a multiple of tile N 64" in r for r in FAMILY.static_problems(wrong, REGNET, H100))
+    assert any("K/groups (8) to be a multiple of tile N 64" in r for r in FAMILY.rules.static_problems(wrong, REGNET, H100))
     several = config(REGNET, tile="64x32x32", warps="2x1x1")                 # 32 = 4 groups of 8
-    assert FAMILY.static_problems(several, REGNET, H100) == []
-    assert any("multiple of K/groups (128)" in r for r in FAMILY.static_problems(config(WIDE_GROUPS), WIDE_GROUPS, H100))
+    assert FAMILY.rules.static_problems(several, REGNET, H100) == []
+    assert any("multiple of K/groups (128)" in r for r in FAMILY.rules.static_problems(config(WIDE_GROUPS), WIDE_GROUPS, H100))
 
 
 def test_the_optimized_iterator_takes_one_group_a_cta():
-    reasons = FAMILY.static_problems(config(REGNET, iterator="optimized", tile="64x32x32", warps="2x1x1"), REGNET, H100)
+    reasons = FAMILY.rules.static_problems(config(REGNET, iterator="optimized", tile="64x32x32", warps="2x1x1"), REGNET, H100)
     assert any("group mode single" in reason for reason in reasons)
 
 
@@ -80,7 +80,7 @@ def test_split_k_is_no_knob_and_the_name_says_the_mode():
     assert cfg.split_k == 1 and "split_k" not in cfg.search_params
     assert cfg.search_params["group_mode"] == "multiple"
     assert cfg.name == "64x32x32_w2x1x1_s3_sw1_analytic_multiple_a8x8_f16_f16_f16_f32"
-    assert FAMILY.launch_args(cfg, REGNET) == LaunchArgs(104)
+    assert FAMILY.rules.launch_args(cfg, REGNET) == LaunchArgs(104)
 
 
 def test_the_space_has_valid_configurations_for_regnet_and_resnext():
@@ -88,7 +88,7 @@ def test_the_space_has_valid_configurations_for_regnet_and_resnext():
     for problem in (REGNET, RESNEXT, WIDE_GROUPS):
         configs = valid_configs(space_, problem, H100)
         assert configs, problem
-        assert all(FAMILY.static_problems(c, problem, H100) == [] for c in configs[:20])
+        assert all(FAMILY.rules.static_problems(c, problem, H100) == [] for c in configs[:20])
 
 
 def test_the_bare_kernel_is_default_conv2d_group_fprop():
@@ -115,9 +115,9 @@ def test_a_fused_kernel_is_the_visitor_tree_on_the_grouped_main_loop():
 
 def test_cost_terms_count_each_group_of_a_cta():
     cfg = config(REGNET, tile="64x32x32", warps="2x1x1")          # 4 groups of 8 a CTA, 8 channels in a tile K of 32
-    terms = FAMILY.cost_terms(cfg, REGNET, H100)
+    terms = FAMILY.model.cost_terms(cfg, REGNET, H100)
     assert terms.block_k_steps == 3 * 3 * 1 * 4
-    shape = FAMILY.launch_shape(cfg, REGNET, H100)
+    shape = FAMILY.model.launch_shape(cfg, REGNET, H100)
     assert not shape.can_split_k and shape.work_tiles == -(-8 * 28 * 28 // 64) * -(-104 // 32)
 
 

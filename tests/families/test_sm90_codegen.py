@@ -52,7 +52,7 @@ def assert_candidate_frame(source: str, runner_class: str, family: str) -> None:
     assert "int32_t tuner_kernel_count() { return 1; }" in extern_block
     for name in ENTRY_POINTS:
         assert re.search(rf"\b{name}\(", extern_block), name
-    for header in registry.get(family).cpp().includes:
+    for header in registry.get(family).emitter.cpp().includes:
         assert source.count(f'#include "{header}"') == 1, header
     # the runner comes before the kernel alias, the alias before the Runner that binds it
     assert source.index(f"class {runner_class}") < source.index(f"using {ALIAS} =") < \
@@ -294,10 +294,10 @@ def test_the_no_smem_epilogue_cannot_fuse(h100):
     for make, problem, family in ((conv, CONV_PROBLEM, "sm90_conv"), (gemm, GEMM_PROBLEM, "sm90_gemm")):
         fused = dataclasses.replace(problem, epilogue=bias_relu)
         config = make(epilogue="nosmem", problem=fused)
-        reasons = registry.get(family).static_problems(config, fused, h100)
+        reasons = registry.get(family).rules.static_problems(config, fused, h100)
         assert any("no-smem epilogue cannot fuse bias+relu" in r for r in reasons), reasons
         tma = dataclasses.replace(config, epilogue=type(config.epilogue).tma)
-        assert not any("cannot fuse" in r for r in registry.get(family).static_problems(tma, fused, h100))
+        assert not any("cannot fuse" in r for r in registry.get(family).rules.static_problems(tma, fused, h100))
 
 
 def test_families_say_which_epilogue_parts_they_fuse():

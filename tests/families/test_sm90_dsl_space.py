@@ -12,10 +12,10 @@ from tuner.build.compile import Compiler, builder_cache_key
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
-from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
 from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
                                            parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
+from tuner.families.sm90_dsl.toolchain import dsl_version
 from tuner.core.problem import ConvProblem, DataType
 from tuner.search.space import load_space, valid_configs
 from tuner.pipeline.tuning import buildable_spaces
@@ -178,19 +178,19 @@ def test_the_kernel_name_says_its_knobs_and_problem():
 
 
 def test_the_build_request_and_its_cache_key(monkeypatch):
-    monkeypatch.setattr("tuner.families.sm90_dsl.dsl_version", lambda: "4.8.1")
+    monkeypatch.setattr("tuner.families.sm90_dsl.toolchain.dsl_version", lambda: "4.8.1")
     one, two = (make_config(CONV, params(tile=t)) for t in ("128x128x64", "128x256x64"))
-    first, second = FAMILY.build_request(one), FAMILY.build_request(two)
+    first, second = FAMILY.emitter.build_request(one), FAMILY.emitter.build_request(two)
     assert first.source_file == "spec.json" and "tuner.families.sm90_dsl.build" in first.command
     assert builder_cache_key(first) != builder_cache_key(second)
     assert builder_cache_key(first) != builder_cache_key(replace(first, toolchain="nvidia-cutlass-dsl 4.9"))
 
 
 def test_without_the_dsl_the_family_is_skipped_with_one_line(monkeypatch):
-    monkeypatch.setattr("tuner.families.sm90_dsl.dsl_version", lambda: None)
-    assert "pip install -e '.[dsl]'" in FAMILY.toolchain_problem()
+    monkeypatch.setattr("tuner.families.sm90_dsl.toolchain.dsl_version", lambda: None)
+    assert "pip install -e '.[dsl]'" in FAMILY.emitter.toolchain_problem()
     with pytest.raises(SpaceError, match=r"\[dsl\]"):
-        FAMILY.build_request(make_config(CONV, params()))
+        FAMILY.emitter.build_request(make_config(CONV, params()))
     console = Console(record=True, width=200)
     spaces = (load_space(REPO / "search_spaces" / "sm80.yaml"), load_space(SPACE_FILE))
     kept = buildable_spaces(spaces, console)
@@ -213,17 +213,17 @@ pathlib.Path("ptxas.txt").write_text("ptxas info    : Used 168 registers, 0 byte
 """
 
 
-def test_the_compiler_runs_the_family_builder_and_caches_its_answer(tmp_path, monkeypatch):
+def test_the_compiler_runs_the_family_builder_and_caches_its_answer(tmp_path, emitter_pieces):
     script = tmp_path / "fake_builder.py"
     script.write_text(FAKE_BUILDER)
     calls = []
 
-    def request(self, config):
+    def request(config):
         calls.append(config)
         return BuildRequest(config.build_spec().to_json(), "spec.json", (sys.executable, str(script), "spec.json"),
                             "fake 1")
 
-    monkeypatch.setattr(Sm90DslFamily, "build_request", request)
+    emitter_pieces("sm90_dsl", build_request=request)
     compiler = Compiler(H100, tmp_path / "cache", jobs=1)
     good, bad = make_config(CONV, params()), make_config(CONV, params(tile="128x256x64"))
     built = compiler.compile(good)
@@ -236,7 +236,7 @@ def test_the_compiler_runs_the_family_builder_and_caches_its_answer(tmp_path, mo
     assert again.compile(bad).cached and not again.compile(bad).ok
 
 
-def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, monkeypatch):
+def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, emitter_pieces):
     """Without the DSL a DSL layer cannot be built again for the header: one line, and nothing written
     (tests/test_export_dsl.py has the export itself)."""
     import yaml
@@ -253,7 +253,7 @@ def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, mon
                            "compute_capability": "9.0", "sm_count": 132}, "layer_count": 1,
                 "layers": {"suite_layer": entry}}
     (tmp_path / "best.yaml").write_text(yaml.safe_dump(document))
-    monkeypatch.setattr(Sm90DslFamily, "toolchain_problem", lambda self: "the CuTe DSL is not installed: pip install")
+    emitter_pieces("sm90_dsl", toolchain_problem=lambda: "the CuTe DSL is not installed: pip install")
     with pytest.raises(ResultsError) as error:
         export_header(tmp_path, cache_dir=tmp_path / "cache")
     assert "suite_layer" in str(error.value) and "sm90_dsl" in str(error.value) and "\n" not in str(error.value)
@@ -283,15 +283,15 @@ for line in sys.stdin:
 """
 
 
-def test_a_long_lived_builder_builds_kernel_after_kernel_and_a_dead_one_is_transient(tmp_path, monkeypatch):
+def test_a_long_lived_builder_builds_kernel_after_kernel_and_a_dead_one_is_transient(tmp_path, emitter_pieces):
     script = tmp_path / "fake_server.py"
     script.write_text(FAKE_SERVER)
 
-    def request(self, config):
+    def request(config):
         return BuildRequest(config.build_spec().to_json(), "spec.json", ("false",), "fake 2",
                             serve_command=(sys.executable, str(script)))
 
-    monkeypatch.setattr(Sm90DslFamily, "build_request", request)
+    emitter_pieces("sm90_dsl", build_request=request)
     compiler = Compiler(H100, tmp_path / "cache", jobs=1)
     try:
         first, second = (compiler.compile(make_config(CONV, params(tile_q=q))) for q in (8, 32))
@@ -354,8 +354,8 @@ def test_split_k_is_a_knob_of_the_name_the_spec_and_the_launch():
     assert plain.split_k == 1 and "_sk" not in plain.name and "_sk4_" in split.name
     assert split.search_params["split_k"] == 4 and split.build_spec().tile.split_k == 4
     assert plain.build_spec().tile.split_k == 1
-    assert FAMILY.launch_args(split, LATE_GEMM_B1).split_k == 4
-    shape = FAMILY.launch_shape(split, LATE_GEMM_B1, H100)
+    assert FAMILY.rules.launch_args(split, LATE_GEMM_B1).split_k == 4
+    shape = FAMILY.model.launch_shape(split, LATE_GEMM_B1, H100)
     assert shape.can_split_k and shape.split_k_slices == 4 and shape.work_tiles == 4 * 4
     assert "sk4" in FAMILY.describe(split) and "sk" not in FAMILY.describe(plain)
     # trials stored before the knob existed ran without a split

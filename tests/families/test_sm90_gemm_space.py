@@ -483,10 +483,10 @@ def test_a_swapped_kernel_is_diagnosed_and_costed_along_the_layer():
     prob = problem(n=32, h=7, w=7, c=512, k=2048)
     family = registry.get("sm90_gemm")
     swapped = config(prob, tile="128x224x64", cluster="4x1x1", swap_ab=True)
-    shape = family.launch_shape(swapped, prob, H100)
+    shape = family.model.launch_shape(swapped, prob, H100)
     assert shape.tile_mnk == (224, 128, 64) and shape.cluster == (1, 4, 1)
     assert shape.work_tiles == 7 * 16  # 1568 pixels / 224, 2048 channels / 128: one wave on 132 SMs
-    assert family.launch_shape(config(prob, tile="128x224x64"), prob, H100).work_tiles == 13 * 10
-    terms = family.cost_terms(swapped, prob, H100)
+    assert family.model.launch_shape(config(prob, tile="128x224x64"), prob, H100).work_tiles == 13 * 10
+    terms = family.model.cost_terms(swapped, prob, H100)
     assert (terms.tile_m, terms.tile_n) == (224, 128)
     assert "swab" in family.describe(swapped)

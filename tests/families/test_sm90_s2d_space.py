@@ -81,7 +81,7 @@ def test_configs_carry_their_own_family_and_names():
     assert isinstance(config, Sm90S2dConfig) and config.family == "sm90_s2d"
     assert config.name.startswith("s2d_128x64x16_c1x1x1_sauto_tma") and config.compiled is config
     assert registry.family_of(config).describe(config).startswith("s2d 128x64x16")
-    conv = registry.get("sm90_conv").make_config(STEM, PARAMS)
+    conv = registry.get("sm90_conv").rules.make_config(STEM, PARAMS)
     assert conv.name != config.name  # one cache entry each: the runner differs
 
 
@@ -103,7 +103,7 @@ def test_the_space_files_parse_and_keep_candidates_for_the_stem():
 def test_the_family_costs_the_folded_problem():
     family = registry.get("sm90_s2d")
     config = make_config(STEM, PARAMS)
-    terms = family.cost_terms(config, STEM, H100)
+    terms = family.model.cost_terms(config, STEM, H100)
     assert terms.block_k_steps == 16  # 4x4 taps, 16 channels in one tile-K slice each
-    shape = family.launch_shape(config, STEM, H100)
+    shape = family.model.launch_shape(config, STEM, H100)
     assert shape.work_tiles == -(-32 * 112 * 112 // 128) and shape.filter_taps == 16

@@ -41,7 +41,7 @@ def test_the_c_families_take_f16_bf16_and_tf32(family, dtype, key):
     assert registry.get(family).problem_reason(problem) is None
     config = make_config(problem, family, PARAMS[family])
     assert config.dtype_key == problem.dtype_key == key
-    assert registry.get(family).static_problems(config, problem, H100) == []
+    assert registry.get(family).rules.static_problems(config, problem, H100) == []
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -118,7 +118,7 @@ def assert_built_and_taken(dtype: str, built: dict) -> None:
         assert result.ok, f"{family} {fusion}: {result.error}"
         assert result.ptxas.spill_bytes == 0, (family, fusion, result.ptxas)
         problem = typed(dataclasses.replace(LAYER_OF[family], epilogue=result.config.fusion), dtype)
-        launch = registry.get(family).launch_args(result.config, problem)
+        launch = registry.get(family).rules.launch_args(result.config, problem)
         library = KernelLibrary(result.binary)
         assert library.can_implement(problem_array(problem, launch)) == 0, (family, fusion)
 

@@ -204,7 +204,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     smem = attributes.dynamic_smem_bytes + attributes.static_smem_bytes
     warps = attributes.threads_per_block // 32
     limits = block_limits(attributes.registers_per_thread, smem, warps, device)
-    shape = family.launch_shape(config, problem, device)
+    shape = family.model.launch_shape(config, problem, device)
     cluster = shape.cluster
     return LaunchFacts(
         grid_blocks=grid_blocks,
@@ -218,7 +218,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
         block_limit_warps=limits["warps"],
         block_limit_sm=limits["sm"],
         spill_bytes=spill_bytes,
-        gemm_mnk=family.kernel_problem(problem).gemm_mnk,
+        gemm_mnk=family.rules.kernel_problem(problem).gemm_mnk,
         tile_mnk=shape.tile_mnk,
         split_k_slices=shape.split_k_slices,
         filter_taps=shape.filter_taps,

@@ -115,7 +115,7 @@ def parse_config_text(text: str, problem: ConvProblem) -> Sm80Config:
                                 ("split_k", range(1, MAX_SPLIT_K + 1), f"1 to {MAX_SPLIT_K}")):
         if knob in params and params[knob] not in allowed:
             raise UsageError(f"--config {text!r}: {knob} {params[knob]} is not {rule}")
-    return registry.get(SM80).make_config(problem, {**REFERENCE_PARAMS, **params})
+    return registry.get(SM80).rules.make_config(problem, {**REFERENCE_PARAMS, **params})
 
 
 # --- predictions -------------------------------------------------------------------------------------
@@ -141,8 +141,8 @@ def ceilings(gpu: GpuSpec) -> Ceilings:
 
 def predict(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, rates: Ceilings) -> Prediction:
     family = registry.family_of(config)
-    terms = family.cost_terms(config, problem, device)
-    shape = family.launch_shape(config, problem, device)
+    terms = family.model.cost_terms(config, problem, device)
+    shape = family.model.launch_shape(config, problem, device)
     blocks = shape.work_tiles
     if shape.persistent:  # one wave of CTAs that loop over the tiles
         blocks = min(blocks, device.sm_count * terms.blocks_per_sm)
@@ -155,7 +155,7 @@ def ranking(configs: list[KernelConfig], problem: ConvProblem, device: DeviceFac
     """Fastest predicted first; among equal predictions the family's fitted knob values first (the model
     cannot tell swizzles or iterators apart: tuner/search/costmodel.py's prior picks break ties the same way)."""
     def key(prediction: Prediction) -> tuple:
-        order = registry.family_of(prediction.config).prior_order(prediction.config, problem)
+        order = registry.family_of(prediction.config).model.prior_order(prediction.config, problem)
         return round(prediction.predicted_us, 9), order is None, order or 0, prediction.config.name
 
     return sorted((predict(config, problem, device, rates) for config in configs), key=key)
@@ -191,7 +191,7 @@ class ConfigWaste:
 
 def config_waste(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> ConfigWaste:
     """The static diagnosis (tuner/analysis/diagnose.py) of the configuration's launch on the device."""
-    shape = registry.family_of(config).launch_shape(config, problem, device)
+    shape = registry.family_of(config).model.launch_shape(config, problem, device)
     facts = kernel_facts(config, problem, device, shape.work_tiles, estimated_attributes(config, device), None)
     # The occupancy API's answer is estimated here: let the block limits speak, naming the binding one.
     facts = LaunchFacts(**{**facts.__dict__, "max_active_blocks_per_sm": None})
@@ -320,7 +320,7 @@ def _model_view(prediction: Prediction) -> tuple:
 
 
 def _differing_knobs(configs: list[KernelConfig]) -> tuple[str, ...]:
-    knobs = registry.get(configs[0].family).knobs
+    knobs = registry.get(configs[0].family).rules.knobs
     return tuple(knob for knob in knobs if len({str(c.search_params.get(knob)) for c in configs}) > 1)
 
 
@@ -391,7 +391,7 @@ def _config_lines(config: Sm80Config, problem: ConvProblem, device: DeviceFacts,
                   ranked: list[Prediction], rates: Ceilings) -> list[str]:
     lines = [f"config {_describe(config)} on {gpu.slug}:"]
     reason = registry.why_not(registry.family_of(config), problem, device)
-    problems = [reason] if reason else registry.family_of(config).static_problems(config, problem, device)
+    problems = [reason] if reason else registry.family_of(config).rules.static_problems(config, problem, device)
     if problems:
         lines += [f"  cannot run: {problem_text}" for problem_text in problems]
         return lines

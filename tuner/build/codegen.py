@@ -23,7 +23,7 @@ def include_lines(headers: tuple[str, ...]) -> str:
 
 
 def kernel_alias(config: KernelConfig, alias: str) -> str:
-    return registry.family_of(config).kernel_alias(config, alias)
+    return registry.family_of(config).emitter.kernel_alias(config, alias)
 
 
 def group_source(configs: list[KernelConfig]) -> str:
@@ -33,11 +33,11 @@ def group_source(configs: list[KernelConfig]) -> str:
     if len(families) != 1:
         raise ValueError(f"a translation unit holds kernels of one family, got {sorted(families)}")
     family = registry.family_of(configs[0])
-    pieces = family.cpp([config.compiled for config in configs])
+    pieces = family.emitter.cpp([config.compiled for config in configs])
     kernels, entry_points = [], []
     for index, config in enumerate(configs):
         alias = f"{CANDIDATE_ALIAS}{index}"
-        kernels.append(family.kernel_alias(config.compiled, alias))
+        kernels.append(family.emitter.kernel_alias(config.compiled, alias))
         kernels.append(f"using Runner{index} = {pieces.runner_class}<{alias}>;\n")
         entry_points.append(read_template(TEMPLATES / "entry_points.cu.in").substitute(
             index=index, config_name=config.compiled.name, runner=f"cutlass_conv_tuner::candidate::Runner{index}"))

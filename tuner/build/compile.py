@@ -202,14 +202,14 @@ class Compiler:
             self.builders.prestart(command, min(count, self.jobs))
 
     def flags(self, config: KernelConfig) -> list[str]:
-        return nvcc_flags(registry.family_of(config).arch_flags(self.device))
+        return nvcc_flags(registry.family_of(config).emitter.arch_flags(self.device))
 
     def _entry(self, key: str) -> Path:
         return self.cache_dir / key[:2] / key
 
     def _key(self, config: KernelConfig) -> tuple[str, str, list[str], BuildRequest | None]:
         """The cache key, the source, nvcc's flags and the family's own build request (None: nvcc)."""
-        request = registry.family_of(config).build_request(config.compiled)
+        request = registry.family_of(config).emitter.build_request(config.compiled)
         if request is not None:
             return builder_cache_key(request), request.source, [], request
         source = candidate_source(config.compiled)
@@ -342,7 +342,7 @@ class Compiler:
             by_family.setdefault(config.family, []).append(config)
         units = []
         for family, members in by_family.items():
-            groupable = registry.get(family).groupable
+            groupable = registry.get(family).emitter.groupable
             size = min(self.kernels_per_unit, math.ceil(len(members) / self.jobs)) if groupable else 1
             units += [members[i:i + size] for i in range(0, len(members), max(1, size))]
         return units

@@ -1,20 +1,18 @@
-"""What every kernel family provides, and the typed pieces the families share.
+"""The typed pieces the kernel families share: what their roles (tuner/families/family.py) take and return, and
+the helpers their space files, checks and C++ are written with.
 
 A family is one way to build a conv kernel (CUTLASS 2.x sm80, 3.x sm90 conv, 3.x sm90 GEMM, ...).
-It owns its search-space parsing and static checks, its C++ (a kernel alias and a runner that
-binds the kernel to the tuner's problem array), its cost-model terms and the launch facts the
-diagnosis needs. Nothing here imports the pipeline: families sit below it, next to problem and
-device, and the pipeline reaches them through tuner.families.registry only."""
+Nothing here imports the pipeline: families sit below it, next to problem and device, and the pipeline
+reaches them through tuner.families.registry only."""
 from __future__ import annotations
 
-import abc
 import enum
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from string import Template
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.core.epilogue import Activation, Epilogue
@@ -187,6 +185,23 @@ ACTIVATION_TAGS = {
 VECTOR_TYPE = DataType.f32
 
 
+def ampere_device_problem(kernels: str, device: DeviceFacts) -> str | None:
+    """Why kernels built for the device's own arch, compute capability 8.0 and later, cannot run on `device`,
+    or None."""
+    if device.cc < 80:
+        return (f"{kernels} kernels need compute capability 8.0 or newer; this GPU is "
+                f"{device.cc_major}.{device.cc_minor}")
+    return None
+
+
+def native_arch_flags(device: DeviceFacts) -> list[str]:
+    return [f"-arch={device.arch_flag}"]
+
+
+def sm90a_arch_flags(device: DeviceFacts) -> list[str]:
+    return ["-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr"]
+
+
 def sm90a_device_problem(family: str, device: DeviceFacts) -> str | None:
     """Why a family of wgmma kernels (built for sm_90a) cannot run on `device`, or None."""
     if device.cc != 90:
@@ -325,123 +340,3 @@ class BuildRequest:
     # A long-lived builder that builds kernel after kernel (tuner/build/compile.py's BuilderPool says how it is
     # spoken to): a toolchain that is slow to start but fast per kernel. Empty: `command`, a process a kernel.
     serve_command: tuple[str, ...] = ()
-
-
-class Family(abc.ABC):
-    """One kernel family. Subclasses live in tuner/families/<name>/ and are found by the registry."""
-
-    name: str = ""
-    summary: str = ""
-    folder: Path = Path()
-    # The knobs whose choices come from the YAML file, in study order.
-    knobs: tuple[str, ...] = ()
-    # Whether several kernels may be compiled in one translation unit: the family's device symbols must
-    # hold the alias (a named `<alias>_detail` type) so that ptxas's report can be told apart.
-    plot_colour: str = "tab:gray"  # its bars in the plots
-    groupable: bool = False
-    # Whether best_configs.h can hold its kernels (CUTLASS C++ emitted from the family's templates).
-    emits_cpp: bool = True
-    # The epilogue parts (tuner/core/epilogue.py's Epilogue.parts) its kernels fuse.
-    fusable: frozenset[str] = frozenset()
-    # Parts its kernels could fuse but that it refuses, each with why ("{family}" stands for its name).
-    refused_parts: tuple[tuple[str, str], ...] = ()
-    # Whether its kernels run grouped convolutions (groups > 1, depthwise among them).
-    runs_groups: bool = False
-    # Whether its kernels run transposed convolutions (ConvTranspose2d's forward, a dgrad), and those only.
-    runs_transposed: bool = False
-
-    # --- where it runs -----------------------------------------------------------------------------
-    @abc.abstractmethod
-    def device_problem(self, device: DeviceFacts) -> str | None:
-        """Why this device cannot run the family's kernels, or None."""
-
-    @abc.abstractmethod
-    def layer_problem(self, problem: ConvProblem) -> str | None:
-        """Why the family cannot run this problem at all (whatever its knobs), with the padding or
-        change that would make it runnable where there is one; None when it can."""
-
-    def problem_reason(self, problem: ConvProblem) -> str | None:
-        """layer_problem, after grouped convolutions where the family runs none and the parts of the layer's
-        epilogue it cannot fuse or refuses."""
-        if problem.transposed and not self.runs_transposed:
-            return (f"{self.name} runs convolutions (fprop) only; this is a transposed one (ConvTranspose2d, a dgrad): "
-                    "a dgrad family runs it")
-        if self.runs_transposed and not problem.transposed:
-            return f"{self.name} runs transposed convolutions (ConvTranspose2d) only"
-        if problem.groups != 1 and not self.runs_groups:
-            kind = "a depthwise" if problem.groups == problem.c else "a grouped"
-            return (f"{self.name} runs ungrouped convolutions only (groups=1); this is {kind} one, "
-                    f"groups={problem.groups}")
-        for part, why in self.refused_parts:
-            if part in problem.epilogue.parts:
-                return why.format(family=self.name)
-        unfused = [part for part in problem.epilogue.parts if part not in self.fusable]
-        if unfused:
-            return f"{self.name} cannot fuse {' and '.join(unfused)} into its epilogue"
-        return self.layer_problem(problem)
-
-    def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
-        """The problem as the kernel sees it (channels zero-padded where the family needs it)."""
-        return problem
-
-    def supersedes(self, problem: ConvProblem) -> frozenset[str]:
-        """Families a default study (no --family) leaves out of this layer when this one can run it: what
-        they build, this one builds as fast or faster, in a fraction of their compile time."""
-        return frozenset()
-
-    # --- the space -----------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def parse_space(self, document: dict) -> SearchSpace: ...
-
-    @abc.abstractmethod
-    def make_config(self, problem: ConvProblem, params: dict) -> KernelConfig: ...
-
-    @abc.abstractmethod
-    def static_problems(self, config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-        """Every reason the configuration cannot run, found without compiling; empty when valid."""
-
-    def reference_params(self) -> dict | None:
-        """A hand-picked configuration every study of the family measures first, if any."""
-        return None
-
-    def launch_args(self, config: KernelConfig, problem: ConvProblem) -> LaunchArgs:
-        return LaunchArgs(self.kernel_problem(problem).c)
-
-    # --- building -----------------------------------------------------------------------------------
-    def toolchain_problem(self) -> str | None:
-        """Why this machine cannot build the family's kernels (a missing optional package), with how to
-        install it; None when it can. Spaces and the cost model do not need the toolchain."""
-        return None
-
-    def build_request(self, config: KernelConfig) -> BuildRequest | None:
-        """None: the kernel is CUTLASS C++ (kernel_alias and cpp below) compiled by nvcc."""
-        return None
-
-    # --- C++ ---------------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def arch_flags(self, device: DeviceFacts) -> list[str]: ...
-
-    @abc.abstractmethod
-    def kernel_alias(self, config: KernelConfig, alias: str) -> str:
-        """`using <alias> = <the CUTLASS device-level operator>;` for the compiled configuration."""
-
-    @abc.abstractmethod
-    def cpp(self, configs: Sequence[KernelConfig] = ()) -> CppPieces:
-        """The includes and runner sources a translation unit holding `configs` needs (what a fused
-        epilogue needs only where one of them is fused)."""
-
-    # --- cost model and diagnosis ----------------------------------------------------------------------
-    @abc.abstractmethod
-    def cost_terms(self, config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms: ...
-
-    @abc.abstractmethod
-    def launch_shape(self, config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape: ...
-
-    def describe(self, config: KernelConfig) -> str:
-        """A short text for tables."""
-        return config.name
-
-    def prior_order(self, config: KernelConfig, problem: ConvProblem) -> int | None:
-        """Among equally modelled candidates, lower first; None: not a prior pick (a knob the model
-        cannot see is off its fitted value)."""
-        return 0

@@ -8,7 +8,8 @@ from functools import lru_cache
 
 import tuner.families
 from tuner.core.device import DeviceFacts
-from tuner.families.base import Family, KernelConfig, SpaceError
+from tuner.families.base import KernelConfig, SpaceError
+from tuner.families.family import Family
 from tuner.core.problem import ConvProblem
 
 

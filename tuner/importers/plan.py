@@ -119,7 +119,7 @@ def replacement_note(problem: ConvProblem, name: str, entry: BestEntry) -> str:
         return str(error)
     family = registry.family_of(config)
     notes = [family.name]
-    channels = family.launch_args(config, entry.problem).kernel_channels
+    channels = family.rules.launch_args(config, entry.problem).kernel_channels
     if channels != problem.c:
         notes.append(f"input padded from {problem.c} to {channels} channels on every call (a copy)")
     if problem.epilogue.scale and not config.fusion.scale:

@@ -142,8 +142,8 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
             if not result.ok:
                 rows.append({**config.search_params, "status": Status.compile_failed.value})
                 continue
-            evaluation = evaluator.evaluate(result.binary, layer.problem, family.launch_args(config, layer.problem),
-                                            seed=1000 + index)
+            evaluation = evaluator.evaluate(result.binary, layer.problem,
+                                            family.rules.launch_args(config, layer.problem), seed=1000 + index)
             m = evaluation.measurement
             rows.append({**config.search_params, "status": evaluation.status.value,
                          "median_us": m and m.median_us, "p10_us": m and m.p10_us, "p90_us": m and m.p90_us,
@@ -411,7 +411,7 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         result = compiled[config.compiled]
         if not result.ok:
             return None, Status.compile_failed
-        launch = registry.get(config.family).launch_args(config, problem)
+        launch = registry.get(config.family).rules.launch_args(config, problem)
         evaluation = evaluator.evaluate(result.binary, problem, launch, seed=seed)
         ok = evaluation.status is Status.ok
         return (round(evaluation.measurement.median_us, 3) if ok else None), evaluation.status

@@ -44,7 +44,7 @@ class ObjectLayer:
 
 def is_object_family(config: KernelConfig) -> bool:
     """Whether the header takes this kernel as a built object rather than as C++ (sm90_dsl's)."""
-    return not registry.family_of(config).emits_cpp
+    return not registry.family_of(config).emitter.emits_cpp
 
 
 def dsl_symbol(namespace: str, alias: str) -> str:
@@ -75,7 +75,7 @@ def kernel_declaration(config: KernelConfig, alias: str, symbol: str) -> str:
 
 
 def installed_dsl_version() -> str:
-    from tuner.families.sm90_dsl import dsl_version
+    from tuner.families.sm90_dsl.toolchain import dsl_version
 
     return dsl_version() or "not installed"
 
@@ -131,7 +131,7 @@ def check_toolchain(layers: list[ObjectLayer]) -> None:
     """One line naming the first object layer when this machine cannot build its kernel (the DSL not installed)."""
     for layer in layers:
         family = registry.family_of(layer.config)
-        problem = family.toolchain_problem()
+        problem = family.emitter.toolchain_problem()
         if problem:
             more = f" (and {len(layers) - 1} more)" if len(layers) > 1 else ""
             raise ResultsError(f"best.yaml layer {layer.name!r}{more} holds a {family.name} kernel, which export "

@@ -83,7 +83,7 @@ def cpp_double(value: object, what: str) -> str:
 
 def _row(name: str, entry: BestEntry, problem: ConvProblem, config: KernelConfig) -> str:
     family = registry.family_of(config)
-    launch = family.launch_args(config, problem)
+    launch = family.rules.launch_args(config, problem)
     ints = [problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s, *problem.pads,
             *problem.strides, *problem.dilations, problem.groups, launch.kernel_channels]
     values = [cpp_string(name), *(cpp_int(v, f"layer {name!r} problem") for v in ints), cpp_string(family.name),
@@ -190,11 +190,11 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         else:
             families[family.name] = family
             configs.setdefault(family.name, []).append(config)
-            aliases.append(family.kernel_alias(config, alias))
-            aliases.append(f"using {alias}_runner = {family.cpp().runner_class}<{alias}>;\n")
+            aliases.append(family.emitter.kernel_alias(config, alias))
+            aliases.append(f"using {alias}_runner = {family.emitter.cpp().runner_class}<{alias}>;\n")
         rows.append(_row(name, entry, problem, config))
         for_each.append(f"  X({alias}_runner, {index})")
-    pieces = [family.cpp(configs[name]) for name, family in families.items()]
+    pieces = [family.emitter.cpp(configs[name]) for name, family in families.items()]
     if dsl_layers:
         runner = dsl_export.runner_source(dsl_version or dsl_export.installed_dsl_version())
         pieces.append(CppPieces(dsl_export.INCLUDES, (runner,), "DslRunner"))

@@ -93,7 +93,7 @@ def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFact
     """The hand-picked configuration of the first family in the study that has one (sm80's is the
     reference ncu log's 128x128x64, 3 stages), where it can run the problem."""
     for family in joint.families:
-        params = registry.get(family).reference_params()
+        params = registry.get(family).rules.reference_params
         if params is None:
             continue
         config = make_config(problem, family, params)
@@ -182,7 +182,7 @@ def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig
     runs: dict[str, list] = {label: [] for label, _ in configs}
     for _ in range(rounds):
         for label, config in configs:
-            launch = registry.family_of(config).launch_args(config, problem)
+            launch = registry.family_of(config).rules.launch_args(config, problem)
             evaluation = evaluator.evaluate(compiled[config.compiled].binary, problem, launch)
             if evaluation.status is Status.ok:
                 runs[label].append(evaluation)
@@ -205,7 +205,7 @@ def profile_finalists(rows: list[report.Confirmed], facts: dict[str, LaunchFacts
     profiles = {}
     for row in sorted(rows, key=lambda r: r.measurement.median_us)[:top]:
         try:
-            launch = registry.family_of(row.config).launch_args(row.config, problem)
+            launch = registry.family_of(row.config).rules.launch_args(row.config, problem)
             stats = profile_candidate(compiled[row.config.compiled].binary, problem, launch)
         except ProfilerUnavailable as error:
             console.print(f"[yellow]ncu: {error}; the waste table is the static diagnosis alone[/]")
@@ -422,7 +422,7 @@ def buildable_spaces(spaces: tuple[SearchSpace, ...], console: Console) -> tuple
     to install what it needs; none: a SpaceError."""
     buildable = []
     for space in spaces:
-        reason = registry.get(space.family).toolchain_problem()
+        reason = registry.get(space.family).emitter.toolchain_problem()
         if reason is None:
             buildable.append(space)
         else:

@@ -54,8 +54,8 @@ def measured_ceilings(folder: Path) -> Ceilings:
 def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts,
                  ceilings: Ceilings = Ceilings()) -> float:
     family = registry.family_of(config)
-    terms = family.cost_terms(config, problem, device)
-    m, n, _ = family.kernel_problem(problem).gemm_mnk
+    terms = family.model.cost_terms(config, problem, device)
+    m, n, _ = family.rules.kernel_problem(problem).gemm_mnk
     tiles = math.ceil(m / terms.tile_m) * math.ceil(n / terms.tile_n)
     blocks = tiles * terms.split_k
     resident = terms.blocks_per_sm
@@ -99,8 +99,8 @@ def bound(config: KernelConfig, problem: ConvProblem, device: DeviceFacts, ceili
     """Which of the model's two floors binds: the memory one for a family that says its kernels are memory-bound
     (a depthwise conv) or whose compute takes less time than its bytes."""
     family = registry.family_of(config)
-    terms = family.cost_terms(config, problem, device)
-    m, n, k = family.kernel_problem(problem).gemm_mnk
+    terms = family.model.cost_terms(config, problem, device)
+    m, n, k = family.rules.kernel_problem(problem).gemm_mnk
     compute_us = 2 * m * n * k / (ceilings.matmul_tflops * 1e12 * terms.efficiency) * 1e6
     memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
     kind = "memory-bound" if terms.memory_bound or memory_us >= compute_us else "compute-bound"
@@ -119,7 +119,7 @@ def prior_candidates(space: SearchSpace, problem: ConvProblem, device: DeviceFac
     fitted values, its preferred ones first; the whole ranking where none does."""
     family = registry.get(space.family)
     ranked = ranked_by_model(space, problem, device, ceilings)
-    orders = {config: family.prior_order(config, problem) for config in ranked}
+    orders = {config: family.model.prior_order(config, problem) for config in ranked}
     fitted = [config for config in ranked if orders[config] is not None]
     if not fitted:
         return ranked

@@ -28,7 +28,7 @@ OUTCOME_FIELDS = ("status", "median_us", "p10_us", "p90_us", "error", "grid_bloc
 
 def fields(family: str) -> tuple[str, ...]:
     """A family's record columns: its knobs, then the outcome."""
-    return (*registry.get(family).knobs, *OUTCOME_FIELDS)
+    return (*registry.get(family).rules.knobs, *OUTCOME_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def _number(text: str) -> float | None:
 def recorded_rows(path: Path, problem: ConvProblem, family: str) -> list[tuple[KernelConfig, Recorded]]:
     """Each data row of a record (lines starting with # are comments) as its configuration and outcome;
     a damaged row (a truncated file, an edit) is refused with its line number."""
-    knobs = registry.get(family).knobs
+    knobs = registry.get(family).rules.knobs
     parsed = []
     try:
         with open(path, newline="") as handle:
@@ -94,7 +94,7 @@ def record_rows(study: optuna.Study, problem: ConvProblem, family: str) -> list[
                      "p90_us": measurement.get("p90_us"), "error": record.attrs.get("error"),
                      "grid_blocks": volume(record.attrs.get("grid") or (0, 0, 0)),
                      "blocks_per_sm": (record.attrs.get("attributes") or {}).get("max_active_blocks_per_sm")})
-    return sorted(rows, key=lambda r: [str(r[f]) for f in registry.get(family).knobs])
+    return sorted(rows, key=lambda r: [str(r[f]) for f in registry.get(family).rules.knobs])
 
 
 def write_record(path: Path, rows: list[dict], comment: str, family: str) -> None:

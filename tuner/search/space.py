@@ -43,11 +43,11 @@ def load_space(path: Path) -> SearchSpace:
     if not isinstance(document, dict) or not isinstance(document.get(FAMILY_PARAM), str):
         raise SpaceError(f"search space {path} must be a mapping with a 'family:' key "
                          f"({', '.join(registry.names())})")
-    return registry.get(document[FAMILY_PARAM]).parse_space(document)
+    return registry.get(document[FAMILY_PARAM]).rules.parse_space(document)
 
 
 def make_config(problem: ConvProblem, family: str, params: dict) -> KernelConfig:
-    return registry.get(family).make_config(problem, params)
+    return registry.get(family).rules.make_config(problem, params)
 
 
 def entry_config(entry: BestEntry, layer: str, problem: ConvProblem) -> KernelConfig:
@@ -59,14 +59,14 @@ def entry_config(entry: BestEntry, layer: str, problem: ConvProblem) -> KernelCo
 
 
 def static_problems(config: KernelConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-    return registry.family_of(config).static_problems(config, problem, device)
+    return registry.family_of(config).rules.static_problems(config, problem, device)
 
 
 def all_configs(space: SearchSpace, problem: ConvProblem) -> Iterator[KernelConfig]:
     family = registry.get(space.family)
     names = list(space.choices)
     for values in itertools.product(*space.choices.values()):
-        yield family.make_config(problem, dict(zip(names, values)))
+        yield family.rules.make_config(problem, dict(zip(names, values)))
 
 
 def valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> list[KernelConfig]:
@@ -79,7 +79,8 @@ def _valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts
     if registry.why_not(family, problem, device):
         return ()
     # dict.fromkeys: knobs a problem does not use (sm90_dsl's tile_q in a GEMM) make one configuration twice
-    return tuple(c for c in dict.fromkeys(all_configs(space, problem)) if not family.static_problems(c, problem, device))
+    return tuple(c for c in dict.fromkeys(all_configs(space, problem))
+                 if not family.rules.static_problems(c, problem, device))
 
 
 @dataclass(frozen=True)

@@ -579,7 +579,7 @@ class StudyRunner:
         if not result.ok:
             self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
             return
-        launch = registry.family_of(config).launch_args(config, self.problem)
+        launch = registry.family_of(config).rules.launch_args(config, self.problem)
         started = time.monotonic()
         evaluation = self.evaluator.evaluate(result.binary, self.problem, launch, seed=self.inputs_seed)
         self.clock.on_gpu += time.monotonic() - started

@@ -86,7 +86,7 @@ class CompiledKernels:
                 continue
             family = registry.family_of(result.config)
             try:
-                loaded[name] = kernels.LoadedKernel(result.binary, problem, family.launch_args(result.config,
+                loaded[name] = kernels.LoadedKernel(result.binary, problem, family.rules.launch_args(result.config,
                                                     entry.problem), result.config.fusion, device)
             except (LaunchError, OSError) as error:
                 loaded[name] = str(error)

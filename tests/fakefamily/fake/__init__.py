@@ -15,12 +15,15 @@ from pathlib import Path
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
-from tuner.families.base import (BuildRequest, CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
-                                 Shape3, check_keys, int_list, param, shape_list, whole)
 from tuner.core.problem import ConvProblem, DataType
+from tuner.families.base import (BuildRequest, CostTerms, LaunchArgs, LaunchShape, SearchSpace, Shape3, check_keys,
+                                 int_list, param, shape_list, whole)
+from tuner.families.family import BuilderEmitter, Family, PerformanceModel, SpaceRules
 
 NAME = "fake"
 REFERENCE_PARAMS = {"tile": "128x128x32", "stages": 3, "split_k": 1}
+# Kernels of this many stages "fail to compile": the builder exits 1 with an error line.
+FAILING_STAGES = 5
 # The builder: reads kernel.json, refuses the failing ones, else writes the "library" and a ptxas line.
 BUILD_SCRIPT = (
     "import json, pathlib, sys\n"
@@ -61,74 +64,70 @@ class FakeConfig:
         return self.stages * (self.tile.m + self.tile.n) * self.tile.k * problem.input_type.bytes
 
 
-class FakeFamily(Family):
-    name = NAME
-    summary = "a test-only family: built by Python, timed by a formula"
-    folder = Path(__file__).parent
-    knobs = ("tile", "stages", "split_k")
-    emits_cpp = False
-    fusable = frozenset({"scale", "bias", "relu"})
-    # Kernels of this many stages "fail to compile": the builder exits 1 with an error line.
-    failing_stages = 5
-
-    def device_problem(self, device: DeviceFacts) -> str | None:
-        return None
-
-    def layer_problem(self, problem: ConvProblem) -> str | None:
-        return None if problem.c % 2 == 0 else "fake kernels need an even C"
-
-    def parse_space(self, document: dict) -> SearchSpace:
-        document = check_keys(NAME, document, {"family", "tile", "stages", "split_k"})
-        return SearchSpace(NAME, (
-            ("tile", tuple(t.text for t in shape_list(NAME, "tile", document["tile"]))),
-            ("stages", int_list(NAME, "stages", document["stages"], lambda v: 2 <= v <= 8, "2 to 8")),
-            ("split_k", int_list(NAME, "split_k", document["split_k"], lambda v: 1 <= v <= 16, "1 to 16")),
-        ))
-
-    def make_config(self, problem: ConvProblem, params: dict) -> FakeConfig:
-        return FakeConfig(tile=param(params, "tile", Shape3.parse), stages=param(params, "stages", whole),
-                          split_k=param(params, "split_k", whole), output_type=problem.output_type,
-                          fusion=problem.epilogue)
-
-    def static_problems(self, config: FakeConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-        problems = []
-        if config.smem_bytes(problem) > device.smem_optin_per_block:
-            problems.append(f"shared memory {config.smem_bytes(problem)} B > {device.smem_optin_per_block} B")
-        if config.split_k > 1 and config.fusion.fused:
-            problems.append("a fused epilogue needs split-K 1")
-        return problems
-
-    def reference_params(self) -> dict:
-        return dict(REFERENCE_PARAMS)
-
-    def launch_args(self, config: FakeConfig, problem: ConvProblem) -> LaunchArgs:
-        return LaunchArgs(problem.c, split_k=config.split_k)
-
-    def build_request(self, config: FakeConfig) -> BuildRequest:
-        kernel = {"name": config.name, "fails": config.stages == self.failing_stages, **config.search_params}
-        return BuildRequest(source=json.dumps(kernel, sort_keys=True), source_file="kernel.json",
-                            command=(sys.executable, "-c", BUILD_SCRIPT), toolchain="fake-builder 1")
-
-    def arch_flags(self, device: DeviceFacts) -> list[str]:
-        return []
-
-    def kernel_alias(self, config: FakeConfig, alias: str) -> str:
-        raise NotImplementedError("fake kernels have no C++")
-
-    def cpp(self, configs=()) -> CppPieces:
-        raise NotImplementedError("fake kernels have no C++")
-
-    def cost_terms(self, config: FakeConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
-        _, _, k = problem.gemm_mnk
-        return CostTerms(tile_m=config.tile.m, tile_n=config.tile.n, block_k_steps=-(-k // config.tile.k),
-                         flops_per_k_step=2 * config.tile.volume, blocks_per_sm=1, warps_per_block=4,
-                         efficiency=0.5, stages=config.stages, split_k=config.split_k)
-
-    def launch_shape(self, config: FakeConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
-        m, n, _ = problem.gemm_mnk
-        tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
-        return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k), filter_taps=problem.r * problem.s,
-                           split_k_slices=config.split_k, work_tiles=tiles * config.split_k)
+# --- space rules ---------------------------------------------------------------------------------------------
+def parse_space(document: object) -> SearchSpace:
+    document = check_keys(NAME, document, {"family", "tile", "stages", "split_k"})
+    return SearchSpace(NAME, (
+        ("tile", tuple(t.text for t in shape_list(NAME, "tile", document["tile"]))),
+        ("stages", int_list(NAME, "stages", document["stages"], lambda v: 2 <= v <= 8, "2 to 8")),
+        ("split_k", int_list(NAME, "split_k", document["split_k"], lambda v: 1 <= v <= 16, "1 to 16")),
+    ))
 
 
-FAMILY = FakeFamily()
+def make_config(problem: ConvProblem, params: dict) -> FakeConfig:
+    return FakeConfig(tile=param(params, "tile", Shape3.parse), stages=param(params, "stages", whole),
+                      split_k=param(params, "split_k", whole), output_type=problem.output_type,
+                      fusion=problem.epilogue)
+
+
+def static_problems(config: FakeConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
+    problems = []
+    if config.smem_bytes(problem) > device.smem_optin_per_block:
+        problems.append(f"shared memory {config.smem_bytes(problem)} B > {device.smem_optin_per_block} B")
+    if config.split_k > 1 and config.fusion.fused:
+        problems.append("a fused epilogue needs split-K 1")
+    return problems
+
+
+def layer_problem(problem: ConvProblem) -> str | None:
+    return None if problem.c % 2 == 0 else "fake kernels need an even C"
+
+
+def launch_args(config: FakeConfig, problem: ConvProblem) -> LaunchArgs:
+    return LaunchArgs(problem.c, split_k=config.split_k)
+
+
+# --- emitter ---------------------------------------------------------------------------------------------------
+def build_request(config: FakeConfig) -> BuildRequest:
+    kernel = {"name": config.name, "fails": config.stages == FAILING_STAGES, **config.search_params}
+    return BuildRequest(source=json.dumps(kernel, sort_keys=True), source_file="kernel.json",
+                        command=(sys.executable, "-c", BUILD_SCRIPT), toolchain="fake-builder 1")
+
+
+# --- performance model -----------------------------------------------------------------------------------------
+def cost_terms(config: FakeConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+    _, _, k = problem.gemm_mnk
+    return CostTerms(tile_m=config.tile.m, tile_n=config.tile.n, block_k_steps=-(-k // config.tile.k),
+                     flops_per_k_step=2 * config.tile.volume, blocks_per_sm=1, warps_per_block=4,
+                     efficiency=0.5, stages=config.stages, split_k=config.split_k)
+
+
+def launch_shape(config: FakeConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    m, n, _ = problem.gemm_mnk
+    tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
+    return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k), filter_taps=problem.r * problem.s,
+                       split_k_slices=config.split_k, work_tiles=tiles * config.split_k)
+
+
+FAMILY = Family(
+    name=NAME,
+    summary="a test-only family: built by Python, timed by a formula",
+    folder=Path(__file__).parent,
+    fusable=frozenset({"scale", "bias", "relu"}),
+    device_problem=lambda device: None,
+    rules=SpaceRules(knobs=("tile", "stages", "split_k"), parse_space=parse_space, make_config=make_config,
+                     static_problems=static_problems, layer_problem=layer_problem, launch_args=launch_args,
+                     reference_params=REFERENCE_PARAMS),
+    emitter=BuilderEmitter(build_request=build_request),
+    model=PerformanceModel(cost_terms=cost_terms, launch_shape=launch_shape),
+)

@@ -3,6 +3,7 @@ conv) or templates/kernel_evt.h.in (a fused epilogue, on templates/conv2d_fprop_
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
@@ -73,7 +74,12 @@ def kernel_values(config: Sm80Config, alias: str) -> dict:
     )
 
 
-def cpp_pieces(fused: bool = False) -> CppPieces:
+def cpp_pieces(configs: Sequence[Sm80Config] = ()) -> CppPieces:
+    """The includes and runner of a translation unit of `configs`: the fused epilogue's only where one is fused."""
+    return runner_pieces(fused=any(config.fusion.fused for config in configs))
+
+
+def runner_pieces(fused: bool) -> CppPieces:
     runner = (TEMPLATES / "runner.h").read_text()
     if not fused:
         return CppPieces(INCLUDES, (runner,), "Sm80Runner")

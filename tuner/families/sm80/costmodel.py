@@ -3,7 +3,7 @@ registers, and the tensor-core efficiency of its warp tiles (tuner/search/costmo
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
-from tuner.families.base import CostTerms
+from tuner.families.base import CostTerms, LaunchShape
 from tuner.families.sm80.space import SMALL_CHANNELS, IteratorAlgorithm, Sm80Config, k_iterations, kernel_problem
 from tuner.core.problem import ConvProblem
 
@@ -55,3 +55,14 @@ def prior_order(config: Sm80Config, problem: ConvProblem) -> int | None:
     else:
         preference = (IteratorAlgorithm.optimized,)
     return preference.index(config.iterator) if config.iterator in preference else None
+
+
+def launch_shape(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    padded = kernel_problem(problem)
+    m, n, _ = padded.gemm_mnk
+    small_channels = config.iterator in (IteratorAlgorithm.few_channels, IteratorAlgorithm.fixed_channels)
+    tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
+    return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
+                       filter_taps=1 if small_channels else padded.r * padded.s,
+                       split_k_slices=config.split_k, work_tiles=tiles * config.split_k,
+                       can_split_k=not config.fusion.fused)

@@ -121,6 +121,10 @@ def parse_space(document: object) -> SearchSpace:
     return SearchSpace(FAMILY, choices)
 
 
+def layer_problem(problem: ConvProblem) -> str | None:
+    return types_problem(FAMILY, problem, tuple(INSTRUCTION_SHAPES))
+
+
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
     """The problem as the kernel sees it: an odd C is padded with a zero channel (C=3 -> 4),
     as frameworks do, since sm80's asynchronous copies move at least 4 bytes."""
@@ -167,6 +171,11 @@ def launch_args(config: Sm80Config, problem: ConvProblem) -> LaunchArgs:
 
 REFERENCE_PARAMS = {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
                     "iterator": "optimized", "split_k": 1}
+
+
+def describe(config: Sm80Config) -> str:
+    return (f"{config.tile.text} w{config.warps.text} s{config.stages} sw{config.swizzle} "
+            f"{config.iterator.value} sk{config.split_k}")
 
 
 def reference_config(problem: ConvProblem) -> Sm80Config:

@@ -3,6 +3,7 @@ templates/direct_conv_fused.h's kernel) and its runner (templates/runner.h)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, CppPieces, read_template
 from tuner.families.sm80_depthwise.space import ALIGNMENT, Sm80DepthwiseConfig
@@ -35,6 +36,6 @@ def kernel_alias(config: Sm80DepthwiseConfig, alias: str) -> str:
     )
 
 
-def cpp_pieces() -> CppPieces:
+def cpp_pieces(configs: Sequence[Sm80DepthwiseConfig] = ()) -> CppPieces:
     return CppPieces(INCLUDES, ((TEMPLATES / "direct_conv_fused.h").read_text(), (TEMPLATES / "runner.h").read_text()),
                      "Sm80DepthwiseRunner")

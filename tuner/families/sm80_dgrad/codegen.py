@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.families.base import CppPieces, read_template
@@ -36,7 +37,7 @@ def kernel_alias(config: Sm80DgradConfig, alias: str) -> str:
         {**values, "swizzle": swizzle_tag(compiled), "stride_support": STRIDE_SUPPORT_TAGS[compiled.stride_support]})
 
 
-def cpp_pieces() -> CppPieces:
-    sm80 = sm80_codegen.cpp_pieces()
+def cpp_pieces(configs: Sequence[Sm80DgradConfig] = ()) -> CppPieces:
+    sm80 = sm80_codegen.runner_pieces(fused=False)
     return CppPieces(sm80.includes + INCLUDES, (*sm80.runners, (TEMPLATES / "runner.h").read_text()),
                      "Sm80DgradRunner")

@@ -3,9 +3,9 @@ of a dgrad tile (the taps of its stride phase)."""
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts
-from tuner.families.base import CostTerms
+from tuner.families.base import CostTerms, LaunchShape
 from tuner.families.sm80 import costmodel as sm80_costmodel
-from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport, k_iterations
+from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport, k_iterations, taps_per_phase
 from tuner.core.problem import ConvProblem
 
 
@@ -31,3 +31,12 @@ def prior_order(config: Sm80DgradConfig, problem: ConvProblem) -> int | None:
         return None
     preferred = StrideSupport.unity if problem.strides == (1, 1) else StrideSupport.strided
     return 0 if config.stride_support is preferred else 1
+
+
+def launch_shape(config: Sm80DgradConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    m, n, _ = problem.gemm_mnk
+    tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
+    return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
+                       filter_taps=taps_per_phase(config, problem),
+                       split_k_slices=config.split_k, work_tiles=tiles * config.split_k,
+                       can_split_k=problem.strides == (1, 1))

@@ -3,6 +3,7 @@ templates/kernel_evt.h.in (fused, on sm80's visitor tree); the runner is sm80's 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.families.base import CppPieces, read_template
 from tuner.families.sm80 import codegen as sm80
@@ -23,8 +24,9 @@ def kernel_alias(config: Sm80GroupConfig, alias: str) -> str:
         sm80.kernel_values(config, alias), group_mode=GROUP_MODE_TAGS[config.group_mode])
 
 
-def cpp_pieces(fused: bool = False) -> CppPieces:
-    base = sm80.cpp_pieces(fused)
+def cpp_pieces(configs: Sequence[Sm80GroupConfig] = ()) -> CppPieces:
+    fused = any(config.fusion.fused for config in configs)
+    base = sm80.runner_pieces(fused)
     if not fused:
         return CppPieces(INCLUDES, base.runners, base.runner_class)
     evt = (TEMPLATES / "group_fprop_evt.h").read_text()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 
 from tuner.core.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param,
-                                 shape_list)
+                                 shape_list, types_problem)
 from tuner.families.sm80 import space as sm80
 from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
 from tuner.core.problem import ConvProblem
@@ -77,6 +77,10 @@ MIN_ACCESS_BYTES = 4
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
+    return grouping_problem(problem) or types_problem(FAMILY, problem, tuple(sm80.INSTRUCTION_SHAPES))
+
+
+def grouping_problem(problem: ConvProblem) -> str | None:
     if problem.groups == 1:
         return f"{FAMILY} runs grouped convolutions (groups > 1); sm80 runs this ungrouped one"
     per_group = problem.channels_per_group
@@ -132,7 +136,7 @@ def _check_alignment(config: Sm80GroupConfig, problem: ConvProblem, device: Devi
 def static_problems(config: Sm80GroupConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
     """sm80's rules of the types, tile, warps and pipeline (the grouped kernel is DefaultConv2dFprop's main loop
     with grouped iterators), then the grouped kernel's own; split-K is always 1."""
-    if (reason := layer_problem(problem)):
+    if (reason := grouping_problem(problem)):
         return [reason]
     general = sm80.static_problems(config, problem, device)
     own = [reason for rule in (_check_iterator, _check_group_mode, _check_alignment)

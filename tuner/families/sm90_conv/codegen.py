@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
@@ -88,6 +89,6 @@ def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
 PREAMBLE = ((TEMPLATES / "prefetch_fusion.h").read_text(), (TEMPLATES / "early_residual.h").read_text())
 
 
-def cpp_pieces() -> CppPieces:
+def cpp_pieces(configs: Sequence[Sm90ConvConfig] = ()) -> CppPieces:
     return CppPieces(INCLUDES, ((TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
                      "Sm90ConvRunner", PREAMBLE)

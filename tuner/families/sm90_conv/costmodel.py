@@ -4,8 +4,9 @@ of the SM's tensor rate that grows with the tile; blocks per SM follow from shar
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
-from tuner.families.base import CostTerms
-from tuner.families.sm90_conv.space import AUTO_STAGES, THREADS_PER_BLOCK, EpilogueSchedule, Sm90ConvConfig, k_steps
+from tuner.families.base import CostTerms, LaunchShape
+from tuner.families.sm90_conv.space import (AUTO_STAGES, THREADS_PER_BLOCK, EpilogueSchedule, Sm90ConvConfig, k_steps,
+                                          kernel_problem)
 from tuner.core.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x128 tile, relative to the model's matrix ceiling, and how it falls
@@ -27,6 +28,7 @@ def blocks_per_sm(config: Sm90ConvConfig, device: DeviceFacts) -> int:
 
 
 def cost_terms(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+    """`problem`: the layer's, or the fold sm90_s2d runs the kernel on; k_steps pads its channels."""
     share = (RATE_SCALE * min(1.0, (config.tile.m * config.tile.n / (128 * 128)) ** TILE_EXPONENT)
              * min(1.0, config.tile.k / 64) ** TILE_K_EXPONENT)
     return CostTerms(
@@ -48,3 +50,12 @@ def prior_order(config: Sm90ConvConfig, problem: ConvProblem) -> int | None:
     if config.stages != AUTO_STAGES:
         return None
     return 0 if config.epilogue is EpilogueSchedule.tma else 1
+
+
+def launch_shape(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    padded = kernel_problem(problem)
+    m, n, _ = padded.gemm_mnk
+    tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
+    return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k), filter_taps=padded.r * padded.s,
+                       split_k_slices=1, work_tiles=tiles, cluster=(config.cluster.m, config.cluster.n, 1),
+                       can_split_k=False, warp_specialized=True)

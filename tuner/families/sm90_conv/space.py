@@ -29,6 +29,14 @@ AUTO_STAGES = 0          # StageCountAutoCarveout: as many stages as fit beside 
 # The wgmma operand types the builder is given. tf32 wgmma reads both operands K-major only
 # (gemm/collective/builders/sm90_common.inl:60-85): the NHWC activations and KRSC filters are, C contiguous.
 INPUT_TYPES = (DataType.f16, DataType.bf16, DataType.tf32)
+# Through the 3.x fusion operations (codegen.fusion_tag), TMA epilogue only; not SiLU (SLOW_SILU).
+FUSABLE = frozenset({"scale", "bias", "residual", "relu", "gelu"})
+# CUTLASS 4.2's sm90 SiLU epilogue: in the cold studies of the layers outside the ResNet-50 table (H100,
+# 2026-11-23), every sm90 SiLU kernel ran about 9 µs slower than the same tile with ReLU, and an sm80 kernel
+# won; sm90_dsl fuses SiLU at 1.03x its ReLU (docs/fusion.md).
+SLOW_SILU = ("{family} does not fuse silu: CUTLASS 4.2's sm90 SiLU epilogue ran about 9 µs slower than ReLU on "
+             "the same tile (docs/fusion.md); sm90_dsl or sm80 fuse it")
+REFUSED_PARTS = (("silu", SLOW_SILU),)
 
 
 class EpilogueSchedule(enum.Enum):
@@ -124,6 +132,11 @@ class Sm90ConvConfig:
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
+
+
+def describe(config: Sm90ConvConfig) -> str:
+    stages = "auto" if config.stages == AUTO_STAGES else config.stages
+    return f"{config.tile.text} c{config.cluster.m}x{config.cluster.n} s{stages} {config.epilogue.value}"
 
 
 def parse_space(document: object, family: str = FAMILY) -> SearchSpace:

@@ -5,7 +5,8 @@ fewer k tiles, and its fixup reads back the partials every split wrote."""
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
-from tuner.families.base import CostTerms
+from tuner.core.problem import ConvProblem
+from tuner.families.base import CostTerms, LaunchShape
 from tuner.families.sm90_dsl.space import AUTO_STAGES, CONSUMER_WARPGROUPS, Raster, Schedule, Sm90DslConfig, threads
 
 # The tensor rate one CTA sustains with a 128x256 tile, by schedule, relative to the matrix ceiling, and
@@ -20,7 +21,8 @@ def blocks_per_sm(config: Sm90DslConfig, device: DeviceFacts) -> int:
     return max(1, min(block_limits(0, config.smem_bytes, threads(config.schedule) // 32, device).values()))
 
 
-def cost_terms(config: Sm90DslConfig, device: DeviceFacts) -> CostTerms:
+def cost_terms(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+    """The configuration holds the kernel's problem (config.shape): `problem` adds nothing to it."""
     box = config.box
     useful = 1.0 if box is None else box.useful_fraction(config.shape)
     share = (RATE_SCALE[config.schedule] * useful
@@ -41,9 +43,16 @@ def cost_terms(config: Sm90DslConfig, device: DeviceFacts) -> CostTerms:
     )
 
 
-def prior_order(config: Sm90DslConfig) -> int | None:
+def prior_order(config: Sm90DslConfig, problem: ConvProblem) -> int | None:
     """The model cannot see stages, raster or swizzle: its picks keep them at as many stages as fit,
     along M, no swizzle; two consumer warpgroups first."""
     if (config.stages, config.raster, config.swizzle) != (AUTO_STAGES, Raster.m, 1):
         return None
     return {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.single: 2}[config.schedule]
+
+
+def launch_shape(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
+                       filter_taps=config.shape.r * config.shape.s, split_k_slices=config.split_k,
+                       work_tiles=config.work_tiles * config.split_k, persistent=True,
+                       cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=True, warp_specialized=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.families.base import ELEMENT_TAGS, CppPieces, read_template
 from tuner.families.sm90_conv.codegen import TEMPLATES as CONV_TEMPLATES
@@ -82,7 +83,7 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
     )
 
 
-def cpp_pieces() -> CppPieces:
+def cpp_pieces(configs: Sequence[Sm90GemmConfig] = ()) -> CppPieces:
     # The epilogue binding is sm90_conv's (the same 3.x fusion operations).
     return CppPieces(INCLUDES, ((CONV_TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
                      "Sm90GemmRunner", PREAMBLE)

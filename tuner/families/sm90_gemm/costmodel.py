@@ -4,9 +4,9 @@ kernel is one consumer warpgroup, one tile per CTA. Stream-K balances the last w
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
-from tuner.families.base import CostTerms
+from tuner.families.base import CostTerms, LaunchShape
 from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, EpilogueSchedule, Schedule,
-                                            Scheduler, Sm90GemmConfig, k_steps)
+                                            Scheduler, Sm90GemmConfig, k_steps, kernel_problem)
 from tuner.core.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x256 tile, by schedule, relative to the model's matrix ceiling, and
@@ -50,3 +50,14 @@ def prior_order(config: Sm90GemmConfig, problem: ConvProblem) -> int | None:
         return None
     order = {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.ws: 2}[config.schedule]
     return order + (1 if config.scheduler is Scheduler.stream_k else 0)
+
+
+def launch_shape(config: Sm90GemmConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    # In the layer's orientation (M along N*P*Q), whichever way a swapped kernel runs it.
+    m, n, _ = kernel_problem(problem).gemm_mnk
+    tile = config.layer_tile
+    tiles = -(-m // tile.m) * -(-n // tile.n)
+    splits = config.split_k if config.scheduler is Scheduler.stream_k else 1
+    return LaunchShape(tile_mnk=(tile.m, tile.n, tile.k), filter_taps=1,
+                       split_k_slices=splits, work_tiles=tiles * splits, persistent=config.persistent,
+                       cluster=(*config.layer_cluster, 1), warp_specialized=True)

@@ -3,48 +3,36 @@ strided conv over few channels (the stem): the fold is a copy kernel launched be
 with it; the filter is folded once when the runner is initialized (weights are constant), sm_90a only."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-from tuner.families.base import CppPieces, LaunchArgs, SearchSpace
-from tuner.families.sm90_conv import Sm90ConvFamily
-from tuner.families.sm90_s2d import codegen, space
+from tuner.families.base import sm90a_arch_flags, sm90a_device_problem
+from tuner.families.family import CppEmitter, Family, PerformanceModel, SpaceRules
+from tuner.families.sm90_conv import costmodel as conv_costmodel
+from tuner.families.sm90_conv import space as conv_space
+from tuner.families.sm90_s2d import codegen, costmodel, space
 from tuner.families.sm90_s2d.space import Sm90S2dConfig
-from tuner.core.device import DeviceFacts
-from tuner.core.problem import ConvProblem
 
 
-class Sm90S2dFamily(Sm90ConvFamily):
-    name = space.FAMILY
-    summary = "sm90_conv's kernel on a space-to-depth fold of a strided conv over few channels, sm_90a only"
-    plot_colour = "tab:green"
-    folder = Path(__file__).parent
-
-    def layer_problem(self, problem: ConvProblem) -> str | None:
-        return space.layer_problem(problem)
-
-    def kernel_problem(self, problem: ConvProblem) -> ConvProblem:
-        return space.folded_problem(problem)
-
-    def parse_space(self, document: dict) -> SearchSpace:
-        return space.parse_space(document)
-
-    def make_config(self, problem: ConvProblem, params: dict) -> Sm90S2dConfig:
-        return space.make_config(problem, params)
-
-    def static_problems(self, config: Sm90S2dConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-        return space.static_problems(config, problem, device)
-
-    def launch_args(self, config: Sm90S2dConfig, problem: ConvProblem) -> LaunchArgs:
-        return space.launch_args(config, problem)
-
-    def kernel_alias(self, config: Sm90S2dConfig, alias: str) -> str:
-        return codegen.kernel_alias(config, alias)
-
-    def cpp(self, configs=()) -> CppPieces:
-        return codegen.cpp_pieces()
-
-    def describe(self, config: Sm90S2dConfig) -> str:
-        return "s2d " + super().describe(config)
+def describe(config: Sm90S2dConfig) -> str:
+    return "s2d " + conv_space.describe(config)
 
 
-FAMILY = Sm90S2dFamily()
+FAMILY = Family(
+    name=space.FAMILY,
+    summary="sm90_conv's kernel on a space-to-depth fold of a strided conv over few channels, sm_90a only",
+    folder=Path(__file__).parent,
+    plot_colour="tab:green",
+    fusable=conv_space.FUSABLE,
+    refused_parts=conv_space.REFUSED_PARTS,
+    device_problem=partial(sm90a_device_problem, space.FAMILY),
+    describe=describe,
+    rules=SpaceRules(knobs=("tile", "cluster", "stages", "epilogue"),
+                     parse_space=space.parse_space, make_config=space.make_config,
+                     static_problems=space.static_problems, layer_problem=space.layer_problem,
+                     launch_args=space.launch_args, kernel_problem=space.folded_problem),
+    emitter=CppEmitter(arch_flags=sm90a_arch_flags, kernel_alias=codegen.kernel_alias, cpp=codegen.cpp_pieces,
+                       groupable=True),
+    model=PerformanceModel(cost_terms=costmodel.cost_terms, launch_shape=costmodel.launch_shape,
+                           prior_order=conv_costmodel.prior_order),
+)

@@ -3,15 +3,17 @@ sm90_conv's runner (templates/runner.h)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from tuner.families.base import CppPieces
 from tuner.families.sm90_conv import codegen as conv_codegen
+from tuner.families.sm90_s2d.space import Sm90S2dConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
 kernel_alias = conv_codegen.kernel_alias
 
 
-def cpp_pieces() -> CppPieces:
+def cpp_pieces(configs: Sequence[Sm90S2dConfig] = ()) -> CppPieces:
     conv = conv_codegen.cpp_pieces()
     return CppPieces(conv.includes, (*conv.runners, (TEMPLATES / "runner.h").read_text()), "Sm90S2dRunner",
                      conv.preamble)
