@@ -10,8 +10,9 @@ from conftest import H100
 from tuner.search.costmodel import (Ceilings, joint_prior_picks, picks_per_family, predicted_us, prior_candidates,
                              prior_picks, ranked_by_model)
 from tuner.families import registry
-from tuner.families.sm80.costmodel import PRIOR_STAGES, PRIOR_SWIZZLE, blocks_per_sm
-from tuner.families.sm80.space import IteratorAlgorithm, make_config
+from tuner.families.sm80.space import make_config
+from tuner.families.sm80_common.costmodel import PRIOR_STAGES, PRIOR_SWIZZLE, blocks_per_sm
+from tuner.families.sm80_common.space import IteratorAlgorithm
 from tuner.search.space import (JointSpace, default_space_file, landscape_space_file, load_space, static_problems,
                          valid_configs)
 

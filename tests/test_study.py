@@ -25,7 +25,8 @@ from tuner.measure.evaluate import Evaluation
 from tuner.measure.timing import Measurement
 from tuner.measure.run import KernelAttributes
 from tuner.families.base import SearchSpace
-from tuner.families.sm80.space import IteratorAlgorithm, reference_config
+from tuner.families.sm80.space import reference_config
+from tuner.families.sm80_common.space import IteratorAlgorithm
 from tuner.search.space import JointSpace, config_from_params, static_problems
 from tuner.core.status import Status
 from tuner.search.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,

@@ -5,9 +5,10 @@ import pytest
 from conftest import squeeze, config_for
 from tuner.build.codegen import candidate_source, kernel_alias
 from tuner.families.base import ELEMENT_TAGS
-from tuner.families.sm80.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
+from tuner.families.sm80_common.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
 from tuner.core.problem import ConvProblem, DataType
-from tuner.families.sm80.space import SWIZZLES, IteratorAlgorithm, reference_config
+from tuner.families.sm80.space import reference_config
+from tuner.families.sm80_common.space import SWIZZLES, IteratorAlgorithm
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
                 "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",

@@ -14,7 +14,8 @@ from tuner.core.epilogue import Activation, Epilogue, parse_epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs
 from tuner.families.base import ACTIVATION_TAGS
-from tuner.families.sm80.space import reference_config, static_problems
+from tuner.families.sm80.space import reference_config
+from tuner.families.sm80_common.space import static_problems
 from tuner.core.problem import ConvProblem, DataType
 from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
 

@@ -8,17 +8,19 @@ from conftest import SPACE_FILE, config_for, params
 from tuner.core.problem import ConvProblem, DataType
 from tuner.families.base import SearchSpace, Shape3, SpaceError
 from tuner.families.sm80.space import (
-    MAX_ACCUMULATORS_PER_THREAD,
-    MAX_THREADS_PER_BLOCK,
     REFERENCE_PARAMS,
-    IteratorAlgorithm,
     Sm80Config as KernelConfig,
-    derive_alignments,
-    k_iterations,
-    kernel_problem,
     make_config,
     parse_space,
     reference_config,
+)
+from tuner.families.sm80_common.space import (
+    MAX_ACCUMULATORS_PER_THREAD,
+    MAX_THREADS_PER_BLOCK,
+    IteratorAlgorithm,
+    derive_alignments,
+    k_iterations,
+    kernel_problem,
     static_problems,
 )
 from tuner.search.space import all_configs, load_space, valid_configs

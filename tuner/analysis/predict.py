@@ -27,8 +27,9 @@ from tuner.core.device import DeviceFacts, block_limits
 from tuner.analysis.diagnose import LaunchFacts, Occupancy, WasteFlag, diagnose, kernel_facts, occupancy
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError
-from tuner.families.sm80.costmodel import REGISTER_OVERHEAD
-from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, SWIZZLES, IteratorAlgorithm, Sm80Config
+from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, Sm80Config
+from tuner.families.sm80_common.costmodel import REGISTER_OVERHEAD
+from tuner.families.sm80_common.space import SWIZZLES, IteratorAlgorithm
 from tuner.core.gpus import GpuSpec
 from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, Layer, find_layer, load_layers, parse_shape
 from tuner.search.replay import recorded_rows

@@ -22,7 +22,7 @@ DEFAULT_MATMUL_TFLOPS = 600.0
 DEFAULT_COPY_GBPS = 3000.0
 # Fixed cost of a launch and its epilogue, of one main-loop iteration's latency, and of each extra
 # split-K slice, whose fix-up waits for the previous slice's (µs). These three were fitted to the
-# H100 landscape of the sm80 family (tuner/families/sm80/costmodel.py says how).
+# H100 landscape of the sm80 family (tuner/families/sm80_common/costmodel.py says how).
 LAUNCH_US = 2.0
 ITERATION_LATENCY_US = 0.1
 SPLIT_K_SLICE_US = 1.0

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from tuner.families.base import ampere_device_problem, native_arch_flags
 from tuner.families.family import CppEmitter, Family, PerformanceModel, SpaceRules
-from tuner.families.sm80 import space as sm80
+from tuner.families.sm80_common import space as common
 from tuner.families.sm80_dgrad import codegen, costmodel, space
 from tuner.families.sm80_dgrad.space import Sm80DgradConfig
 
 
 def describe(config: Sm80DgradConfig) -> str:
-    return f"dgrad {config.stride_support.value} " + sm80.describe(config)
+    return f"dgrad {config.stride_support.value} " + common.describe(config)
 
 
 FAMILY = Family(
@@ -24,7 +24,7 @@ FAMILY = Family(
     folder=Path(__file__).parent,
     plot_colour="tab:cyan",
     runs_transposed=True,
-    device_problem=partial(ampere_device_problem, sm80.FAMILY),
+    device_problem=partial(ampere_device_problem, common.KERNELS),
     describe=describe,
     rules=SpaceRules(knobs=("tile", "warps", "stages", "swizzle", "iterator", "stride_support", "split_k"),
                      parse_space=space.parse_space, make_config=space.make_config,

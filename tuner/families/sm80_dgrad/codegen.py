@@ -7,7 +7,7 @@ from typing import Sequence
 
 from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.families.base import CppPieces, read_template
-from tuner.families.sm80 import codegen as sm80_codegen
+from tuner.families.sm80_common import codegen as sm80_codegen
 from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport
 
 TEMPLATES = Path(__file__).parent / "templates"

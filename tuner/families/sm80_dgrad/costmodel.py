@@ -1,33 +1,25 @@
-"""The sm80_dgrad family's cost-model terms: sm80's resident blocks and warp efficiency, with the main loop
-of a dgrad tile (the taps of its stride phase)."""
+"""The sm80_dgrad family's cost-model terms: the 2.x implicit GEMM's resident blocks and warp efficiency, with the
+main loop of a dgrad tile (the taps of its stride phase)."""
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts
-from tuner.families.base import CostTerms, LaunchShape
-from tuner.families.sm80 import costmodel as sm80_costmodel
-from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport, k_iterations, taps_per_phase
 from tuner.core.problem import ConvProblem
+from tuner.families.base import CostTerms, LaunchShape
+from tuner.families.sm80_common.costmodel import at_fitted_knobs, kernel_terms
+from tuner.families.sm80_common.space import IteratorAlgorithm
+from tuner.families.sm80_dgrad.space import Sm80DgradConfig, StrideSupport, k_iterations, taps_per_phase
 
 
 def cost_terms(config: Sm80DgradConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
-    return CostTerms(
-        tile_m=config.tile.m, tile_n=config.tile.n,
-        block_k_steps=k_iterations(config, problem),
-        flops_per_k_step=2 * config.tile.m * config.tile.n * config.tile.k,
-        blocks_per_sm=sm80_costmodel.blocks_per_sm(config, device),
-        warps_per_block=config.warp_count,
-        efficiency=sm80_costmodel.warp_efficiency(config),
-        stages=config.stages,
-        split_k=config.split_k,
-    )
+    return kernel_terms(config, k_iterations(config, problem), device)
 
 
 def prior_order(config: Sm80DgradConfig, problem: ConvProblem) -> int | None:
     """sm80's fitted stages and swizzle, the optimized iterator; at stride > 1 the strided kernel (the
     unity one cannot run it), at stride 1 the unity kernel first (no phases to walk)."""
-    if config.stages not in sm80_costmodel.PRIOR_STAGES or config.swizzle != sm80_costmodel.PRIOR_SWIZZLE:
+    if not at_fitted_knobs(config):
         return None
-    if config.iterator is not sm80_costmodel.IteratorAlgorithm.optimized:
+    if config.iterator is not IteratorAlgorithm.optimized:
         return None
     preferred = StrideSupport.unity if problem.strides == (1, 1) else StrideSupport.strided
     return 0 if config.stride_support is preferred else 1

@@ -13,13 +13,12 @@ plain implicit GEMM for stride 1."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from tuner.core.device import DeviceFacts
-from tuner.families.base import (LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param, shape_list,
-                                 types_problem)
-from tuner.families.sm80 import space as sm80_space
-from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
+from tuner.families.base import LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param, types_problem
+from tuner.families.sm80_common import space as sm80_space
+from tuner.families.sm80_common.space import ImplicitGemmConfig, IteratorAlgorithm
 from tuner.core.problem import ConvProblem, pair_text
 
 FAMILY = "sm80_dgrad"
@@ -38,7 +37,7 @@ MAX_OPTIMIZED_TAPS = 32
 
 
 @dataclass(frozen=True, order=True)
-class Sm80DgradConfig(Sm80Config):
+class Sm80DgradConfig(ImplicitGemmConfig):
     """An sm80 kernel configuration run as CUTLASS's dgrad: sm80's knobs, alignment_ab the access width of
     both operands (x along C, w along K), and the stride support."""
 
@@ -65,11 +64,7 @@ def parse_space(document: object) -> SearchSpace:
         raise SpaceError(f"{FAMILY} search space: iterator {', '.join(other)} is not one of analytic, optimized "
                          "(CUTLASS has no small-channel dgrad)")
     choices = (
-        ("tile", tuple(t.text for t in shape_list(FAMILY, "threadblock", document["threadblock"]))),
-        ("warps", tuple(w.text for w in shape_list(FAMILY, "warp_count", document["warp_count"]))),
-        ("stages", int_list(FAMILY, "stages", document["stages"], lambda v: 2 <= v <= 16, "2 to 16")),
-        ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in sm80_space.SWIZZLES,
-                             "1, 2, 4 or 8")),
+        *sm80_space.kernel_choices(FAMILY, document),
         ("iterator", tuple(i.value for i in iterators)),
         ("stride_support", tuple(s.value for s in enum_list(FAMILY, "stride_support", document["stride_support"],
                                                             StrideSupport))),
@@ -103,9 +98,9 @@ def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm80DgradConfig:
-    base = sm80_space.make_config(problem, params)
+    base = sm80_space.config_fields(problem, params)
     alignment_ab, alignment_c = derive_alignments(problem)
-    return Sm80DgradConfig(**{f.name: getattr(base, f.name) for f in fields(Sm80Config)} | {
+    return Sm80DgradConfig(**base | {
         "alignment_ab": alignment_ab, "alignment_c": alignment_c,
         "stride_support": param(params, "stride_support", StrideSupport)})
 
@@ -114,7 +109,9 @@ def launch_args(config: Sm80DgradConfig, problem: ConvProblem) -> LaunchArgs:
     return LaunchArgs(problem.c, split_k=config.split_k)
 
 
-REFERENCE_PARAMS = {**sm80_space.REFERENCE_PARAMS, "stride_support": "strided"}
+# sm80's reference configuration (tuner/families/sm80/space.py), strided.
+REFERENCE_PARAMS = {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized",
+                    "split_k": 1, "stride_support": "strided"}
 
 
 def taps_per_phase(config: Sm80DgradConfig, problem: ConvProblem) -> int:
@@ -168,14 +165,15 @@ def _check_split_k(config: Sm80DgradConfig, problem: ConvProblem, device: Device
 
 
 # sm80's rules that read only the tile, warps, stages, types and access widths hold for its dgrad as well.
-STATIC_RULES = (_check_layer, _check_iterator, _check_stride_support, sm80_space._check_threads,
-                sm80_space._check_shared_memory, sm80_space._check_thread_map, _check_split_k)
+STATIC_RULES = (_check_layer, _check_iterator, _check_stride_support, sm80_space.check_threads,
+                sm80_space.check_shared_memory, sm80_space.check_thread_map, _check_split_k)
 
 
 def static_problems(config: Sm80DgradConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
     """Every reason the configuration cannot run, found without compiling; empty when valid."""
-    if (reason := sm80_space._check_ranges(config) or types_problem(FAMILY, config, tuple(sm80_space.INSTRUCTION_SHAPES))):
+    if (reason := sm80_space.check_ranges(config)
+            or types_problem(FAMILY, config, tuple(sm80_space.INSTRUCTION_SHAPES))):
         return [reason]
-    split = sm80_space._check_warp_split(config, problem, device)
+    split = sm80_space.check_warp_split(config, problem, device)
     rules = STATIC_RULES if split else sm80_space.WARP_TILE_RULES + STATIC_RULES
     return ([split] if split else []) + [reason for rule in rules if (reason := rule(config, problem, device))]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tuner.families.base import ampere_device_problem, native_arch_flags
 from tuner.families.family import CppEmitter, Family, PerformanceModel, SpaceRules
-from tuner.families.sm80 import space as sm80
+from tuner.families.sm80_common import space as common
 from tuner.families.sm80_group import codegen, costmodel, space
 from tuner.families.sm80_group.space import GroupMode, Sm80GroupConfig
 
@@ -24,9 +24,9 @@ FAMILY = Family(
     summary="CUTLASS 2.x grouped implicit GEMM (cp.async + mma.sync), grouped convolutions, sm_80 and later",
     folder=Path(__file__).parent,
     plot_colour="tab:cyan",
-    fusable=frozenset({"scale", "bias", "residual", "relu", "gelu", "silu"}),  # sm80's visitor-tree epilogue
+    fusable=common.FUSABLE,
     runs_groups=True,
-    device_problem=partial(ampere_device_problem, sm80.FAMILY),
+    device_problem=partial(ampere_device_problem, common.KERNELS),
     describe=describe,
     # the channels are not padded: a zero channel would shift every group after the first
     rules=SpaceRules(knobs=("tile", "warps", "stages", "swizzle", "iterator", "group_mode"),

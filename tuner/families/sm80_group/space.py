@@ -4,13 +4,12 @@ implicit_gemm_convolution.h's can_implement, the grouped iterators')."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from tuner.core.device import DeviceFacts
-from tuner.families.base import (LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param,
-                                 shape_list, types_problem)
-from tuner.families.sm80 import space as sm80
-from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
+from tuner.families.base import LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, param, types_problem
+from tuner.families.sm80_common import space as common
+from tuner.families.sm80_common.space import ImplicitGemmConfig, IteratorAlgorithm
 from tuner.core.problem import ConvProblem
 
 FAMILY = "sm80_group"
@@ -25,8 +24,9 @@ ITERATORS = (IteratorAlgorithm.analytic, IteratorAlgorithm.optimized)
 
 
 @dataclass(frozen=True, order=True)
-class Sm80GroupConfig(Sm80Config):
-    """sm80's configuration (split-K always 1: the grouped kernel refuses slices) with the group mode."""
+class Sm80GroupConfig(ImplicitGemmConfig):
+    """The 2.x implicit GEMM's configuration (split-K always 1: the grouped kernel refuses slices) with the group
+    mode."""
 
     group_mode: GroupMode = GroupMode.single
 
@@ -54,10 +54,7 @@ def parse_space(document: object) -> SearchSpace:
         raise SpaceError(f"{FAMILY} search space: iterator {', '.join(other)} has no grouped kernel; "
                               "give analytic and/or optimized")
     choices = (
-        ("tile", tuple(t.text for t in shape_list(FAMILY, "threadblock", document["threadblock"]))),
-        ("warps", tuple(w.text for w in shape_list(FAMILY, "warp_count", document["warp_count"]))),
-        ("stages", int_list(FAMILY, "stages", document["stages"], lambda v: 2 <= v <= 16, "2 to 16")),
-        ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in sm80.SWIZZLES, "1, 2, 4 or 8")),
+        *common.kernel_choices(FAMILY, document),
         ("iterator", tuple(i.value for i in iterators)),
         ("group_mode", tuple(m.value for m in enum_list(FAMILY, "group_mode", document["group_mode"], GroupMode))),
     )
@@ -69,7 +66,7 @@ def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
     widest_ab = 128 // problem.input_type.bits
     ab_widths = tuple(w for w in (8, 4, 2, 1) if w <= widest_ab)
     alignment_ab = next(w for w in ab_widths if problem.channels_per_group % w == 0)
-    return alignment_ab, sm80.derive_alignments(problem)[1]
+    return alignment_ab, common.derive_alignments(problem)[1]
 
 
 # cp.async moves 4, 8 or 16 bytes: a group's channels must fill at least one such access.
@@ -77,7 +74,7 @@ MIN_ACCESS_BYTES = 4
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
-    return grouping_problem(problem) or types_problem(FAMILY, problem, tuple(sm80.INSTRUCTION_SHAPES))
+    return grouping_problem(problem) or types_problem(FAMILY, problem, tuple(common.INSTRUCTION_SHAPES))
 
 
 def grouping_problem(problem: ConvProblem) -> str | None:
@@ -92,9 +89,9 @@ def grouping_problem(problem: ConvProblem) -> str | None:
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm80GroupConfig:
-    """sm80's configuration of the knobs (split-K 1), its A/B accesses those of a group's channels."""
-    base = sm80.make_config(problem, {**params, "split_k": 1})
-    values = {field.name: getattr(base, field.name) for field in fields(base)}
+    """The 2.x implicit GEMM's configuration of the knobs (split-K 1), its A/B accesses those of a group's
+    channels."""
+    values = common.config_fields(problem, {**params, "split_k": 1})
     values["alignment_ab"] = derive_alignments(problem)[0]
     return Sm80GroupConfig(**values, group_mode=param(params, "group_mode", GroupMode))
 
@@ -134,11 +131,11 @@ def _check_alignment(config: Sm80GroupConfig, problem: ConvProblem, device: Devi
 
 
 def static_problems(config: Sm80GroupConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-    """sm80's rules of the types, tile, warps and pipeline (the grouped kernel is DefaultConv2dFprop's main loop
-    with grouped iterators), then the grouped kernel's own; split-K is always 1."""
+    """The 2.x implicit GEMM's rules of the types, tile, warps and pipeline (the grouped kernel is
+    DefaultConv2dFprop's main loop with grouped iterators), then the grouped kernel's own; split-K is always 1."""
     if (reason := grouping_problem(problem)):
         return [reason]
-    general = sm80.static_problems(config, problem, device)
+    general = common.static_problems(config, problem, device)
     own = [reason for rule in (_check_iterator, _check_group_mode, _check_alignment)
            if (reason := rule(config, problem, device))]
     return general + own
