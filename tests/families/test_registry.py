@@ -176,3 +176,20 @@ def test_only_the_grouped_families_run_grouped_convolutions(problem, kind, runs)
         else:
             assert reason == f"{name} runs ungrouped convolutions only (groups=1); this is {kind}"
             assert registry.why_not(registry.get(name), problem, H100) is not None
+
+
+def test_no_family_imports_another_familys_modules():
+    """What families share lives in tuner/families/ itself (base.py, family.py) and in the *_common packages."""
+    import ast
+
+    from conftest import REPO
+
+    found = []
+    for name in registry.names():
+        for path in (REPO / "tuner" / "families" / name).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                modules = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                           else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+                others = {m.split(".")[2] for m in modules if m.startswith("tuner.families.") and m.count(".") >= 2}
+                found += [(str(path.relative_to(REPO)), other) for other in others - {name} if other in registry.names()]
+    assert not found, found

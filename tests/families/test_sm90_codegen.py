@@ -10,8 +10,8 @@ from conftest import assert_in_order
 from tuner.build.codegen import CANDIDATE_ALIAS, candidate_source, kernel_alias
 from tuner.build.abi import ABI_VERSION
 from tuner.families import registry
-from tuner.families.sm90_conv.codegen import EPILOGUE_TAGS
-from tuner.families.sm90_conv.space import EpilogueSchedule as ConvEpilogue
+from tuner.families.sm90_common.codegen import EPILOGUE_TAGS
+from tuner.families.sm90_common.space import EpilogueSchedule as ConvEpilogue
 from tuner.families.sm90_conv.space import make_config as conv_config
 from tuner.families.sm90_gemm.codegen import KERNEL_SCHEDULE_TAGS, SCHEDULER_TAGS, TMA_EPILOGUE_TAGS
 from tuner.families.sm90_gemm.space import Schedule, Scheduler

@@ -7,20 +7,16 @@ import yaml
 
 from conftest import REPO
 from tuner.families.base import SearchSpace, Shape3, SpaceError
-from tuner.families.sm90_conv.space import (
+from tuner.families.sm90_common.space import (
     AUTO_STAGES,
     MAX_TILE_MN,
     SMEM_CAPACITY,
     EpilogueSchedule,
-    Sm90ConvConfig,
     k_steps,
     kernel_problem,
-    launch_args,
     layer_problem,
-    make_config,
-    parse_space,
-    static_problems,
 )
+from tuner.families.sm90_conv.space import Sm90ConvConfig, launch_args, make_config, parse_space, static_problems
 from tuner.core.problem import ConvProblem, DataType
 from tuner.search.space import all_configs, load_space, valid_configs
 

@@ -8,11 +8,11 @@ import yaml
 
 from conftest import H100, REPO
 from tuner.families.base import SearchSpace, Shape3, SpaceError
+from tuner.families.sm90_common.space import EpilogueSchedule
 from tuner.families.sm90_gemm.space import (
     AUTO_STAGES,
     MAX_ACCUMULATORS,
     SMEM_CAPACITY,
-    EpilogueSchedule,
     Schedule,
     Scheduler,
     Sm90GemmConfig,

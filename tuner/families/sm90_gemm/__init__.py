@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tuner.families.base import sm90a_arch_flags, sm90a_device_problem
 from tuner.families.family import CppEmitter, Family, PerformanceModel, SpaceRules
-from tuner.families.sm90_conv import space as conv_space
+from tuner.families.sm90_common import space as common
 from tuner.families.sm90_gemm import codegen, costmodel, space
 from tuner.families.sm90_gemm.space import AUTO_STAGES, Sm90GemmConfig
 
@@ -27,8 +27,8 @@ FAMILY = Family(
     summary="CUTLASS 3.x GEMM (TMA + wgmma) for 1x1 stride-1 layers, sm_90a only",
     folder=Path(__file__).parent,
     plot_colour="tab:purple",
-    fusable=conv_space.FUSABLE,  # the same fusion operations
-    refused_parts=conv_space.REFUSED_PARTS,
+    fusable=common.FUSABLE,  # the same fusion operations
+    refused_parts=common.REFUSED_PARTS,
     device_problem=partial(sm90a_device_problem, space.FAMILY),
     describe=describe,
     rules=SpaceRules(knobs=("tile", "cluster", "schedule", "scheduler", "epilogue", "stages", "raster", "swizzle",

@@ -5,8 +5,8 @@ from pathlib import Path
 from typing import Sequence
 
 from tuner.families.base import ELEMENT_TAGS, CppPieces, read_template
-from tuner.families.sm90_conv.codegen import TEMPLATES as CONV_TEMPLATES
-from tuner.families.sm90_conv.codegen import PREAMBLE, early_residual_wrap, fusion_tag, source_tag
+from tuner.families.sm90_common.codegen import TEMPLATES as SM90_TEMPLATES
+from tuner.families.sm90_common.codegen import PREAMBLE, early_residual_wrap, fusion_tag, source_tag
 from tuner.families.sm90_gemm.space import AUTO_STAGES, EpilogueSchedule, Schedule, Scheduler, Sm90GemmConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -84,6 +84,6 @@ def kernel_alias(config: Sm90GemmConfig, alias: str) -> str:
 
 
 def cpp_pieces(configs: Sequence[Sm90GemmConfig] = ()) -> CppPieces:
-    # The epilogue binding is sm90_conv's (the same 3.x fusion operations).
-    return CppPieces(INCLUDES, ((CONV_TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
+    # The epilogue binding is sm90_common's (the same 3.x fusion operations as the conv kernel's).
+    return CppPieces(INCLUDES, ((SM90_TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
                      "Sm90GemmRunner", PREAMBLE)

@@ -12,8 +12,8 @@ from tuner.core.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, flag, flag_list, int_list,
                                  output_alignment, pad_channels, param, shape_list, types_problem, whole)
 from tuner.core.epilogue import Epilogue
-# sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
-from tuner.families.sm90_conv.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
+# The sm90 epilogue schedules (the TMA one matched to the kernel schedule here: codegen.epilogue_tag).
+from tuner.families.sm90_common.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
 from tuner.core.problem import ConvProblem, DataType, dtype_key, pair_text
 
 FAMILY = "sm90_gemm"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tuner.families.base import sm90a_arch_flags, sm90a_device_problem
 from tuner.families.family import CppEmitter, Family, PerformanceModel, SpaceRules
-from tuner.families.sm90_conv import costmodel as conv_costmodel
-from tuner.families.sm90_conv import space as conv_space
+from tuner.families.sm90_common import codegen as conv_codegen
+from tuner.families.sm90_common import costmodel as conv_costmodel
+from tuner.families.sm90_common import space as conv_space
 from tuner.families.sm90_s2d import codegen, costmodel, space
 from tuner.families.sm90_s2d.space import Sm90S2dConfig
 
@@ -31,7 +32,7 @@ FAMILY = Family(
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=space.static_problems, layer_problem=space.layer_problem,
                      launch_args=space.launch_args, kernel_problem=space.folded_problem),
-    emitter=CppEmitter(arch_flags=sm90a_arch_flags, kernel_alias=codegen.kernel_alias, cpp=codegen.cpp_pieces,
+    emitter=CppEmitter(arch_flags=sm90a_arch_flags, kernel_alias=conv_codegen.kernel_alias, cpp=codegen.cpp_pieces,
                        groupable=True),
     model=PerformanceModel(cost_terms=costmodel.cost_terms, launch_shape=costmodel.launch_shape,
                            prior_order=conv_costmodel.prior_order),

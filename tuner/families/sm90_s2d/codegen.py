@@ -1,16 +1,15 @@
-"""The sm90_s2d family's C++: sm90_conv's kernel alias, and a runner that folds the tensors around
-sm90_conv's runner (templates/runner.h)."""
+"""The sm90_s2d family's C++: a runner that folds the tensors around the sm90 conv kernel's runner
+(templates/runner.h); the kernel alias is sm90_common's."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
 from tuner.families.base import CppPieces
-from tuner.families.sm90_conv import codegen as conv_codegen
+from tuner.families.sm90_common import codegen as conv_codegen
 from tuner.families.sm90_s2d.space import Sm90S2dConfig
 
 TEMPLATES = Path(__file__).parent / "templates"
-kernel_alias = conv_codegen.kernel_alias
 
 
 def cpp_pieces(configs: Sequence[Sm90S2dConfig] = ()) -> CppPieces:

@@ -1,11 +1,11 @@
-"""The sm90_s2d family's cost-model terms and launch shape: sm90_conv's kernel on the folded problem (the fold's
-copy is not modelled)."""
+"""The sm90_s2d family's cost-model terms and launch shape: the sm90 conv kernel's on the folded problem (the
+fold's copy is not modelled)."""
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts
 from tuner.core.problem import ConvProblem
 from tuner.families.base import CostTerms, LaunchShape
-from tuner.families.sm90_conv import costmodel as conv_costmodel
+from tuner.families.sm90_common import costmodel as conv_costmodel
 from tuner.families.sm90_s2d.space import Sm90S2dConfig, folded_problem
 
 

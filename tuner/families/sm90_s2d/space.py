@@ -7,12 +7,12 @@ ceil(R/s) x ceil(S/s) taps folded the same way (taps past R or S zero). For the 
 into 12 of 16. The knobs and every static rule are sm90_conv's, applied to the folded problem."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from tuner.core.device import DeviceFacts
 from tuner.families.base import LaunchArgs, SearchSpace
-from tuner.families.sm90_conv import space as conv_space
-from tuner.families.sm90_conv.space import AUTO_STAGES, Sm90ConvConfig
+from tuner.families.sm90_common import space as conv_space
+from tuner.families.sm90_common.space import ConvKernelConfig
 from tuner.core.problem import ConvProblem, pair_text
 
 FAMILY = "sm90_s2d"
@@ -22,20 +22,14 @@ MAX_FOLDED_CHANNELS = 64
 
 
 @dataclass(frozen=True, order=True)
-class Sm90S2dConfig(Sm90ConvConfig):
+class Sm90S2dConfig(ConvKernelConfig):
     @property
     def family(self) -> str:
         return FAMILY
 
     @property
-    def compiled(self) -> "Sm90S2dConfig":
-        return self
-
-    @property
     def name(self) -> str:
-        stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
-        return (f"s2d_{self.tile.text}_c{self.cluster.text}_s{stages}_{self.epilogue.value}_a{self.alignment_c}"
-                f"_{self.dtype_key}{self.fusion.short}")
+        return self.kernel_name("s2d")
 
 
 def folded_problem(problem: ConvProblem) -> ConvProblem:
@@ -72,14 +66,13 @@ def parse_space(document: object) -> SearchSpace:
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm90S2dConfig:
-    config = conv_space.make_config(problem, params)
-    return Sm90S2dConfig(**{f.name: getattr(config, f.name) for f in fields(config)})
+    return Sm90S2dConfig(**conv_space.config_fields(problem, params))
 
 
 def static_problems(config: Sm90S2dConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
     if (reason := layer_problem(problem)):
         return [reason]
-    return [reason for rule in conv_space.RULES if (reason := rule(config, device))]
+    return conv_space.config_problems(config, device)
 
 
 def launch_args(config: Sm90S2dConfig, problem: ConvProblem) -> LaunchArgs:

@@ -1,4 +1,6 @@
-"""The sm90_conv family's C++: the kernel alias of a configuration (templates/kernel.h.in) and its runner."""
+"""What the CUTLASS 3.x sm90 families share of their C++: the conv kernel's alias (templates/kernel.h.in) and
+runner, which sm90_conv and sm90_s2d build; with sm90_gemm, the epilogue's fusion operation and source tensor, the
+binding of the tuner's epilogue operands (templates/fusion.h) and the CUTLASS extensions of the preamble."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +9,11 @@ from typing import Sequence
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
 from tuner.core.problem import DataType
-from tuner.families.sm90_conv.space import AUTO_STAGES, EpilogueSchedule, Sm90ConvConfig
+from tuner.families.sm90_common.space import AUTO_STAGES, ConvKernelConfig, EpilogueSchedule
 
-TEMPLATES = Path(__file__).parent / "templates"
+# The shared C++ stays in sm90_conv's templates/, where the comments emitted with it say it is: a header's bytes
+# key the compile cache and the committed best_configs.h.
+TEMPLATES = Path(__file__).parents[1] / "sm90_conv" / "templates"
 EPILOGUE_TAGS = {
     EpilogueSchedule.tma: "cutlass::epilogue::TmaWarpSpecialized",
     EpilogueSchedule.nosmem: "cutlass::epilogue::NoSmemWarpSpecialized",
@@ -68,7 +72,7 @@ def early_residual_wrap(reads_residual: bool) -> dict[str, str]:
     return {"kernel_open": "cutlass::gemm::kernel::TunerEarlyResidual<", "kernel_close": ">"}
 
 
-def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
+def kernel_alias(config: ConvKernelConfig, alias: str) -> str:
     return read_template(TEMPLATES / "kernel.h.in").substitute(
         **early_residual_wrap(config.fusion.residual),
         alias=alias, config_name=config.name,
@@ -89,6 +93,6 @@ def kernel_alias(config: Sm90ConvConfig, alias: str) -> str:
 PREAMBLE = ((TEMPLATES / "prefetch_fusion.h").read_text(), (TEMPLATES / "early_residual.h").read_text())
 
 
-def cpp_pieces(configs: Sequence[Sm90ConvConfig] = ()) -> CppPieces:
+def cpp_pieces(configs: Sequence[ConvKernelConfig] = ()) -> CppPieces:
     return CppPieces(INCLUDES, ((TEMPLATES / "fusion.h").read_text(), (TEMPLATES / "runner.h").read_text()),
                      "Sm90ConvRunner", PREAMBLE)

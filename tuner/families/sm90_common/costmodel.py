@@ -1,12 +1,12 @@
-"""The sm90_conv family's cost-model terms. One consumer warpgroup issues wgmma for the whole tile and
-the epilogue does not overlap the next tile's main loop (one tile per CTA), so a CTA sustains a share
-of the SM's tensor rate that grows with the tile; blocks per SM follow from shared memory."""
+"""The sm90 conv kernel's cost-model terms and launch shape (sm90_conv's and sm90_s2d's). One consumer warpgroup
+issues wgmma for the whole tile and the epilogue does not overlap the next tile's main loop (one tile per CTA), so
+a CTA sustains a share of the SM's tensor rate that grows with the tile; blocks per SM follow from shared memory."""
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms, LaunchShape
-from tuner.families.sm90_conv.space import (AUTO_STAGES, THREADS_PER_BLOCK, EpilogueSchedule, Sm90ConvConfig, k_steps,
-                                          kernel_problem)
+from tuner.families.sm90_common.space import (AUTO_STAGES, THREADS_PER_BLOCK, ConvKernelConfig, EpilogueSchedule,
+                                              k_steps, kernel_problem)
 from tuner.core.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x128 tile, relative to the model's matrix ceiling, and how it falls
@@ -22,12 +22,12 @@ TILE_EXPONENT = 0.8
 TILE_K_EXPONENT = 0.25
 
 
-def blocks_per_sm(config: Sm90ConvConfig, device: DeviceFacts) -> int:
+def blocks_per_sm(config: ConvKernelConfig, device: DeviceFacts) -> int:
     # registers are not modelled here (the kernels' warpgroups set their own): smem, warps and blocks bind
     return max(1, min(block_limits(0, config.smem_bytes, THREADS_PER_BLOCK // 32, device).values()))
 
 
-def cost_terms(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
+def cost_terms(config: ConvKernelConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
     """`problem`: the layer's, or the fold sm90_s2d runs the kernel on; k_steps pads its channels."""
     share = (RATE_SCALE * min(1.0, (config.tile.m * config.tile.n / (128 * 128)) ** TILE_EXPONENT)
              * min(1.0, config.tile.k / 64) ** TILE_K_EXPONENT)
@@ -43,7 +43,7 @@ def cost_terms(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts
     )
 
 
-def prior_order(config: Sm90ConvConfig, problem: ConvProblem) -> int | None:
+def prior_order(config: ConvKernelConfig, problem: ConvProblem) -> int | None:
     """The model cannot see the stage count or the epilogue: the picks take auto stages (what NVIDIA's
     generator instantiates) and the TMA epilogue first (its best beat no-smem's on 46 of the 47 layers of
     the H100's landscape, results/nvidia-h100-80gb-hbm3/landscape/sm90_conv/)."""
@@ -52,7 +52,7 @@ def prior_order(config: Sm90ConvConfig, problem: ConvProblem) -> int | None:
     return 0 if config.epilogue is EpilogueSchedule.tma else 1
 
 
-def launch_shape(config: Sm90ConvConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+def launch_shape(config: ConvKernelConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
     padded = kernel_problem(problem)
     m, n, _ = padded.gemm_mnk
     tiles = -(-m // config.tile.m) * -(-n // config.tile.n)
