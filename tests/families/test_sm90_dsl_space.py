@@ -15,7 +15,7 @@ from tuner.families.base import BuildRequest, SearchSpace, SpaceError
 from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
                                            parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
-from tuner.families.sm90_dsl.toolchain import dsl_version
+from tuner.families.sm90_dsl.toolchain import BUILDER_SOURCES, dsl_version
 from tuner.core.problem import ConvProblem, DataType
 from tuner.search.space import load_space, valid_configs
 from tuner.pipeline.tuning import buildable_spaces
@@ -264,6 +264,27 @@ def test_export_refuses_a_dsl_entry_with_one_line_naming_the_layer(tmp_path, emi
 def test_dsl_version_is_cached_and_text_or_none():
     version = dsl_version()
     assert version is None or isinstance(version, str)
+
+
+def test_the_builder_digest_covers_every_module_a_kernel_is_built_from():
+    """A change to any module the builder imports is a new kernel: the compile cache's key hashes each of them."""
+    import ast
+
+    folder = REPO / "tuner" / "families" / "sm90_dsl"
+    seen, todo = set(), ["build.py", "serve.py"]
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for node in ast.walk(ast.parse((folder / name).read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    modules = [node.module] if node.module else [alias.name for alias in node.names]
+                elif (node.module or "").startswith("tuner.families.sm90_dsl."):
+                    modules = [node.module.rpartition(".")[2]]
+                else:
+                    continue
+                todo += [f"{m}.py" for m in modules if f"{m}.py" not in seen]
+    assert seen <= set(BUILDER_SOURCES) and {"kernel.py", "mainloop.py", "consumers.py"} <= seen
 
 
 FAKE_SERVER = """

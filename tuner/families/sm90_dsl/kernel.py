@@ -37,8 +37,10 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 
+from .consumers import Consumers
 from .epilogue import EpilogueSteps
-from .geometry import SM_COUNT, Geometry, Phase, geometry
+from .geometry import SM_COUNT, Geometry, geometry
+from .mainloop import Mainloop
 from .producers import Producers
 from .spec import BuildSpec
 
@@ -51,8 +53,11 @@ GATHER_PRODUCER_REGISTERS = 96
 GATHER_CONSUMER_REGISTERS = 200
 
 
-class ConvKernel(Producers, EpilogueSteps):
-    """Builds the launch function for one Geometry. __call__ is the @cute.jit host function."""
+class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
+    """Builds the launch function for one Geometry. __call__ is the @cute.jit host function, kernel the device
+    entry that sets up shared memory and the pipelines and hands each warp its role: the TMA producer (mainloop.py),
+    the consumer warpgroups (consumers.py), the gathering producer and the residual's load warp (producers.py);
+    epilogue.py holds the consumers' epilogue steps."""
 
     def __init__(self, g: Geometry, element=None):
         self.g = g
@@ -234,12 +239,8 @@ class ConvKernel(Producers, EpilogueSteps):
 
         if cutlass.const_expr(g.gather):
             self.load_filter(mWflat, sB, tidx)
-        box_m = (g.tile_q, g.bp, g.bn)
-        a_cta_layout = cute.make_layout(g.cluster_n)
-        b_cta_layout = cute.make_layout(g.cluster_m)
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
-        kb = g.k_blocks_per_tap
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(g.cluster_m, g.cluster_n))
 
@@ -249,42 +250,8 @@ class ConvKernel(Producers, EpilogueSteps):
             if wg_idx == 0:
                 self.gather_pixels(mXflat, sA, mainloop, sched, tidx)
         elif warp_idx == 0:
-            scheduler = utils.StaticPersistentTileScheduler.create(
-                sched, cute.arch.block_idx(), cute.arch.grid_dim())
-            work = scheduler.initial_work_tile_info()
-            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
-            while work.is_valid_tile:
-                q0, p0, n0, k0 = self.tile_origin(work)
-                k_begin, k_end = self.split_k_range(work.tile_idx[2])
-                # k tiles phase by phase (the order of the sum does not matter; A and B of a k tile match),
-                # in each phase tap by tap, tile_k channels a time
-                for pi, ph in enumerate(g.phases()):
-                    tma_a, mX = ((tma_a0, mX0), (tma_a1, mX1), (tma_a2, mX2), (tma_a3, mX3))[pi]
-                    kt_first, kt_stop = self.phase_k_bounds(pi, ph, k_begin, k_end)
-                    for kt in cutlass.range(kt_first, kt_stop, unroll=1):
-                        tap_i = kt // kb
-                        c0 = (kt - tap_i * kb) * g.tile_k
-                        ri = tap_i // ph.ns
-                        si = tap_i - ri * ph.ns
-                        tap = (ph.r0 + ri * ph.rstep) * g.s + ph.s0 + si * ph.sstep
-                        wq = q0 + ph.wo0 + si * ph.wstep
-                        hp = p0 + ph.ho0 + ri * ph.hstep
-                        gA = cute.local_tile(cute.domain_offset(((wq, hp, n0), c0), mX), (box_m, g.tile_k), (0, 0))
-                        gB = cute.local_tile(cute.domain_offset((k0, tap * g.c + c0), mW), (g.tile_n, g.tile_k),
-                                             (0, 0))
-                        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                            tma_a, cl_coord[1], a_cta_layout, cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-                        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                            tma_b, cl_coord[0], b_cta_layout, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-                        mainloop.producer_acquire(state)
-                        barrier = mainloop.producer_get_barrier(state)
-                        cute.copy(tma_a, tAgA, tAsA[(None, state.index)], tma_bar_ptr=barrier, mcast_mask=a_mask)
-                        cute.copy(tma_b, tBgB, tBsB[(None, state.index)], tma_bar_ptr=barrier, mcast_mask=b_mask)
-                        mainloop.producer_commit(state)
-                        state.advance()
-                scheduler.advance_to_next_work()
-                work = scheduler.get_current_work()
-            mainloop.producer_tail(state)
+            self.load_operands(((tma_a0, mX0), (tma_a1, mX1), (tma_a2, mX2), (tma_a3, mX3)), tma_b, mW, sA, sB,
+                               mainloop, sched, cl_coord, a_mask, b_mask)
         if cutlass.const_expr(g.residual):
             if warp_idx == 1:
                 self.load_residual(tma_r, mR, sR, ring_full, ring_empty, sched)
@@ -294,230 +261,6 @@ class ConvKernel(Producers, EpilogueSteps):
             self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
                          sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
                          storage.split_arrivals.get_tensor(cute.make_layout(g.groups)))
-
-    @cute.jit
-    def consume(self, tiled_mma: cute.TiledMma, mainloop, sA: cute.Tensor, sB: cute.Tensor, sD: cute.Tensor,
-                tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
-                mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
-                sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart: cute.Tensor,
-                mCount: cute.Tensor, sArrivals: cute.Tensor):
-        g = self.g
-        f16, f32 = self.dtype, self.acc_dtype
-        ctid = tidx - 128
-        # pingpong: consumer warpgroup `grp` takes the CTA's tiles grp, grp + 2, ... alone (its own tile_m x
-        # tile_n accumulators, epilogue buffers, scale/bias copies, residual ring and named barrier); its epilogue
-        # runs while the other warpgroup's mainloop uses the tensor cores. Otherwise grp is 0 and the
-        # consumers share each tile.
-        grp = 0
-        wtid = ctid
-        group_threads = self.num_mma_threads
-        if cutlass.const_expr(g.pingpong):
-            grp = cute.arch.make_warp_uniform(ctid // 128)
-            wtid = ctid - grp * 128
-            group_threads = 128
-            thr_mma = tiled_mma.get_slice(0)
-        else:
-            thr_mma = tiled_mma.get_slice((ctid // 128) * 128)  # A/B: one slice per warpgroup
-        epi_barrier = pipeline.NamedBarrier(barrier_id=1 + grp, num_threads=group_threads)
-        lead_warp = warp_idx == 4 + grp * 4  # issues the group's TMA stores
-        tCsA = thr_mma.partition_A(sA)
-        tCsB = thr_mma.partition_B(sB)
-        tCrA = tiled_mma.make_fragment_A(tCsA)
-        tCrB = tiled_mma.make_fragment_B(tCsB)
-        cTile = cute.make_identity_tensor((g.tile_m, g.tile_n))
-        tCcC = tiled_mma.get_slice(wtid).partition_C(cTile)  # C: this thread's elements
-        acc = cute.make_rmem_tensor(tCcC.shape, f32)
-        k_blocks = cute.size(tCrA, mode=[2])
-
-        # epilogue: accumulators -> registers (f16) -> shared (stmatrix) -> TMA store, epi_n columns a time
-        kmaj = utils.LayoutEnum.ROW_MAJOR
-        r2s_atom = sm90_utils.get_smem_store_op(kmaj, elem_ty_d=f16, elem_ty_acc=f32)
-        st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), f16)
-        r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(st_atom, tiled_mma))
-        thr_r2s = r2s.get_slice(wtid)
-        tRS_sD = thr_r2s.partition_D(sD)
-        tRS_acc = r2s.retile(acc)
-        tRS_crd = r2s.retile(tCcC)
-        rD_shape = cute.shape(thr_r2s.partition_S(sD))
-        rD = cute.make_rmem_tensor(rD_shape[:3], f32)
-        rD_out = cute.make_rmem_tensor(rD_shape[:3], f16)
-        n_sub = cute.size(rD)
-        # the residual is read back by ldmatrix through the stmatrix layout (CUTLASS's S2R of the epilogue
-        # source): its registers come in rD's order, one ldmatrix.x4 per 8 values instead of a scalar load by
-        # (m, n) coordinate from the swizzled copy each (H100: 2048x1568x512 GEMM + residual 16.21 -> 14.75 us)
-        rR = rD_out
-        tSR_sR = tRS_sD
-        tSR_rR = rD_out
-        s2r = r2s
-        if cutlass.const_expr(g.residual):
-            ld_atom = cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(False, 4), f16)
-            s2r = cute.make_tiled_copy_S(ld_atom, cute.make_tiled_copy_C_atom(st_atom, tiled_mma))
-            tSR_sR = s2r.get_slice(wtid).partition_S(sR)
-            rR = cute.make_rmem_tensor(rD_shape[:3], f16)
-            tSR_rR = s2r.retile(rR)
-        epi_count = g.epi_count
-
-        store_pipe = pipeline.PipelineTmaStore.create(
-            num_stages=g.epi_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, group_threads))
-        # the producer loads every tile's k tiles in order; a pingpong group starts past the other group's
-        # first tile (group 1) and skips the other's k tiles after each of its own
-        read_state = self.consumer_state_at(grp * g.k_tiles)
-        release_state = self.consumer_state_at(grp * g.k_tiles)
-        box_m = (g.tile_q, g.bp, g.bn)
-        tile_step = g.groups
-        order_phase = cutlass.Int32(1) - grp  # group 0's first wait passes, group 1's waits for group 0
-
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
-        if cutlass.const_expr(g.pingpong):
-            scheduler._current_work_linear_idx += grp * scheduler.num_persistent_clusters
-        work = scheduler.initial_work_tile_info()
-        while work.is_valid_tile:
-            q0, p0, n0, k0 = self.tile_origin(work)
-            k_begin, k_end = self.split_k_range(work.tile_idx[2])
-            gD = self.output_tile(mY, work)
-            if cutlass.const_expr(g.scale or g.bias):
-                for i in cutlass.range_constexpr(-(-g.tile_n // (self.num_mma_threads // g.groups))):
-                    col = wtid + i * (self.num_mma_threads // g.groups)
-                    if col < g.tile_n:
-                        kk = k0 + col
-                        if cutlass.const_expr(g.k % g.tile_n != 0):
-                            if kk >= g.k:
-                                kk = k0 * 0 + (g.k - 1)  # a column past K: any value, TMA clips its store
-                        if cutlass.const_expr(g.scale):
-                            sScale[col + grp * g.tile_n] = mScale[kk]
-                        if cutlass.const_expr(g.bias):
-                            sBias[col + grp * g.tile_n] = mBias[kk]
-
-            if cutlass.const_expr(g.pingpong):
-                cute.arch.mbarrier_wait(order_barrier + grp, order_phase)
-                order_phase = order_phase ^ 1
-            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-            cute.nvgpu.warpgroup.fence()
-            # first k tile: no earlier wgmma to wait for
-            mainloop.consumer_wait(read_state)
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                          tCrB[(None, None, kb, 0 if g.gather else read_state.index)], acc)
-                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-            cute.nvgpu.warpgroup.commit_group()
-            read_state.advance()
-            for kt in cutlass.range(1, k_end - k_begin, unroll=1):
-                mainloop.consumer_wait(read_state)
-                b_index = read_state.index
-                if cutlass.const_expr(g.gather):
-                    b_index = kt  # the resident filter's k tile
-                for kb in cutlass.range_constexpr(k_blocks):
-                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                              tCrB[(None, None, kb, b_index)], acc)
-                cute.nvgpu.warpgroup.commit_group()
-                cute.nvgpu.warpgroup.wait_group(1)
-                mainloop.consumer_release(release_state)
-                release_state.advance()
-                read_state.advance()
-            if cutlass.const_expr(g.pingpong):
-                # every k tile of this one waited for: the other group's mainloop may start
-                cute.arch.mbarrier_arrive(order_barrier + (1 - grp))
-            cute.nvgpu.warpgroup.wait_group(0)
-            mainloop.consumer_release(release_state)
-            release_state.advance()
-            if cutlass.const_expr(g.pingpong):
-                read_state = self.consumer_state_at(read_state.count + g.k_tiles)
-                release_state = self.consumer_state_at(release_state.count + g.k_tiles)
-            if cutlass.const_expr(g.split_k > 1):
-                # every unit runs the epilogue (the residual and store pipelines keep their rhythm), but only the
-                # tile's last unit to arrive, holding the full sum, stores: the others' store boxes are moved
-                # past the output (q and n beyond it, out of bounds however TMA merges the modes) and clipped
-                tile = work.tile_idx[0] * g.scheduled_tiles[1] + work.tile_idx[1]
-                outside = self.reduce_splits(acc, mPart, mCount, sArrivals, tile, work.tile_idx[2], wtid,
-                                             group_threads, epi_barrier, grp)
-                gD = cute.local_tile(cute.domain_offset(((q0 + outside * g.yq, p0, n0 + outside * g.xn), k0), mY),
-                                     (box_m, g.tile_n), (0, 0))
-
-            if cutlass.const_expr(g.scale or g.bias):
-                epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
-            gD_epi = cute.zipped_divide(gD, (box_m, g.epi_n))
-            bSG_sD, bSG_gD = sD, gD_epi
-            if cutlass.const_expr(not g.stores_elements):
-                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                    tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
-            base = scheduler.num_tiles_executed * epi_count
-            for e in cutlass.range_constexpr(epi_count):
-                for v in cutlass.range_constexpr(n_sub):
-                    rD[v] = tRS_acc[self.acc_index(e, v, n_sub)]
-                if cutlass.const_expr(g.residual):
-                    slot, phase = self.ring_position(scheduler.num_tiles_executed, e)
-                    slot = slot + grp * g.res_stages
-                    cute.arch.mbarrier_wait(ring_full + slot, phase)
-                    cute.copy(s2r, tSR_sR[(None, None, None, slot)], tSR_rR)
-                    # the registers hold the subtile: the load warp may refill its slot
-                    cute.arch.mbarrier_arrive(ring_empty + slot)
-                self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR)
-                rD_out.store(rD.load().to(f16))
-                buf = grp * g.epi_stages + (base + e) % g.epi_stages
-                cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epi_barrier.arrive_and_wait()
-                if cutlass.const_expr(g.stores_elements):
-                    self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
-                                        outside if g.split_k > 1 else 0)
-                elif lead_warp:
-                    cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
-                    store_pipe.producer_commit()
-                    store_pipe.producer_acquire()
-                epi_barrier.arrive_and_wait()
-            scheduler.advance_to_next_work(advance_count=tile_step)
-            work = scheduler.get_current_work()
-        store_pipe.producer_tail()
-
-    def tile_origin(self, work):
-        """The work tile's first output column q0, row p0, image n0 and channel k0."""
-        g = self.g
-        mi, ni = work.tile_idx[0], work.tile_idx[1]
-        q0 = (mi % g.m_tiles_q) * g.tile_q
-        p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-        n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
-        return q0, p0, n0, ni * g.tile_n
-
-    def output_tile(self, tensor: cute.Tensor, work) -> cute.Tensor:
-        """The work tile's (box of pixels) x tile_n channels of an output-shaped tensor (y or the residual)."""
-        g = self.g
-        q0, p0, n0, k0 = self.tile_origin(work)
-        return cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), tensor), ((g.tile_q, g.bp, g.bn), g.tile_n),
-                               (0, 0))
-
-    def ring_position(self, group_tiles, sub: int):
-        """(slot, phase) of epilogue subtile `sub` of a consumer group's tile number `group_tiles` (counted from 0)
-        in the group's residual ring: the group's subtiles go round the ring in order, position
-        group_tiles * epi_count + sub, slot = position mod res_stages, and the mbarriers' phase flips a lap."""
-        g = self.g
-        if g.epi_count % g.res_stages == 0:  # the slot is static
-            laps = group_tiles * (g.epi_count // g.res_stages) + sub // g.res_stages
-            return sub % g.res_stages, laps % 2
-        position = group_tiles * g.epi_count + sub
-        return position % g.res_stages, (position // g.res_stages) % 2
-
-    def split_k_range(self, split):
-        """The k tiles [begin, end) of split `split` of a tile (spec.split_k_range): all of them without a split."""
-        g = self.g
-        if cutlass.const_expr(g.split_k == 1):
-            return 0, g.k_tiles
-        return split * g.k_tiles // g.split_k, (split + 1) * g.k_tiles // g.split_k
-
-    def phase_k_bounds(self, pi: int, ph: Phase, k_begin, k_end) -> tuple:
-        """cutlass.range's bounds over phase pi's own k tiles for the unit's global k tiles [k_begin, k_end):
-        the phase holds global k tiles [offset, offset + count); an empty intersection runs no iteration."""
-        g = self.g
-        count = ph.nr * ph.ns * g.k_blocks_per_tap
-        if cutlass.const_expr(g.split_k == 1):
-            return 0, count
-        offset = g.phase_k_offsets()[pi]
-        return (cutlass.max(k_begin, offset) - offset, cutlass.min(k_end, offset + count) - offset)
-
-    def consumer_state_at(self, count):
-        """The consumer's pipeline state after `count` k tiles (index count mod stages, phase flipping per lap)."""
-        count = cutlass.Int32(count)
-        return pipeline.PipelineState(self.g.stages, count, count % self.g.stages, (count // self.g.stages) % 2)
 
 
 def build_launcher(spec: BuildSpec):
