@@ -16,6 +16,7 @@ from tuner.core.problem import ConvProblem
 from tuner.families.base import BuildRequest, CostTerms, CppPieces, KernelConfig, LaunchArgs, LaunchShape, SearchSpace
 
 
+# What a family that gives none of its own has.
 def as_stated(problem: ConvProblem) -> ConvProblem:
     return problem
 
@@ -26,6 +27,14 @@ def no_preference(config: KernelConfig, problem: ConvProblem) -> int | None:
 
 def no_missing_toolchain() -> str | None:
     return None
+
+
+def by_name(config: KernelConfig) -> str:
+    return config.name
+
+
+def supersedes_none(problem: ConvProblem) -> frozenset[str]:
+    return frozenset()
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,7 +59,7 @@ class SpaceRules:
     launch_args: Callable[[KernelConfig, ConvProblem], LaunchArgs]
     # The problem as the kernel sees it (channels zero-padded where the family pads them).
     kernel_problem: Callable[[ConvProblem], ConvProblem] = as_stated
-    # A hand-picked configuration every study of the family measures first, if any.
+    # A hand-picked configuration every study of the family measures first, if any (read, never changed).
     reference_params: Mapping[str, object] | None = None
 
 
@@ -111,14 +120,6 @@ class PerformanceModel:
     cost_terms: Callable[[KernelConfig, ConvProblem, DeviceFacts], CostTerms]
     launch_shape: Callable[[KernelConfig, ConvProblem, DeviceFacts], LaunchShape]
     prior_order: Callable[[KernelConfig, ConvProblem], int | None] = no_preference
-
-
-def by_name(config: KernelConfig) -> str:
-    return config.name
-
-
-def supersedes_none(problem: ConvProblem) -> frozenset[str]:
-    return frozenset()
 
 
 @dataclass(frozen=True, eq=False)
