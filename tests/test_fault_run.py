@@ -288,7 +288,8 @@ def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
 def test_a_journal_cut_short_is_repaired_before_the_next_append(tmp_path):
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     study = optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
@@ -305,7 +306,8 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     path = tmp_path / "gpu" / JOURNAL_FILE
@@ -420,7 +422,7 @@ def test_bad_flags_are_one_line_before_any_gpu_work(tmp_path, capsys, monkeypatc
 
 @pytest.mark.parametrize("url", ["postgresql://127.0.0.1:1/x", "mysql://127.0.0.1:1/x"])
 def test_an_unreachable_database_is_one_line(tmp_path, url):
-    from tuner.store.results import study_storage
+    from tuner.store.journal import study_storage
 
     with pytest.raises(ResultsError, match="cannot be opened"):
         study_storage(url, tmp_path, "gpu")
@@ -490,10 +492,10 @@ def test_a_date_given_as_a_mapping_is_refused(tmp_path, capsys):
 
 
 def test_the_cross_host_grace_is_a_flag(tmp_path):
-    from tuner.store.results import heartbeat_for
+    from tuner.store.journal import heartbeat_for
 
     options = cli.options_from(cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30")), None)
     assert options.stale_after_s == 30 and heartbeat_for(30) == 10 and heartbeat_for(120) == 20
-    storage = __import__("tuner.store.results", fromlist=["x"]).study_storage(
+    storage = __import__("tuner.store.journal", fromlist=["x"]).study_storage(
         f"sqlite:///{tmp_path / 's.db'}", tmp_path, "gpu", heartbeat_s=heartbeat_for(30), grace_s=30)
     assert storage.grace_period == 30 and storage.get_heartbeat_interval() == 10

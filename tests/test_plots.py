@@ -12,7 +12,8 @@ from tuner.analysis import plots
 from tuner.core.problem import problem_to_dict
 from tuner.search.space import JointSpace
 from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.store.results import default_storage, gpu_dir, update_best
+from tuner.store.journal import default_storage
+from tuner.store.results import gpu_dir, update_best
 from tuner.search.study import StudyRunner, open_study
 
 pytest.importorskip("matplotlib")
@@ -118,7 +119,7 @@ def test_titles_and_labels_are_whole_with_their_units(tmp_path, monkeypatch, con
 
 
 def test_the_dashboard_journal_has_one_study_per_layer_with_its_unit(tmp_path, conv_1, sm80_space, h100):
-    from tuner.store.results import journal_backend
+    from tuner.store.journal import journal_backend
 
     storage = default_storage(tmp_path, h100.slug)
     # one layer over two studies (two search spaces), as the tuner keeps it, and another layer

@@ -23,7 +23,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.store.results import study_storage
+from tuner.store.journal import study_storage
 from tuner.search.space import JointSpace
 from tuner.search.study import StudyRunner, counted_in_run, open_study, params_key
 

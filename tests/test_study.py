@@ -507,7 +507,7 @@ def test_ask_config_tags_before_sampling(conv_1, sm80_space, h100):
 def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
     """Optuna wraps an RDBStorage in its cache; the grace period a finished worker waits for a dead host's
     trials is the RDBStorage's (120 s), not Optuna's two-interval default for an unset one (40 s)."""
-    from tuner.store.results import study_storage
+    from tuner.store.journal import study_storage
     from tuner.search.study import _Heartbeat
 
     storage = study_storage(f"sqlite:///{tmp_path / 'h.db'}", tmp_path, "gpu", heartbeat_s=20, grace_s=120)

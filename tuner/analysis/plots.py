@@ -18,9 +18,9 @@ from rich.markup import escape
 
 from tuner.search.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.store.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, check_storage_url, gpu_slugs,
-                           journal_backend, layer_file_stem, read_best, readable_journal, recorded_gpu_dir,
-                           results_slug)
+from tuner.store.journal import check_storage_url, journal_backend, readable_journal
+from tuner.store.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, layer_file_stem, read_best,
+                           recorded_gpu_dir, results_slug)
 from tuner.search.study import METRIC_NAME, label_values, params_key, problem_of_study
 from tuner.cli.tables import json_document
 

@@ -26,8 +26,9 @@ from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem, Layer, problem_to_dict
 from tuner.analysis.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.search.replay import fastest_recorded
+from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
 from tuner.store.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
-                           GRACE_S, heartbeat_for, study_storage, update_best)
+                           update_best)
 from tuner.search.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems, without_superseded)
 from tuner.core.status import Status

@@ -337,7 +337,7 @@ def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
 
 def _heartbeat_storage(storage: optuna.storages.BaseStorage | str | None):
     """The storage the study was opened on, where it keeps heartbeats (an RDB opened with a heartbeat interval,
-    results.study_storage), else None."""
+    journal.study_storage), else None."""
     interval = getattr(storage, "get_heartbeat_interval", None)
     return storage if interval is not None and interval() else None
 

@@ -21,7 +21,8 @@ from typing import Iterator
 from rich.console import Console
 
 from tuner.cli.choices import UsageParser
-from tuner.store.results import HISTORY_FILE, JOURNAL_FILE, SLUG, KernelReleasedLock, ResultsError, gpu_dir, replacing
+from tuner.store.journal import KernelReleasedLock
+from tuner.store.results import HISTORY_FILE, JOURNAL_FILE, SLUG, ResultsError, gpu_dir, replacing
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE_ROOT = "results"
