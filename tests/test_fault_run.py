@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_best
 from tuner.cli import main as cli
 from tuner.core.problem import ConvProblem, problem_to_dict
-from tuner.store.results import BEST_FILE, ResultsError, update_best
+from tuner.store.results import BEST_FILE, ResultsError
 from tuner.search.space import make_config
 
 SLUG = "nvidia-h100-80gb-hbm3"
@@ -34,7 +35,7 @@ def results_with(tmp_path: Path, layers: int = 1) -> Path:
     """results/<slug>/best.yaml as the tool writes it, `layers` sound sm80 layers."""
     folder = tmp_path / "results" / SLUG
     for index in range(layers):
-        update_best(folder, f"conv_{index}", sound_entry(), HEADER)
+        write_best(folder, f"conv_{index}", sound_entry(), HEADER)
     return folder
 
 
@@ -275,13 +276,18 @@ def test_landscape_files_stay_in_their_folder(tmp_path):
 def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
     import json
 
-    from tuner.store.results import HISTORY_FILE, append_history
+    from tuner.store.history import append_history
+    from tuner.store.results import HISTORY_FILE
+    from tuner.store.schema import HistoryEvent
 
-    append_history(tmp_path, {"layer": "a"})
-    append_history(tmp_path, {"layer": "b"})
+    def event(layer: str) -> HistoryEvent:
+        return HistoryEvent(layer, "k", 1.0, 1, "study", "run")
+
+    append_history(tmp_path, event("a"))
+    append_history(tmp_path, event("b"))
     path = tmp_path / HISTORY_FILE
     path.write_bytes(path.read_bytes()[:-10])  # killed mid-write
-    append_history(tmp_path, {"layer": "c"})
+    append_history(tmp_path, event("c"))
     assert [json.loads(line)["layer"] for line in path.read_text().splitlines()] == ["a", "c"]
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 import optuna
 
 from conftest import params
-from tuner.store.results import BestEntry
+from tuner.store.schema import BestEntry
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
 from tuner.search.space import JointSpace, joint_params

@@ -19,8 +19,9 @@ from rich.markup import escape
 from tuner.search.costmodel import measured_ceilings
 from tuner.families import registry
 from tuner.store.journal import check_storage_url, journal_backend, readable_journal
-from tuner.store.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, gpu_slugs, layer_file_stem, read_best,
-                           recorded_gpu_dir, results_slug)
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import JOURNAL_FILE, ResultsError, gpu_slugs, layer_file_stem, recorded_gpu_dir, results_slug
+from tuner.store.schema import BestEntry
 from tuner.search.study import METRIC_NAME, label_values, params_key, problem_of_study
 from tuner.cli.tables import json_document
 

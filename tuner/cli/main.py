@@ -34,8 +34,9 @@ from tuner.core.problem import (LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP, Layer,
                            load_layers, pair_text, parse_shape)
 from tuner.cli.tables import add_output_arguments, json_document
 from tuner.store.journal import GRACE_S, MIN_GRACE_S, check_storage_url
-from tuner.store.results import (ResultsError, best_entries, check_results_dir, gpu_slugs, layer_file_stem, names_by_problem,
-                           recorded_gpu_dir, results_slug)
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.results import (ResultsError, check_results_dir, gpu_slugs, layer_file_stem, recorded_gpu_dir,
+                           results_slug)
 from tuner.core.yamlfile import brief
 from tuner.search.study import request_stop
 from tuner.pipeline.tuning import TuningOptions, TuningSession

@@ -42,7 +42,8 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.core.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.search.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.store.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
+from tuner.store.best import best_entries
+from tuner.store.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_write, gpu_dir, gpu_slugs,
                            layer_file_stem, read_bench)
 from tuner.search.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
@@ -503,7 +504,8 @@ def compile_target(results_root: Path, name: str) -> DeviceFacts:
     results/<NAME>/best.yaml records of it."""
     from tuner.core import gpus
     from tuner.pipeline.export import best_device
-    from tuner.store.results import read_best, results_slug
+    from tuner.store.best import read_best
+    from tuner.store.results import results_slug
 
     slug = results_slug(results_root, name, BENCH_FILE)
     folder = results_root / slug

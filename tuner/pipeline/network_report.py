@@ -29,8 +29,9 @@ from tuner.core.epilogue import Epilogue
 from tuner.importers.network import ImportedLayer, Network, Unsupported
 from tuner.cli.network_args import add_network_arguments, imported_network
 from tuner.core.problem import ConvProblem
-from tuner.store.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
-                           results_slug)
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.results import gpu_slugs, read_bench, recorded_gpu_dir, results_slug
+from tuner.store.schema import BestEntry
 from tuner.importers.plan import Decision, network_decisions, summary
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,8 +27,10 @@ from tuner.core.problem import ConvProblem, Layer, problem_to_dict
 from tuner.analysis.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.search.replay import fastest_recorded
 from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
-from tuner.store.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
-                           update_best)
+from tuner.store.best import best_entries, names_by_problem, update_best
+from tuner.store.history import append_history
+from tuner.store.results import ResultsError, gpu_dir
+from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
 from tuner.search.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems, without_superseded)
 from tuner.core.status import Status
@@ -340,9 +342,10 @@ class TuningSession:
         if previous and previous.run != tuner.run_id:
             entry["previous"] = {"runtime_us": previous.runtime_us, "kernel": previous.kernel, "run": previous.run,
                                  "date": previous.date}
-        update_best(self.folder, layer.name, entry, table_header(self.device))
-        append_history(self.folder, {"layer": layer.name, "kernel": entry["kernel"], "runtime_us": entry["runtime_us"],
-                                     "measured": measured, "study": study.study_name, "run": tuner.run_id})
+        update_best(self.folder, layer.name, BestEntry.parse(layer.name, entry),
+                    BestHeader.parse(table_header(self.device)))
+        append_history(self.folder, HistoryEvent(layer.name, entry["kernel"], entry["runtime_us"], measured,
+                                                 study.study_name, tuner.run_id))
         self.console.print(f"wrote {self.folder / 'best.yaml'}")
         return LayerOutcome(layer.name, entry["runtime_us"], (entry.get("previous") or {}).get("runtime_us"),
                             entry["kernel"], measured)

@@ -1,25 +1,20 @@
-"""results/<gpu>/: its folder and file names, best.yaml (one entry per layer), run history, bench.yaml.
-Every write is atomic (temp file + rename) under a lock, so a crash never leaves half a table."""
+"""results/<gpu>/: its folder and the names of its files, atomic writes (temp file + rename) under a lock,
+so that a crash never leaves half a table, and bench.yaml."""
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import fcntl
 import hashlib
-import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-import yaml
 
 from tuner.core import gpus
 from tuner.core.device import slugify
-from tuner.core.problem import ConvProblem, ProblemError, canonical_problem, layer_name_problem, problem_from_dict
-from tuner.core.yamlfile import YamlFileError, brief, read_yaml
+from tuner.core.yamlfile import YamlFileError, read_yaml
 
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
@@ -36,7 +31,6 @@ class ResultsError(RuntimeError):
 
 # What DeviceFacts.slug makes of a GPU's name: no separators, nothing that climbs out of results/.
 SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
-FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 def layer_file_stem(layer: str) -> str:
@@ -164,94 +158,7 @@ def locked(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@dataclass(frozen=True)
-class BestEntry:
-    """What every best.yaml entry must hold (the rest, measurement detail, is optional): the schema a
-    file is checked against when read, so that a damaged one is refused instead of half used."""
-
-    problem: ConvProblem
-    family: str
-    params: tuple[tuple[str, object], ...]
-    kernel: str
-    runtime_us: float
-    date: str = ""
-    run: str | None = None          # the run id that wrote it (a resumed run skips the layer)
-    study_name: str | None = None   # its study in the storage
-    previous_us: float | None = None  # the entry it replaced, from another run
-
-    @property
-    def knobs(self) -> dict[str, object]:
-        return dict(self.params)
-
-    @classmethod
-    def parse(cls, layer: str, entry: object) -> "BestEntry":
-        def bad(what: str) -> ResultsError:
-            return ResultsError(f"best.yaml layer {layer!r}: {what}")
-        if (problem_text := layer_name_problem(layer)):
-            raise ResultsError(f"best.yaml layer {brief(layer)}: {problem_text}")
-        if not isinstance(entry, dict):
-            raise bad(f"entry is {type(entry).__name__}, not a mapping")
-        missing = [key for key in ("problem", "family", "params", "kernel", "runtime_us") if key not in entry]
-        if missing:
-            raise bad(f"missing {', '.join(missing)}")
-        try:
-            problem = problem_from_dict(entry["problem"]) if isinstance(entry["problem"], dict) else None
-        except ProblemError as error:
-            raise bad(str(error)) from None
-        if problem is None:
-            raise bad("problem is not a mapping")
-        family, params, kernel, runtime = entry["family"], entry["params"], entry["kernel"], entry["runtime_us"]
-        if not isinstance(family, str) or not FAMILY_NAME.fullmatch(family):
-            raise bad(f"family {brief(family)} is not a family name")
-        if not isinstance(params, dict) or not params or not all(isinstance(k, str) for k in params):
-            raise bad("params is not a mapping of knob names")
-        if not isinstance(kernel, str) or not kernel:
-            raise bad(f"kernel {brief(kernel)} is not a kernel name")
-        if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not 0 < runtime < float("inf"):
-            raise bad(f"runtime_us {brief(runtime)} is not a positive number")
-        date = entry.get("date")
-        if date is not None and not isinstance(date, (str, dt.date)):
-            raise bad(f"date {brief(date)} is not a date")
-        if "\0" in str(date or "") or "\0" in kernel:
-            raise bad("a NUL character in the date or kernel name")
-        study, previous = entry.get("study"), entry.get("previous")
-        study_name = study.get("name") if isinstance(study, dict) else None
-        previous_us = previous.get("runtime_us") if isinstance(previous, dict) else None
-        run = entry.get("run")
-        return cls(problem, family, tuple(sorted(params.items())), kernel, float(runtime), str(entry.get("date") or ""),
-                   run if isinstance(run, str) else None, study_name if isinstance(study_name, str) else None,
-                   float(previous_us) if isinstance(previous_us, (int, float)) and previous_us > 0 else None)
-
-
-def read_best(folder: Path) -> dict:
-    """best.yaml as a document, every entry checked against BestEntry and the layer count the file
-    states (a file cut short at an entry's boundary still parses: the count tells)."""
-    path = folder / BEST_FILE
-    if not path.exists():
-        return {"layers": {}}
-    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
-    if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
-        raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
-    document.setdefault("layers", {})
-    stated = document.get("layer_count")
-    if stated is None and document["layers"]:
-        raise ResultsError(f"{path} has no layer_count line (the tool always writes one): it was cut short or "
-                           "edited; restore it from version control")
-    if stated is not None and (isinstance(stated, bool) or stated != len(document["layers"])):
-        raise ResultsError(f"{path} states {brief(stated)} layers but holds {len(document['layers'])}: it was cut "
-                           "short or edited; restore it from version control")
-    for section in ("device", "toolchain"):
-        if not isinstance(document.get(section) or {}, dict):
-            raise ResultsError(f"{path}: {section} is not a mapping; restore it from version control")
-    for layer, entry in document["layers"].items():
-        try:
-            BestEntry.parse(str(layer), entry)
-        except ResultsError as error:
-            raise ResultsError(f"{path}: {error}; restore it from version control") from None
-    return document
-
-
-def _read_results_yaml(path: Path, max_bytes: int) -> object:
+def read_results_yaml(path: Path, max_bytes: int) -> object:
     """A results file the tool wrote, read as user files are: duplicate keys, aliases, binary content
     and oversized files refused in one line."""
     try:
@@ -260,71 +167,12 @@ def _read_results_yaml(path: Path, max_bytes: int) -> object:
         raise ResultsError(f"{error}; restore it from version control") from None
 
 
-def best_entries(folder: Path) -> dict[str, BestEntry]:
-    """best.yaml's layers as typed entries (checked as read_best checks them)."""
-    return {str(name): BestEntry.parse(str(name), entry) for name, entry in read_best(folder)["layers"].items()}
-
-
-class ByCanonicalProblem(dict):
-    """A mapping whose keys are problems up to the canonical fused form (tuner/core/problem.py canonical_problem):
-    a layer tuned as conv + BatchNorm (scale+bias) is found for the same conv with its BatchNorm folded
-    (bias), and the other way round. Every lookup and store takes the problem as the caller has it."""
-
-    def __getitem__(self, problem: ConvProblem):
-        return super().__getitem__(canonical_problem(problem))
-
-    def __setitem__(self, problem: ConvProblem, value) -> None:
-        super().__setitem__(canonical_problem(problem), value)
-
-    def __contains__(self, problem: object) -> bool:
-        return isinstance(problem, ConvProblem) and super().__contains__(canonical_problem(problem))
-
-    def get(self, problem: ConvProblem, default=None):
-        return super().get(canonical_problem(problem), default)
-
-    def setdefault(self, problem: ConvProblem, default=None):
-        return super().setdefault(canonical_problem(problem), default)
-
-
-def names_by_problem(entries: dict[str, BestEntry]) -> ByCanonicalProblem:
-    """The layer that holds each problem (the first in the file where several hold one), found for any
-    problem of the same canonical fused form."""
-    named = ByCanonicalProblem()
-    for name, entry in entries.items():
-        named.setdefault(entry.problem, name)
-    return named
-
-
 def read_bench(folder: Path) -> dict:
     """bench.yaml as a document (empty where there is none); one line for a file that is not YAML."""
     path = folder / BENCH_FILE
     if not path.is_file():
         return {}
-    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
+    document = read_results_yaml(path, MAX_BEST_BYTES) or {}
     if not isinstance(document, dict):
         raise ResultsError(f"{path} is not a mapping; restore it from version control")
     return document
-
-
-def update_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
-    """Put one layer's entry into best.yaml, keeping every other layer as it was; the entry is checked
-    against BestEntry first, so nothing is written that the next read would refuse."""
-    BestEntry.parse(layer, entry)
-    with locked(folder):
-        document = read_best(folder)
-        document.update(header)
-        document["layers"][layer] = entry
-        document["layers"] = dict(sorted(document["layers"].items()))
-        ordered = {**header, "layer_count": len(document["layers"]), "layers": document["layers"]}
-        atomic_write(folder / BEST_FILE, yaml.safe_dump(ordered, sort_keys=False, width=110))
-    return folder / BEST_FILE
-
-
-def append_history(folder: Path, event: dict) -> None:
-    """One JSON line per finished layer run; appends of a line are atomic enough on local disks."""
-    folder.mkdir(parents=True, exist_ok=True)
-    stamped = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **event}
-    with locked(folder):
-        drop_cut_last_line(folder / HISTORY_FILE)
-        with open(folder / HISTORY_FILE, "a") as handle:
-            handle.write(json.dumps(stamped, sort_keys=True) + "\n")

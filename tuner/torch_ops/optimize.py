@@ -20,7 +20,9 @@ from tuner.core.epilogue import Activation
 from tuner.families import registry
 from tuner.importers.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
 from tuner.core.problem import ConvProblem, DataType
-from tuner.store.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import ResultsError, gpu_slugs, recorded_gpu_dir, results_slug
+from tuner.store.schema import BestEntry
 from tuner.measure.run import LaunchError
 from tuner.importers.torch_import import traced_module
 from tuner.torch_ops import kernels
