@@ -18,6 +18,7 @@ from tuner.core.device import device_from_dict
 from tuner.search.replay import read_record
 from tuner.search.space import JointSpace, load_space
 from tuner.core.status import Status
+from tuner.store.landscape import landscape_path
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
 WITHIN = 1.03
@@ -30,7 +31,7 @@ def recorded_layers(family: str = "sm80") -> list[str]:
 
 
 def sm80_record(name: str, problem):
-    return read_record(bench.landscape_path(RESULTS, "sm80", name), problem, "sm80")
+    return read_record(landscape_path(RESULTS, "sm80", name), problem, "sm80")
 
 
 @pytest.fixture(scope="module")

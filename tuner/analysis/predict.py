@@ -31,8 +31,8 @@ from tuner.families.sm80.costmodel import REGISTER_OVERHEAD
 from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, SWIZZLES, IteratorAlgorithm, Sm80Config
 from tuner.core.gpus import GpuSpec
 from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, Layer, find_layer, load_layers, parse_shape
-from tuner.search.replay import recorded_rows
 from tuner.store.best import best_entries, names_by_problem
+from tuner.store.landscape import recorded_rows
 from tuner.store.results import ResultsError, gpu_dir, layer_file_stem, read_bench, results_slug
 from tuner.measure.run import KernelAttributes
 from tuner.search.space import joint_valid_configs, layer_space, make_config

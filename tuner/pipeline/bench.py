@@ -41,10 +41,12 @@ from tuner.core.epilogue import Epilogue
 from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.core.problem import ConvProblem, Layer, load_layers, problem_to_dict
-from tuner.search.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
+from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
 from tuner.store.best import best_entries
+from tuner.store.landscape import LANDSCAPE_DIR, landscape_path, write_landscape
 from tuner.store.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_write, gpu_dir, gpu_slugs,
-                           layer_file_stem, read_bench)
+                           read_bench)
+from tuner.store.schema import Landscape, LandscapeRow, Recorded
 from tuner.search.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.core.status import Status
@@ -60,7 +62,6 @@ PRODUCT_TRIALS = 32
 STEPS = ("landscape", "cudnn", "search", "tuned")
 DEFAULT_STEPS = ("landscape", "cudnn", "search")
 ABOVE = 1.25  # the bar for a single layer against cuDNN
-LANDSCAPE_DIR = "landscape"
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,6 @@ def exhaustive_best(record: dict[str, Recorded]) -> float:
 
 def bench_ceilings(measured: dict) -> Ceilings:
     return Ceilings(measured["ceilings"]["matmul_tflops"], measured["ceilings"]["copy_gbps"])
-
-
-def landscape_path(folder: Path, family: str, layer: str) -> Path:
-    return folder / LANDSCAPE_DIR / family / f"{layer_file_stem(layer)}.csv"
 
 
 def read_landscapes(folder: Path, layer: Layer, families: tuple[str, ...]) -> dict[str, dict[str, Recorded]]:
@@ -141,21 +138,22 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
         for config in per_layer[layer.name]:
             result = compiled[config.compiled]
             if not result.ok:
-                rows.append({**config.search_params, "status": Status.compile_failed.value})
+                rows.append(LandscapeRow(tuple(config.search_params.items()), Recorded(Status.compile_failed)))
                 continue
             evaluation = evaluator.evaluate(result.binary, layer.problem, family.launch_args(config, layer.problem),
                                             seed=1000 + index)
             m = evaluation.measurement
-            rows.append({**config.search_params, "status": evaluation.status.value,
-                         "median_us": m and m.median_us, "p10_us": m and m.p10_us, "p90_us": m and m.p90_us,
-                         "error": evaluation.error, "grid_blocks": evaluation.grid_blocks,
-                         "blocks_per_sm": evaluation.attributes and evaluation.attributes.max_active_blocks_per_sm})
-        write_record(landscape_path(folder, space.family, layer.name), rows,
-                     f"Landscape of {escape(layer.name)} on {device.name}: every statically valid candidate of "
-                     f"search_spaces/{space.family}_landscape.yaml,\nrecorded by: python tune.py bench "
-                     f"(same inputs for every candidate of the layer, {LANDSCAPE_REPEATS} graph replays each)",
-                     space.family)
-        ok = [r["median_us"] for r in rows if r["status"] == Status.ok.value]
+            rows.append(LandscapeRow(tuple(config.search_params.items()),
+                                     Recorded(evaluation.status, m and m.median_us, m and m.p10_us, m and m.p90_us,
+                                              evaluation.error),
+                                     evaluation.grid_blocks,
+                                     evaluation.attributes and evaluation.attributes.max_active_blocks_per_sm))
+        write_landscape(landscape_path(folder, space.family, layer.name), Landscape(
+            space.family, family.knobs, tuple(rows),
+            f"Landscape of {escape(layer.name)} on {device.name}: every statically valid candidate of "
+            f"search_spaces/{space.family}_landscape.yaml,\nrecorded by: python tune.py bench "
+            f"(same inputs for every candidate of the layer, {LANDSCAPE_REPEATS} graph replays each)"))
+        ok = [r.recorded.median_us for r in rows if r.recorded.status is Status.ok]
         console.print(f"  {space.family} {escape(layer.name)}: {len(ok)} of {len(rows)} ok, "
                       f"best {min(ok, default=math.nan):.2f} µs")
 

@@ -1,5 +1,5 @@
-"""The records of results/<gpu>/, one type a file: best.yaml (BestHeader, and a BestEntry a layer) and
-history.jsonl's events (HistoryEvent).
+"""The records of results/<gpu>/, one type a file: best.yaml (BestHeader, and a BestEntry a layer), a
+landscape's rows (LandscapeRow, each with what was Recorded) and history.jsonl's events (HistoryEvent).
 A file is read through its records, which check every key it may hold and refuse the rest in one line,
 and written from them, key for key in the order the tuner has always written: a file read and written
 again is the same, byte for byte (tuner/store/records.py reads and writes them; records.VERSION is the
@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from tuner.core.problem import ConvProblem, ProblemError, layer_name_problem, problem_from_dict, problem_to_dict
+from tuner.core.status import Status
 from tuner.core.yamlfile import brief
 from tuner.store.records import (Record, SchemaError, count, date_text, key, listing, mapping, measure, nested,
                                  number, pairs_as_dict, positive, records_as_list, text, truth, unversioned)
@@ -220,3 +221,68 @@ class HistoryEvent(Record):
     @classmethod
     def parse(cls, values: object) -> HistoryEvent:
         return cls.read(unversioned(values, "the event"), "the event")
+
+
+# --- landscape/<family>/<layer>.csv -----------------------------------------------------------------------------
+
+OUTCOME_FIELDS = ("status", "median_us", "p10_us", "p90_us", "error", "grid_blocks", "blocks_per_sm")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one candidate measured: its outcome, its time, the spread of its time and its error."""
+
+    status: Status
+    median_us: float | None = None
+    p10_us: float | None = None
+    p90_us: float | None = None
+    error: float | None = None
+
+
+def _cell_number(text: str) -> float | None:
+    return float(text) if text not in ("", "None") else None
+
+
+def _cell_count(text: str) -> int | None:
+    return int(text) if text not in ("", "None") else None
+
+
+@dataclass(frozen=True)
+class LandscapeRow:
+    """One candidate of a layer's landscape: its knobs (as text where read from the file) and what it measured."""
+
+    knobs: tuple[tuple[str, Scalar], ...]
+    recorded: Recorded
+    grid_blocks: int | None = None
+    blocks_per_sm: int | None = None
+
+    @classmethod
+    def parse(cls, cells: dict[str, str], knobs: tuple[str, ...]) -> LandscapeRow:
+        """A CSV row (column -> text, every one there); ValueError says what does not fit."""
+        if None in cells or None in cells.values():
+            raise ValueError("fields missing or extra")
+        recorded = Recorded(Status(cells["status"]), *(_cell_number(cells[name]) for name in OUTCOME_FIELDS[1:5]))
+        return cls(tuple((knob, cells[knob]) for knob in knobs), recorded, _cell_count(cells["grid_blocks"]),
+                   _cell_count(cells["blocks_per_sm"]))
+
+    def cells(self) -> dict[str, Scalar | None]:
+        """The row as csv.DictWriter writes it (None as an empty cell)."""
+        recorded = self.recorded
+        return {**dict(self.knobs), "status": recorded.status.value, "median_us": recorded.median_us,
+                "p10_us": recorded.p10_us, "p90_us": recorded.p90_us, "error": recorded.error,
+                "grid_blocks": self.grid_blocks, "blocks_per_sm": self.blocks_per_sm}
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """One family's landscape of one layer: every candidate measured, under a comment that says how. `knobs`
+    are the file's knob columns (one written before a knob existed lacks it: the family reads its default)."""
+
+    family: str
+    knobs: tuple[str, ...]
+    rows: tuple[LandscapeRow, ...]
+    comment: str = ""
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*self.knobs, *OUTCOME_FIELDS)
