@@ -16,7 +16,8 @@ from tuner.search.costmodel import Ceilings
 from tuner.families import registry
 from tuner.search.space import layer_space, load_space, valid_configs
 from tuner.core.status import Status
-from tuner.search.study import StudyRunner, open_study, ranked, recorded_trials
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import ranked, recorded_trials
 from tuner.store.landscape import landscape_path
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

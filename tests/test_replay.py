@@ -16,7 +16,8 @@ from tuner.families.base import LaunchArgs
 from tuner.build.abi import KernelBinary
 from tuner.families.sm80.space import make_config
 from tuner.core.status import Status
-from tuner.search.study import StudyRunner, counted_in_run, open_study
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import counted_in_run
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-two-workers"

@@ -11,7 +11,8 @@ from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
 from tuner.search.space import JointSpace, joint_params
 from tuner.core.status import Status
-from tuner.search.study import TrialRecord, open_study
+from tuner.search.study import open_study
+from tuner.search.trials import TrialRecord
 from tuner.pipeline.tuning import finalist_configs, seed_study
 
 

@@ -22,7 +22,7 @@ from tuner.store.journal import check_storage_url, journal_backend, readable_jou
 from tuner.store.best import best_entries, read_best
 from tuner.store.results import JOURNAL_FILE, ResultsError, gpu_slugs, layer_file_stem, recorded_gpu_dir, results_slug
 from tuner.store.schema import BestEntry
-from tuner.search.study import METRIC_NAME, label_values, params_key, problem_of_study
+from tuner.search.trials import METRIC_NAME, label_values, params_key, problem_of_study
 from tuner.cli.tables import json_document
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,8 @@ from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.measure.run import KernelAttributes
 from tuner.search.space import JointSpace
-from tuner.search.study import StudyProgress, TrialRecord
+from tuner.search.study import StudyProgress
+from tuner.search.trials import TrialRecord
 
 
 @dataclass(frozen=True)

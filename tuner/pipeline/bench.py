@@ -51,7 +51,8 @@ from tuner.search.space import (JointSpace, default_space_file, landscape_space_
                          entry_config, valid_configs)
 from tuner.core.status import Status
 from tuner.cli.tables import geometric_mean
-from tuner.search.study import StudyRunner, open_study, ranked, recorded_trials
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import ranked, recorded_trials
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = ("conv_1", "r50_s2_3x3_b1", "r50_s5_3x3_b1", "r50_s3_1x1_256to128_b32", "r50_s4_3x3_b32", "r50_s5_3x3_b32")

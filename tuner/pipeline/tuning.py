@@ -34,8 +34,9 @@ from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
 from tuner.search.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems, without_superseded)
 from tuner.core.status import Status
-from tuner.search.study import (TrialRecord, StudyRunner, fail_orphans, open_study, params_key, ranked, recorded_trials,
-                         stop_if_requested, study_name)
+from tuner.search.study import StudyRunner, open_study, stop_if_requested
+from tuner.search.trials import TrialRecord, params_key, ranked, recorded_trials, study_name
+from tuner.search.workers import fail_orphans
 
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.

@@ -19,7 +19,7 @@ from tuner.build.abi import KernelBinary
 from tuner.store.landscape import recorded_rows
 from tuner.store.schema import LandscapeRow, Recorded
 from tuner.core.status import Status
-from tuner.search.study import recorded_trials
+from tuner.search.trials import recorded_trials
 
 
 def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Recorded]:
