@@ -22,7 +22,8 @@ from tuner.core.problem import ProblemError, load_layers
 from tuner.store.journal import study_storage
 from tuner.store.results import gpu_dir
 from tuner.search.space import layer_space
-from tuner.pipeline.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds
+from tuner.pipeline.tuning import device_spaces, seed_configs
+from tuner.search.seeds import landscape_seeds, twin_seeds
 
 
 def main() -> int:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.markup import escape
@@ -22,10 +21,8 @@ from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure.timing import Measurement
 from tuner.analysis.ncu import LaunchStats
-from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem, Layer, problem_to_dict
 from tuner.analysis.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
-from tuner.search.replay import fastest_recorded
 from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
 from tuner.store.best import best_entries, names_by_problem, update_best
 from tuner.store.history import append_history
@@ -34,15 +31,10 @@ from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
 from tuner.search.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
                          static_problems, without_superseded)
 from tuner.core.status import Status
+from tuner.search.seeds import landscape_seeds, twin_seeds
 from tuner.search.study import StudyRunner, open_study, stop_if_requested
 from tuner.search.trials import TrialRecord, params_key, ranked, recorded_trials, study_name
 from tuner.search.workers import fail_orphans
-
-
-# How many of the fastest configurations of each family's recorded landscape seed a layer's study.
-LANDSCAPE_SEEDS = 2
-# Configurations a layer with an epilogue takes from its bare twin's study (twin_seeds).
-TWIN_SEEDS = 4
 
 
 @dataclass(frozen=True)
@@ -104,52 +96,6 @@ def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFact
         if joint.contains(config) and not static_problems(config, problem, device):
             return config
     return None
-
-
-def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
-                    per_family: int = LANDSCAPE_SEEDS) -> list[KernelConfig]:
-    """The fastest configurations `tune.py bench` measured for this layer on this GPU
-    (results/<gpu>/landscape/<family>/<layer>.csv), `per_family` of each family the study searches."""
-    seeds = []
-    for family in joint.families:
-        path = folder / "landscape" / family / f"{layer}.csv" if folder else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            found = fastest_recorded(path, problem, family, per_family)
-        except (OSError, KeyError, ValueError):  # a landscape of an older space: no seeds from it
-            continue
-        seeds += [c for c in found if joint.contains(c) and not static_problems(c, problem, device)]
-    return seeds
-
-
-def twin_seeds(folder: Path | None, storage, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
-               count: int = TWIN_SEEDS) -> list[KernelConfig]:
-    """For a layer with an epilogue: the `count` fastest configurations its bare twin (the same
-    convolution without the epilogue, a best.yaml entry of this GPU) measured, built with the epilogue.
-    The epilogue costs a kernel little, so they are the first candidates worth trying."""
-    if folder is None or not problem.epilogue.fused:
-        return []
-    bare = replace(problem, epilogue=Epilogue())
-    for entry in best_entries(folder).values():
-        if entry.problem != bare or entry.study_name is None:
-            continue
-        try:
-            twin = optuna.load_study(study_name=entry.study_name, storage=storage)
-        except (KeyError, optuna.exceptions.OptunaError):
-            continue
-        seeds = []
-        for record in ranked(twin, bare):
-            try:
-                config = make_config(problem, record.config.family, record.config.search_params)
-            except (SpaceError, ValueError):
-                continue
-            if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
-                seeds.append(config)
-            if len(seeds) == count:
-                break
-        return seeds
-    return []
 
 
 def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,

@@ -27,13 +27,6 @@ def read_record(path: Path, problem: ConvProblem, family: str) -> dict[str, Reco
     return {config.name: recorded for config, recorded in recorded_rows(path, problem, family)}
 
 
-def fastest_recorded(path: Path, problem: ConvProblem, family: str, count: int) -> list[KernelConfig]:
-    """The `count` fastest valid configurations of a recorded landscape, fastest first."""
-    valid = [(recorded.median_us, config) for config, recorded in recorded_rows(path, problem, family)
-             if recorded.status is Status.ok and recorded.median_us is not None]
-    return [config for _, config in sorted(valid, key=lambda pair: pair[0])[:count]]
-
-
 def record_rows(study: optuna.Study, problem: ConvProblem, family: str) -> list[LandscapeRow]:
     """One family's measured trials of a study as record rows."""
     rows = []

@@ -3,7 +3,6 @@ evaluate each on the GPU once built, tell Optuna what happened. One study per (G
 families, dtypes): the kernel family is a sampled parameter, each family's knobs conditional on it."""
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 import uuid
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tuner.build.abi import KernelBinary
 from tuner.build.compile import CompileResult
@@ -25,10 +24,11 @@ from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
 from tuner.measure.evaluate import Evaluation
+from tuner.search.measurements import MeasurementDB
 from tuner.search.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
-from tuner.search.trials import (FINISHED, FROM_RECORD, TrialRecord, compile_attrs, counted_in_run, evaluation_attrs,
-                                 fits, in_flight_in_run, joint_distributions, label_values, params_key, problem_of_study,
-                                 readable, recorded_trials, set_trial_attrs)
+from tuner.search.trials import (FROM_RECORD, TrialRecord, compile_attrs, counted_in_run, evaluation_attrs, fits,
+                                 in_flight_in_run, joint_distributions, label_values, params_key, problem_of_study,
+                                 recorded_trials, set_trial_attrs)
 from tuner.search.workers import Heartbeat, worker_id
 
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
@@ -80,28 +80,12 @@ def carry_over(study: optuna.Study, joint: JointSpace, storage: optuna.storages.
     space, another set of families, an older space file, another layer name) whose configuration this
     space holds: the sampler and the already-measured check start from them instead of from nothing.
     The newest measurement of a configuration wins. Returns how many were copied."""
-    problem = problem_of_study(study.study_name)
-    if problem is None:
+    key = problem_of_study(study.study_name)
+    if key is None:
         return 0
-    fitting: dict[tuple, FrozenTrial] = {}
-    for name in optuna.study.get_all_study_names(storage):
-        # The same problem under any layer name (the r50 table's and an imported network's, say)
-        if name == study.study_name or problem_of_study(name) != problem:
-            continue
-        other = optuna.load_study(study_name=name, storage=storage)
-        for trial in other.get_trials(deepcopy=False, states=FINISHED):
-            if not readable(trial) or FROM_RECORD in trial.user_attrs or not fits(trial.params, joint):
-                continue
-            key = params_key(trial.params)
-            held = fitting.get(key)
-            if held is None or (trial.datetime_complete or dt.datetime.min) > (held.datetime_complete or dt.datetime.min):
-                fitting[key] = trial
-    copies = [optuna.trial.create_trial(
-        state=trial.state, value=trial.value if trial.state is TrialState.COMPLETE else None,
-        params=trial.params, distributions=joint_distributions(joint, trial.params[FAMILY_PARAM]),
-        user_attrs=trial.user_attrs) for trial in fitting.values()]
-    study.add_trials(copies)
-    return len(copies)
+    measurements = MeasurementDB(storage=storage)
+    fitting = [trial for trial in measurements.trials(key, exclude=study.study_name) if fits(trial.params, joint)]
+    return measurements.commit(study, joint, fitting)
 
 
 # The tuner asks and tells and records the heartbeats itself (Heartbeat), which Optuna warns about on every ask.
