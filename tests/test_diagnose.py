@@ -16,7 +16,8 @@ from tuner.analysis.diagnose import (
     occupancy,
     render_diagnosis,
 )
-from tuner.analysis.ncu import LaunchStats, NcuLaunch, NcuReportError, parse_text_report
+from tuner.analysis.ncu import LaunchStats, NcuLaunch, NcuReportError
+from tuner.analysis.ncu_text import parse_text_report
 
 from conftest import FIXTURES, H100_CSV, H100_CUTLASS, REPO, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
 

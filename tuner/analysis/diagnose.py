@@ -13,7 +13,8 @@ from tuner.core.device import DeviceFacts, block_limits, volume
 from tuner.core import gpus
 from tuner.core.gpus import GpuSpec
 from tuner.analysis.ncu import (LaunchGroup, LaunchStats, NcuLaunch, NcuReportError, NcuRule, group_launches, metric_number,
-                       load_report, read_report)
+                       SPEED_OF_LIGHT)
+from tuner.analysis.ncu_file import load_report, read_report
 from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.core.problem import ConvProblem, problem_to_dict
@@ -508,7 +509,6 @@ HIGH_THROUGHPUT_PCT = 60.0
 BALANCED_POINTS = 10.0
 MAX_WARNINGS = 6
 
-_SOL = "GPU Speed Of Light Throughput"
 _CONVOLUTION_NAME = re.compile(r"conv|implicit_?gemm|fprop|dgrad|wgrad", re.IGNORECASE)
 # Kernel names that say tensor cores: CUTLASS's OpClassTensorOp / MmaTensorOp, cuDNN's and cuBLAS's
 # xmma/hmma kernels, Hopper's wgmma, and this tuner's own kernels (every family is tensor-op).
@@ -631,7 +631,7 @@ def _bound(launch: NcuLaunch, stats: LaunchStats) -> Bound | None:
     sm, memory = stats.sm_throughput_pct, stats.memory_throughput_pct
     if sm is None or memory is None:
         return None
-    units = [(unit, metric_number(launch, name, section=_SOL)) for unit, name in
+    units = [(unit, metric_number(launch, name, section=SPEED_OF_LIGHT)) for unit, name in
              (("L1/TEX", "L1/TEX Cache Throughput"), ("L2", "L2 Cache Throughput"), ("DRAM", "DRAM Throughput"))]
     memory_units = ", ".join(f"{unit} {pct:.1f} %" for unit, pct in units if pct is not None)
     detail = f"SM {sm:.1f} % and memory {memory:.1f} % of peak" + (f" ({memory_units})" if memory_units else "")
