@@ -574,7 +574,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
     stats = LaunchStats.from_launch(launch)
     assert (launch.grid, launch.block, stats.registers_per_thread) == ((15, 8, 1), (384, 1, 1), 168)
     assert stats.duration_us == pytest.approx(25.28)
-    from tuner.analysis.diagnose import explain_report  # `tune.py diagnose` reads it the same way
+    from tuner.analysis.explain import explain_report  # `tune.py diagnose` reads it the same way
 
     diagnosis = explain_report(report)
     [(_, _, flags)] = diagnosis.results
