@@ -367,7 +367,7 @@ def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
     import shutil
 
     from tuner.families import registry
-    from tuner.analysis.ncu import ncu_report_folder
+    from tuner.analysis.ncu_file import ncu_report_folder
     from tuner.measure.worker import worker_env
 
     ncu = shutil.which("ncu")

@@ -19,8 +19,7 @@ from tuner.core.errors import UsageError
 from tuner.build.compile import ToolchainError, nvcc_version
 from tuner.search.costmodel import PRIOR_PICKS
 from tuner.core.device import missing_gpu
-from tuner.core import gpus
-from tuner.analysis.diagnose import explain_report, explanation_document, render_explanation
+from tuner.cli.diagnose import diagnose_command
 from tuner.core.epilogue import EpilogueError, parse_epilogue
 from tuner.measure.evaluate import GpuUnavailable, NoGpu
 from tuner.pipeline.dsl_export import LIBRARY
@@ -48,7 +47,6 @@ EXIT_REGRESSION = 3
 MAX_TIMEOUT_S = 86400.0
 # Where `export --onnx/--torchvision` writes a network's header, under results/<gpu>/ (ignored by git).
 NETWORK_EXPORTS = "networks"
-MAX_SMS = 10_000
 
 
 COMMAND_SUMMARIES = {
@@ -358,43 +356,6 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
         console.print(f"not tuned: {escape(item.node)}: {escape(item.reason)}")
     for item in network.not_fused if network else ():
         console.print(f"not fused (left to the framework): {escape(item)}")
-
-
-def build_diagnose_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tune.py diagnose",
-        description="Explain the waste in an existing Nsight Compute report (text from `ncu` or "
-                    "`ncu --csv --page details`): grid vs SMs, waves, occupancy limits, registers.")
-    parser.add_argument("report", type=Path, help="the ncu report file")
-    parser.add_argument("--sms", type=int, help="SM count of the GPU that was profiled (overrides the report's)")
-    parser.add_argument("--gpu", help="the GPU that was profiled, by name (e.g. rtx3060, h100-sxm; see tuner/core/gpus.py); "
-                                      "default: the report's device name, else its SM count")
-    parser.add_argument("--shape", help=f"the convolution the report ran, {SHORT_SHAPE} (or per axis, {LONG_SHAPE}): "
-                                        "estimate what a tuned implicit-GEMM kernel would take and print the "
-                                        "command that tunes it")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
-                                                            "table and lines: the GPU, and per kernel its launch, "
-                                                            "occupancy, waste, limiter and estimate")
-    return parser
-
-
-def diagnose_command(argv: list[str], console: Console) -> int:
-    args = build_diagnose_parser().parse_args(argv)
-    if args.sms is not None:
-        positive("--sms", args.sms)
-        if args.sms > MAX_SMS:
-            raise UsageError(f"--sms {args.sms} is more SMs than any GPU has (at most {MAX_SMS})")
-    try:
-        gpu = gpus.lookup(args.gpu) if args.gpu is not None else None
-    except gpus.UnknownGpu as error:
-        raise UsageError(f"--gpu: {error}") from None
-    problem = parse_shape(args.shape) if args.shape is not None else None
-    diagnosis = explain_report(args.report, args.sms, gpu, problem)
-    if args.json:
-        print(json_document({"report": str(args.report), **explanation_document(diagnosis)}))
-    else:
-        render_explanation(diagnosis, console)
-    return 0
 
 
 def fail(message: str, code: int) -> int:
