@@ -38,6 +38,7 @@ from tuner.store.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entrie
 from tuner.core.yamlfile import brief
 from tuner.search.study import request_stop
 from tuner.pipeline.tuning import TuningOptions, TuningSession
+from tuner.cli.tuning_view import TuningView, regression_table
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT_USAGE = 2
@@ -259,12 +260,13 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         if (why := missing_gpu()) is not None:  # said once here, not once by each GPU's process
             raise NoGpu(why)
         return nightly.run_on_gpus(argv, gpus, run_id, REPO / "tune.py")
-    session = TuningSession(options, spaces, console)
-    try:
-        outcomes = [session.tune_layer(layer) for layer in targets]
-    finally:
-        session.close()
-    console.print(nightly.regression_table(outcomes))
+    with TuningView(console) as view:
+        session = TuningSession.on_this_gpu(options, spaces, view)
+        try:
+            outcomes = [session.tune_layer(layer) for layer in targets]
+        finally:
+            session.close()
+    console.print(regression_table(outcomes))
     if any(o.runtime_us is None for o in outcomes):
         return EXIT_ENVIRONMENT
     if args.fail_on_regression and nightly.regressions(outcomes):
