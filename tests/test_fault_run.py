@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tuner.cli import main as cli
+from tuner.cli import tune as tune_command
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.store.results import BEST_FILE, ResultsError, update_best
 from tuner.search.space import make_config
@@ -118,10 +119,10 @@ def test_a_file_cut_at_an_entry_boundary_without_its_count_is_refused(tmp_path, 
 # --- 2. --epilogue residual*BETA: beta in the layer's name, keyed exactly ---------------------------------
 
 def test_each_residual_scale_is_a_layer_of_its_own():
-    names = {beta: cli.shape_layer("1,8,8,8,8,1,1", f"residual*{beta}").name
+    names = {beta: tune_command.shape_layer("1,8,8,8,8,1,1", f"residual*{beta}").name
              for beta in ("0.5", "2", "0.1234567", "0.123457", "1")}
     assert len(set(names.values())) == 5, names
-    assert names["1"] == cli.shape_layer("1,8,8,8,8,1,1", "residual").name
+    assert names["1"] == tune_command.shape_layer("1,8,8,8,8,1,1", "residual").name
     assert all(name.isidentifier() for name in names.values())
 
 
@@ -414,7 +415,7 @@ def tune_args(tmp_path: Path, *extra: str) -> list[str]:
     (["--stale-after", "1"], "--stale-after must be from"),
 ])
 def test_bad_flags_are_one_line_before_any_gpu_work(tmp_path, capsys, monkeypatch, extra, words):
-    monkeypatch.setattr(cli, "nvcc_version", lambda: pytest.fail("reached the toolchain"))
+    monkeypatch.setattr(tune_command, "nvcc_version", lambda: pytest.fail("reached the toolchain"))
     assert words in one_line(*run(capsys, *tune_args(tmp_path, *extra)))
 
 
@@ -492,7 +493,8 @@ def test_a_date_given_as_a_mapping_is_refused(tmp_path, capsys):
 def test_the_cross_host_grace_is_a_flag(tmp_path):
     from tuner.store.results import heartbeat_for
 
-    options = cli.options_from(cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30")), None)
+    args = cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30"))
+    options = tune_command.options_from(args, None)
     assert options.stale_after_s == 30 and heartbeat_for(30) == 10 and heartbeat_for(120) == 20
     storage = __import__("tuner.store.results", fromlist=["x"]).study_storage(
         f"sqlite:///{tmp_path / 's.db'}", tmp_path, "gpu", heartbeat_s=heartbeat_for(30), grace_s=30)

@@ -21,7 +21,8 @@ from tuner.search.costmodel import Ceilings
 from tuner.core.problem import ProblemError, load_layers
 from tuner.store.results import gpu_dir, study_storage
 from tuner.search.space import layer_space
-from tuner.pipeline.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds
+from tuner.pipeline.tuning import device_spaces
+from tuner.search.seeds import landscape_seeds, seed_configs, twin_seeds
 
 
 def main() -> int:
@@ -45,7 +46,7 @@ def main() -> int:
     configs = []
     for layer in layers.values():
         joint = layer_space(spaces, layer.problem, device)
-        # What `tune.py --prior 0` queues first for the layer, in its order (tuning.seed_configs).
+        # What `tune.py --prior 0` queues first for the layer, in its order (seeds.seed_configs).
         queued = seed_configs(layer.problem, joint, device, 0, Ceilings(),
                               landscape_seeds(folder, layer.name, layer.problem, joint, device),
                               twin_seeds(folder, storage, layer.problem, joint, device))

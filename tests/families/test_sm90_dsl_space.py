@@ -9,6 +9,7 @@ from rich.console import Console
 
 from conftest import H100, REPO
 from tuner.build.compile import Compiler, builder_cache_key
+from tuner.cli.tuning_view import TuningView
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
@@ -193,12 +194,12 @@ def test_without_the_dsl_the_family_is_skipped_with_one_line(monkeypatch):
         FAMILY.build_request(make_config(CONV, params()))
     console = Console(record=True, width=200)
     spaces = (load_space(REPO / "search_spaces" / "sm80.yaml"), load_space(SPACE_FILE))
-    kept = buildable_spaces(spaces, console)
+    kept = buildable_spaces(spaces, TuningView(console))
     assert [s.family for s in kept] == ["sm80"]
     lines = [line for line in console.export_text().splitlines() if line.strip()]
     assert len(lines) == 1 and "sm90_dsl skipped" in lines[0] and "[dsl]" in lines[0]
     with pytest.raises(SpaceError, match="none of the families"):
-        buildable_spaces((load_space(SPACE_FILE),), console)
+        buildable_spaces((load_space(SPACE_FILE),), TuningView(console))
 
 
 FAKE_BUILDER = """

@@ -1,5 +1,5 @@
 """What a user chose on a command line, checked: layer names and patterns, kernel families and their
-space files, counts. Shared by tune.py's commands (tuner/cli/main.py, tuner/pipeline/bench.py), so neither imports
+space files, counts. Shared by tune.py's commands (tuner/cli/tune.py, tuner/pipeline/bench.py), so neither imports
 the other."""
 from __future__ import annotations
 

@@ -337,7 +337,7 @@ def product_search(layer: Layer, joint: JointSpace, device: DeviceFacts, make_co
                    ceilings: Ceilings, trials: int) -> ProductSearch | None:
     """`trials` candidates of the joint space with the product's seeding; `make_compiler(cache_dir)`
     is given an empty cache, so that the wall time is a cold start's."""
-    from tuner.pipeline.tuning import seed_study
+    from tuner.search.seeds import seed_study
 
     study = open_study("bench-product", optuna.storages.InMemoryStorage(), seed=0)
     seed_study(study, layer.problem, joint, device, PRIOR_PICKS, ceilings)
