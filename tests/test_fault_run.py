@@ -367,7 +367,7 @@ def test_an_alias_bomb_is_refused_in_every_file_read(tmp_path, capsys, kind):
         (folder / BEST_FILE).write_text(bomb + (folder / BEST_FILE).read_text().replace("family: sm80", "family: *i"))
         err = one_line(*run(capsys, "export", "--results-dir", str(tmp_path / "results")))
     else:
-        from tuner.store.results import read_bench
+        from tuner.store.bench_record import read_bench
 
         folder = results_with(tmp_path)
         (folder / "bench.yaml").write_text(bomb + "layers: *i\n")
@@ -459,7 +459,7 @@ def test_a_write_layers_into_a_missing_place_is_one_line(tmp_path, capsys):
 
 
 def test_a_binary_bench_yaml_is_one_line(tmp_path):
-    from tuner.store.results import read_bench
+    from tuner.store.bench_record import read_bench
 
     folder = results_with(tmp_path)
     (folder / "bench.yaml").write_bytes(b"\xff\xfe\x00\x01" * 64)

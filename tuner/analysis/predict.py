@@ -32,8 +32,8 @@ from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, SWIZZLES
 from tuner.core.gpus import GpuSpec
 from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, Layer, find_layer, load_layers, parse_shape
 from tuner.search.replay import recorded_rows
-from tuner.store.results import (ResultsError, best_entries, gpu_dir, layer_file_stem, names_by_problem, read_bench,
-                           results_slug)
+from tuner.store.bench_record import read_bench
+from tuner.store.results import ResultsError, best_entries, gpu_dir, layer_file_stem, names_by_problem, results_slug
 from tuner.measure.run import KernelAttributes
 from tuner.search.space import joint_valid_configs, layer_space, make_config
 from tuner.core.status import Status
@@ -242,11 +242,10 @@ def layer_measurements(folder: Path, layer: Layer) -> list[Measured]:
             config, description = None, entry.kernel
         found[entry.kernel] = Measured(entry.kernel, entry.family, description, entry.runtime_us,
                                        "best.yaml (tuned)", config)
-    one_run = (read_bench(folder).get("one_run") or {}).get(name)
-    if isinstance(one_run, dict):
+    one_run = read_bench(folder).one_run.get(name)
+    if one_run is not None:
         for key, library in LIBRARIES:
-            us = one_run.get(key)
-            if isinstance(us, (int, float)) and not isinstance(us, bool) and 0 < us < math.inf:
+            if (us := one_run.us(key)) is not None:
                 found[library] = Measured(library, LIBRARY_FAMILY, library, float(us), "bench.yaml one_run")
     for family in registry.names():
         path = folder / LANDSCAPE_DIR / family / f"{layer_file_stem(name)}.csv"

@@ -42,8 +42,9 @@ from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.core.problem import ConvProblem, Layer, load_layers, problem_to_dict
 from tuner.search.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
-from tuner.store.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
-                           layer_file_stem, read_bench)
+from tuner.store.bench_record import BENCH_FILE, read_bench
+from tuner.store.results import (BEST_FILE, SLUG, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
+                           layer_file_stem)
 from tuner.search.space import (JointSpace, default_space_file, landscape_space_file, layer_space, load_space,
                          entry_config, valid_configs)
 from tuner.core.status import Status
@@ -494,7 +495,7 @@ def one_run_summary(measured: dict, only: set[str] | None = None) -> list[str]:
 
 
 def kept_measurements(folder: Path) -> dict:
-    return read_bench(folder)
+    return read_bench(folder).to_document()
 
 
 def compile_target(results_root: Path, name: str) -> DeviceFacts:
@@ -507,8 +508,8 @@ def compile_target(results_root: Path, name: str) -> DeviceFacts:
 
     slug = results_slug(results_root, name, BENCH_FILE)
     folder = results_root / slug
-    if SLUG.fullmatch(slug) and "device" in read_bench(folder):
-        return device_from_dict(read_bench(folder)["device"])
+    if SLUG.fullmatch(slug) and (device := read_bench(folder).device) is not None:
+        return device
     try:
         return gpus.device_facts(gpus.lookup(name))
     except gpus.UnknownGpu:
@@ -671,7 +672,7 @@ def recorded_measurements(args) -> tuple[DeviceFacts, dict]:
     if len(slugs) != 1:
         raise ResultsError(f"--replay-only needs one results/<gpu>/{BENCH_FILE}; found {slugs or 'none'} (pass --gpu)")
     folder = gpu_dir(args.results_dir, slugs[0])
-    measured = read_bench(folder)
+    measured = read_bench(folder).to_document()
     if "device" not in measured:
         raise ResultsError(f"{folder / BENCH_FILE} not found or holds no device: measure with `tune.py bench` "
                            "on that GPU first")

@@ -29,8 +29,8 @@ from tuner.core.epilogue import Epilogue
 from tuner.importers.network import ImportedLayer, Network, Unsupported
 from tuner.cli.network_args import add_network_arguments, imported_network
 from tuner.core.problem import ConvProblem
-from tuner.store.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
-                           results_slug)
+from tuner.store.bench_record import OneRunLayer, read_bench
+from tuner.store.results import BestEntry, best_entries, gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug
 from tuner.importers.plan import Decision, network_decisions, summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,17 +141,12 @@ def coverage_table(rows: list[Coverage], title: str) -> Table:
     return table
 
 
-def _one_run(folder: Path) -> dict:
-    one_run = read_bench(folder).get("one_run")
-    return one_run if isinstance(one_run, dict) else {}
+def _figure(record: OneRunLayer | None, key: str) -> float | None:
+    value = record.us(key) if record is not None else None
+    return float(value) if value is not None else None
 
 
-def _figure(record: dict, key: str) -> float | None:
-    value = record.get(key) if isinstance(record, dict) else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
-def timed_names(entries: dict[str, BestEntry], one_run: dict) -> dict[ConvProblem, str]:
+def timed_names(entries: dict[str, BestEntry], one_run: dict[str, OneRunLayer]) -> dict[ConvProblem, str]:
     """The layer that holds each problem: best.yaml's first, unless only a later one was timed in the
     one run (a problem tuned under two names, e.g. vgg11_b32_features_0 and the suite's
     vgg16f_features_0_b32, benched under the second)."""
@@ -163,7 +158,7 @@ def timed_names(entries: dict[str, BestEntry], one_run: dict) -> dict[ConvProble
 
 
 def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
-    one_run = _one_run(folder)
+    one_run = read_bench(folder).one_run
     entries = timed_names(best_entries(folder), one_run)
     reports = []
     for layer in network.layers:
@@ -171,9 +166,9 @@ def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
         missing = []
         conv_alone = as_run = compiled = None
         bare_entry, entry = entries.get(bare), entries.get(layer.problem)
-        record = one_run.get(bare_entry, {}) if bare_entry else {}
+        record = one_run.get(bare_entry) if bare_entry else None
         tuned, cudnn = _figure(record, "tuned_us"), _figure(record, "cudnn_us")
-        fused_record = one_run.get(entry, {}) if entry else {}
+        fused_record = one_run.get(entry) if entry else None
         own_bare, own_cudnn = _figure(fused_record, "bare_kernel_us"), _figure(fused_record, "cudnn_us")
         if bare_entry is None and own_bare and own_cudnn:
             # No bare twin tuned: the fused layer's own kernel built without its epilogue, timed in the run
