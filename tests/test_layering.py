@@ -20,7 +20,6 @@ UPWARD_IMPORTS = {
     ("tuner.pipeline.bench", "tuner.cli.tables"),
     ("tuner.pipeline.network_report", "tuner.cli.network_args"),
     ("tuner.pipeline.network_report", "tuner.cli.tables"),
-    ("tuner.store.pack", "tuner.cli.choices"),
 
     ("tuner.torch_ops.e2e", "tuner.cli.tables"),
 }

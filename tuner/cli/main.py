@@ -501,8 +501,8 @@ def e2e_command(argv: list[str], console: Console) -> int:
 
 
 def results_command(argv: list[str], console: Console) -> int:
-    from tuner.store import pack as results_pack
-    return results_pack.main(argv, console)
+    from tuner.cli import results
+    return results.main(argv, console)
 
 
 COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,
