@@ -21,7 +21,6 @@ UPWARD_IMPORTS = {
     ("tuner.pipeline.network_report", "tuner.cli.network_args"),
     ("tuner.pipeline.network_report", "tuner.cli.tables"),
 
-    ("tuner.torch_ops.e2e", "tuner.cli.tables"),
 }
 OVERSIZED = {
     "torch_ops/optimize.py", "families/base.py", "pipeline/tuning.py", "store/results.py", "analysis/predict.py",

@@ -496,7 +496,7 @@ def predict_command(argv: list[str], console: Console) -> int:
 
 
 def e2e_command(argv: list[str], console: Console) -> int:
-    from tuner.torch_ops import e2e
+    from tuner.cli import e2e
     return e2e.main(argv, console)
 
 
