@@ -14,7 +14,6 @@ STAGES = ("core", "families", "build", "measure", "store", "search", "analysis",
 MAX_LINES = 400
 # Commands whose argument parsing or printing still lives beside their computation (they move into cli/).
 UPWARD_IMPORTS = {
-    ("tuner.analysis.plots", "tuner.cli.tables"),
     ("tuner.analysis.predict", "tuner.cli.choices"),
     ("tuner.pipeline.bench", "tuner.cli.choices"),
     ("tuner.pipeline.bench", "tuner.cli.tables"),

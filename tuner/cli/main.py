@@ -481,7 +481,7 @@ def bench_command(argv: list[str], console: Console) -> int:
 
 
 def plots_command(argv: list[str], console: Console) -> int:
-    from tuner.analysis import plots
+    from tuner.cli import plots
     return plots.main(argv, console)
 
 
