@@ -17,8 +17,6 @@ UPWARD_IMPORTS = {
     ("tuner.analysis.predict", "tuner.cli.choices"),
     ("tuner.pipeline.bench", "tuner.cli.choices"),
     ("tuner.pipeline.bench", "tuner.cli.tables"),
-    ("tuner.pipeline.network_report", "tuner.cli.network_args"),
-    ("tuner.pipeline.network_report", "tuner.cli.tables"),
 
 }
 OVERSIZED = {
