@@ -14,13 +14,12 @@ STAGES = ("core", "families", "build", "measure", "store", "search", "analysis",
 MAX_LINES = 400
 # Commands whose argument parsing or printing still lives beside their computation (they move into cli/).
 UPWARD_IMPORTS = {
-    ("tuner.analysis.predict", "tuner.cli.choices"),
     ("tuner.pipeline.bench", "tuner.cli.choices"),
     ("tuner.pipeline.bench", "tuner.cli.tables"),
 
 }
 OVERSIZED = {
-    "torch_ops/optimize.py", "families/base.py", "pipeline/tuning.py", "store/results.py", "analysis/predict.py",
+    "torch_ops/optimize.py", "families/base.py", "pipeline/tuning.py", "store/results.py",
     "build/compile.py", "cli/main.py", "importers/network.py", "families/sm90_dsl/kernel.py", "search/study.py",
     "core/problem.py", "analysis/ncu.py", "pipeline/bench.py", "analysis/diagnose.py",
 }

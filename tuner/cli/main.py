@@ -492,7 +492,7 @@ def report_command(argv: list[str], console: Console) -> int:
 
 
 def predict_command(argv: list[str], console: Console) -> int:
-    from tuner.analysis import predict
+    from tuner.cli import predict
     return predict.main(argv, console)
 
 
