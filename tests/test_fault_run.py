@@ -264,7 +264,7 @@ def test_a_nul_in_a_layer_name_is_one_line(tmp_path, capsys):
 
 
 def test_landscape_files_stay_in_their_folder(tmp_path):
-    from tuner.pipeline.bench import landscape_path
+    from tuner.pipeline.landscape import landscape_path
 
     assert landscape_path(tmp_path, "sm80", "../../x").parent == tmp_path / "landscape" / "sm80"
     assert landscape_path(tmp_path, "sm80", "conv_1").name == "conv_1.csv"  # the committed names stay

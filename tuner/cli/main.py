@@ -477,7 +477,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def bench_command(argv: list[str], console: Console) -> int:
-    from tuner.pipeline import bench
+    from tuner.cli import bench
     return bench.main(argv, console)
 
 

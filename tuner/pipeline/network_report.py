@@ -1,6 +1,7 @@
-"""What the tuning is worth for a whole network (`tune.py report`, tuner/cli/report.py). Each imported convolution is looked up by its problem in results/<gpu>/best.yaml and in
-bench.yaml's one run (`tune.py bench --measure-only --steps tuned`, where the tuned kernel and the
-baselines were timed side by side). Two sums over the network, each count x µs:
+"""What the tuning is worth for a whole network (`tune.py report`, tuner/cli/report.py). Each imported
+convolution is looked up by its problem in results/<gpu>/best.yaml and in bench.yaml's one run (`tune.py
+bench --measure-only --steps tuned`, where the tuned kernel and the baselines were timed side by side).
+Two sums over the network, each count x µs:
 - the convolutions alone: the bare problem's tuned kernel against cuDNN;
 - as the network runs them: the imported problem (with its epilogue) against PyTorch eager (a bare
   conv's eager figure is cuDNN's, which is what eager runs) and torch.compile.
