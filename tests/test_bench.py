@@ -214,3 +214,48 @@ def test_one_run_summary_of_the_layers_of_this_call_leaves_earlier_rows_out():
     [now] = one_run_lines(measured, {"vgg16_features_2_b8", "vgg16_features_0_b8"})
     assert now.startswith("one run (the 1 layers of this call), best.yaml's kernels / cuDNN")
     assert "geometric mean 0.900 over 1 layers (batch 8: 0.900 over 1)" in now
+
+
+def test_the_gpu_steps_keep_earlier_layers_and_write_bench_yaml_from_the_record(tmp_path, monkeypatch, layers,
+                                                                               measured):
+    """The 'cudnn' step through a stand-in worker: bench.yaml keeps what earlier runs measured, takes this
+    run's ceilings and figures, and is written after every layer."""
+    import tuner.measure.evaluate as evaluate
+    from tuner.store.bench_record import GpuTunerRun, write_bench
+
+    device = measured.device
+    folder = tmp_path / device.slug
+    earlier = BenchRecord(device, measured.ceilings, {"conv_1": 9.0, "older": 8.0},
+                          product_search={"older": GpuTunerRun(1.0, "k", 32, 30, 4.5)},
+                          one_run={"older": OneRunLayer("k", "sm80", tuned_us=1.0)})
+    write_bench(folder, earlier)
+    requests = []
+
+    class Worker:
+        def __init__(self, timeout_s):
+            pass
+
+        def request(self, payload):
+            requests.append(payload["op"])
+            if payload["op"] == "ceilings":
+                return {"matmul_tflops": 600.0, "copy_gbps": 3000.0, "torch_version": "2.x"}
+            return {"cudnn_us": 7.0, "cudnn_version": 91901}
+
+    class Evaluator:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def close(self):
+            requests.append("closed")
+
+    monkeypatch.setattr(evaluate, "WorkerProcess", Worker)
+    monkeypatch.setattr(evaluate, "query_device_facts", lambda worker: device.to_dict())
+    monkeypatch.setattr(evaluate, "GpuEvaluator", Evaluator)
+    events = []
+    found, record = bench.measure_on_gpu([layers["conv_1"], layers["r50_s4_3x3_b32"]], {}, (),
+                                         bench.GpuSteps(("cudnn",), tmp_path, None, 1), events.append)
+    assert found == device and requests == ["ceilings", "cudnn", "cudnn", "closed"] and events == []
+    assert record == read_bench(folder)
+    assert record.ceilings.matmul_tflops == 600.0 and record.cudnn_version == 91901
+    assert record.cudnn == {"conv_1": 7.0, "older": 8.0, "r50_s4_3x3_b32": 7.0}
+    assert record.product_search == earlier.product_search and record.one_run == earlier.one_run
