@@ -265,7 +265,7 @@ def test_a_nul_in_a_layer_name_is_one_line(tmp_path, capsys):
 
 
 def test_landscape_files_stay_in_their_folder(tmp_path):
-    from tuner.pipeline.bench import landscape_path
+    from tuner.pipeline.landscape import landscape_path
 
     assert landscape_path(tmp_path, "sm80", "../../x").parent == tmp_path / "landscape" / "sm80"
     assert landscape_path(tmp_path, "sm80", "conv_1").name == "conv_1.csv"  # the committed names stay
@@ -368,7 +368,7 @@ def test_an_alias_bomb_is_refused_in_every_file_read(tmp_path, capsys, kind):
         (folder / BEST_FILE).write_text(bomb + (folder / BEST_FILE).read_text().replace("family: sm80", "family: *i"))
         err = one_line(*run(capsys, "export", "--results-dir", str(tmp_path / "results")))
     else:
-        from tuner.store.results import read_bench
+        from tuner.store.bench_record import read_bench
 
         folder = results_with(tmp_path)
         (folder / "bench.yaml").write_text(bomb + "layers: *i\n")
@@ -460,7 +460,7 @@ def test_a_write_layers_into_a_missing_place_is_one_line(tmp_path, capsys):
 
 
 def test_a_binary_bench_yaml_is_one_line(tmp_path):
-    from tuner.store.results import read_bench
+    from tuner.store.bench_record import read_bench
 
     folder = results_with(tmp_path)
     (folder / "bench.yaml").write_bytes(b"\xff\xfe\x00\x01" * 64)

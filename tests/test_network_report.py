@@ -16,7 +16,8 @@ pytest.importorskip("onnx")
 from test_network import resnet_block  # noqa: E402
 from tuner.core.epilogue import Epilogue  # noqa: E402
 from tuner.importers.network import from_onnx  # noqa: E402
-from tuner.pipeline.network_report import layer_reports, summary_lines, totals  # noqa: E402
+from tuner.cli.report import summary_lines  # noqa: E402
+from tuner.pipeline.network_report import layer_reports, totals  # noqa: E402
 from tuner.core.problem import problem_to_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tuner.store import pack as results_pack
+from tuner.cli import results as results_command
 from tuner.store.results import ResultsError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def results_tree(root: Path, gpu: str = "nvidia-h100-80gb-hbm3") -> Path:
 
 
 def run(*argv: str) -> int:
-    return results_pack.main(list(argv), Console(file=io.StringIO()))
+    return results_command.main(list(argv), Console(file=io.StringIO()))
 
 
 def members(archive: Path) -> set[str]:

@@ -48,7 +48,8 @@ def print_layers(console: Console, layers: dict[str, Layer], network: Network | 
     csv: that document on stdout."""
     from rich.table import Table
     from tuner.cli import tables
-    from tuner.pipeline.network_report import COVERAGE_NUMBERS, coverage, coverage_document, coverage_table
+    from tuner.cli.report import COVERAGE_NUMBERS, coverage_document, coverage_table
+    from tuner.pipeline.network_report import coverage
 
     rows = layer_rows(layers, network)
     total = layer_totals(rows)

@@ -133,33 +133,33 @@ def _interrupt(signum, frame) -> None:
 
 
 def bench_command(argv: list[str], console: Console) -> int:
-    from tuner.pipeline import bench
+    from tuner.cli import bench
     return bench.main(argv, console)
 
 
 def plots_command(argv: list[str], console: Console) -> int:
-    from tuner.analysis import plots
+    from tuner.cli import plots
     return plots.main(argv, console)
 
 
 def report_command(argv: list[str], console: Console) -> int:
-    from tuner.pipeline import network_report
-    return network_report.main(argv, console)
+    from tuner.cli import report
+    return report.main(argv, console)
 
 
 def predict_command(argv: list[str], console: Console) -> int:
-    from tuner.analysis import predict
+    from tuner.cli import predict
     return predict.main(argv, console)
 
 
 def e2e_command(argv: list[str], console: Console) -> int:
-    from tuner.torch_ops import e2e
+    from tuner.cli import e2e
     return e2e.main(argv, console)
 
 
 def results_command(argv: list[str], console: Console) -> int:
-    from tuner.store import pack as results_pack
-    return results_pack.main(argv, console)
+    from tuner.cli import results
+    return results.main(argv, console)
 
 
 COMMANDS = {"diagnose": diagnose_command, "export": export_command, "bench": bench_command, "plots": plots_command,

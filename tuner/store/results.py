@@ -26,7 +26,6 @@ from tuner.core.yamlfile import YamlFileError, brief, read_yaml
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
 JOURNAL_FILE = "optuna.journal"
-BENCH_FILE = "bench.yaml"
 # best.yaml of 102 layers is 170 KB; a file far larger is not one the tool wrote (a 50 MB one took 145 s
 # to export into a 101 MB header).
 MAX_BEST_BYTES = 8 << 20
@@ -473,17 +472,6 @@ def names_by_problem(entries: dict[str, BestEntry]) -> ByCanonicalProblem:
     for name, entry in entries.items():
         named.setdefault(entry.problem, name)
     return named
-
-
-def read_bench(folder: Path) -> dict:
-    """bench.yaml as a document (empty where there is none); one line for a file that is not YAML."""
-    path = folder / BENCH_FILE
-    if not path.is_file():
-        return {}
-    document = _read_results_yaml(path, MAX_BEST_BYTES) or {}
-    if not isinstance(document, dict):
-        raise ResultsError(f"{path} is not a mapping; restore it from version control")
-    return document
 
 
 def update_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
