@@ -12,7 +12,8 @@ if str(REPO) not in sys.path:  # plain `pytest` from anywhere, not only `python 
     sys.path.insert(0, str(REPO))
 
 from tuner.core.device import DeviceFacts  # noqa: E402
-from tuner.core.problem import ConvProblem, load_layers  # noqa: E402
+from tuner.core.layers import load_layers  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.families.base import SearchSpace  # noqa: E402
 from tuner.families.sm80.space import make_config  # noqa: E402
 from tuner.search.space import load_space  # noqa: E402
@@ -79,6 +80,13 @@ def config_for(problem: ConvProblem, **overrides):
 def squeeze(text: str) -> str:
     """C++ text without whitespace, to compare generated code with expectations."""
     return re.sub(r"\s+", "", text)
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    """The message of a raised error, checked to be one line."""
+    message = str(error.value)
+    assert message and "\n" not in message, f"not a one-line message: {message!r}"
+    return message
 
 
 def assert_in_order(text: str, pieces: list[str]) -> None:

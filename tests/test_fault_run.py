@@ -162,7 +162,7 @@ INJECTED = "conv_a\n  injected_layer: {n: 7, h: 7, w: 7, c: 8, k: 8, r: 1, s: 1,
 
 @pytest.mark.parametrize("node", [INJECTED, "plain\nnewline", "cr\rand\u2028line\x85sep"])
 def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node):
-    from tuner.core.problem import load_layers
+    from tuner.core.layers import load_layers
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node(node, "x", "w", "out")], {"w": (16, 16, 3, 3)})
     code, err = run(capsys, "--onnx", str(model), "--write-layers", str(tmp_path / "layers.yaml"))

@@ -138,7 +138,8 @@ def test_an_imported_layer_whose_problem_is_tuned_under_another_name_is_skipped(
     import yaml
     from rich.console import Console
 
-    from tuner.core.problem import Layer, problem_to_dict
+    from tuner.core.layers import Layer
+    from tuner.core.problem import problem_to_dict
     from tuner.pipeline.tuning import TuningOptions, TuningSession
 
     entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": dict(REFERENCE_PARAMS),

@@ -17,7 +17,8 @@ from tuner.families.sm90_gemm.codegen import KERNEL_SCHEDULE_TAGS, SCHEDULER_TAG
 from tuner.families.sm90_gemm.space import Schedule, Scheduler
 from tuner.families.sm90_gemm.space import make_config as gemm_config
 from tuner.core.epilogue import parse_epilogue
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
                 "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",

@@ -16,7 +16,8 @@ from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
 from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
                                            parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.search.space import load_space, valid_configs
 from tuner.pipeline.tuning import buildable_spaces
 

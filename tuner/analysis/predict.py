@@ -30,7 +30,8 @@ from tuner.families.base import KernelConfig, SpaceError
 from tuner.families.sm80.costmodel import REGISTER_OVERHEAD
 from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, SWIZZLES, IteratorAlgorithm, Sm80Config
 from tuner.core.gpus import GpuSpec
-from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, Layer, find_layer, load_layers, parse_shape
+from tuner.core.layers import LONG_SHAPE, SHORT_SHAPE, Layer, find_layer, load_layers, parse_shape
+from tuner.core.problem import ConvProblem
 from tuner.search.replay import recorded_rows
 from tuner.store.results import (ResultsError, best_entries, gpu_dir, layer_file_stem, names_by_problem, read_bench,
                            results_slug)

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from tuner.pipeline import nightly
-from tuner.cli.choices import matching_layers, positive
+from tuner.cli.choices import positive
 from tuner.search.space import chosen_spaces
-from tuner.core.errors import UsageError
+from tuner.core.errors import ProblemError, UsageError
 from tuner.build.compile import ToolchainError, nvcc_version
 from tuner.search.costmodel import PRIOR_PICKS
 from tuner.core.device import missing_gpu
@@ -30,8 +30,10 @@ from tuner.families.base import SearchSpace, SpaceError
 from tuner.analysis.ncu import NcuReportError
 from tuner.importers.network import Network, NetworkError, write_layers
 from tuner.cli.network_args import add_network_arguments, imported_network
-from tuner.core.problem import (LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP, Layer, ProblemError, dtype_fields, find_layer,
-                           load_layers, pair_text, parse_shape)
+from tuner.core.axes import pair_text
+from tuner.core.dtypes import dtype_fields
+from tuner.core.layers import (LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP, Layer, find_layer, load_layers,
+                               matching_layers, parse_shape)
 from tuner.cli.tables import add_output_arguments, json_document
 from tuner.store.results import (GRACE_S, MIN_GRACE_S, ResultsError, best_entries, check_results_dir, check_storage_url,
                            gpu_slugs, layer_file_stem, names_by_problem, recorded_gpu_dir, results_slug)

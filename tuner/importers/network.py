@@ -16,8 +16,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.core.dtypes import dtype_fields, dtype_name
 from tuner.core.epilogue import Activation, Epilogue
-from tuner.core.problem import ConvProblem, Layer, ProblemError, dtype_fields, dtype_name, problem_to_dict
+from tuner.core.errors import ProblemError
+from tuner.core.layers import Layer
+from tuner.core.problem import ConvProblem, problem_to_dict
 
 # The opsets whose Conv, BatchNormalization, Add and activations this importer reads (Conv's attributes
 # have not changed since opset 11; Gelu is an operator from opset 20).

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.cli.choices import matching_layers, positive
+from tuner.cli.choices import positive
 from tuner.search.space import chosen_spaces
 from tuner.core.errors import UsageError
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
@@ -40,7 +40,8 @@ from tuner.core.device import DeviceFacts, device_from_dict
 from tuner.core.epilogue import Epilogue
 from tuner.families import registry
 from tuner.families.base import SearchSpace
-from tuner.core.problem import ConvProblem, Layer, load_layers, problem_to_dict
+from tuner.core.layers import Layer, load_layers, matching_layers
+from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.search.replay import Recorded, ReplayCompiler, ReplayEvaluator, read_record, write_record
 from tuner.store.results import (BENCH_FILE, BEST_FILE, SLUG, ResultsError, atomic_write, best_entries, gpu_dir, gpu_slugs,
                            layer_file_stem, read_bench)

@@ -23,7 +23,8 @@ from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure.timing import Measurement
 from tuner.analysis.ncu import LaunchStats
 from tuner.core.epilogue import Epilogue
-from tuner.core.problem import ConvProblem, Layer, problem_to_dict
+from tuner.core.layers import Layer
+from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.analysis.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.search.replay import fastest_recorded
 from tuner.store.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from tuner.core.epilogue import Activation
 from tuner.families import registry
 from tuner.importers.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.store.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
 from tuner.measure.run import LaunchError
 from tuner.importers.torch_import import traced_module
