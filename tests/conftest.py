@@ -99,7 +99,7 @@ def assert_in_order(text: str, pieces: list[str]) -> None:
 
 
 # An imported model's element type (as torch and numpy name it), --dtype, and the types and name tag its layers
-# get: the same for every frontend (tuner/importers/network.py MODEL_DTYPES).
+# get: the same for every frontend (tuner/importers/frontend.py MODEL_DTYPES).
 MODEL_DTYPE_CASES = [
     ("float32", None, "f16_f16_f16_f32", ""),              # an f32 model is tuned in f16, as before
     ("float16", None, "f16_f16_f16_f32", ""),

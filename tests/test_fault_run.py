@@ -172,7 +172,7 @@ def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node)
 
 
 def test_a_conv_transpose_is_a_transposed_layer_beside_the_convs(tmp_path):
-    from tuner.importers.network import from_onnx
+    from tuner.importers.onnx_import import from_onnx
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node("plain", "x", "w", "y"),
                                              conv_node("up", "y", "wt", "out", op="ConvTranspose")],

@@ -28,7 +28,8 @@ from tuner.pipeline.export import export_header
 from tuner.families import registry
 from tuner.families.base import SearchSpace, SpaceError
 from tuner.analysis.ncu import NcuReportError
-from tuner.importers.network import Network, NetworkError, write_layers
+from tuner.importers.frontend import NetworkError
+from tuner.importers.network import Network, write_layers
 from tuner.cli.network_args import add_network_arguments, imported_network
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import dtype_fields

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tuner.cli.choices import positive
 from tuner.core.errors import UsageError
-from tuner.importers.network import Network, from_onnx
+from tuner.importers.network import Network
+from tuner.importers.onnx_import import from_onnx
 from tuner.core.dtypes import DTYPE_CHOICES
 
 

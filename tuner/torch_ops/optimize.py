@@ -18,7 +18,10 @@ import torch.nn.functional as F
 
 from tuner.core.epilogue import Activation
 from tuner.families import registry
-from tuner.importers.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
+from tuner.importers.frontend import NetworkError
+from tuner.importers.fusion import FusedConv
+from tuner.importers.network import LAYERS_DEFAULTS, layer_entry
+from tuner.importers.tunable import conv_problem
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.store.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
