@@ -320,7 +320,8 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 def test_stale_scratch_folders_are_removed(tmp_path):
     import time
 
-    from tuner.build.compile import COMPILE_TIMEOUT_S, remove_stale_scratch
+    from tuner.build.compile_cache import remove_stale_scratch
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
 
     stale, fresh, entry = tmp_path / ".0123456789ab-x1", tmp_path / ".0123456789ab-x2", tmp_path / "0123456789abcd"
     for folder in (stale, fresh, entry):
@@ -337,7 +338,8 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     import subprocess
     import time
 
-    from tuner.build.compile import COMPILE_TIMEOUT_S, Compiler
+    from tuner.build.compile import Compiler
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
 
     (tmp_path / "ab").mkdir()
     stale = tmp_path / "ab" / ".abcdef012345-killed"
@@ -345,7 +347,7 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     old = time.time() - COMPILE_TIMEOUT_S - 3600
     os.utime(stale, (old, old))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "error: planted"))
-    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62, tmp_path / "ab" / ("ab" + "0" * 62))
+    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62)
     assert not stale.exists()
 
 

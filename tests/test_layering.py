@@ -26,7 +26,7 @@ UPWARD_IMPORTS = {
 }
 OVERSIZED = {
     "torch_ops/optimize.py", "families/base.py", "pipeline/tuning.py", "store/results.py", "analysis/predict.py",
-    "build/compile.py", "cli/main.py", "families/sm90_dsl/kernel.py", "search/study.py",
+    "cli/main.py", "families/sm90_dsl/kernel.py", "search/study.py",
     "analysis/ncu.py", "pipeline/bench.py", "analysis/diagnose.py",
 }
 

@@ -171,7 +171,7 @@ def test_an_exported_header_with_a_transposed_layer_compiles_and_says_its_extent
         pytest.skip("nvcc is not on PATH")
     import subprocess
 
-    from tuner.build.compile import cutlass_include_dirs
+    from tuner.build.nvcc import cutlass_include_dirs
     from tuner.pipeline.export import render_header
     from tuner.core.problem import problem_to_dict
 

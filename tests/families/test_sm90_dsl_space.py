@@ -8,7 +8,8 @@ import pytest
 from rich.console import Console
 
 from conftest import H100, REPO
-from tuner.build.compile import Compiler, builder_cache_key
+from tuner.build.compile import Compiler
+from tuner.build.compile_cache import builder_cache_key
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
@@ -330,7 +331,8 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
 
 
 def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(tmp_path, monkeypatch):
-    from tuner.build.compile import BuilderPool, Compiler
+    from tuner.build.builder_pool import BuilderPool
+    from tuner.build.compile import Compiler
 
     started = []
     monkeypatch.setattr(BuilderPool, "_start", staticmethod(lambda command: started.append(command) or command))

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.markup import escape
 from rich.table import Table
 
-from tuner.build.compile import CompileResult
+from tuner.build.compile_cache import CompileResult
 from tuner.analysis.profile import Agreement
 from tuner.core.device import DeviceFacts
 from tuner.analysis.diagnose import LaunchFacts, diagnose, occupancy

@@ -16,7 +16,7 @@ from tuner.pipeline import nightly
 from tuner.cli.choices import positive
 from tuner.search.space import chosen_spaces
 from tuner.core.errors import ProblemError, UsageError
-from tuner.build.compile import ToolchainError, nvcc_version
+from tuner.build.nvcc import ToolchainError, nvcc_version
 from tuner.search.costmodel import PRIOR_PICKS
 from tuner.core.device import missing_gpu
 from tuner.core import gpus

@@ -14,7 +14,9 @@ from rich.markup import escape
 
 from tuner.analysis import report
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks, measured_ceilings
-from tuner.build.compile import Compiler, CompileResult, cutlass_version, nvcc_version
+from tuner.build.compile import Compiler
+from tuner.build.compile_cache import CompileResult
+from tuner.build.nvcc import cutlass_version, nvcc_version
 from tuner.core.device import DeviceFacts, device_from_dict, volume
 from tuner.analysis.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
