@@ -193,7 +193,8 @@ def conv_inputs(model, x) -> dict:
 def measure_network(name: str, model, batch: int, image_size: int, args) -> NetworkResult:
     import torch
 
-    from tuner.torch_ops.optimize import TOLERANCE, DATA_TYPES, optimize, output_error
+    from tuner.torch_ops.eager_check import TOLERANCE, output_error
+    from tuner.torch_ops.optimize import DATA_TYPES, optimize
 
     torch.backends.cudnn.benchmark = True
     model = model.eval().to(device="cuda", dtype=torch.float16, memory_format=torch.channels_last)
