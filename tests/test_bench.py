@@ -198,7 +198,7 @@ def test_ratio_line_gives_every_batch_its_mean_largest_first():
 
 
 def test_bench_measures_every_layer_of_a_layers_file_without_the_landscape_suite():
-    from tuner.core.problem import load_layers
+    from tuner.core.layers import load_layers
 
     repo = Path(__file__).resolve().parents[1]
     assert bench_command.default_layers(load_layers(repo / "search_spaces" / "layers.yaml")) == list(bench.SUITE)

@@ -163,7 +163,7 @@ INJECTED = "conv_a\n  injected_layer: {n: 7, h: 7, w: 7, c: 8, k: 8, r: 1, s: 1,
 
 @pytest.mark.parametrize("node", [INJECTED, "plain\nnewline", "cr\rand\u2028line\x85sep"])
 def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node):
-    from tuner.core.problem import load_layers
+    from tuner.core.layers import load_layers
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node(node, "x", "w", "out")], {"w": (16, 16, 3, 3)})
     code, err = run(capsys, "--onnx", str(model), "--write-layers", str(tmp_path / "layers.yaml"))
@@ -173,7 +173,7 @@ def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node)
 
 
 def test_a_conv_transpose_is_a_transposed_layer_beside_the_convs(tmp_path):
-    from tuner.importers.network import from_onnx
+    from tuner.importers.onnx_import import from_onnx
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node("plain", "x", "w", "y"),
                                              conv_node("up", "y", "wt", "out", op="ConvTranspose")],
@@ -321,7 +321,8 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 def test_stale_scratch_folders_are_removed(tmp_path):
     import time
 
-    from tuner.build.compile import COMPILE_TIMEOUT_S, remove_stale_scratch
+    from tuner.build.compile_cache import remove_stale_scratch
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
 
     stale, fresh, entry = tmp_path / ".0123456789ab-x1", tmp_path / ".0123456789ab-x2", tmp_path / "0123456789abcd"
     for folder in (stale, fresh, entry):
@@ -338,7 +339,8 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     import subprocess
     import time
 
-    from tuner.build.compile import COMPILE_TIMEOUT_S, Compiler
+    from tuner.build.compile import Compiler
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
 
     (tmp_path / "ab").mkdir()
     stale = tmp_path / "ab" / ".abcdef012345-killed"
@@ -346,7 +348,7 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     old = time.time() - COMPILE_TIMEOUT_S - 3600
     os.utime(stale, (old, old))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "error: planted"))
-    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62, tmp_path / "ab" / ("ab" + "0" * 62))
+    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62)
     assert not stale.exists()
 
 

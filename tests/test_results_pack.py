@@ -137,7 +137,7 @@ def fifo_member(name: str) -> tarfile.TarInfo:
 def test_unpack_refuses_hostile_members_and_writes_nothing(tmp_path, member, reason):
     archive = hostile_archive(tmp_path / "hostile.tar.gz", member)
     target = tmp_path / "sandbox" / "results"
-    with pytest.raises(ResultsError, match=f"refused, nothing unpacked") as error:
+    with pytest.raises(ResultsError, match="refused, nothing unpacked") as error:
         run("unpack", str(archive), "--results-dir", str(target))
     assert reason in str(error.value)
     assert not (tmp_path / "sandbox").exists()

@@ -70,7 +70,8 @@ def test_the_best_of_each_family_joins_the_finalists(conv_1, sm80_space, h100):
 def test_an_imported_layer_whose_problem_is_tuned_under_another_name_is_skipped(tmp_path, conv_1):
     import yaml
 
-    from tuner.core.problem import Layer, problem_to_dict
+    from tuner.core.problem import problem_to_dict
+    from tuner.core.layers import Layer
     from tuner.pipeline.events import LayerTunedAs
     from tuner.pipeline.tuning import TuningOptions, TuningSession
 
@@ -127,7 +128,7 @@ def test_a_layer_is_tuned_without_a_console_and_tells_its_sink_each_step_in_orde
                                        KernelCompiled, LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs,
                                        ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated, TrialsFailed,
                                        WasteFound, WinnerChosen)
-    from tuner.core.problem import Layer
+    from tuner.core.layers import Layer
     from tuner.pipeline.tuning import TuningOptions, TuningSession
     from tuner.search.space import load_space, valid_configs
     from tuner.store.results import best_entries

@@ -13,12 +13,12 @@ import time
 
 from repository import LAYERS_FILE, RESULTS_DIR, this_gpu
 
-from tuner.cli.choices import matching_layers
 from tuner.search.space import chosen_spaces
-from tuner.core.errors import UsageError
-from tuner.build.compile import Compiler, default_cache_dir
+from tuner.core.errors import ProblemError, UsageError
+from tuner.build.compile import Compiler
+from tuner.build.compile_cache import default_cache_dir
 from tuner.search.costmodel import Ceilings
-from tuner.core.problem import ProblemError, load_layers
+from tuner.core.layers import load_layers, matching_layers
 from tuner.store.results import gpu_dir, study_storage
 from tuner.search.space import layer_space
 from tuner.pipeline.tuning import device_spaces

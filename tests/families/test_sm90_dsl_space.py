@@ -17,7 +17,8 @@ from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
 from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
                                            parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.search.space import load_space, valid_configs
 from tuner.pipeline.tuning import buildable_spaces
 
@@ -330,7 +331,8 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
 
 
 def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(tmp_path, monkeypatch):
-    from tuner.build.compile import BuilderPool, Compiler
+    from tuner.build.builder_pool import BuilderPool
+    from tuner.build.compile import Compiler
 
     started = []
     monkeypatch.setattr(BuilderPool, "_start", staticmethod(lambda command: started.append(command) or command))

@@ -12,7 +12,8 @@ from pathlib import Path
 from tuner.analysis.predict import Prediction, predict
 from tuner.core.device import DeviceFacts
 from tuner.core.gpus import GpuSpec
-from tuner.core.problem import ConvProblem, Layer
+from tuner.core.problem import ConvProblem
+from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError

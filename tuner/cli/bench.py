@@ -24,12 +24,13 @@ from rich.console import Console
 
 from tuner.cli.bench_tables import (bench_table, gpu_tuner_line, layer_rows, one_run_lines, one_run_rows,
                                     print_event, print_one_run, summary_lines)
-from tuner.cli.choices import matching_layers, positive
+from tuner.cli.choices import positive
+from tuner.core.layers import matching_layers
 from tuner.cli.results_doc import write_summary
 from tuner.cli.tables import json_document, print_table
 from tuner.core.device import DeviceFacts
 from tuner.core.errors import UsageError
-from tuner.core.problem import Layer, load_layers
+from tuner.core.layers import Layer, load_layers
 from tuner.families import registry
 from tuner.families.base import SearchSpace
 from tuner.pipeline.bench import (DEFAULT_STEPS, PRODUCT_TRIALS, STEPS, SUITE, GpuSteps, bench_ceilings,

@@ -7,7 +7,8 @@ import dataclasses
 from rich.console import Console
 from rich.markup import escape
 
-from tuner.core.problem import Layer, pair_text
+from tuner.core.problem import pair_text
+from tuner.core.layers import Layer
 from tuner.families import registry
 from tuner.importers.network import Network
 

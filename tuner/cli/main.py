@@ -12,7 +12,7 @@ from rich.console import Console
 
 from tuner.pipeline import nightly
 from tuner.core.errors import UsageError
-from tuner.build.compile import ToolchainError
+from tuner.build.nvcc import ToolchainError
 from tuner.search.costmodel import PRIOR_PICKS
 from tuner.cli.diagnose import diagnose_command
 from tuner.measure.evaluate import GpuUnavailable, NoGpu
@@ -22,7 +22,8 @@ from tuner.analysis.ncu import NcuReportError
 from tuner.importers.network import NetworkError
 from tuner.cli.export import export_command
 from tuner.cli.network_args import add_network_arguments
-from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP, ProblemError
+from tuner.core.problem import ProblemError
+from tuner.core.layers import LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP
 from tuner.cli.tables import add_output_arguments
 from tuner.store.results import GRACE_S, MIN_GRACE_S, ResultsError
 from tuner.search.study import request_stop

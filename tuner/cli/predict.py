@@ -22,7 +22,8 @@ from tuner.core import gpus
 from tuner.core.device import DeviceFacts
 from tuner.core.errors import UsageError
 from tuner.core.gpus import GpuSpec
-from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, Layer, find_layer, load_layers, parse_shape
+from tuner.core.problem import ConvProblem
+from tuner.core.layers import LONG_SHAPE, SHORT_SHAPE, Layer, find_layer, load_layers, parse_shape
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError
 from tuner.families.sm80.space import FAMILY as SM80, REFERENCE_PARAMS, SWIZZLES, IteratorAlgorithm, Sm80Config

@@ -11,15 +11,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from tuner.build.compile import nvcc_version
-from tuner.cli.choices import matching_layers, positive
+from tuner.build.nvcc import nvcc_version
+from tuner.cli.choices import positive
+from tuner.core.layers import matching_layers
 from tuner.cli.list_layers import print_layers
 from tuner.cli.network_args import imported_network
 from tuner.cli.tuning_view import TuningView, regression_table
 from tuner.core.device import missing_gpu
 from tuner.core.epilogue import EpilogueError, parse_epilogue
 from tuner.core.errors import UsageError
-from tuner.core.problem import Layer, dtype_fields, find_layer, load_layers, pair_text, parse_shape
+from tuner.core.problem import pair_text
+from tuner.core.dtypes import dtype_fields
+from tuner.core.layers import Layer, find_layer, load_layers, parse_shape
 from tuner.core.yamlfile import brief
 from tuner.families import registry
 from tuner.families.base import SearchSpace

@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 
 from tuner.core.device import DeviceFacts, device_from_dict
-from tuner.core.problem import Layer
+from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import SearchSpace

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.core.problem import Layer
+from tuner.core.layers import Layer
 from tuner.core.stats import geometric_mean
 from tuner.pipeline.landscape import exhaustive_best
 from tuner.pipeline.one_run import is_gemm_layer

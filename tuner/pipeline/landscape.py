@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from tuner.core.device import DeviceFacts
 from tuner.core.errors import UsageError
-from tuner.core.problem import Layer
+from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import SearchSpace

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
-from tuner.core.problem import ConvProblem, Layer, problem_to_dict
+from tuner.core.problem import ConvProblem, problem_to_dict
+from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families import registry
 from tuner.search.space import entry_config

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import optuna
 
 from tuner.core.device import DeviceFacts
-from tuner.core.problem import ConvProblem, Layer
+from tuner.core.problem import ConvProblem
+from tuner.core.layers import Layer
 from tuner.families.base import SearchSpace
 from tuner.pipeline.landscape import exhaustive_best
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks

@@ -12,13 +12,15 @@ from pathlib import Path
 from tuner.analysis.report import (Confirmed, FinalistWaste, explain_finalists, fastest_wider, first_failures,
                                    outcome_name)
 from tuner.search.costmodel import PRIOR_PICKS, measured_ceilings
-from tuner.build.compile import Compiler, CompileResult, cutlass_version, nvcc_version
+from tuner.build.compile import Compiler, CompileResult
+from tuner.build.nvcc import cutlass_version, nvcc_version
 from tuner.core.device import DeviceFacts, device_from_dict
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure.timing import Measurement
-from tuner.core.problem import ConvProblem, Layer, problem_to_dict
+from tuner.core.problem import ConvProblem, problem_to_dict
+from tuner.core.layers import Layer
 from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, EventSink, FamilySkipped, FamilySpace,
                                    FinalistNotCompiled, FinalistsConfirmed, FinalistsFailed, KernelCompiled,
                                    LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs, NoCandidatePassed,

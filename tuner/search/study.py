@@ -20,7 +20,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.build.compile import CompileResult
+from tuner.build.compile_cache import CompileResult
 from tuner.core.device import DeviceFacts
 from tuner.measure.evaluate import Evaluation
 from tuner.families import registry

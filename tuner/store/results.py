@@ -20,7 +20,9 @@ from optuna.storages.journal import JournalFileBackend
 
 from tuner.core import gpus
 from tuner.core.device import slugify
-from tuner.core.problem import ConvProblem, ProblemError, canonical_problem, layer_name_problem, problem_from_dict
+from tuner.core.errors import ProblemError
+from tuner.core.layers import layer_name_problem
+from tuner.core.problem import ConvProblem, canonical_problem, problem_from_dict
 from tuner.core.yamlfile import YamlFileError, brief, read_yaml
 
 BEST_FILE = "best.yaml"

@@ -156,7 +156,8 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
     `results_dir`, its kernels built through `cache_dir`."""
     import torch
 
-    from tuner.torch_ops.optimize import TOLERANCE, DATA_TYPES, optimize, output_error
+    from tuner.torch_ops.eager_check import TOLERANCE, output_error
+    from tuner.torch_ops.optimize import DATA_TYPES, optimize
 
     torch.backends.cudnn.benchmark = True
     model = model.eval().to(device="cuda", dtype=torch.float16, memory_format=torch.channels_last)
