@@ -112,7 +112,8 @@ def test_an_entry_the_schema_refuses_is_never_written(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32"])
 def test_a_typed_entry_round_trips_through_best_yaml(tmp_path, dtype):
-    from tuner.core.problem import ConvProblem, dtype_fields, problem_to_dict
+    from tuner.core.dtypes import dtype_fields
+    from tuner.core.problem import ConvProblem, problem_to_dict
     from tuner.search.space import entry_config, make_config
     from tuner.store.best import best_entries
 

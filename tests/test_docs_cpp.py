@@ -17,7 +17,7 @@ import pytest
 
 from test_cli import REPO, tune
 from test_export_dsl import write_best
-from tuner.build.compile import cutlass_include_dirs
+from tuner.build.nvcc import cutlass_include_dirs
 from tuner.pipeline.export import HEADER_FILE
 from tuner.store.best import read_best
 

@@ -12,7 +12,8 @@ import pytest
 from tuner.build.codegen import include_lines
 from tuner.pipeline.export import cpp_identifier, cpp_int, cpp_string, render_header
 from tuner.families import registry
-from tuner.core.problem import ConvProblem, dtype_fields, problem_to_dict
+from tuner.core.dtypes import dtype_fields
+from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.store.results import ResultsError
 from tuner.search.space import make_config
 from tuner.measure.validate import tolerance

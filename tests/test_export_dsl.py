@@ -14,7 +14,7 @@ import yaml
 
 from test_export import EVIL, document, entry, strip_literals
 from tuner.cli.main import main as cli_main
-from tuner.build.compile import cutlass_include_dirs
+from tuner.build.nvcc import cutlass_include_dirs
 from tuner.pipeline.dsl_export import LIBRARY, dsl_symbol
 from tuner.pipeline.export import HEADER_FILE, cpp_identifier, export_header, render_header
 from tuner.families.base import BuildRequest

@@ -38,7 +38,7 @@ def test_top_k_of_a_landscape_are_its_fastest_rows_that_ran(layers):
 def test_get_serves_predicts_measured_rows(layers):
     """tune.py predict's measurements of a layer: best.yaml's tuned kernel first, then every kernel the
     landscapes timed, each once (bench.yaml's libraries are predict's own)."""
-    from tuner.analysis.predict import LIBRARY_FAMILY, layer_measurements
+    from tuner.analysis.measured_ranking import LIBRARY_FAMILY, layer_measurements
 
     layer = layers[LAYER]
     shown = [(m.name, m.family, m.us) for m in layer_measurements(RESULTS, layer) if m.family != LIBRARY_FAMILY]

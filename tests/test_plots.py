@@ -10,6 +10,7 @@ from rich.console import Console
 
 from conftest import write_best
 from tuner.analysis import plots
+from tuner.cli import plots as plots_command
 from tuner.core.problem import problem_to_dict
 from tuner.search.space import JointSpace
 from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
@@ -26,7 +27,7 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
     entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
              "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0, "study": {"name": "conv_1-study"}}
     write_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})
-    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    assert plots_command.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     folder = gpu_dir(tmp_path, h100.slug) / "plots"
     for name in ("conv_1_history.png", "conv_1_importances.png", "summary.png"):
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -40,7 +41,7 @@ def test_unknown_layer_is_a_results_error(tmp_path, h100, conv_1):
                                                          "runtime_us": 4.0, "study": {"name": "x"}},
                {"device": {"name": h100.name, "slug": h100.slug}})
     with pytest.raises(ResultsError, match="not in"):
-        plots.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())
+        plots_command.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())
 
 
 def test_family_study_keeps_one_familys_knobs_under_their_own_names():
@@ -66,11 +67,11 @@ def test_without_gpu_every_gpu_with_results_gets_its_summary(tmp_path, h100, con
                                                        "params": {"tile": "64x64x32"}, "kernel": "k",
                                                        "runtime_us": 4.0, "study": {"name": "x"}},
                    {"device": {"name": name, "slug": slug}})
-    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    assert plots_command.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     for slug in (h100.slug, "nvidia-h200"):
         assert (gpu_dir(tmp_path, slug) / "plots" / "summary.png").is_file()
     with pytest.raises(ResultsError, match="say which with --gpu"):
-        plots.main(["--results-dir", str(tmp_path), "--layers", "conv_1"], Console())
+        plots_command.main(["--results-dir", str(tmp_path), "--layers", "conv_1"], Console())
 
 
 # --- what the pictures say: titles whole, units named, axes from 0 -----------------------------------------
@@ -172,7 +173,7 @@ def test_what_plots_writes_is_ignored_by_git(tmp_path, h100, conv_1):
                                                         "runtime_us": 4.0, "study": {"name": "x"}},
                {"device": {"name": h100.name, "slug": h100.slug}})
     before = set(tmp_path.rglob("*"))
-    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    assert plots_command.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     written = [p.relative_to(tmp_path) for p in set(tmp_path.rglob("*")) - before if p.is_file()]
     assert written and all(p.parts[1] == "plots" for p in written), written
     repo = Path(__file__).resolve().parents[1]

@@ -1,13 +1,28 @@
-"""What a layer's study starts from: the fastest of this GPU's landscapes, and its bare twin's fastest."""
+"""What a layer's study queues before the search: the reference, the landscapes' and the bare twin's fastest,
+the cost model's picks (no GPU needed)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import optuna
 
-from tuner.search.seeds import landscape_seeds, twin_seeds
-from tuner.search.space import JointSpace
+from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
+from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
+from tuner.search.space import JointSpace, joint_params
 from tuner.search.study import open_study
+from tuner.search.seeds import landscape_seeds, seed_study, twin_seeds
+
+
+def test_seed_study_queues_reference_and_prior_once(conv_1, sm80_space, h100):
+    study = open_study("seed", optuna.storages.InMemoryStorage(), seed=0)
+    joint = JointSpace((sm80_space,))
+    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())
+    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())  # a later run adds nothing twice
+    queued = [t.system_attrs["fixed_params"] for t in study.trials]
+    picks = [joint_params(c) for c in prior_picks(sm80_space, conv_1, h100, PRIOR_PICKS, Ceilings())]
+    reference = joint_params(make_config(conv_1, REFERENCE_PARAMS))
+    assert queued[0] == reference
+    assert queued[1:] == [p for p in picks if p != reference]
 
 
 def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
@@ -24,6 +39,20 @@ def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
     assert all(joint.contains(c) for c in seeds)
     assert landscape_seeds(None, layer.name, layer.problem, joint, h100) == []
     assert landscape_seeds(folder, "no_such_layer", layer.problem, joint, h100) == []
+
+
+def test_a_seed_an_interrupted_run_asked_but_never_measured_is_queued_again(conv_1, sm80_space, h100):
+    from optuna.trial import TrialState
+
+    study = open_study("seed-again", optuna.storages.InMemoryStorage(), seed=0)
+    joint = JointSpace((sm80_space,))
+    seed_study(study, conv_1, joint, h100, 2, Ceilings())
+    queued = [t.system_attrs["fixed_params"] for t in study.trials]
+    first = study.ask()  # a run takes the first seed, then is interrupted: its trial FAILs
+    study.tell(first, state=TrialState.FAIL)
+    seed_study(study, conv_1, joint, h100, 2, Ceilings())
+    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(TrialState.WAITING,))]
+    assert sorted(map(str, waiting)) == sorted(map(str, queued))  # every seed queued once, the failed one again
 
 
 def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h100):

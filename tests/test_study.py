@@ -20,7 +20,9 @@ from optuna.trial import TrialState
 from conftest import config_for
 from conftest import params as sm80_params
 import tuner.search.study as study_module
-from tuner.build.compile import CompileResult, CompletedQueue, PtxasReport
+from tuner.build.compile_cache import CompileResult
+from tuner.build.compile_queue import CompletedQueue
+from tuner.build.nvcc import PtxasReport
 from tuner.measure.evaluate import Evaluation
 from tuner.measure.timing import Measurement
 from tuner.measure.run import KernelAttributes

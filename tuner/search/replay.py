@@ -9,7 +9,8 @@ from pathlib import Path
 import optuna
 
 from tuner.core.device import volume
-from tuner.build.compile import CompileResult, CompletedQueue
+from tuner.build.compile_cache import CompileResult
+from tuner.build.compile_queue import CompletedQueue
 from tuner.measure.evaluate import Evaluation
 from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs

@@ -1,23 +1,41 @@
-"""What this GPU measured before that a layer's study starts from: the fastest of its landscapes, and for
-a layer with an epilogue, the fastest its bare twin's study measured (tuning.seed_study queues them)."""
+"""What a layer's study measures first, queued before the search (Optuna's enqueue_trial): the reference
+configuration, the fastest configurations this GPU's landscapes recorded for the layer, those its bare twin
+measured fastest, and the cost model's picks."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
 import optuna
+from optuna.trial import TrialState
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem
+from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError
+from tuner.search.costmodel import Ceilings, joint_prior_picks
 from tuner.search.measurements import MeasurementDB, Source
-from tuner.search.space import JointSpace, make_config, static_problems
+from tuner.search.space import JointSpace, joint_params, make_config, static_problems
+from tuner.search.trials import params_key, recorded_trials
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
 LANDSCAPE_SEEDS = 2
 # Configurations a layer with an epilogue takes from its bare twin's study (twin_seeds).
 TWIN_SEEDS = 4
+
+
+def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> KernelConfig | None:
+    """The hand-picked configuration of the first family in the study that has one (sm80's is the
+    reference ncu log's 128x128x64, 3 stages), where it can run the problem."""
+    for family in joint.families:
+        params = registry.get(family).reference_params()
+        if params is None:
+            continue
+        config = make_config(problem, family, params)
+        if joint.contains(config) and not static_problems(config, problem, device):
+            return config
+    return None
 
 
 def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
@@ -52,3 +70,30 @@ def twin_seeds(folder: Path | None, storage: optuna.storages.BaseStorage | str |
         if len(seeds) == count:
             break
     return seeds
+
+
+def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,
+                 measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> list[tuple[KernelConfig, str]]:
+    """What seed_study queues, in its order, each with why: the reference, the landscape's fastest, the
+    bare twin's fastest, the cost model's picks."""
+    reference = reference_config(joint, problem, device)
+    seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
+    seeds += [(c, "twin") for c in twins]
+    return seeds + [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
+
+
+def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
+               ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> None:
+    """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
+    layer, those its bare twin measured fastest (a layer with an epilogue), and the cost model's
+    picks, each unless the study has measured it or holds it queued: a
+    study made before the model (or before a change to it) gets the current picks on its next run, and
+    a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
+    known = set(recorded_trials(study, problem))
+    known |= {params_key(t.params or t.system_attrs.get("fixed_params", {}))
+              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+    for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins):
+        params = joint_params(config)
+        if params_key(params) not in known:
+            study.enqueue_trial(params, user_attrs={why: True})
+            known.add(params_key(params))

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.build.abi import KernelBinary
-from tuner.build.compile import CompileResult
+from tuner.build.compile_cache import CompileResult
 from tuner.core.device import DeviceFacts
 from tuner.core.problem import ConvProblem
 from tuner.core.status import Status

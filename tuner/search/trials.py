@@ -11,7 +11,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.build.compile import CompileResult
+from tuner.build.compile_cache import CompileResult
 from tuner.core.device import DeviceFacts
 from tuner.core.problem import ConvProblem
 from tuner.core.status import Status

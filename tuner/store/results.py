@@ -1,5 +1,5 @@
 """results/<gpu>/: its folder and the names of its files, atomic writes (temp file + rename) under a lock,
-so that a crash never leaves half a table, and bench.yaml."""
+so that a crash never leaves half a table."""
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +19,6 @@ from tuner.core.yamlfile import YamlFileError, read_yaml
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
 JOURNAL_FILE = "optuna.journal"
-BENCH_FILE = "bench.yaml"
 # best.yaml of 102 layers is 170 KB; a file far larger is not one the tool wrote (a 50 MB one took 145 s
 # to export into a 101 MB header).
 MAX_BEST_BYTES = 8 << 20
@@ -167,12 +166,3 @@ def read_results_yaml(path: Path, max_bytes: int) -> object:
         raise ResultsError(f"{error}; restore it from version control") from None
 
 
-def read_bench(folder: Path) -> dict:
-    """bench.yaml as a document (empty where there is none); one line for a file that is not YAML."""
-    path = folder / BENCH_FILE
-    if not path.is_file():
-        return {}
-    document = read_results_yaml(path, MAX_BEST_BYTES) or {}
-    if not isinstance(document, dict):
-        raise ResultsError(f"{path} is not a mapping; restore it from version control")
-    return document

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tuner.core.problem import ConvProblem, ProblemError, layer_name_problem, problem_from_dict, problem_to_dict
+from tuner.core.errors import ProblemError
+from tuner.core.layers import layer_name_problem
+from tuner.core.problem import ConvProblem, problem_from_dict, problem_to_dict
 from tuner.core.status import Status
 from tuner.core.yamlfile import brief
 from tuner.store.records import (Record, SchemaError, count, date_text, key, listing, mapping, measure, nested,
