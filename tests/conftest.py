@@ -77,6 +77,15 @@ def config_for(problem: ConvProblem, **overrides):
     return make_config(problem, params(**overrides))
 
 
+def write_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
+    """Put a layer's entry and the header, each as best.yaml holds it, into folder/best.yaml through their
+    records, as the tuner writes them."""
+    from tuner.store.best import update_best
+    from tuner.store.schema import BestEntry, BestHeader
+
+    return update_best(folder, layer, BestEntry.parse(layer, entry), BestHeader.parse(header))
+
+
 def squeeze(text: str) -> str:
     """C++ text without whitespace, to compare generated code with expectations."""
     return re.sub(r"\s+", "", text)

@@ -16,7 +16,7 @@ from tuner.cli import bench as bench_command
 from tuner.cli.bench_tables import fused_table, one_run_lines, ratio_line
 from tuner.pipeline import bench
 from tuner.pipeline.bench_summary import name_batch, named_ratio_stats
-from tuner.pipeline.landscape import exhaustive_best, landscape_path
+from tuner.pipeline.landscape import exhaustive_best
 from tuner.pipeline.one_run import measure_tuned
 from tuner.pipeline.replayed_search import replay_search
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
@@ -24,6 +24,7 @@ from tuner.search.replay import read_record
 from tuner.search.space import JointSpace, load_space
 from tuner.core.status import Status
 from tuner.store.bench_record import BenchRecord, OneRunLayer, read_bench
+from tuner.store.landscape import landscape_path
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
 WITHIN = 1.03

@@ -20,7 +20,7 @@ from tuner.pipeline.export import HEADER_FILE, cpp_identifier, export_header, re
 from tuner.families.base import BuildRequest
 from tuner.families.sm90_dsl import Sm90DslFamily
 from tuner.core.problem import ConvProblem, problem_to_dict
-from tuner.store.results import read_best
+from tuner.store.best import read_best
 from tuner.search.space import make_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,14 +9,16 @@ import optuna
 import pytest
 
 from fakefamily import FOLDER, NAME, FakeEvaluator, computes_garbage, fake_median_us, registered, write_space
-from tuner.pipeline.landscape import exhaustive_best, landscape_path, measure_landscape, read_landscapes
+from tuner.pipeline.landscape import exhaustive_best, measure_landscape, read_landscapes
 from tuner.pipeline.replayed_search import search_results
 from tuner.build.compile import Compiler
 from tuner.search.costmodel import Ceilings
 from tuner.families import registry
 from tuner.search.space import layer_space, load_space, valid_configs
 from tuner.core.status import Status
-from tuner.search.study import StudyRunner, open_study, ranked, recorded_trials
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import ranked, recorded_trials
+from tuner.store.landscape import landscape_path
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

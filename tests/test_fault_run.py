@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_best
 from tuner.cli import main as cli
 from tuner.cli import tune as tune_command
 from tuner.core.problem import ConvProblem, problem_to_dict
-from tuner.store.results import BEST_FILE, ResultsError, update_best
+from tuner.store.results import BEST_FILE, ResultsError
 from tuner.search.space import make_config
 
 SLUG = "nvidia-h100-80gb-hbm3"
@@ -35,7 +36,7 @@ def results_with(tmp_path: Path, layers: int = 1) -> Path:
     """results/<slug>/best.yaml as the tool writes it, `layers` sound sm80 layers."""
     folder = tmp_path / "results" / SLUG
     for index in range(layers):
-        update_best(folder, f"conv_{index}", sound_entry(), HEADER)
+        write_best(folder, f"conv_{index}", sound_entry(), HEADER)
     return folder
 
 
@@ -265,7 +266,7 @@ def test_a_nul_in_a_layer_name_is_one_line(tmp_path, capsys):
 
 
 def test_landscape_files_stay_in_their_folder(tmp_path):
-    from tuner.pipeline.landscape import landscape_path
+    from tuner.store.landscape import landscape_path
 
     assert landscape_path(tmp_path, "sm80", "../../x").parent == tmp_path / "landscape" / "sm80"
     assert landscape_path(tmp_path, "sm80", "conv_1").name == "conv_1.csv"  # the committed names stay
@@ -276,20 +277,26 @@ def test_landscape_files_stay_in_their_folder(tmp_path):
 def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
     import json
 
-    from tuner.store.results import HISTORY_FILE, append_history
+    from tuner.store.history import append_history
+    from tuner.store.results import HISTORY_FILE
+    from tuner.store.schema import HistoryEvent
 
-    append_history(tmp_path, {"layer": "a"})
-    append_history(tmp_path, {"layer": "b"})
+    def event(layer: str) -> HistoryEvent:
+        return HistoryEvent(layer, "k", 1.0, 1, "study", "run")
+
+    append_history(tmp_path, event("a"))
+    append_history(tmp_path, event("b"))
     path = tmp_path / HISTORY_FILE
     path.write_bytes(path.read_bytes()[:-10])  # killed mid-write
-    append_history(tmp_path, {"layer": "c"})
+    append_history(tmp_path, event("c"))
     assert [json.loads(line)["layer"] for line in path.read_text().splitlines()] == ["a", "c"]
 
 
 def test_a_journal_cut_short_is_repaired_before_the_next_append(tmp_path):
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     study = optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
@@ -306,7 +313,8 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     path = tmp_path / "gpu" / JOURNAL_FILE
@@ -423,7 +431,7 @@ def test_bad_flags_are_one_line_before_any_gpu_work(tmp_path, capsys, monkeypatc
 
 @pytest.mark.parametrize("url", ["postgresql://127.0.0.1:1/x", "mysql://127.0.0.1:1/x"])
 def test_an_unreachable_database_is_one_line(tmp_path, url):
-    from tuner.store.results import study_storage
+    from tuner.store.journal import study_storage
 
     with pytest.raises(ResultsError, match="cannot be opened"):
         study_storage(url, tmp_path, "gpu")
@@ -493,11 +501,11 @@ def test_a_date_given_as_a_mapping_is_refused(tmp_path, capsys):
 
 
 def test_the_cross_host_grace_is_a_flag(tmp_path):
-    from tuner.store.results import heartbeat_for
+    from tuner.store.journal import heartbeat_for
 
     args = cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30"))
     options = tune_command.options_from(args, None)
     assert options.stale_after_s == 30 and heartbeat_for(30) == 10 and heartbeat_for(120) == 20
-    storage = __import__("tuner.store.results", fromlist=["x"]).study_storage(
+    storage = __import__("tuner.store.journal", fromlist=["x"]).study_storage(
         f"sqlite:///{tmp_path / 's.db'}", tmp_path, "gpu", heartbeat_s=heartbeat_for(30), grace_s=30)
     assert storage.grace_period == 30 and storage.get_heartbeat_interval() == 10

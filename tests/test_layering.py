@@ -15,7 +15,7 @@ MAX_LINES = 400
 # Imports of a later stage still to remove (none is left: a change keeps it so).
 UPWARD_IMPORTS: set[tuple[str, str]] = set()
 OVERSIZED = {
-    "families/base.py", "store/results.py", "families/sm90_dsl/kernel.py", "search/study.py",
+    "families/base.py", "families/sm90_dsl/kernel.py",
 }
 
 

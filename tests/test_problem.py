@@ -243,7 +243,7 @@ def test_old_dicts_read_back_unchanged_and_per_axis_dicts_carry_only_what_differ
 def test_the_committed_best_yaml_entries_read_back_unchanged_under_their_study_keys():
     """Every committed result: its problem's dict form is the stored one, byte for byte, and its key is the
     shape part of the study name it was tuned under."""
-    from tuner.search.study import problem_of_study
+    from tuner.search.trials import problem_of_study
     from tuner.core.yamlfile import read_yaml
 
     repo = Path(__file__).resolve().parents[1]

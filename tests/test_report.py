@@ -9,7 +9,7 @@ from tuner.analysis.report import (Confirmed, explain_finalists, fastest_wider, 
                                    outcome_name, reason_line)
 from tuner.measure.run import KernelAttributes
 from tuner.core.status import Status
-from tuner.search.study import TrialRecord
+from tuner.search.trials import TrialRecord
 
 ATTRIBUTES = KernelAttributes(registers_per_thread=128, static_smem_bytes=0, dynamic_smem_bytes=98304,
                               local_bytes_per_thread=0, threads_per_block=128, max_active_blocks_per_sm=2)

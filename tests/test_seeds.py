@@ -63,7 +63,7 @@ def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h
 
     from tuner.core.epilogue import parse_epilogue
     from tuner.core.problem import ConvProblem, problem_to_dict
-    from tuner.search.space import load_space, default_space_file
+    from tuner.search.space import default_space_file, load_space
 
     bare = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
     fused = replace(bare, epilogue=parse_epilogue("scale+bias+relu"))

@@ -134,7 +134,7 @@ def test_every_import_path_gives_a_conv_one_key(tmp_path, folded):
     pytest.importorskip("onnx")
     from tuner.importers.onnx_import import from_onnx
     from tuner.core.problem import canonical_problem, problem_to_dict
-    from tuner.store.results import best_entries, names_by_problem
+    from tuner.store.best import best_entries, names_by_problem
 
     module = Stage().eval()
     path = tmp_path / "stage.onnx"

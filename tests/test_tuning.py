@@ -8,12 +8,12 @@ import pytest
 
 from conftest import params
 from fakefamily import NAME, FakeEvaluator, registered, write_space
-from tuner.store.results import BestEntry
+from tuner.store.schema import BestEntry
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
 from tuner.search.space import JointSpace
 from tuner.core.status import Status
 from tuner.measure.run import KernelAttributes
-from tuner.search.study import TrialRecord
+from tuner.search.trials import TrialRecord
 from tuner.pipeline.tuning import finalist_configs
 
 ATTRIBUTES = KernelAttributes(registers_per_thread=96, static_smem_bytes=0, dynamic_smem_bytes=49152,
@@ -131,7 +131,7 @@ def test_a_layer_is_tuned_without_a_console_and_tells_its_sink_each_step_in_orde
     from tuner.core.layers import Layer
     from tuner.pipeline.tuning import TuningOptions, TuningSession
     from tuner.search.space import load_space, valid_configs
-    from tuner.store.results import best_entries
+    from tuner.store.best import best_entries
 
     layer = layers["conv_1"]
     sink = RecordingSink()

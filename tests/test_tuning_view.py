@@ -17,7 +17,8 @@ from tuner.measure.timing import Measurement
 from tuner.pipeline.events import (BestWritten, FamilySkipped, FamilySpace, LayerFinishedEarlier, LayerStarted,
                                    LayerTunedAs, StudyEnded, WinnerChosen)
 from tuner.pipeline.tuning import LayerOutcome
-from tuner.search.study import StudyClock, TrialRecord
+from tuner.search.study import StudyClock
+from tuner.search.trials import TrialRecord
 
 ATTRIBUTES = KernelAttributes(registers_per_thread=128, static_smem_bytes=0, dynamic_smem_bytes=98304,
                               local_bytes_per_thread=0, threads_per_block=128, max_active_blocks_per_sm=2)

@@ -19,7 +19,8 @@ from tuner.build.compile import Compiler
 from tuner.build.compile_cache import default_cache_dir
 from tuner.search.costmodel import Ceilings
 from tuner.core.layers import load_layers, matching_layers
-from tuner.store.results import gpu_dir, study_storage
+from tuner.store.journal import study_storage
+from tuner.store.results import gpu_dir
 from tuner.search.space import layer_space
 from tuner.pipeline.tuning import device_spaces
 from tuner.search.seeds import landscape_seeds, seed_configs, twin_seeds

@@ -18,10 +18,11 @@ from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError
 from tuner.search.costmodel import Ceilings, predicted_us
-from tuner.search.replay import recorded_rows
 from tuner.search.space import make_config
 from tuner.store.bench_record import read_bench
-from tuner.store.results import best_entries, gpu_dir, layer_file_stem, names_by_problem, results_slug
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.landscape import recorded_rows
+from tuner.store.results import gpu_dir, layer_file_stem, results_slug
 
 LANDSCAPE_DIR = "landscape"
 # bench.yaml's one-run libraries, timed beside the tuned kernel (the same-kernel-bare figure is not a library).

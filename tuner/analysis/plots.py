@@ -15,9 +15,11 @@ import optuna
 
 from tuner.search.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.store.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, check_storage_url,
-                           journal_backend, layer_file_stem, read_best, readable_journal)
-from tuner.search.study import METRIC_NAME, label_values, params_key, problem_of_study
+from tuner.store.journal import check_storage_url, journal_backend, readable_journal
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import JOURNAL_FILE, ResultsError, layer_file_stem
+from tuner.store.schema import BestEntry
+from tuner.search.trials import METRIC_NAME, label_values, params_key, problem_of_study
 
 MIN_TRIALS_FOR_IMPORTANCE = 10
 ROUGH_BELOW_TRIALS = 30  # the fastest 10 % of fewer trials is two or three of them

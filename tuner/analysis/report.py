@@ -15,7 +15,7 @@ from tuner.core.problem import ConvProblem
 from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.measure.run import KernelAttributes
-from tuner.search.study import TrialRecord
+from tuner.search.trials import TrialRecord
 
 # ncu's figures of a finalist's launch, and each fact as the static diagnosis and ncu state it.
 Profile = tuple[LaunchStats, tuple[Agreement, ...]]

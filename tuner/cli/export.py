@@ -12,8 +12,8 @@ from tuner.cli.network_args import add_network_arguments, imported_network
 from tuner.cli.tables import json_document
 from tuner.pipeline.dsl_export import LIBRARY
 from tuner.pipeline.export import export_header
-from tuner.store.results import (ResultsError, best_entries, gpu_slugs, layer_file_stem, names_by_problem,
-                                 recorded_gpu_dir, results_slug)
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.results import ResultsError, gpu_slugs, layer_file_stem, recorded_gpu_dir, results_slug
 
 REPO = Path(__file__).resolve().parents[2]
 # Where `export --onnx/--torchvision` writes a network's header, under results/<gpu>/ (ignored by git).

@@ -25,7 +25,8 @@ from tuner.cli.network_args import add_network_arguments
 from tuner.core.problem import ProblemError
 from tuner.core.layers import LONG_SHAPE, SHORT_SHAPE, TRANSPOSED_HELP
 from tuner.cli.tables import add_output_arguments
-from tuner.store.results import GRACE_S, MIN_GRACE_S, ResultsError
+from tuner.store.journal import GRACE_S, MIN_GRACE_S
+from tuner.store.results import ResultsError
 from tuner.search.study import request_stop
 from tuner.cli.tune import EXIT_ENVIRONMENT, tune
 

@@ -18,7 +18,8 @@ from tuner.cli.tables import add_output_arguments, csv_document, json_document, 
 from tuner.core.errors import UsageError
 from tuner.importers.plan import Decision, network_decisions, summary
 from tuner.pipeline.network_report import TOTAL, Coverage, LayerReport, coverage, draw, layer_reports, totals
-from tuner.store.results import best_entries, gpu_slugs, names_by_problem, recorded_gpu_dir, results_slug
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.results import gpu_slugs, recorded_gpu_dir, results_slug
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -31,7 +31,8 @@ from tuner.measure.evaluate import NoGpu
 from tuner.pipeline import nightly
 from tuner.pipeline.tuning import TuningOptions, TuningSession
 from tuner.search.space import chosen_spaces
-from tuner.store.results import MIN_GRACE_S, check_results_dir, check_storage_url
+from tuner.store.journal import MIN_GRACE_S, check_storage_url
+from tuner.store.results import check_results_dir
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tune.py"
 EXIT_ENVIRONMENT = 1  # a layer that no candidate passed; also the toolchain or the GPU missing

@@ -23,7 +23,7 @@ from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, Ev
                                    WinnerChosen)
 from tuner.pipeline.nightly import REGRESSION_THRESHOLD
 from tuner.pipeline.tuning import LayerOutcome
-from tuner.search.study import TrialRecord
+from tuner.search.trials import TrialRecord
 
 
 class TuningView:

@@ -29,7 +29,8 @@ from tuner.pipeline.landscape import LANDSCAPE_REPEATS, LandscapeEvent, measure_
 from tuner.pipeline.one_run import OneRunEvent, measure_tuned, time_baselines, with_library_times
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings
 from tuner.search.space import JointSpace, layer_space
-from tuner.search.study import StudyRunner, open_study, ranked, recorded_trials
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import ranked, recorded_trials
 from tuner.store.bench_record import BenchRecord, GpuTunerRun, MeasuredCeilings, read_bench, write_bench
 from tuner.store.results import gpu_dir
 

@@ -16,9 +16,10 @@ from tuner.pipeline.landscape import exhaustive_best
 from tuner.pipeline.one_run import is_gemm_layer
 from tuner.pipeline.replayed_search import SearchResult
 from tuner.search.costmodel import Ceilings
-from tuner.search.replay import Recorded
 from tuner.store.bench_record import BenchRecord, GpuTunerRun, OneRunLayer
-from tuner.store.results import BEST_FILE, best_entries
+from tuner.store.best import best_entries
+from tuner.store.results import BEST_FILE
+from tuner.store.schema import Recorded
 
 ABOVE = 1.25   # the bar for a single layer against cuDNN
 WITHIN = 1.05  # a layer this close to the baseline counts as level with it

@@ -11,7 +11,8 @@ from tuner.build.compile import CompileResult
 from tuner.core.device import DeviceFacts
 from tuner.core.problem import ConvProblem
 from tuner.families.base import KernelConfig
-from tuner.search.study import StudyClock, TrialRecord
+from tuner.search.study import StudyClock
+from tuner.search.trials import TrialRecord
 
 
 class Event:

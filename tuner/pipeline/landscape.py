@@ -17,12 +17,14 @@ from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import SearchSpace
-from tuner.search.replay import Recorded, read_record, write_record
+from tuner.search.replay import read_record
 from tuner.search.space import valid_configs
 from tuner.store.bench_record import BENCH_FILE, read_bench
-from tuner.store.results import BEST_FILE, SLUG, gpu_slugs, layer_file_stem, read_best, results_slug
+from tuner.store.best import read_best
+from tuner.store.landscape import LANDSCAPE_DIR, landscape_path, write_landscape
+from tuner.store.results import BEST_FILE, SLUG, gpu_slugs, results_slug
+from tuner.store.schema import Landscape, LandscapeRow, Recorded
 
-LANDSCAPE_DIR = "landscape"
 LANDSCAPE_REPEATS = 15
 
 
@@ -63,10 +65,6 @@ def exhaustive_best(record: dict[str, Recorded]) -> float:
     return min((r.median_us for r in record.values() if r.status is Status.ok), default=math.inf)
 
 
-def landscape_path(folder: Path, family: str, layer: str) -> Path:
-    return folder / LANDSCAPE_DIR / family / f"{layer_file_stem(layer)}.csv"
-
-
 def read_landscapes(folder: Path, layer: Layer, families: tuple[str, ...]) -> dict[str, dict[str, Recorded]]:
     """Each family's recorded landscape of the layer, where there is one."""
     return {family: read_record(landscape_path(folder, family, layer.name), layer.problem, family)
@@ -103,22 +101,23 @@ def measure_landscape(layers: list[Layer], space: SearchSpace, device: DeviceFac
         for config in per_layer[layer.name]:
             result = compiled[config.compiled]
             if not result.ok:
-                rows.append({**config.search_params, "status": Status.compile_failed.value})
+                rows.append(LandscapeRow(tuple(config.search_params.items()), Recorded(Status.compile_failed)))
                 continue
             evaluation = evaluator.evaluate(result.binary, layer.problem, family.launch_args(config, layer.problem),
                                             seed=1000 + index)
             m = evaluation.measurement
-            rows.append({**config.search_params, "status": evaluation.status.value,
-                         "median_us": m and m.median_us, "p10_us": m and m.p10_us, "p90_us": m and m.p90_us,
-                         "error": evaluation.error, "grid_blocks": evaluation.grid_blocks,
-                         "blocks_per_sm": evaluation.attributes and evaluation.attributes.max_active_blocks_per_sm})
+            rows.append(LandscapeRow(tuple(config.search_params.items()),
+                                     Recorded(evaluation.status, m and m.median_us, m and m.p10_us, m and m.p90_us,
+                                              evaluation.error),
+                                     evaluation.grid_blocks,
+                                     evaluation.attributes and evaluation.attributes.max_active_blocks_per_sm))
         # The header has always carried the name as rich markup escapes it; kept so that the files do not change.
-        write_record(landscape_path(folder, space.family, layer.name), rows,
-                     f"Landscape of {escape(layer.name)} on {device.name}: every statically valid candidate of "
-                     f"search_spaces/{space.family}_landscape.yaml,\nrecorded by: python tune.py bench "
-                     f"(same inputs for every candidate of the layer, {LANDSCAPE_REPEATS} graph replays each)",
-                     space.family)
-        ok = [r["median_us"] for r in rows if r["status"] == Status.ok.value]
+        write_landscape(landscape_path(folder, space.family, layer.name), Landscape(
+            space.family, family.knobs, tuple(rows),
+            f"Landscape of {escape(layer.name)} on {device.name}: every statically valid candidate of "
+            f"search_spaces/{space.family}_landscape.yaml,\nrecorded by: python tune.py bench "
+            f"(same inputs for every candidate of the layer, {LANDSCAPE_REPEATS} graph replays each)"))
+        ok = [r.recorded.median_us for r in rows if r.recorded.status is Status.ok]
         emit(LandscapeTimed(space.family, layer.name, len(ok), len(rows), min(ok, default=math.nan)))
 
 

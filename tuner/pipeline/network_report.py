@@ -23,7 +23,8 @@ from tuner.core.epilogue import Epilogue
 from tuner.importers.network import ImportedLayer, Network, Unsupported
 from tuner.core.problem import ConvProblem
 from tuner.store.bench_record import OneRunLayer, read_bench
-from tuner.store.results import BestEntry, best_entries, names_by_problem
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.schema import BestEntry
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from tuner.core.status import Status
 from tuner.families import registry
 from tuner.search.space import entry_config
 from tuner.store.bench_record import BenchRecord, OneRunLayer
-from tuner.store.results import ResultsError, best_entries
+from tuner.store.best import best_entries
+from tuner.store.results import ResultsError
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,11 @@ from tuner.core.layers import Layer
 from tuner.families.base import SearchSpace
 from tuner.pipeline.landscape import exhaustive_best
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
-from tuner.search.replay import Recorded, ReplayCompiler, ReplayEvaluator
+from tuner.search.replay import ReplayCompiler, ReplayEvaluator
 from tuner.search.space import JointSpace
-from tuner.search.study import StudyRunner, open_study, ranked
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import ranked
+from tuner.store.schema import Recorded
 
 BUDGETS = (16, 32, 64)
 SEEDS = (0, 1, 2)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from tuner.pipeline.bench_summary import RatioStats, ratio_stats
 from tuner.store.bench_record import BENCH_FILE, MeasuredCeilings, read_bench
-from tuner.store.results import (BEST_FILE, BestEntry, ResultsError, best_entries, gpu_dir, gpu_slugs, read_best,
-                                 recorded_gpu_dir)
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import BEST_FILE, ResultsError, gpu_dir, gpu_slugs, recorded_gpu_dir
+from tuner.store.schema import BestEntry
 
 BASELINES = (("cudnn_us", "cuDNN"), ("cublas_us", "cuBLAS"), ("eager_us", "PyTorch eager"),
              ("compiled_us", "torch.compile"), ("bare_kernel_us", "the same kernel without its epilogue"))

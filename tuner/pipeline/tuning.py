@@ -27,13 +27,17 @@ from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, Ev
                                    OrphansFailed, ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated,
                                    TrialsFailed, WasteFound, WinnerChosen)
 from tuner.search.seeds import landscape_seeds, reference_config, seed_study, twin_seeds
-from tuner.store.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
-                           GRACE_S, heartbeat_for, study_storage, update_best)
+from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
+from tuner.store.best import best_entries, names_by_problem, update_best
+from tuner.store.history import append_history
+from tuner.store.results import ResultsError, gpu_dir
+from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
 from tuner.search.space import (JointSpace, entry_config, joint_valid_configs, layer_space, static_problems,
                          without_superseded)
 from tuner.core.status import Status
-from tuner.search.study import (StudyProgress, TrialRecord, StudyRunner, fail_orphans, open_study, ranked,
-                         recorded_trials, stop_if_requested, study_name)
+from tuner.search.study import StudyProgress, StudyRunner, open_study, stop_if_requested
+from tuner.search.trials import TrialRecord, ranked, recorded_trials, study_name
+from tuner.search.workers import fail_orphans
 
 
 @dataclass(frozen=True)
@@ -221,9 +225,10 @@ class TuningSession:
         if previous and previous.run != run_id:
             entry["previous"] = {"runtime_us": previous.runtime_us, "kernel": previous.kernel, "run": previous.run,
                                  "date": previous.date}
-        update_best(self.folder, layer.name, entry, table_header(self.device))
-        append_history(self.folder, {"layer": layer.name, "kernel": entry["kernel"], "runtime_us": entry["runtime_us"],
-                                     "measured": measured, "study": study.study_name, "run": run_id})
+        update_best(self.folder, layer.name, BestEntry.parse(layer.name, entry),
+                    BestHeader.parse(table_header(self.device)))
+        append_history(self.folder, HistoryEvent(layer.name, entry["kernel"], entry["runtime_us"], measured,
+                                                 study.study_name, run_id))
         self.sink.emit(BestWritten(layer.name, self.folder / "best.yaml"))
         return LayerOutcome(layer.name, entry["runtime_us"], (entry.get("previous") or {}).get("runtime_us"),
                             entry["kernel"], measured)

@@ -14,11 +14,10 @@ from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SpaceError
-from tuner.store.results import best_entries
 from tuner.search.costmodel import Ceilings, joint_prior_picks
-from tuner.search.replay import fastest_recorded
+from tuner.search.measurements import MeasurementDB, Source
 from tuner.search.space import JointSpace, joint_params, make_config, static_problems
-from tuner.search.study import params_key, ranked, recorded_trials
+from tuner.search.trials import params_key, recorded_trials
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
 LANDSCAPE_SEEDS = 2
@@ -43,46 +42,34 @@ def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint
                     per_family: int = LANDSCAPE_SEEDS) -> list[KernelConfig]:
     """The fastest configurations `tune.py bench` measured for this layer on this GPU
     (results/<gpu>/landscape/<family>/<layer>.csv), `per_family` of each family the study searches."""
+    measurements = MeasurementDB(folder)
     seeds = []
     for family in joint.families:
-        path = folder / "landscape" / family / f"{layer}.csv" if folder else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            found = fastest_recorded(path, problem, family, per_family)
-        except (OSError, KeyError, ValueError):  # a landscape of an older space: no seeds from it
-            continue
-        seeds += [c for c in found if joint.contains(c) and not static_problems(c, problem, device)]
+        found = measurements.top_k(problem, per_family, layer=layer, family=family, sources=(Source.landscape,))
+        seeds += [measured.config for measured in found
+                  if joint.contains(measured.config) and not static_problems(measured.config, problem, device)]
     return seeds
 
 
-def twin_seeds(folder: Path | None, storage, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
-               count: int = TWIN_SEEDS) -> list[KernelConfig]:
+def twin_seeds(folder: Path | None, storage: optuna.storages.BaseStorage | str | None, problem: ConvProblem,
+               joint: JointSpace, device: DeviceFacts, count: int = TWIN_SEEDS) -> list[KernelConfig]:
     """For a layer with an epilogue: the `count` fastest configurations its bare twin (the same
-    convolution without the epilogue, a best.yaml entry of this GPU) measured, built with the epilogue.
-    The epilogue costs a kernel little, so they are the first candidates worth trying."""
+    convolution without the epilogue, a best.yaml entry of this GPU) measured in its study, built with the
+    epilogue. The epilogue costs a kernel little, so they are the first candidates worth trying."""
     if folder is None or not problem.epilogue.fused:
         return []
     bare = replace(problem, epilogue=Epilogue())
-    for entry in best_entries(folder).values():
-        if entry.problem != bare or entry.study_name is None:
-            continue
+    seeds = []
+    for measured in MeasurementDB(folder, storage).top_k(bare, None, sources=(Source.tuned,)):
         try:
-            twin = optuna.load_study(study_name=entry.study_name, storage=storage)
-        except (KeyError, optuna.exceptions.OptunaError):
+            config = make_config(problem, measured.family, measured.config.search_params)
+        except (SpaceError, ValueError):
             continue
-        seeds = []
-        for record in ranked(twin, bare):
-            try:
-                config = make_config(problem, record.config.family, record.config.search_params)
-            except (SpaceError, ValueError):
-                continue
-            if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
-                seeds.append(config)
-            if len(seeds) == count:
-                break
-        return seeds
-    return []
+        if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
+            seeds.append(config)
+        if len(seeds) == count:
+            break
+    return seeds
 
 
 def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,

@@ -16,7 +16,7 @@ import yaml
 
 from tuner.core.device import DeviceFacts, device_from_dict
 from tuner.core.yamlfile import brief
-from tuner.store.results import ResultsError, _read_results_yaml, atomic_write
+from tuner.store.results import ResultsError, atomic_write, read_results_yaml
 
 BENCH_FILE = "bench.yaml"
 BENCH_VERSION = 1
@@ -119,7 +119,7 @@ def read_bench(folder: Path) -> BenchRecord:
     path = folder / BENCH_FILE
     if not path.is_file():
         return BenchRecord()
-    document = _read_results_yaml(path, MAX_BENCH_BYTES) or {}
+    document = read_results_yaml(path, MAX_BENCH_BYTES) or {}
     try:
         return _parse(document)
     except _Refused as refused:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tuner.store.results import HISTORY_FILE, JOURNAL_FILE, SLUG, KernelReleasedLock, ResultsError, gpu_dir, replacing
+from tuner.store.journal import KernelReleasedLock
+from tuner.store.results import HISTORY_FILE, JOURNAL_FILE, SLUG, ResultsError, gpu_dir, replacing
 
 ARCHIVE_ROOT = "results"
 ARTEFACT_FILES = (JOURNAL_FILE, HISTORY_FILE)

@@ -23,7 +23,9 @@ from tuner.importers.network import LAYERS_DEFAULTS, layer_entry
 from tuner.importers.tunable import conv_problem
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
-from tuner.store.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import ResultsError, gpu_slugs, recorded_gpu_dir, results_slug
+from tuner.store.schema import BestEntry
 from tuner.measure.run import LaunchError
 from tuner.importers.torch_import import traced_module
 from tuner.torch_ops import kernels
