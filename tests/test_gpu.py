@@ -27,7 +27,8 @@ from tuner.families.base import LaunchArgs  # noqa: E402
 from tuner.families.sm80.space import make_config, reference_config  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.build.abi import ABI_VERSION, KernelBinary  # noqa: E402
-from tuner.core.problem import ConvProblem, DataType  # noqa: E402
+from tuner.core.dtypes import DataType  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.analysis.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
 from tuner.core.status import Status  # noqa: E402
 from tuner.measure.validate import tolerance  # noqa: E402
@@ -367,7 +368,7 @@ def test_diagnose_reads_a_real_ncu_rep(compiled_sm90, tmp_path):
     import shutil
 
     from tuner.families import registry
-    from tuner.analysis.ncu import ncu_report_folder
+    from tuner.analysis.ncu_file import ncu_report_folder
     from tuner.measure.worker import worker_env
 
     ncu = shutil.which("ncu")

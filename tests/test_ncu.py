@@ -10,12 +10,11 @@ from tuner.analysis.ncu import (
     NcuReportError,
     group_launches,
     normalise_unit,
-    parse_csv_report,
-    parse_report,
-    parse_text_report,
     parse_value,
-    read_report,
 )
+from tuner.analysis.ncu_csv import parse_csv_report
+from tuner.analysis.ncu_file import parse_report, read_report
+from tuner.analysis.ncu_text import parse_text_report
 
 from conftest import H100_CSV, H100_CUTLASS, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
 
@@ -437,7 +436,7 @@ def test_csv_rule_rows_become_rules_with_their_speedup():
 def test_a_report_over_the_size_limit_is_refused_without_reading_it(tmp_path):
     import time
 
-    from tuner.analysis import ncu
+    from tuner.analysis import ncu_file
     path = tmp_path / "huge.txt"
     with path.open("wb") as stream:  # sparse: 100 MB that take no disk
         stream.truncate(100 * 1000 * 1000)
@@ -445,7 +444,7 @@ def test_a_report_over_the_size_limit_is_refused_without_reading_it(tmp_path):
     with pytest.raises(NcuReportError, match=r"100\.0 MB, more than the 64 MiB") as error:
         read_report(path)
     assert time.monotonic() - started < 1
-    assert "\n" not in str(error.value) and ncu.MAX_REPORT_BYTES == 64 * 1024 * 1024
+    assert "\n" not in str(error.value) and ncu_file.MAX_REPORT_BYTES == 64 * 1024 * 1024
 
 
 def test_a_large_binary_file_is_refused_by_its_first_bytes(tmp_path):
@@ -468,7 +467,7 @@ def test_a_directory_is_not_a_report(tmp_path):
 
 def test_a_gui_copy_reads_as_the_text_report_it_was_made_from(rtx3060_launches):
     from conftest import RTX3060_GUI_COPY
-    from tuner.analysis.ncu import parse_report
+    from tuner.analysis.ncu_file import parse_report
 
     [gui] = parse_report(RTX3060_GUI_COPY.read_text())
     text = rtx3060_launches[0]
@@ -482,7 +481,7 @@ def test_a_gui_copy_reads_as_the_text_report_it_was_made_from(rtx3060_launches):
 
 
 def test_a_gui_copy_with_space_separated_cells_and_size_column():
-    from tuner.analysis.ncu import parse_gui_report
+    from tuner.analysis.ncu_text import parse_gui_report
 
     text = ("Result  Size  Time  Cycles  GPU  SM Frequency  Process  Attributes\n"
             "12 - 40 - conv2d_kernel  (2, 2, 256)x(16, 16, 1)  3.55 msecond  4,500,000  1 - NVIDIA H100 80GB HBM3"
@@ -503,7 +502,7 @@ def test_a_gui_copy_with_space_separated_cells_and_size_column():
 @pytest.mark.parametrize("form", ["details.txt", "details.csv", "raw.csv"])
 def test_every_form_of_one_recorded_launch_gives_the_same_figures(form):
     from conftest import H100_CUDNN_FORMS
-    from tuner.analysis.ncu import parse_report
+    from tuner.analysis.ncu_file import parse_report
 
     [launch] = parse_report(H100_CUDNN_FORMS[form].read_text())
     stats = LaunchStats.from_launch(launch)
@@ -517,7 +516,7 @@ def test_every_form_of_one_recorded_launch_gives_the_same_figures(form):
 
 def test_the_raw_page_keeps_every_metric_under_its_own_name():
     from conftest import H100_CUDNN_FORMS
-    from tuner.analysis.ncu import parse_raw_csv_report
+    from tuner.analysis.ncu_csv import parse_raw_csv_report
 
     [launch] = parse_raw_csv_report(H100_CUDNN_FORMS["raw.csv"].read_text())
     assert launch.metric("launch__registers_per_thread", "raw").value == 168
@@ -529,7 +528,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
     """A stand-in for Nsight Compute's report interface: the launch's metrics become the raw page's."""
     import sys
     import textwrap
-    from tuner.analysis.ncu import read_report
+    from tuner.analysis.ncu_file import read_report
 
     (tmp_path / "ncu_report.py").write_text(textwrap.dedent('''
         METRICS = {"launch__grid_dim_x": ("", "15"), "launch__grid_dim_y": ("", "8"), "launch__grid_dim_z": ("", "1"),
@@ -575,7 +574,7 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
     stats = LaunchStats.from_launch(launch)
     assert (launch.grid, launch.block, stats.registers_per_thread) == ((15, 8, 1), (384, 1, 1), 168)
     assert stats.duration_us == pytest.approx(25.28)
-    from tuner.analysis.diagnose import explain_report  # `tune.py diagnose` reads it the same way
+    from tuner.analysis.explain import explain_report  # `tune.py diagnose` reads it the same way
 
     diagnosis = explain_report(report)
     [(_, _, flags)] = diagnosis.results
@@ -584,13 +583,13 @@ def test_an_ncu_rep_is_read_through_ncu_report_when_it_is_importable(tmp_path, m
 
 
 def test_an_ncu_rep_without_ncu_report_is_one_line(tmp_path, monkeypatch):
-    import tuner.analysis.ncu as ncu
+    import tuner.analysis.ncu_file as ncu_file
 
-    monkeypatch.setattr(ncu, "ncu_report_folder", lambda: None)
+    monkeypatch.setattr(ncu_file, "ncu_report_folder", lambda: None)
     report = tmp_path / "one.ncu-rep"
     report.write_bytes(b"\0binary")
     with pytest.raises(NcuReportError, match="needs Nsight Compute's Python report interface") as caught:
-        ncu.read_report(report)
+        ncu_file.read_report(report)
     assert "\n" not in str(caught.value)
 
 
@@ -598,7 +597,7 @@ def test_an_ncu_rep_that_crashes_ncu_report_is_one_line(tmp_path, monkeypatch):
     """ncu_report is native code: Nsight Compute 2025.3's ended the process with SIGSEGV on a real H100
     report. It runs in a child, so a crash is a one-line error naming the export that reads anyway."""
     import sys
-    from tuner.analysis.ncu import read_report
+    from tuner.analysis.ncu_file import read_report
 
     (tmp_path / "ncu_report.py").write_text("import os, signal\n"
                                             "def load_report(path): os.kill(os.getpid(), signal.SIGSEGV)\n")

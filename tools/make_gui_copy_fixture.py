@@ -12,7 +12,8 @@ from pathlib import Path
 
 import repository  # noqa: F401 - puts the repository on sys.path
 
-from tuner.analysis.ncu import NcuReportError, parse_text_report
+from tuner.analysis.ncu import NcuReportError
+from tuner.analysis.ncu_text import parse_text_report
 
 
 def main() -> int:

@@ -19,13 +19,14 @@ from pathlib import Path
 
 from repository import this_gpu, tuned_layers
 
-from tuner.pipeline.bench import is_gemm_layer
+from tuner.pipeline.one_run import is_gemm_layer
 from tuner.build.compile import Compiler
 from tuner.core.epilogue import Epilogue
 from tuner.families import registry
 from tuner.measure.protocol import EvaluateRequest
 from tuner.analysis.profile import KERNEL_FILTER
-from tuner.analysis.ncu import NcuReportError, parse_csv_report
+from tuner.analysis.ncu import NcuReportError
+from tuner.analysis.ncu_csv import parse_csv_report
 from tuner.search.space import make_config
 from tuner.measure.worker import worker_env
 

@@ -6,7 +6,8 @@ from conftest import squeeze, config_for
 from tuner.build.codegen import candidate_source, kernel_alias
 from tuner.families.base import ELEMENT_TAGS
 from tuner.families.sm80_common.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.families.sm80.space import reference_config
 from tuner.families.sm80_common.space import SWIZZLES, IteratorAlgorithm
 

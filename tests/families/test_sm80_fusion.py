@@ -16,7 +16,8 @@ from tuner.families.base import LaunchArgs
 from tuner.families.base import ACTIVATION_TAGS
 from tuner.families.sm80.space import reference_config
 from tuner.families.sm80_common.space import static_problems
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
 
 ALIAS = f"{CANDIDATE_ALIAS}0"

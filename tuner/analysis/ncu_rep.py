@@ -1,7 +1,7 @@
 """An .ncu-rep file read through Nsight Compute's Python report interface (ncu_report), in a process of
 its own: `python -m tuner.analysis.ncu_rep FILE` prints every launch's name and metrics as JSON.
 ncu_report is a native library; the one shipped with Nsight Compute 2025.3 ended the process with a
-segmentation fault on the H100's reports, so the parent (tuner.analysis.ncu.read_ncu_rep) runs this and turns
+segmentation fault on the H100's reports, so the parent (tuner.analysis.ncu_file.read_ncu_rep) runs this and turns
 a crash into one line. Needs only the standard library and ncu_report on the path."""
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from tuner.analysis.diagnose import LaunchFacts, occupancy
 from tuner.families.base import LaunchArgs
 from tuner.measure.protocol import EvaluateRequest
-from tuner.analysis.ncu import LaunchStats, NcuReportError, parse_csv_report
+from tuner.analysis.ncu import LaunchStats, NcuReportError
+from tuner.analysis.ncu_csv import parse_csv_report
 from tuner.core.problem import ConvProblem
 from tuner.build.abi import KernelBinary
 from tuner.measure.worker import worker_env

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
-from tuner.core.problem import ConvProblem, DataType
 from tuner.families.base import (BuildRequest, CostTerms, LaunchArgs, LaunchShape, SearchSpace, Shape3, check_keys,
                                  int_list, param, shape_list, whole)
 from tuner.families.family import BuilderEmitter, Family, PerformanceModel, SpaceRules
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 
 NAME = "fake"
 REFERENCE_PARAMS = {"tile": "128x128x32", "stages": 3, "split_k": 1}

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import Shape3, int_list, pad_channels, param, shape_list, types_problem, whole
-from tuner.core.problem import ConvProblem, DataType, dtype_key
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 KERNELS = "sm80"  # how reasons name these kernels, whichever family builds them
 # Through templates/conv2d_fprop_evt.h's visitor-tree epilogue, at split-K 1 only.

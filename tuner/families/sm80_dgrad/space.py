@@ -19,7 +19,8 @@ from tuner.core.device import DeviceFacts
 from tuner.families.base import LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param, types_problem
 from tuner.families.sm80_common import space as sm80_space
 from tuner.families.sm80_common.space import ImplicitGemmConfig, IteratorAlgorithm
-from tuner.core.problem import ConvProblem, pair_text
+from tuner.core.axes import pair_text
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm80_dgrad"
 ITERATORS = (IteratorAlgorithm.analytic, IteratorAlgorithm.optimized)

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
-from tuner.core.problem import DataType
+from tuner.core.dtypes import DataType
 from tuner.families.sm90_common.space import AUTO_STAGES, ConvKernelConfig, EpilogueSchedule
 
 # The shared C++ stays in sm90_conv's templates/, where the comments emitted with it say it is: a header's bytes

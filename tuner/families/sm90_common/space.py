@@ -14,7 +14,8 @@ from tuner.core.device import DeviceFacts
 from tuner.families.base import (SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment, pad_channels,
                                  param, shape_list, types_problem, whole)
 from tuner.core.epilogue import Epilogue
-from tuner.core.problem import ConvProblem, DataType, dtype_key
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 CONV_KERNEL = "sm90_conv"  # how reasons name the conv kernel, whichever family runs it
 # cutlass/gemm/collective/builders/sm90_common.inl:57: the shared memory a CTA may opt into on sm90.
