@@ -210,10 +210,13 @@ def test_bad_epilogues_are_one_line_usage_errors(tmp_path, args, says):
 
 
 def test_a_family_that_cannot_fuse_a_part_names_it_and_who_can(monkeypatch, capsys):
+    import dataclasses
+
     from tuner.cli import tune as cli
     from tuner.families import registry
 
-    monkeypatch.setattr(registry.get("sm90_gemm"), "fusable", frozenset({"bias", "relu"}))
+    narrower = dataclasses.replace(registry.get("sm90_gemm"), fusable=frozenset({"bias", "relu"}))
+    monkeypatch.setitem(registry.families(), "sm90_gemm", narrower)
     layers = cli.load_layers(REPO / "search_spaces" / "layers.yaml")
     spaces = cli.chosen_spaces("sm90_gemm", None)
     with pytest.raises(cli.UsageError) as refused:
