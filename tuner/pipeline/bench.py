@@ -709,6 +709,8 @@ def main(argv: list[str], console: Console) -> int:
     if args.compile_only and (args.replay_only or args.measure_only or "landscape" not in args.steps):
         raise UsageError("--compile-only compiles the landscapes and stops: it takes no --replay-only or "
                          "--measure-only, and no --steps without landscape")
+    if args.compile_only and args.json:
+        raise UsageError("--compile-only fills the compile cache and reports nothing: leave out --json")
     if args.gpu is not None and not (args.replay_only or args.compile_only):
         raise UsageError("--gpu goes with --replay-only, --summary or --compile-only: measuring takes this host's GPU")
     if args.replay_only:
@@ -808,6 +810,14 @@ def write_summary(args, console: Console) -> int:
     if updated is not None and updated != readme:
         atomic_write(args.readme, updated)
         console.print(f"wrote the results lines of {args.readme}")
+    if args.json:  # the document owns stdout (the CLI's console writes to stderr under --json)
+        from tuner.cli.tables import json_document
+
+        print(json_document({"summary_file": str(args.summary_file),
+                             "readme": str(args.readme) if updated is not None else None,
+                             "gpus": [{"gpu": gpu.slug, "name": gpu.name, "best": gpu.best_line,
+                                       "lines": list(gpu.lines)} for gpu in gpus]}))
+        return 0
     console.print(short, markup=False, highlight=False, soft_wrap=True)
     return 0
 
