@@ -178,3 +178,29 @@ def test_compile_only_refuses_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(bench, "compile_landscapes", lambda *a: pytest.fail("compiled the landscapes"))
     assert "leave out --json" in one_line(*run(capsys, "bench", "--compile-only", "--gpu", "h100", "--json",
                                                "--results-dir", str(tmp_path)))
+
+
+# --- what is not a file: never replaced by a written one, never read to its end ----------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_written_file_never_replaces_what_is_not_a_file(tmp_path, capsys, kind):
+    """As root, `--write-layers /dev/full` renamed the layers file over the device node."""
+    import os
+
+    from test_fault_run import conv_node, onnx_model
+
+    target = tmp_path / "target"
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    model = onnx_model(tmp_path / "m.onnx", [conv_node("c", "x", "w", "out")], {"w": (16, 16, 3, 3)})
+    err = one_line(*run(capsys, "--onnx", str(model), "--write-layers", str(target)))
+    assert "it exists and is not a file" in err
+    assert (target.is_fifo() if kind == "fifo" else target.is_dir()) and len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_device_given_as_a_model_is_read_with_a_cap(capsys, monkeypatch):
+    """`--onnx /dev/zero` read until memory ran out (the process was killed)."""
+    from tuner.importers import network
+
+    monkeypatch.setattr(network, "MAX_STREAM_BYTES", 1 << 20)
+    assert "is not a file and gives more than 1 MB" in one_line(*run(capsys, "--onnx", "/dev/zero", "--list-layers"))
+    assert "no ONNX graph" in one_line(*run(capsys, "--onnx", "/dev/null", "--list-layers"))

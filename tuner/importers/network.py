@@ -37,6 +37,7 @@ GENERATED_NODE_NAME = re.compile(r"node_\w+")
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 NAMESPACE_KEY = "namespace"
 MAX_METADATA_CHARS = 10_000
+MAX_STREAM_BYTES = 256 << 20  # read from a device or a pipe given as --onnx
 # ONNX shape inference names a dimension it cannot work out unk__0, unk__1, ...
 INFERRED_DIM_PREFIX = "unk__"  # a scope list longer than this is not read: the node keeps its own name
 
@@ -142,9 +143,20 @@ def from_onnx(path: Path, batch: int | None = None, dtype: str | None = None) ->
     except ImportError:
         raise NetworkError("reading ONNX needs the onnx package: pip install onnx") from None
     try:
-        model = onnx.load(str(path))
+        if path.exists() and not path.is_file() and not path.is_dir():
+            # a device or a pipe has no size to stop at (/dev/zero never ends): read it with a cap
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_STREAM_BYTES + 1)
+            if len(data) > MAX_STREAM_BYTES:
+                raise NetworkError(f"{path} is not a file and gives more than {MAX_STREAM_BYTES >> 20} MB: refused; "
+                                   "pass a .onnx file")
+            model = onnx.load_model_from_string(data)
+        else:
+            model = onnx.load(str(path))
     except FileNotFoundError:
         raise NetworkError(f"{path}: no such file") from None
+    except NetworkError:
+        raise
     except Exception as error:  # onnx raises DecodeError, ValueError, ... for a file that is not a model
         raise NetworkError(f"{path} is not an ONNX model ({type(error).__name__}); export one with "
                            "torch.onnx.export or pass a .onnx file") from None
