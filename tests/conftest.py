@@ -12,7 +12,8 @@ if str(REPO) not in sys.path:  # plain `pytest` from anywhere, not only `python 
     sys.path.insert(0, str(REPO))
 
 from tuner.core.device import DeviceFacts  # noqa: E402
-from tuner.core.problem import ConvProblem, load_layers  # noqa: E402
+from tuner.core.layers import load_layers  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.families.base import SearchSpace  # noqa: E402
 from tuner.families.sm80.space import make_config  # noqa: E402
 from tuner.search.space import load_space  # noqa: E402
@@ -76,9 +77,25 @@ def config_for(problem: ConvProblem, **overrides):
     return make_config(problem, params(**overrides))
 
 
+def write_best(folder: Path, layer: str, entry: dict, header: dict) -> Path:
+    """Put a layer's entry and the header, each as best.yaml holds it, into folder/best.yaml through their
+    records, as the tuner writes them."""
+    from tuner.store.best import update_best
+    from tuner.store.schema import BestEntry, BestHeader
+
+    return update_best(folder, layer, BestEntry.parse(layer, entry), BestHeader.parse(header))
+
+
 def squeeze(text: str) -> str:
     """C++ text without whitespace, to compare generated code with expectations."""
     return re.sub(r"\s+", "", text)
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    """The message of a raised error, checked to be one line."""
+    message = str(error.value)
+    assert message and "\n" not in message, f"not a one-line message: {message!r}"
+    return message
 
 
 def assert_in_order(text: str, pieces: list[str]) -> None:
@@ -91,7 +108,7 @@ def assert_in_order(text: str, pieces: list[str]) -> None:
 
 
 # An imported model's element type (as torch and numpy name it), --dtype, and the types and name tag its layers
-# get: the same for every frontend (tuner/importers/network.py MODEL_DTYPES).
+# get: the same for every frontend (tuner/importers/frontend.py MODEL_DTYPES).
 MODEL_DTYPE_CASES = [
     ("float32", None, "f16_f16_f16_f32", ""),              # an f32 model is tuned in f16, as before
     ("float16", None, "f16_f16_f16_f32", ""),

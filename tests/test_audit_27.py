@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_best
 from test_fault_run import HEADER, SLUG, one_line, results_with, run, sound_entry
-from tuner.store.results import BEST_FILE, update_best
+from tuner.store.results import BEST_FILE
 
 # Names the header declares or reaches in a GPU's namespace: its runners and tables, CUTLASS's and the
 # standard library's namespaces, a family's helper namespace, a CuTe type used unqualified.
@@ -22,7 +23,7 @@ HEADER_NAMES = ("Sm80Runner", "TunedLayer", "kLayers", "find_layer", "cutlass", 
 
 def header_with_layers(tmp_path: Path, capsys, names) -> str:
     for name in names:
-        update_best(tmp_path / "results" / SLUG, name, sound_entry(), HEADER)
+        write_best(tmp_path / "results" / SLUG, name, sound_entry(), HEADER)
     code, err = run(capsys, "export", "--results-dir", str(tmp_path / "results"))
     assert code == 0, err
     return (tmp_path / "results" / SLUG / "best_configs.h").read_text()
@@ -37,7 +38,7 @@ def test_a_layer_named_like_a_name_of_the_header_gets_an_alias_of_its_own(name):
 
 def test_the_committed_layer_names_keep_their_aliases():
     from tuner.pipeline.export import cpp_identifier
-    from tuner.store.results import read_best
+    from tuner.store.best import read_best
 
     repo = Path(__file__).resolve().parents[1] / "results"
     names = [name for path in repo.glob(f"*/{BEST_FILE}") for name in read_best(path.parent)["layers"]]
@@ -59,7 +60,7 @@ def test_the_header_of_such_layers_compiles(tmp_path, capsys):
     import subprocess
 
     from test_docs_cpp import NVCC_FLAGS
-    from tuner.build.compile import cutlass_include_dirs
+    from tuner.build.nvcc import cutlass_include_dirs
 
     header_with_layers(tmp_path, capsys, ("Sm80Runner", "cutlass", "std", "TunedLayer", "kLayers"))
     source = tmp_path / "use.cu"
@@ -81,15 +82,16 @@ def test_a_dollar_in_a_layer_name_is_drawn_as_it_is(tmp_path, conv_1, sm80_space
     from rich.console import Console
 
     from test_plots import replayed_study
-    from tuner.analysis import plots
+    from tuner.cli import plots
     from tuner.core.problem import problem_to_dict
-    from tuner.store.results import default_storage, gpu_dir
+    from tuner.store.journal import default_storage
+    from tuner.store.results import gpu_dir
 
     replayed_study(default_storage(tmp_path, h100.slug), "study", conv_1, sm80_space, h100)
-    update_best(gpu_dir(tmp_path, h100.slug), layer,
-                {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
-                 "runtime_us": 4.0, "study": {"name": "study"}},
-                {"device": {"name": "GPU $\\bad{$", "slug": h100.slug}})
+    write_best(gpu_dir(tmp_path, h100.slug), layer,
+               {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
+                "runtime_us": 4.0, "study": {"name": "study"}},
+               {"device": {"name": "GPU $\\bad{$", "slug": h100.slug}})
     assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     assert len(list((gpu_dir(tmp_path, h100.slug) / "plots").glob("*.png"))) == 3
 
@@ -99,7 +101,8 @@ def test_a_dollar_in_a_layer_name_is_drawn_as_it_is(tmp_path, conv_1, sm80_space
 def journal_with(tmp_path: Path, line: str) -> Path:
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     study = optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
@@ -111,7 +114,8 @@ def journal_with(tmp_path: Path, line: str) -> Path:
 
 @pytest.mark.parametrize("record", ['{"op_code": 5}', '{"op_code": 4, "worker_id": "w", "study_id": 0}'])
 def test_a_record_of_a_known_operation_without_its_fields_is_one_line(tmp_path, record):
-    from tuner.store.results import ResultsError, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import ResultsError
 
     journal_with(tmp_path, record)
     with pytest.raises(ResultsError, match="cannot be replayed"):
@@ -127,7 +131,8 @@ def test_plots_over_such_a_record_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("line", ["garbage", "[]", '{"op_code": 999}'])
 def test_a_whole_last_line_that_is_no_record_is_refused_before_anything_is_appended(tmp_path, line):
-    from tuner.store.results import ResultsError, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import ResultsError
 
     path = journal_with(tmp_path, line)
     lines = path.read_text().count("\n")
@@ -138,7 +143,7 @@ def test_a_whole_last_line_that_is_no_record_is_refused_before_anything_is_appen
 def test_a_last_line_still_being_written_is_no_damage(tmp_path):
     import optuna
 
-    from tuner.store.results import _open_journal
+    from tuner.store.journal import _open_journal
 
     path = journal_with(tmp_path, '{"op_code": 4, "worker_id": "w", "study_id": 0, "datetime_start"')
     path.write_bytes(path.read_bytes()[:-1])  # no newline yet: another writer is mid-append
@@ -173,7 +178,7 @@ def test_bench_summary_json_is_one_document(tmp_path, capsys):
 
 
 def test_compile_only_refuses_json(tmp_path, capsys, monkeypatch):
-    from tuner.pipeline import bench
+    from tuner.cli import bench
 
     monkeypatch.setattr(bench, "compile_landscapes", lambda *a: pytest.fail("compiled the landscapes"))
     assert "leave out --json" in one_line(*run(capsys, "bench", "--compile-only", "--gpu", "h100", "--json",
@@ -199,8 +204,8 @@ def test_a_written_file_never_replaces_what_is_not_a_file(tmp_path, capsys, kind
 
 def test_a_device_given_as_a_model_is_read_with_a_cap(capsys, monkeypatch):
     """`--onnx /dev/zero` read until memory ran out (the process was killed)."""
-    from tuner.importers import network
+    from tuner.importers import onnx_import
 
-    monkeypatch.setattr(network, "MAX_STREAM_BYTES", 1 << 20)
+    monkeypatch.setattr(onnx_import, "MAX_STREAM_BYTES", 1 << 20)
     assert "is not a file and gives more than 1 MB" in one_line(*run(capsys, "--onnx", "/dev/zero", "--list-layers"))
     assert "no ONNX graph" in one_line(*run(capsys, "--onnx", "/dev/null", "--list-layers"))

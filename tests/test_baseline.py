@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 
 from tuner.measure.baseline import torch_dtype
-from tuner.core.problem import ConvProblem, dtype_fields
+from tuner.core.dtypes import dtype_fields
+from tuner.core.problem import ConvProblem
 
 LAYER = ConvProblem(n=1, h=14, w=14, c=64, k=64, r=3, s=3, pad=1)
 

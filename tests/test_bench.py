@@ -12,12 +12,19 @@ import pytest
 import yaml
 from rich.console import Console
 
+from tuner.cli import bench as bench_command
+from tuner.cli.bench_tables import fused_table, one_run_lines, ratio_line
 from tuner.pipeline import bench
+from tuner.pipeline.bench_summary import name_batch, named_ratio_stats
+from tuner.pipeline.landscape import exhaustive_best
+from tuner.pipeline.one_run import measure_tuned
+from tuner.pipeline.replayed_search import replay_search
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks
-from tuner.core.device import device_from_dict
 from tuner.search.replay import read_record
 from tuner.search.space import JointSpace, load_space
 from tuner.core.status import Status
+from tuner.store.bench_record import BenchRecord, OneRunLayer, read_bench
+from tuner.store.landscape import landscape_path
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
 WITHIN = 1.03
@@ -30,31 +37,31 @@ def recorded_layers(family: str = "sm80") -> list[str]:
 
 
 def sm80_record(name: str, problem):
-    return read_record(bench.landscape_path(RESULTS, "sm80", name), problem, "sm80")
+    return read_record(landscape_path(RESULTS, "sm80", name), problem, "sm80")
 
 
 @pytest.fixture(scope="module")
 def measured():
-    return yaml.safe_load((RESULTS / "bench.yaml").read_text())
+    return read_bench(RESULTS)
 
 
 @pytest.fixture(scope="module")
 def landscape_space():
-    return load_space(bench.REPO / "search_spaces" / "sm80_landscape.yaml")
+    return load_space(bench_command.REPO / "search_spaces" / "sm80_landscape.yaml")
 
 
 def ratios_at_32(layer, space, device, ceilings) -> list[float]:
     record = sm80_record(layer.name, layer.problem)
-    exhaustive = bench.exhaustive_best(record)
+    exhaustive = exhaustive_best(record)
     joint = JointSpace((space,))
     prior = joint_prior_picks(joint, layer.problem, device, PRIOR_PICKS, ceilings)
-    return [bench.replay_search(layer.problem, joint, device, record, 32, seed, prior)[0] / exhaustive
+    return [replay_search(layer.problem, joint, device, record, 32, seed, prior)[0] / exhaustive
             for seed in (0, 1, 2)]
 
 
 @pytest.mark.slow
 def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_space):
-    device = device_from_dict(measured["device"])
+    device = measured.device
     ceilings = bench.bench_ceilings(measured)
     names = recorded_layers()
     assert set(bench.SUITE) <= set(names)
@@ -67,7 +74,7 @@ def test_tpe_with_prior_reaches_the_exhaustive_best(layers, measured, landscape_
 def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
     from tuner.search.space import valid_configs
 
-    device = device_from_dict(measured["device"])
+    device = measured.device
     for name in recorded_layers():
         record = sm80_record(name, layers[name].problem)
         valid = {c.name for c in valid_configs(landscape_space, layers[name].problem, device)}
@@ -80,7 +87,7 @@ def test_landscape_is_complete_for_the_suite(layers, measured, landscape_space):
 @pytest.mark.slow
 def test_replayed_bench_prints_the_table(capsys):
     console = Console(width=220, force_terminal=False)
-    assert bench.main(["--replay-only", "--seeds", "1", "--layers", "conv_1,r50_s4_3x3_b32"], console) == 0
+    assert bench_command.main(["--replay-only", "--seeds", "1", "--layers", "conv_1,r50_s4_3x3_b32"], console) == 0
     printed = capsys.readouterr().out
     assert "cuDNN" in printed and "r50_s4_3x3_b32" in printed and "geometric mean" in printed
 
@@ -89,7 +96,7 @@ def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, 
     """The 'search' step's plumbing, on the CPU: replayed compiles and timings of conv_1's landscape."""
     from tuner.search.replay import ReplayCompiler, ReplayEvaluator
 
-    device = device_from_dict(measured["device"])
+    device = measured.device
     record = sm80_record("conv_1", layers["conv_1"].problem)
     caches, compiler = [], ReplayCompiler()
 
@@ -103,7 +110,7 @@ def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, 
                                  Ceilings(), 12)
     assert len(caches) == 1 and not caches[0].exists()  # the cold cache is removed afterwards
     assert found.kernels_compiled == len(compiler.kernels) <= 12
-    exhaustive = bench.exhaustive_best(record)
+    exhaustive = exhaustive_best(record)
     assert found.best_us == min(record[name].median_us for name in evaluator.evaluated
                                 if record[name].status is Status.ok) >= exhaustive
     assert found.wall_s >= 0
@@ -111,7 +118,7 @@ def test_product_search_seeds_like_tune_py_and_counts_kernels(layers, measured, 
 
 def test_unknown_bench_step_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
-        bench.build_parser().parse_args(["--steps", "landscape,everything"])
+        bench_command.build_parser().parse_args(["--steps", "landscape,everything"])
     assert stop.value.code == 2
     assert "unknown step" in capsys.readouterr().err
 
@@ -121,10 +128,10 @@ def test_whole_number_options_below_one_are_usage_errors(option):
     from tuner.cli.main import UsageError
 
     with pytest.raises(UsageError, match=f"{option} must be at least 1"):
-        bench.main(["--replay-only", option, "0"], Console())
+        bench_command.main(["--replay-only", option, "0"], Console())
 
 
-def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, landscape_space):
+def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, landscape_space, measured):
     """The 'tuned' step on the CPU: best.yaml's kernel of each layer is compiled once and timed, and cuDNN
     (cuBLAS on a GEMM layer) right after it; the one-run summary judges the ratios."""
     from tuner.search.replay import ReplayCompiler, ReplayEvaluator
@@ -132,7 +139,7 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     from tuner.core.problem import problem_to_dict
     from tuner.search.space import all_configs
 
-    device = device_from_dict(yaml.safe_load((RESULTS / "bench.yaml").read_text())["device"])
+    device = measured.device
     layer = layers["conv_1"]
     record = sm80_record("conv_1", layer.problem)
     config = next(c for c in all_configs(landscape_space, layer.problem) if c.name in record
@@ -149,24 +156,25 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
         def request(self, payload):
             return {"cudnn_us": record[config.name].median_us / 2, "cudnn_version": 91900}
 
-    measured = {"cudnn": {}, "cublas": {}}
-    saves = []
-    bench.measure_tuned([layer, layers["r50_s4_3x3_b32"]], tmp_path, device, ReplayCompiler(), Evaluator(record),
-                        Worker(), measured, Console(file=open(tmp_path / "log", "w")), lambda: saves.append(1))
-    row = measured["one_run"]["conv_1"]
-    assert row["tuned_us"] == round(record[config.name].median_us, 3) and row["kernel"] == config.name
-    assert measured["cudnn"]["conv_1"] == row["cudnn_us"] == record[config.name].median_us / 2
-    assert "r50_s4_3x3_b32" not in measured["one_run"] and saves == [1]  # no entry: not timed
-    [line] = bench.one_run_summary(measured)
+    saves, events = [], []
+    timed = measure_tuned([layer, layers["r50_s4_3x3_b32"]], tmp_path, device, ReplayCompiler(), Evaluator(record),
+                          Worker(), BenchRecord(), events.append, saves.append)
+    row = timed.one_run["conv_1"]
+    assert row.tuned_us == round(record[config.name].median_us, 3) and row.kernel == config.name
+    assert timed.cudnn["conv_1"] == row.cudnn_us == record[config.name].median_us / 2
+    assert timed.cudnn_version == 91900
+    assert "r50_s4_3x3_b32" not in timed.one_run and saves == [timed]  # no entry: not timed
+    assert [type(event).__name__ for event in events] == ["NoBestEntry", "TunedStarted", "TunedTimed"]
+    [line] = one_run_lines(timed)
     assert "geometric mean 2.000 over 1 layers" in line and "above 1.25: 1 (conv_1 2.00)" in line
 
 
 def test_fused_layers_are_judged_against_pytorch_and_their_bare_kernel_not_cudnn():
-    measured = {"one_run": {
-        "r50_s4_3x3_b32": {"kernel": "k", "family": "sm90_conv", "tuned_us": 15.0, "cudnn_us": 16.0},
-        "r50f_s4_3x3_b32": {"kernel": "kf", "family": "sm90_conv", "epilogue": "scale+bias+relu", "tuned_us": 16.0,
-                            "cudnn_us": 8.0, "eager_us": 32.0, "compiled_us": 20.0, "bare_kernel_us": 15.0}}}
-    lines = bench.one_run_summary(measured)
+    measured = BenchRecord(one_run={
+        "r50_s4_3x3_b32": OneRunLayer("k", "sm90_conv", tuned_us=15.0, cudnn_us=16.0),
+        "r50f_s4_3x3_b32": OneRunLayer("kf", "sm90_conv", "scale+bias+relu", tuned_us=16.0, cudnn_us=8.0,
+                                       eager_us=32.0, compiled_us=20.0, bare_kernel_us=15.0)})
+    lines = one_run_lines(measured)
     by_baseline = {name: next(line for line in lines if f"/ {name}" in line)
                    for name in ("cuDNN", "PyTorch eager", "torch.compile", "the same kernel without its epilogue")}
     assert "geometric mean 0.938 over 1 layers" in by_baseline["cuDNN"]  # the bare layer only
@@ -175,35 +183,80 @@ def test_fused_layers_are_judged_against_pytorch_and_their_bare_kernel_not_cudnn
     assert "geometric mean 0.800 over 1 layers" in by_baseline["torch.compile"]
     assert "geometric mean 1.067 over 1 layers" in by_baseline["the same kernel without its epilogue"]
     console = Console(width=200, record=True, file=open(os.devnull, "w"))
-    console.print(bench.fused_table(measured))
+    console.print(fused_table(measured))
     text = console.export_text()
     assert "r50f_s4_3x3_b32" in text and "scale+bias+relu" in text and "r50_s4_3x3_b32 " not in text
     assert all(figure in text for figure in ("32.00", "20.00", "0.50", "0.80", "1.07"))
-    assert bench.fused_table({"one_run": {"r50_s4_3x3_b32": measured["one_run"]["r50_s4_3x3_b32"]}}) is None
+    assert fused_table(BenchRecord(one_run={"r50_s4_3x3_b32": measured.one_run["r50_s4_3x3_b32"]})) is None
 
 
 def test_ratio_line_gives_every_batch_its_mean_largest_first():
-    line = bench.ratio_line("x", {"r50_s4_3x3_b32": 2.0, "vgg16_features_0_b8": 0.5, "vgg16_features_0_b1": 1.0,
-                                  "conv_1": 1.0})
+    line = ratio_line("x", named_ratio_stats({"r50_s4_3x3_b32": 2.0, "vgg16_features_0_b8": 0.5,
+                                              "vgg16_features_0_b1": 1.0, "conv_1": 1.0}))
     assert "over 4 layers (batch 32: 2.000 over 1; batch 8: 0.500 over 1; batch 1: 1.000 over 1);" in line
-    assert bench.name_batch("regnety400_trunk_output_block1_block1_0_f_a_0_b32") == 32
-    assert bench.name_batch("conv_1") is None and bench.name_batch("vgg16_b32_features_0") is None
+    assert name_batch("regnety400_trunk_output_block1_block1_0_f_a_0_b32") == 32
+    assert name_batch("conv_1") is None and name_batch("vgg16_b32_features_0") is None
 
 
 def test_bench_measures_every_layer_of_a_layers_file_without_the_landscape_suite():
-    from tuner.core.problem import load_layers
+    from tuner.core.layers import load_layers
 
     repo = Path(__file__).resolve().parents[1]
-    assert bench.default_layers(load_layers(repo / "search_spaces" / "layers.yaml")) == list(bench.SUITE)
+    assert bench_command.default_layers(load_layers(repo / "search_spaces" / "layers.yaml")) == list(bench.SUITE)
     suite = load_layers(repo / "search_spaces" / "suite.yaml")
-    assert bench.default_layers(suite) == list(suite)
+    assert bench_command.default_layers(suite) == list(suite)
 
 
 def test_one_run_summary_of_the_layers_of_this_call_leaves_earlier_rows_out():
-    measured = {"one_run": {"r50_s4_3x3_b32": {"tuned_us": 20.0, "cudnn_us": 10.0},
-                            "vgg16_features_2_b8": {"tuned_us": 9.0, "cudnn_us": 10.0}}}
-    [everything] = bench.one_run_summary(measured)
+    measured = BenchRecord(one_run={"r50_s4_3x3_b32": OneRunLayer(tuned_us=20.0, cudnn_us=10.0),
+                                    "vgg16_features_2_b8": OneRunLayer(tuned_us=9.0, cudnn_us=10.0)})
+    [everything] = one_run_lines(measured)
     assert everything.startswith("one run, best.yaml's kernels / cuDNN") and "over 2 layers" in everything
-    [now] = bench.one_run_summary(measured, {"vgg16_features_2_b8", "vgg16_features_0_b8"})
+    [now] = one_run_lines(measured, {"vgg16_features_2_b8", "vgg16_features_0_b8"})
     assert now.startswith("one run (the 1 layers of this call), best.yaml's kernels / cuDNN")
     assert "geometric mean 0.900 over 1 layers (batch 8: 0.900 over 1)" in now
+
+
+def test_the_gpu_steps_keep_earlier_layers_and_write_bench_yaml_from_the_record(tmp_path, monkeypatch, layers,
+                                                                               measured):
+    """The 'cudnn' step through a stand-in worker: bench.yaml keeps what earlier runs measured, takes this
+    run's ceilings and figures, and is written after every layer."""
+    import tuner.measure.evaluate as evaluate
+    from tuner.store.bench_record import GpuTunerRun, write_bench
+
+    device = measured.device
+    folder = tmp_path / device.slug
+    earlier = BenchRecord(device, measured.ceilings, {"conv_1": 9.0, "older": 8.0},
+                          product_search={"older": GpuTunerRun(1.0, "k", 32, 30, 4.5)},
+                          one_run={"older": OneRunLayer("k", "sm80", tuned_us=1.0)})
+    write_bench(folder, earlier)
+    requests = []
+
+    class Worker:
+        def __init__(self, timeout_s):
+            pass
+
+        def request(self, payload):
+            requests.append(payload["op"])
+            if payload["op"] == "ceilings":
+                return {"matmul_tflops": 600.0, "copy_gbps": 3000.0, "torch_version": "2.x"}
+            return {"cudnn_us": 7.0, "cudnn_version": 91901}
+
+    class Evaluator:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def close(self):
+            requests.append("closed")
+
+    monkeypatch.setattr(evaluate, "WorkerProcess", Worker)
+    monkeypatch.setattr(evaluate, "query_device_facts", lambda worker: device.to_dict())
+    monkeypatch.setattr(evaluate, "GpuEvaluator", Evaluator)
+    events = []
+    found, record = bench.measure_on_gpu([layers["conv_1"], layers["r50_s4_3x3_b32"]], {}, (),
+                                         bench.GpuSteps(("cudnn",), tmp_path, None, 1), events.append)
+    assert found == device and requests == ["ceilings", "cudnn", "cudnn", "closed"] and events == []
+    assert record == read_bench(folder)
+    assert record.ceilings.matmul_tflops == 600.0 and record.cudnn_version == 91901
+    assert record.cudnn == {"conv_1": 7.0, "older": 8.0, "r50_s4_3x3_b32": 7.0}
+    assert record.product_search == earlier.product_search and record.one_run == earlier.one_run

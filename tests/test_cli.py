@@ -210,7 +210,7 @@ def test_bad_epilogues_are_one_line_usage_errors(tmp_path, args, says):
 
 
 def test_a_family_that_cannot_fuse_a_part_names_it_and_who_can(monkeypatch, capsys):
-    from tuner.cli import main as cli
+    from tuner.cli import tune as cli
     from tuner.families import registry
 
     monkeypatch.setattr(registry.get("sm90_gemm"), "fusable", frozenset({"bias", "relu"}))
@@ -242,7 +242,7 @@ def test_help_lists_every_command_with_its_summary():
 @pytest.mark.parametrize("dtype, key, suffix", [(None, "f16_f16_f16_f32", ""), ("bf16", "bf16_bf16_bf16_f32", "_bf16"),
                                                 ("tf32", "tf32_tf32_f32_f32", "_tf32")])
 def test_a_shape_takes_a_dtype_into_its_types_and_name(dtype, key, suffix):
-    from tuner.cli.main import shape_layer
+    from tuner.cli.tune import shape_layer
 
     layer = shape_layer("2,14,14,64,64,3,3,1", None, dtype)
     assert layer.problem.dtype_key == key

@@ -14,15 +14,13 @@ import pytest
 
 import tuner.build.compile as compile_module
 from conftest import config_for
-from tuner.build.compile import (
+from tuner.build.compile import Compiler
+from tuner.build.compile_cache import CompileResult, cache_key, default_cache_dir
+from tuner.build.nvcc import (
     ERROR_EXCERPT_LINES,
-    CompileResult,
-    Compiler,
     PtxasReport,
     ToolchainError,
-    cache_key,
     cutlass_include_dirs,
-    default_cache_dir,
     default_jobs,
     error_excerpt,
     nvcc_flags,
@@ -140,7 +138,7 @@ def test_default_jobs():
 
 
 def test_missing_nvcc_is_a_toolchain_error(monkeypatch):
-    monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     nvcc_version.cache_clear()
     try:
         with pytest.raises(ToolchainError, match="nvcc not found"):
@@ -158,7 +156,7 @@ def forbid_nvcc(monkeypatch):
     def no_subprocess(*args, **kwargs):
         raise AssertionError(f"nvcc ran: {args}")
 
-    monkeypatch.setattr(compile_module.subprocess, "run", no_subprocess)
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +278,7 @@ def test_racing_builds_of_one_kernel_publish_one_entry(tmp_path, small_config, m
         (Path(cwd) / "candidate.so").write_bytes(b"\x7fELF fake")
         return subprocess.CompletedProcess(command, 0, "", "ptxas info    : Used 42 registers, used 1 barriers\n")
 
-    monkeypatch.setattr(compile_module.subprocess, "run", fake_nvcc)
+    monkeypatch.setattr(subprocess, "run", fake_nvcc)
     compiler = Compiler(H100, tmp_path, jobs=2)
     variant = dataclasses.replace(small_config, split_k=2)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -310,10 +308,10 @@ def test_a_transient_nvcc_failure_is_not_cached(tmp_path, small_config, monkeypa
         return subprocess.CompletedProcess(command, 0, "", "ptxas info    : Used 40 registers, used 1 barriers\n")
 
     compiler = Compiler(H100, tmp_path, jobs=1)
-    monkeypatch.setattr(compile_module.subprocess, "run", failing_nvcc)
+    monkeypatch.setattr(subprocess, "run", failing_nvcc)
     failed = compiler.compile(small_config)
     assert not failed.ok and failed.transient
-    monkeypatch.setattr(compile_module.subprocess, "run", working_nvcc)
+    monkeypatch.setattr(subprocess, "run", working_nvcc)
     again = compiler.compile(small_config)
     assert again.ok and not again.cached
 
@@ -383,7 +381,7 @@ def test_a_unit_of_kernels_is_cached_per_kernel(tmp_path, monkeypatch):
         pytest.skip("nvcc is not on PATH")
     nvcc_version()
     calls = []
-    monkeypatch.setattr(compile_module.subprocess, "run", fake_unit_nvcc(calls))
+    monkeypatch.setattr(subprocess, "run", fake_unit_nvcc(calls))
     configs = gemm_configs(3)
     compiler = Compiler(H100, tmp_path, jobs=1)
     done = []
@@ -404,7 +402,7 @@ def test_a_unit_that_fails_is_built_again_kernel_by_kernel(tmp_path, monkeypatch
         pytest.skip("nvcc is not on PATH")
     nvcc_version()
     calls = []
-    monkeypatch.setattr(compile_module.subprocess, "run", fake_unit_nvcc(calls, fail_units=True))
+    monkeypatch.setattr(subprocess, "run", fake_unit_nvcc(calls, fail_units=True))
     results = Compiler(H100, tmp_path, jobs=1).compile_many(gemm_configs(3))
     assert calls == [3, 1, 1, 1]
     assert all(r.ok and r.index == 0 and r.unit_size == 1 for r in results)
@@ -433,7 +431,7 @@ def test_real_unit_of_two_kernels_answers_each(tmp_path, conv_1):
 # --- the queue the study's pipeline compiles through ---------------------------------------------
 
 class HeldBuilds:
-    """Stands in for Compiler._build_unit: records each unit and holds its build until the test
+    """Stands in for Compiler.build_unit: records each unit and holds its build until the test
     releases it; a kernel once built is then answered by the stand-in for Compiler.cached. (Bound
     methods set on the class are called without the compiler.)"""
 
@@ -477,7 +475,7 @@ def wait_until(condition, timeout: float = 10.0) -> None:
 @pytest.fixture
 def held(monkeypatch):
     builds = HeldBuilds()
-    monkeypatch.setattr(Compiler, "_build_unit", builds.build_unit)
+    monkeypatch.setattr(Compiler, "build_unit", builds.build_unit)
     monkeypatch.setattr(Compiler, "cached", builds.cached)
     return builds
 
@@ -532,7 +530,7 @@ def test_closing_a_queue_drops_the_units_not_started(tmp_path, held):
 
 def test_a_build_that_raises_reaches_its_configurations(tmp_path, monkeypatch, conv_1):
     builds = HeldBuilds(fail=ToolchainError("nvcc not found on PATH"))
-    monkeypatch.setattr(Compiler, "_build_unit", builds.build_unit)
+    monkeypatch.setattr(Compiler, "build_unit", builds.build_unit)
     monkeypatch.setattr(Compiler, "cached", builds.cached)
     kernel = config_for(conv_1, tile="64x64x32", stages=3)
     builds.release(kernel)

@@ -375,7 +375,7 @@ from tuner.analysis.explain import explain_report  # noqa: E402
 from tuner.analysis.verdict import summarise_rule, tuned_estimate  # noqa: E402
 from tuner.core.gpus import lookup  # noqa: E402
 from tuner.analysis.ncu import NcuRule  # noqa: E402
-from tuner.core.problem import parse_shape  # noqa: E402
+from tuner.core.layers import parse_shape  # noqa: E402
 
 NAIVE_SHAPE = "8,32,32,32,32,3,3,1"
 

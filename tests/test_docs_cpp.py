@@ -17,9 +17,9 @@ import pytest
 
 from test_cli import REPO, tune
 from test_export_dsl import write_best
-from tuner.build.compile import cutlass_include_dirs
+from tuner.build.nvcc import cutlass_include_dirs
 from tuner.pipeline.export import HEADER_FILE
-from tuner.store.results import read_best
+from tuner.store.best import read_best
 
 DOCUMENTS = (REPO / "README.md", REPO / "examples" / "cpp" / "README.md")
 H100, H200 = "nvidia-h100-80gb-hbm3", "nvidia-h200"

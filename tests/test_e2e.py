@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.torch_ops.e2e import (AUTOTUNED, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, NetworkResult, VariantResult,
-                       checked_arguments, result_table)
+from tuner.cli.e2e import checked_arguments, result_table, summary_lines
+from tuner.torch_ops.e2e import AUTOTUNED, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, NetworkResult, VariantResult
 from tuner.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def test_speedups_are_against_eager_and_the_faster_compile_mode():
     assert figures.best_compiled == AUTOTUNED
     assert figures.ratio(OPTIMIZED_COMPILED, figures.best_compiled) == pytest.approx(0.8)
     assert figures.conv_share == pytest.approx(2.0 / 6.0)
-    lines = figures.summary_lines()
+    lines = summary_lines(figures)
     assert lines[0] == "resnet50 batch 32: 53 of 53 convolutions replaced"
     assert lines[2] == f"  {OPTIMIZED_COMPILED} / eager 0.560, / {AUTOTUNED} (the faster mode) 0.800"
     assert lines[3] == "  convolutions, each timed alone: 2.000 ms, 33 % of the optimized forward's 6.000 ms"
@@ -38,7 +38,7 @@ def test_speedups_are_against_eager_and_the_faster_compile_mode():
 def test_a_subset_of_variants_gives_only_the_figures_it_has():
     figures = result(eager=10.0, optimized=6.0)
     assert figures.best_compiled is None and figures.ratio(OPTIMIZED, None) is None
-    assert figures.summary_lines()[1] == f"  {OPTIMIZED} / eager 0.600"
+    assert summary_lines(figures)[1] == f"  {OPTIMIZED} / eager 0.600"
     assert result_table(figures).row_count == 2
 
 

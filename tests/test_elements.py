@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from tuner.core.dtypes import DataType
 from tuner.core.elements import BF16_NAN, decode, empty_poisoned, encode, poison, storage_dtype
-from tuner.core.problem import DataType
 
 
 def torch_bf16_bits(values: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuner.pipeline.export import HEADER_FILE, render_header
-from tuner.store.results import read_best
+from tuner.store.best import read_best
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "cpp"

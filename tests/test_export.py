@@ -12,7 +12,8 @@ import pytest
 from tuner.build.codegen import include_lines
 from tuner.pipeline.export import cpp_identifier, cpp_int, cpp_string, render_header
 from tuner.families import registry
-from tuner.core.problem import ConvProblem, dtype_fields, problem_to_dict
+from tuner.core.dtypes import dtype_fields
+from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.store.results import ResultsError
 from tuner.search.space import make_config
 from tuner.measure.validate import tolerance
@@ -369,13 +370,13 @@ SLUG = "nvidia-h100-80gb-hbm3"
 
 def tuned_results(root: Path) -> Path:
     """results/<slug>/best.yaml with one sm80 layer of NETWORK_PROBLEM, as the tuner writes it."""
-    from tuner.store.results import update_best
+    from conftest import write_best
 
     config = make_config(NETWORK_PROBLEM, "sm80", PARAMS["sm80"] | {"split_k": 1})
     header = {key: value for key, value in document().items() if key != "layers"}
-    update_best(root / SLUG, "net_layer", {"problem": problem_to_dict(NETWORK_PROBLEM), "family": "sm80",
-                                           "params": config.search_params, "kernel": config.name,
-                                           "runtime_us": 12.5, "date": "2026-11-24"}, header)
+    write_best(root / SLUG, "net_layer", {"problem": problem_to_dict(NETWORK_PROBLEM), "family": "sm80",
+                                          "params": config.search_params, "kernel": config.name,
+                                          "runtime_us": 12.5, "date": "2026-11-24"}, header)
     return root / SLUG
 
 

@@ -14,13 +14,13 @@ import yaml
 
 from test_export import EVIL, document, entry, strip_literals
 from tuner.cli.main import main as cli_main
-from tuner.build.compile import cutlass_include_dirs
+from tuner.build.nvcc import cutlass_include_dirs
 from tuner.pipeline.dsl_export import LIBRARY, dsl_symbol
 from tuner.pipeline.export import HEADER_FILE, cpp_identifier, export_header, render_header
 from tuner.families.base import BuildRequest
 from tuner.families.sm90_dsl import Sm90DslFamily
 from tuner.core.problem import ConvProblem, problem_to_dict
-from tuner.store.results import read_best
+from tuner.store.best import read_best
 from tuner.search.space import make_config
 
 REPO = Path(__file__).resolve().parents[1]

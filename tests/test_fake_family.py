@@ -7,16 +7,18 @@ from collections import Counter
 
 import optuna
 import pytest
-from rich.console import Console
 
 from fakefamily import FOLDER, NAME, FakeEvaluator, computes_garbage, fake_median_us, registered, write_space
-from tuner.pipeline.bench import exhaustive_best, landscape_path, measure_landscape, read_landscapes, search_results
+from tuner.pipeline.landscape import exhaustive_best, measure_landscape, read_landscapes
+from tuner.pipeline.replayed_search import search_results
 from tuner.build.compile import Compiler
 from tuner.search.costmodel import Ceilings
 from tuner.families import registry
 from tuner.search.space import layer_space, load_space, valid_configs
 from tuner.core.status import Status
-from tuner.search.study import StudyRunner, open_study, ranked, recorded_trials
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import ranked, recorded_trials
+from tuner.store.landscape import landscape_path
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -72,7 +74,7 @@ def test_a_replayed_study_searches_the_new_familys_recorded_landscape(tmp_path, 
 
         # what `tune.py bench --steps landscape` records on a GPU: every valid candidate, timed
         compiler = Compiler(h100, cache_dir=tmp_path / "cache", jobs=2)
-        measure_landscape([layer], space, h100, compiler, FakeEvaluator(), tmp_path, Console(quiet=True))
+        measure_landscape([layer], space, h100, compiler, FakeEvaluator(), tmp_path, lambda event: None)
         assert landscape_path(tmp_path, NAME, layer.name).is_file()
         record = read_landscapes(tmp_path, layer, (NAME,))[NAME]
         assert sorted(record) == sorted(c.name for c in valid)

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_best
 from tuner.cli import main as cli
+from tuner.cli import tune as tune_command
 from tuner.core.problem import ConvProblem, problem_to_dict
-from tuner.store.results import BEST_FILE, ResultsError, update_best
+from tuner.store.results import BEST_FILE, ResultsError
 from tuner.search.space import make_config
 
 SLUG = "nvidia-h100-80gb-hbm3"
@@ -34,7 +36,7 @@ def results_with(tmp_path: Path, layers: int = 1) -> Path:
     """results/<slug>/best.yaml as the tool writes it, `layers` sound sm80 layers."""
     folder = tmp_path / "results" / SLUG
     for index in range(layers):
-        update_best(folder, f"conv_{index}", sound_entry(), HEADER)
+        write_best(folder, f"conv_{index}", sound_entry(), HEADER)
     return folder
 
 
@@ -118,10 +120,10 @@ def test_a_file_cut_at_an_entry_boundary_without_its_count_is_refused(tmp_path, 
 # --- 2. --epilogue residual*BETA: beta in the layer's name, keyed exactly ---------------------------------
 
 def test_each_residual_scale_is_a_layer_of_its_own():
-    names = {beta: cli.shape_layer("1,8,8,8,8,1,1", f"residual*{beta}").name
+    names = {beta: tune_command.shape_layer("1,8,8,8,8,1,1", f"residual*{beta}").name
              for beta in ("0.5", "2", "0.1234567", "0.123457", "1")}
     assert len(set(names.values())) == 5, names
-    assert names["1"] == cli.shape_layer("1,8,8,8,8,1,1", "residual").name
+    assert names["1"] == tune_command.shape_layer("1,8,8,8,8,1,1", "residual").name
     assert all(name.isidentifier() for name in names.values())
 
 
@@ -162,7 +164,7 @@ INJECTED = "conv_a\n  injected_layer: {n: 7, h: 7, w: 7, c: 8, k: 8, r: 1, s: 1,
 
 @pytest.mark.parametrize("node", [INJECTED, "plain\nnewline", "cr\rand\u2028line\x85sep"])
 def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node):
-    from tuner.core.problem import load_layers
+    from tuner.core.layers import load_layers
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node(node, "x", "w", "out")], {"w": (16, 16, 3, 3)})
     code, err = run(capsys, "--onnx", str(model), "--write-layers", str(tmp_path / "layers.yaml"))
@@ -172,7 +174,7 @@ def test_written_layers_hold_exactly_the_imported_layers(tmp_path, capsys, node)
 
 
 def test_a_conv_transpose_is_a_transposed_layer_beside_the_convs(tmp_path):
-    from tuner.importers.network import from_onnx
+    from tuner.importers.onnx_import import from_onnx
 
     model = onnx_model(tmp_path / "m.onnx", [conv_node("plain", "x", "w", "y"),
                                              conv_node("up", "y", "wt", "out", op="ConvTranspose")],
@@ -264,7 +266,7 @@ def test_a_nul_in_a_layer_name_is_one_line(tmp_path, capsys):
 
 
 def test_landscape_files_stay_in_their_folder(tmp_path):
-    from tuner.pipeline.bench import landscape_path
+    from tuner.store.landscape import landscape_path
 
     assert landscape_path(tmp_path, "sm80", "../../x").parent == tmp_path / "landscape" / "sm80"
     assert landscape_path(tmp_path, "sm80", "conv_1").name == "conv_1.csv"  # the committed names stay
@@ -275,20 +277,26 @@ def test_landscape_files_stay_in_their_folder(tmp_path):
 def test_history_appends_after_a_cut_line_stay_parseable(tmp_path):
     import json
 
-    from tuner.store.results import HISTORY_FILE, append_history
+    from tuner.store.history import append_history
+    from tuner.store.results import HISTORY_FILE
+    from tuner.store.schema import HistoryEvent
 
-    append_history(tmp_path, {"layer": "a"})
-    append_history(tmp_path, {"layer": "b"})
+    def event(layer: str) -> HistoryEvent:
+        return HistoryEvent(layer, "k", 1.0, 1, "study", "run")
+
+    append_history(tmp_path, event("a"))
+    append_history(tmp_path, event("b"))
     path = tmp_path / HISTORY_FILE
     path.write_bytes(path.read_bytes()[:-10])  # killed mid-write
-    append_history(tmp_path, {"layer": "c"})
+    append_history(tmp_path, event("c"))
     assert [json.loads(line)["layer"] for line in path.read_text().splitlines()] == ["a", "c"]
 
 
 def test_a_journal_cut_short_is_repaired_before_the_next_append(tmp_path):
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     study = optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
@@ -305,7 +313,8 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 
     import optuna
 
-    from tuner.store.results import JOURNAL_FILE, default_storage
+    from tuner.store.journal import default_storage
+    from tuner.store.results import JOURNAL_FILE
 
     optuna.create_study(study_name="s", storage=default_storage(tmp_path, "gpu"))
     path = tmp_path / "gpu" / JOURNAL_FILE
@@ -320,7 +329,8 @@ def test_a_journal_record_of_an_unknown_operation_is_one_line(tmp_path, capsys):
 def test_stale_scratch_folders_are_removed(tmp_path):
     import time
 
-    from tuner.build.compile import COMPILE_TIMEOUT_S, remove_stale_scratch
+    from tuner.build.compile_cache import remove_stale_scratch
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
 
     stale, fresh, entry = tmp_path / ".0123456789ab-x1", tmp_path / ".0123456789ab-x2", tmp_path / "0123456789abcd"
     for folder in (stale, fresh, entry):
@@ -337,7 +347,8 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     import subprocess
     import time
 
-    from tuner.build.compile import COMPILE_TIMEOUT_S, Compiler
+    from tuner.build.compile import Compiler
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
 
     (tmp_path / "ab").mkdir()
     stale = tmp_path / "ab" / ".abcdef012345-killed"
@@ -345,7 +356,7 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     old = time.time() - COMPILE_TIMEOUT_S - 3600
     os.utime(stale, (old, old))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "error: planted"))
-    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62, tmp_path / "ab" / ("ab" + "0" * 62))
+    Compiler(h100, cache_dir=tmp_path)._nvcc("int x;", [], "ab" + "0" * 62)
     assert not stale.exists()
 
 
@@ -367,7 +378,7 @@ def test_an_alias_bomb_is_refused_in_every_file_read(tmp_path, capsys, kind):
         (folder / BEST_FILE).write_text(bomb + (folder / BEST_FILE).read_text().replace("family: sm80", "family: *i"))
         err = one_line(*run(capsys, "export", "--results-dir", str(tmp_path / "results")))
     else:
-        from tuner.store.results import read_bench
+        from tuner.store.bench_record import read_bench
 
         folder = results_with(tmp_path)
         (folder / "bench.yaml").write_text(bomb + "layers: *i\n")
@@ -414,13 +425,13 @@ def tune_args(tmp_path: Path, *extra: str) -> list[str]:
     (["--stale-after", "1"], "--stale-after must be from"),
 ])
 def test_bad_flags_are_one_line_before_any_gpu_work(tmp_path, capsys, monkeypatch, extra, words):
-    monkeypatch.setattr(cli, "nvcc_version", lambda: pytest.fail("reached the toolchain"))
+    monkeypatch.setattr(tune_command, "nvcc_version", lambda: pytest.fail("reached the toolchain"))
     assert words in one_line(*run(capsys, *tune_args(tmp_path, *extra)))
 
 
 @pytest.mark.parametrize("url", ["postgresql://127.0.0.1:1/x", "mysql://127.0.0.1:1/x"])
 def test_an_unreachable_database_is_one_line(tmp_path, url):
-    from tuner.store.results import study_storage
+    from tuner.store.journal import study_storage
 
     with pytest.raises(ResultsError, match="cannot be opened"):
         study_storage(url, tmp_path, "gpu")
@@ -459,7 +470,7 @@ def test_a_write_layers_into_a_missing_place_is_one_line(tmp_path, capsys):
 
 
 def test_a_binary_bench_yaml_is_one_line(tmp_path):
-    from tuner.store.results import read_bench
+    from tuner.store.bench_record import read_bench
 
     folder = results_with(tmp_path)
     (folder / "bench.yaml").write_bytes(b"\xff\xfe\x00\x01" * 64)
@@ -490,10 +501,11 @@ def test_a_date_given_as_a_mapping_is_refused(tmp_path, capsys):
 
 
 def test_the_cross_host_grace_is_a_flag(tmp_path):
-    from tuner.store.results import heartbeat_for
+    from tuner.store.journal import heartbeat_for
 
-    options = cli.options_from(cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30")), None)
+    args = cli.build_parser().parse_args(tune_args(tmp_path, "--stale-after", "30"))
+    options = tune_command.options_from(args, None)
     assert options.stale_after_s == 30 and heartbeat_for(30) == 10 and heartbeat_for(120) == 20
-    storage = __import__("tuner.store.results", fromlist=["x"]).study_storage(
+    storage = __import__("tuner.store.journal", fromlist=["x"]).study_storage(
         f"sqlite:///{tmp_path / 's.db'}", tmp_path, "gpu", heartbeat_s=heartbeat_for(30), grace_s=30)
     assert storage.grace_period == 30 and storage.get_heartbeat_interval() == 10

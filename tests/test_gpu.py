@@ -27,7 +27,8 @@ from tuner.families.base import LaunchArgs  # noqa: E402
 from tuner.families.sm80.space import make_config, reference_config  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.build.abi import ABI_VERSION, KernelBinary  # noqa: E402
-from tuner.core.problem import ConvProblem, DataType  # noqa: E402
+from tuner.core.dtypes import DataType  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.analysis.profile import ProfilerUnavailable, agreement, profile_candidate  # noqa: E402
 from tuner.core.status import Status  # noqa: E402
 from tuner.measure.validate import tolerance  # noqa: E402

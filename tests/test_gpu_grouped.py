@@ -22,7 +22,8 @@ from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
-from tuner.core.problem import ConvProblem, dtype_fields  # noqa: E402
+from tuner.core.dtypes import dtype_fields  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
 from tuner.core.status import Status  # noqa: E402
 from tuner.measure.validate import tolerance  # noqa: E402

@@ -20,7 +20,8 @@ from tuner.core.device import query_device  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
-from tuner.core.problem import ConvProblem, DataType, dtype_fields  # noqa: E402
+from tuner.core.dtypes import DataType, dtype_fields  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
 from tuner.core.status import Status  # noqa: E402
 from tuner.measure.validate import tolerance  # noqa: E402

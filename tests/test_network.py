@@ -13,8 +13,10 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from conftest import MODEL_DTYPE_CASES  # noqa: E402
-from tuner.importers.network import NetworkError, from_onnx, write_layers  # noqa: E402
-from tuner.core.problem import load_layers  # noqa: E402
+from tuner.importers.frontend import NetworkError  # noqa: E402
+from tuner.importers.network import write_layers  # noqa: E402
+from tuner.importers.onnx_import import from_onnx  # noqa: E402
+from tuner.core.layers import load_layers  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

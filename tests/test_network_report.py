@@ -15,8 +15,9 @@ pytest.importorskip("onnx")
 
 from test_network import resnet_block  # noqa: E402
 from tuner.core.epilogue import Epilogue  # noqa: E402
-from tuner.importers.network import from_onnx  # noqa: E402
-from tuner.pipeline.network_report import layer_reports, summary_lines, totals  # noqa: E402
+from tuner.importers.onnx_import import from_onnx  # noqa: E402
+from tuner.cli.report import summary_lines  # noqa: E402
+from tuner.pipeline.network_report import layer_reports, totals  # noqa: E402
 from tuner.core.problem import problem_to_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +176,9 @@ def test_coverage_counts_convolutions_and_flops_tuned_tunable_and_not_with_a_tot
 
 
 def test_coverage_counts_a_conv_of_unknown_size_without_its_flops(tmp_path):
-    from tuner.importers.network import ConvFacts, ImportedLayer, Network, Unsupported, conv_flops
+    from tuner.importers.frontend import ConvFacts
+    from tuner.importers.network import ImportedLayer, Network, Unsupported
+    from tuner.importers.tunable import conv_flops
     from tuner.pipeline.network_report import coverage
 
     transposed = ConvFacts("up", "y", (1, 16, 8, 8), (16, 16, 2, 2), unsupported="a transposed convolution: no")

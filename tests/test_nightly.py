@@ -1,13 +1,12 @@
-"""The nightly's report and its one-process-per-GPU launch, without a GPU."""
+"""The nightly's regressions and its one-process-per-GPU launch, without a GPU."""
 from __future__ import annotations
 
 import re
 
 import pytest
-from rich.console import Console
 
-from tuner.pipeline.nightly import (REGRESSION_THRESHOLD, default_run_id, parse_gpus, regression_table, regressions,
-                           run_on_gpus, without_gpus_flag)
+from tuner.pipeline.nightly import (REGRESSION_THRESHOLD, default_run_id, parse_gpus, regressions, run_on_gpus,
+                           without_gpus_flag)
 from tuner.pipeline.tuning import LayerOutcome
 
 OUTCOMES = [LayerOutcome("slower", 10.5, 10.0, "k1", 32), LayerOutcome("faster", 9.0, 10.0, "k2", 32),
@@ -19,16 +18,6 @@ def test_a_layer_more_than_the_threshold_slower_is_a_regression():
     assert REGRESSION_THRESHOLD == 0.03
     assert [o.layer for o in regressions(OUTCOMES)] == ["slower"]
     assert regressions(OUTCOMES, threshold=0.06) == []
-
-
-def test_the_regression_table_says_what_changed_per_layer():
-    console = Console(width=200, record=True)
-    console.print(regression_table(OUTCOMES))
-    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
-    assert "+5.0%" in rows["slower"] and "REGRESSION" in rows["slower"]
-    assert "-10.0%" in rows["faster"] and "faster" in rows["faster"]
-    assert "+2.0%" in rows["same"] and "same" in rows["same"]
-    assert "new" in rows["new"] and "none passed" in rows["failed"]
 
 
 def test_runs_of_one_utc_day_share_an_id():

@@ -8,11 +8,14 @@ import optuna
 import pytest
 from rich.console import Console
 
+from conftest import write_best
 from tuner.analysis import plots
+from tuner.cli import plots as plots_command
 from tuner.core.problem import problem_to_dict
 from tuner.search.space import JointSpace
 from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.store.results import default_storage, gpu_dir, update_best
+from tuner.store.journal import default_storage
+from tuner.store.results import gpu_dir
 from tuner.search.study import StudyRunner, open_study
 
 pytest.importorskip("matplotlib")
@@ -23,8 +26,8 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
     replayed_study(default_storage(tmp_path, h100.slug), "conv_1-study", conv_1, sm80_space, h100)
     entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
              "runtime_us": 4.0, "tflops": 4.7, "gbps": 54.0, "study": {"name": "conv_1-study"}}
-    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})
-    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    write_best(gpu_dir(tmp_path, h100.slug), "conv_1", entry, {"device": {"name": h100.name, "slug": h100.slug}})
+    assert plots_command.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     folder = gpu_dir(tmp_path, h100.slug) / "plots"
     for name in ("conv_1_history.png", "conv_1_importances.png", "summary.png"):
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -33,12 +36,12 @@ def test_plots_for_a_layer_and_the_summary(tmp_path, conv_1, sm80_space, h100):
 def test_unknown_layer_is_a_results_error(tmp_path, h100, conv_1):
     from tuner.store.results import ResultsError
 
-    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
-                                                          "params": {"tile": "64x64x32"}, "kernel": "k",
-                                                          "runtime_us": 4.0, "study": {"name": "x"}},
-                {"device": {"name": h100.name, "slug": h100.slug}})
+    write_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
+                                                         "params": {"tile": "64x64x32"}, "kernel": "k",
+                                                         "runtime_us": 4.0, "study": {"name": "x"}},
+               {"device": {"name": h100.name, "slug": h100.slug}})
     with pytest.raises(ResultsError, match="not in"):
-        plots.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())
+        plots_command.main(["--results-dir", str(tmp_path), "--layers", "nope"], Console())
 
 
 def test_family_study_keeps_one_familys_knobs_under_their_own_names():
@@ -60,15 +63,15 @@ def test_without_gpu_every_gpu_with_results_gets_its_summary(tmp_path, h100, con
     from tuner.store.results import ResultsError
 
     for slug, name in ((h100.slug, h100.name), ("nvidia-h200", "NVIDIA H200")):
-        update_best(gpu_dir(tmp_path, slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
-                                                        "params": {"tile": "64x64x32"}, "kernel": "k",
-                                                        "runtime_us": 4.0, "study": {"name": "x"}},
-                    {"device": {"name": name, "slug": slug}})
-    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+        write_best(gpu_dir(tmp_path, slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
+                                                       "params": {"tile": "64x64x32"}, "kernel": "k",
+                                                       "runtime_us": 4.0, "study": {"name": "x"}},
+                   {"device": {"name": name, "slug": slug}})
+    assert plots_command.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     for slug in (h100.slug, "nvidia-h200"):
         assert (gpu_dir(tmp_path, slug) / "plots" / "summary.png").is_file()
     with pytest.raises(ResultsError, match="say which with --gpu"):
-        plots.main(["--results-dir", str(tmp_path), "--layers", "conv_1"], Console())
+        plots_command.main(["--results-dir", str(tmp_path), "--layers", "conv_1"], Console())
 
 
 # --- what the pictures say: titles whole, units named, axes from 0 -----------------------------------------
@@ -118,7 +121,7 @@ def test_titles_and_labels_are_whole_with_their_units(tmp_path, monkeypatch, con
 
 
 def test_the_dashboard_journal_has_one_study_per_layer_with_its_unit(tmp_path, conv_1, sm80_space, h100):
-    from tuner.store.results import journal_backend
+    from tuner.store.journal import journal_backend
 
     storage = default_storage(tmp_path, h100.slug)
     # one layer over two studies (two search spaces), as the tuner keeps it, and another layer
@@ -150,9 +153,9 @@ def test_json_says_what_was_written_and_what_was_left_out(tmp_path, capsys, conv
     replayed_study(storage, "conv_1-study", conv_1, sm80_space, h100)
     folder = gpu_dir(tmp_path, h100.slug)
     for layer, study in (("conv_1", "conv_1-study"), ("lost", "gone")):
-        update_best(folder, layer, {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"},
-                                    "kernel": "k", "runtime_us": 4.0, "study": {"name": study}},
-                    {"device": {"name": h100.name, "slug": h100.slug}})
+        write_best(folder, layer, {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"},
+                                   "kernel": "k", "runtime_us": 4.0, "study": {"name": study}},
+                   {"device": {"name": h100.name, "slug": h100.slug}})
     assert cli.main(["plots", "--results-dir", str(tmp_path), "--json"]) == 0
     out, err = capsys.readouterr()
     [drawn] = json.loads(out)["gpus"]
@@ -165,12 +168,12 @@ def test_json_says_what_was_written_and_what_was_left_out(tmp_path, capsys, conv
 def test_what_plots_writes_is_ignored_by_git(tmp_path, h100, conv_1):
     import subprocess
 
-    update_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
-                                                         "params": {"tile": "64x64x32"}, "kernel": "k",
-                                                         "runtime_us": 4.0, "study": {"name": "x"}},
-                {"device": {"name": h100.name, "slug": h100.slug}})
+    write_best(gpu_dir(tmp_path, h100.slug), "conv_1", {"problem": problem_to_dict(conv_1), "family": "sm80",
+                                                        "params": {"tile": "64x64x32"}, "kernel": "k",
+                                                        "runtime_us": 4.0, "study": {"name": "x"}},
+               {"device": {"name": h100.name, "slug": h100.slug}})
     before = set(tmp_path.rglob("*"))
-    assert plots.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
+    assert plots_command.main(["--results-dir", str(tmp_path)], Console(width=200)) == 0
     written = [p.relative_to(tmp_path) for p in set(tmp_path.rglob("*")) - before if p.is_file()]
     assert written and all(p.parts[1] == "plots" for p in written), written
     repo = Path(__file__).resolve().parents[1]

@@ -23,9 +23,10 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.store.results import study_storage
+from tuner.store.journal import study_storage
 from tuner.search.space import JointSpace
-from tuner.search.study import StudyRunner, counted_in_run, open_study, params_key
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import counted_in_run, params_key
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-two-hosts"

@@ -10,7 +10,8 @@ import pytest
 from tuner.core.errors import UsageError
 from tuner.families import registry
 from tuner.core.gpus import device_facts, lookup
-from tuner.analysis.predict import ceilings, config_waste, fills, parse_config_text, predict, ranking, versus
+from tuner.analysis.predict import ceilings, config_waste, fills, predict, ranking
+from tuner.cli.predict import parse_config_text, versus
 from tuner.search.space import joint_valid_configs, layer_space, load_space, default_space_file
 
 from conftest import REPO, config_for  # noqa: E402

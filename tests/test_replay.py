@@ -16,7 +16,8 @@ from tuner.families.base import LaunchArgs
 from tuner.build.abi import KernelBinary
 from tuner.families.sm80.space import make_config
 from tuner.core.status import Status
-from tuner.search.study import StudyRunner, counted_in_run, open_study
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import counted_in_run
 
 RECORD = Path(__file__).parent / "data" / "h100_conv_1_record.csv"
 RUN = "ci-two-workers"
@@ -73,21 +74,3 @@ def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):
     assert states[optuna.trial.TrialState.RUNNING] == 0
     numbers = [t.number for t in study.trials]
     assert len(numbers) == len(set(numbers))
-
-
-def test_a_damaged_record_row_is_named_by_its_line(tmp_path, conv_1):
-    from tuner.search.replay import fastest_recorded
-    from tuner.store.results import ResultsError
-
-    text = RECORD.read_text()
-    truncated = tmp_path / "conv_1.csv"
-    truncated.write_text(text[: len(text) // 2].rsplit(",", 1)[0] + "\n")  # a row cut short
-    line = truncated.read_text().count("\n")
-    for read in (lambda: read_record(truncated, conv_1, "sm80"),
-                 lambda: fastest_recorded(truncated, conv_1, "sm80", 2)):
-        with pytest.raises(ResultsError, match=f"line {line} is not a sm80 record row"):
-            read()
-    edited = tmp_path / "edited.csv"
-    edited.write_text(text.replace(",ok,", ",fine,", 1))
-    with pytest.raises(ResultsError, match="is not a sm80 record row .*'fine'"):
-        read_record(edited, conv_1, "sm80")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tuner.store import pack as results_pack
+from tuner.cli import results as results_command
 from tuner.store.results import ResultsError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def results_tree(root: Path, gpu: str = "nvidia-h100-80gb-hbm3") -> Path:
 
 
 def run(*argv: str) -> int:
-    return results_pack.main(list(argv), Console(file=io.StringIO()))
+    return results_command.main(list(argv), Console(file=io.StringIO()))
 
 
 def members(archive: Path) -> set[str]:
@@ -137,7 +137,7 @@ def fifo_member(name: str) -> tarfile.TarInfo:
 def test_unpack_refuses_hostile_members_and_writes_nothing(tmp_path, member, reason):
     archive = hostile_archive(tmp_path / "hostile.tar.gz", member)
     target = tmp_path / "sandbox" / "results"
-    with pytest.raises(ResultsError, match=f"refused, nothing unpacked") as error:
+    with pytest.raises(ResultsError, match="refused, nothing unpacked") as error:
         run("unpack", str(archive), "--results-dir", str(target))
     assert reason in str(error.value)
     assert not (tmp_path / "sandbox").exists()

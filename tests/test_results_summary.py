@@ -10,7 +10,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tuner.pipeline import bench
+from tuner.cli import bench
+from tuner.cli import results_doc
 from tuner.pipeline import results_summary as summary
 from tuner.store.results import ResultsError
 
@@ -18,17 +19,17 @@ REPO = Path(__file__).resolve().parents[1]
 H100 = "nvidia-h100-80gb-hbm3"
 
 
-def committed_summaries() -> list[summary.GpuSummary]:
+def committed_summaries() -> list[summary.GpuResults]:
     results = REPO / "results"
-    return [summary.gpu_summary(results, slug) for slug in summary.summary_slugs(results, None)]
+    return [summary.gpu_results(results, slug) for slug in summary.summary_slugs(results, None)]
 
 
 def test_committed_docs_and_readme_hold_the_generated_summary():
     """A changed bench.yaml or best.yaml needs `python tune.py bench --summary` in the same commit."""
     gpus = committed_summaries()
-    assert (REPO / "docs" / "results.md").read_text() == summary.document(gpus)
+    assert (REPO / "docs" / "results.md").read_text() == results_doc.document(gpus)
     readme = (REPO / "README.md").read_text()
-    assert summary.with_readme_block(readme, summary.short_form(gpus)) == readme
+    assert results_doc.with_readme_block(readme, results_doc.short_form(gpus)) == readme
 
 
 def row(layer: str, batch: int, tuned: float, epilogue: str | None = None, **baselines: float) -> summary.OneRunRow:
@@ -43,7 +44,8 @@ def test_ratios_geometric_means_by_batch_and_the_worst():
     assert found.layers == 3
     assert found.mean == pytest.approx(statistics.geometric_mean([0.5, 1.5, 1.0]))
     assert found.by_batch == ((32, pytest.approx(math.sqrt(0.75)), 2), (1, 1.0, 1))
-    assert (found.worst_layer, found.worst, found.within, found.above) == ("r50_b_b32", 1.5, 2, 1)
+    assert (found.worst_layer, found.worst, found.within) == ("r50_b_b32", 1.5, 2)
+    assert found.above == (("r50_b_b32", 1.5),)
     assert summary.ratio_summary(rows, "cublas_us") is None
 
 
@@ -51,7 +53,7 @@ def test_summary_lines_group_fused_layers_by_name_and_compare_them_with_pytorch(
     rows = [row("conv_1", 1, 1.0, cudnn=2.0), row("r50_x_b32", 32, 1.0, cudnn=1.0, cublas=1.1),
             row("r50f_x_b32", 32, 1.2, "scale+bias+relu", cudnn=1.0, eager=2.4, compiled=1.2, bare_kernel=1.0),
             row("net_b32_conv", 32, 3.0, "bias+relu", eager=3.0)]
-    lines = summary.summary_lines(rows)
+    lines = results_doc.summary_lines(rows)
     assert lines[0].startswith("- conv_1, r50_x_b32 (2 layers: 1 at batch 32, 1 at batch 1), the convolution alone")
     assert "**0.707**" in lines[0] and "worst r50_x_b32 1.00" in lines[0]
     assert "1 of 1 within 5 % at batch 32 (worst r50_x_b32 0.909)" in lines[1]
@@ -71,14 +73,14 @@ def copy_results(tmp_path: Path) -> Path:
 def test_bench_summary_writes_the_document_and_the_readme_block(tmp_path):
     results = copy_results(tmp_path)
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{summary.README_BEGIN}\nold figures\n{summary.README_END}\n\n## Test\n")
+    readme.write_text(f"# x\n\n{results_doc.README_BEGIN}\nold figures\n{results_doc.README_END}\n\n## Test\n")
     out = io.StringIO()
     assert bench.main(["--summary", "--results-dir", str(results), "--summary-file", str(tmp_path / "r.md"),
                        "--readme", str(readme)], Console(file=out, width=100)) == 0
     document = (tmp_path / "r.md").read_text()
     assert document.startswith("# Results") and "| r50_s4_3x3_b32 | " in document
     text = readme.read_text()
-    assert "old figures" not in text and text.endswith(f"{summary.README_END}\n\n## Test\n")
+    assert "old figures" not in text and text.endswith(f"{results_doc.README_END}\n\n## Test\n")
     assert "tuned / cuDNN: **" in text and "tuned / cuDNN: **" in out.getvalue()
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers\n")

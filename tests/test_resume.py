@@ -16,7 +16,9 @@ from optuna.trial import TrialState
 
 from tuner.search.space import JointSpace
 from tuner.search.replay import ReplayCompiler, ReplayEvaluator, read_record
-from tuner.search.study import StudyRunner, counted_in_run, fail_orphans, open_study
+from tuner.search.study import StudyRunner, open_study
+from tuner.search.trials import counted_in_run
+from tuner.search.workers import fail_orphans
 
 # Each run is a process of its own, and a resume after a kill waits out the dead worker's heartbeat.
 pytestmark = pytest.mark.slow

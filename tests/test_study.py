@@ -20,7 +20,9 @@ from optuna.trial import TrialState
 from conftest import config_for
 from conftest import params as sm80_params
 import tuner.search.study as study_module
-from tuner.build.compile import CompileResult, CompletedQueue, PtxasReport
+from tuner.build.compile_cache import CompileResult
+from tuner.build.compile_queue import CompletedQueue
+from tuner.build.nvcc import PtxasReport
 from tuner.measure.evaluate import Evaluation
 from tuner.measure.timing import Measurement
 from tuner.measure.run import KernelAttributes
@@ -28,22 +30,10 @@ from tuner.families.base import SearchSpace
 from tuner.families.sm80.space import IteratorAlgorithm, reference_config
 from tuner.search.space import JointSpace, config_from_params, static_problems
 from tuner.core.status import Status
-from tuner.search.study import (DETAIL_ATTR, DETAIL_KEYS, trial_attrs,
-    EXHAUSTED_AFTER_ASKS,
-    UNTAGGED_GRACE,
-    StudyProgress,
-    counted_in_run,
-    fail_orphans,
-    in_flight_in_run,
-    request_stop,
-    StudyRunner,
-    ask_config,
-    open_study,
-    params_key,
-    ranked,
-    recorded_trials,
-    study_name,
-)
+from tuner.search.study import EXHAUSTED_AFTER_ASKS, StudyProgress, StudyRunner, ask_config, open_study, request_stop
+from tuner.search.trials import (DETAIL_ATTR, DETAIL_KEYS, counted_in_run, in_flight_in_run, params_key, ranked,
+                                 recorded_trials, study_name, trial_attrs)
+from tuner.search.workers import UNTAGGED_GRACE, fail_orphans
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -450,9 +440,11 @@ class FrozenClock(datetime.datetime):
 
 
 def test_default_run_ids_are_unique(conv_1, sm80_space, h100, monkeypatch):
-    import tuner.search.study as study_module
+    import tuner.search.trials as trials_module
+    import tuner.search.workers as workers_module
 
-    monkeypatch.setattr(study_module, "dt", types.SimpleNamespace(datetime=FrozenClock, timezone=datetime.timezone))
+    for clocked in (trials_module, workers_module):  # the modules that read the time for a study's trials
+        monkeypatch.setattr(clocked, "dt", types.SimpleNamespace(datetime=FrozenClock, timezone=datetime.timezone))
     storage = optuna.storages.InMemoryStorage()
     first = Setup(conv_1, sm80_space, h100, storage=storage)
     first_tuner = StudyRunner(first.study, conv_1, first.space, h100, first.compiler, first.evaluator)
@@ -507,12 +499,12 @@ def test_ask_config_tags_before_sampling(conv_1, sm80_space, h100):
 def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
     """Optuna wraps an RDBStorage in its cache; the grace period a finished worker waits for a dead host's
     trials is the RDBStorage's (120 s), not Optuna's two-interval default for an unset one (40 s)."""
-    from tuner.store.results import study_storage
-    from tuner.search.study import _Heartbeat
+    from tuner.store.journal import study_storage
+    from tuner.search.workers import Heartbeat
 
     storage = study_storage(f"sqlite:///{tmp_path / 'h.db'}", tmp_path, "gpu", heartbeat_s=20, grace_s=120)
     study = optuna.create_study(storage=storage)
-    beating = _Heartbeat(study, storage)
+    beating = Heartbeat(study, storage)
     assert beating.storage is not None and beating.stale_after_s == 120
     trial = study.ask()
     beating.hold(trial)
@@ -521,7 +513,7 @@ def test_the_heartbeat_waits_the_storages_own_grace_period(tmp_path):
     beating.close()
     assert not beating.held
     memory = optuna.storages.InMemoryStorage()
-    assert _Heartbeat(optuna.create_study(storage=memory), memory).storage is None  # in memory: no heartbeats
+    assert Heartbeat(optuna.create_study(storage=memory), memory).storage is None  # in memory: no heartbeats
 
 
 def _with_tiles(space: SearchSpace, tiles: tuple) -> SearchSpace:

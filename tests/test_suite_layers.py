@@ -15,7 +15,7 @@ import pytest
 
 from tuner.core.epilogue import Activation, Epilogue
 from tuner.families import registry
-from tuner.core.problem import load_layers
+from tuner.core.layers import load_layers
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "search_spaces" / "suite.yaml"

@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from conftest import MODEL_DTYPE_CASES  # noqa: E402
-from tuner.importers.network import NetworkError  # noqa: E402
+from tuner.importers.frontend import NetworkError  # noqa: E402
 from tuner.importers.torch_import import from_torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,9 +132,9 @@ def test_every_import_path_gives_a_conv_one_key(tmp_path, folded):
     import yaml
 
     pytest.importorskip("onnx")
-    from tuner.importers.network import from_onnx
+    from tuner.importers.onnx_import import from_onnx
     from tuner.core.problem import canonical_problem, problem_to_dict
-    from tuner.store.results import best_entries, names_by_problem
+    from tuner.store.best import best_entries, names_by_problem
 
     module = Stage().eval()
     path = tmp_path / "stage.onnx"
@@ -418,7 +418,7 @@ def test_conv_transpose2d_modules_are_transposed_layers():
 
 
 def test_onnx_and_torch_give_a_conv_transpose_one_key(tmp_path):
-    from tuner.importers.network import from_onnx
+    from tuner.importers.onnx_import import from_onnx
 
     module = TinyUNet().eval()
     path = tmp_path / "unet.onnx"

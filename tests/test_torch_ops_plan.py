@@ -7,8 +7,10 @@ from pathlib import Path
 
 from tuner.core.epilogue import parse_epilogue
 from tuner.importers.network import ImportedLayer, Network, Unsupported
-from tuner.core.problem import ConvProblem, DataType
-from tuner.store.results import BestEntry, best_entries
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
+from tuner.store.best import best_entries
+from tuner.store.schema import BestEntry
 from tuner.importers.plan import Fallback, TunedIndex, decide, network_decisions, summary
 
 REPO = Path(__file__).resolve().parents[1]

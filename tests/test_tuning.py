@@ -1,34 +1,27 @@
-"""What a layer's tuning queues before the search and re-measures after it (no GPU needed)."""
+"""A layer's tuning: what it re-measures after the search, and what it tells its sink (no GPU needed)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
-import optuna
+import pytest
 
 from conftest import params
-from tuner.store.results import BestEntry
-from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
+from fakefamily import NAME, FakeEvaluator, registered, write_space
+from tuner.store.schema import BestEntry
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
-from tuner.search.space import JointSpace, joint_params
+from tuner.search.space import JointSpace
 from tuner.core.status import Status
-from tuner.search.study import TrialRecord, open_study
-from tuner.pipeline.tuning import finalist_configs, seed_study
+from tuner.measure.run import KernelAttributes
+from tuner.search.trials import TrialRecord
+from tuner.pipeline.tuning import finalist_configs
+
+ATTRIBUTES = KernelAttributes(registers_per_thread=96, static_smem_bytes=0, dynamic_smem_bytes=49152,
+                              local_bytes_per_thread=0, threads_per_block=128, max_active_blocks_per_sm=2)
 
 
 def record(number: int, config, us: float) -> TrialRecord:
     return TrialRecord(number, config, Status.ok, us, {})
-
-
-def test_seed_study_queues_reference_and_prior_once(conv_1, sm80_space, h100):
-    study = open_study("seed", optuna.storages.InMemoryStorage(), seed=0)
-    joint = JointSpace((sm80_space,))
-    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())
-    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())  # a later run adds nothing twice
-    queued = [t.system_attrs["fixed_params"] for t in study.trials]
-    picks = [joint_params(c) for c in prior_picks(sm80_space, conv_1, h100, PRIOR_PICKS, Ceilings())]
-    reference = joint_params(make_config(conv_1, REFERENCE_PARAMS))
-    assert queued[0] == reference
-    assert queued[1:] == [p for p in picks if p != reference]
 
 
 def previous_entry(problem, knobs: dict) -> BestEntry:
@@ -68,77 +61,18 @@ def test_the_best_of_each_family_joins_the_finalists(conv_1, sm80_space, h100):
     assert [label for label, _ in finalists] == ["#1"]  # the fastest sm80 is #1 already
 
 
-def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
-    from pathlib import Path
-
-    from tuner.search.space import default_space_file, layer_space, load_space
-    from tuner.pipeline.tuning import landscape_seeds
-
-    folder = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
-    spaces = tuple(load_space(default_space_file(f)) for f in ("sm80", "sm90_conv", "sm90_gemm"))
-    layer = layers["r50_s4_1x1_512to256_b32"]
-    joint = layer_space(spaces, layer.problem, h100)
-    seeds = landscape_seeds(folder, layer.name, layer.problem, joint, h100, per_family=2)
-    assert sorted(c.family for c in seeds) == ["sm80", "sm80", "sm90_conv", "sm90_conv", "sm90_gemm", "sm90_gemm"]
-    assert all(joint.contains(c) for c in seeds)
-    assert landscape_seeds(None, layer.name, layer.problem, joint, h100) == []
-    assert landscape_seeds(folder, "no_such_layer", layer.problem, joint, h100) == []
 
 
-def test_a_seed_an_interrupted_run_asked_but_never_measured_is_queued_again(conv_1, sm80_space, h100):
-    from optuna.trial import TrialState
-
-    study = open_study("seed-again", optuna.storages.InMemoryStorage(), seed=0)
-    joint = JointSpace((sm80_space,))
-    seed_study(study, conv_1, joint, h100, 2, Ceilings())
-    queued = [t.system_attrs["fixed_params"] for t in study.trials]
-    first = study.ask()  # a run takes the first seed, then is interrupted: its trial FAILs
-    study.tell(first, state=TrialState.FAIL)
-    seed_study(study, conv_1, joint, h100, 2, Ceilings())
-    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(TrialState.WAITING,))]
-    assert sorted(map(str, waiting)) == sorted(map(str, queued))  # every seed queued once, the failed one again
 
 
-def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h100):
-    """The bare twin's study ranks its configurations; the fused layer gets the fastest that can carry
-    the epilogue (the no-smem epilogue cannot), built for the fused problem."""
-    import yaml
-    from optuna.distributions import CategoricalDistribution
-
-    from tuner.core.epilogue import parse_epilogue
-    from tuner.core.problem import ConvProblem, problem_to_dict
-    from tuner.search.space import load_space, default_space_file
-    from tuner.pipeline.tuning import twin_seeds
-
-    bare = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
-    fused = replace(bare, epilogue=parse_epilogue("scale+bias+relu"))
-    joint = JointSpace((load_space(default_space_file("sm90_conv")),))
-    storage = optuna.storages.InMemoryStorage()
-    twin = open_study("twin", storage, seed=0)
-    ranked_params = [("128x128x64", "nosmem", 10.0), ("64x128x64", "tma", 11.0), ("128x128x64", "tma", 12.0),
-                     ("64x64x64", "tma", 13.0)]
-    for tile, epilogue, us in reversed(ranked_params):
-        params = {"family": "sm90_conv", "sm90_conv.tile": tile, "sm90_conv.cluster": "1x1x1",
-                  "sm90_conv.stages": 0, "sm90_conv.epilogue": epilogue}
-        twin.add_trial(optuna.trial.create_trial(
-            value=us, params=params, user_attrs={"status": "ok"},
-            distributions={k: CategoricalDistribution([v]) for k, v in params.items()}))
-    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"twin_layer": {
-        "problem": problem_to_dict(bare), "family": "sm90_conv", "params": {"tile": "128x128x64"}, "kernel": "k",
-        "runtime_us": 10.0, "study": {"name": "twin"}}}}))
-    seeds = twin_seeds(tmp_path, storage, fused, joint, h100, count=2)
-    assert [(s.tile.text, s.epilogue.value) for s in seeds] == [("64x128x64", "tma"), ("128x128x64", "tma")]
-    assert all(s.fusion == fused.epilogue for s in seeds)
-    assert twin_seeds(tmp_path, storage, bare, joint, h100) == []  # a bare layer has no twin to learn from
-    other = replace(fused, k=512)
-    assert twin_seeds(tmp_path, storage, other, joint, h100) == []
 
 
 def test_an_imported_layer_whose_problem_is_tuned_under_another_name_is_skipped(tmp_path, conv_1):
     import yaml
-    from rich.console import Console
 
-    from tuner.core.problem import Layer, problem_to_dict
+    from tuner.core.problem import problem_to_dict
+    from tuner.core.layers import Layer
+    from tuner.pipeline.events import LayerTunedAs
     from tuner.pipeline.tuning import TuningOptions, TuningSession
 
     entry = {"problem": problem_to_dict(conv_1), "family": "sm80", "params": dict(REFERENCE_PARAMS),
@@ -148,7 +82,128 @@ def test_an_imported_layer_whose_problem_is_tuned_under_another_name_is_skipped(
                             results_dir=tmp_path, cache_dir=None, jobs=1, timeout_s=10, run_id="net",
                             skip_tuned_problems=True)
     session = object.__new__(TuningSession)  # no GPU worker: the skip happens before anything is tuned
-    session.folder, session.options, session.console = tmp_path, options, Console(record=True)
+    events = []
+    session.folder, session.options, session.sink = tmp_path, options, SimpleNamespace(emit=events.append)
     outcome = session.tune_layer(Layer("net_b1_conv", conv_1))
     assert outcome.skipped and outcome.runtime_us == 3.9
-    assert "the same problem is tuned as conv_1" in session.console.export_text()
+    assert events == [LayerTunedAs("net_b1_conv", "conv_1")]
+
+
+class RecordingSink:
+    def __init__(self):
+        self.events = []
+
+    def emit(self, event) -> None:
+        self.events.append(event)
+
+
+class FakeGpuEvaluator(FakeEvaluator):
+    """The fake family's evaluator with the launch facts a GPU worker reports (the finalists' waste needs them)."""
+
+    def evaluate(self, binary, problem, launch, seed=None):
+        evaluation = super().evaluate(binary, problem, launch, seed)
+        return replace(evaluation, attributes=ATTRIBUTES) if evaluation.measurement else evaluation
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def no_toolchain(tmp_path, monkeypatch):
+    """A PATH with an nvcc that only tells its version (best.yaml's header records it) and no ncu."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    (folder / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+
+
+def test_a_layer_is_tuned_without_a_console_and_tells_its_sink_each_step_in_order(tmp_path, layers, h100, capsys,
+                                                                                   no_toolchain):
+    """The generic pipeline on the fake family (built by Python, timed by a formula): everything the run has to say
+    reaches the sink as events, in the order it happens, and nothing is printed."""
+    from tuner.analysis.report import blocks_of
+    from tuner.build.compile import Compiler
+    from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, FamilySpace, FinalistsConfirmed,
+                                       KernelCompiled, LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs,
+                                       ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated, TrialsFailed,
+                                       WasteFound, WinnerChosen)
+    from tuner.core.layers import Layer
+    from tuner.pipeline.tuning import TuningOptions, TuningSession
+    from tuner.search.space import load_space, valid_configs
+    from tuner.store.best import best_entries
+
+    layer = layers["conv_1"]
+    sink = RecordingSink()
+    options = TuningOptions(trials=12, top=2, confirm_rounds=2, ncu_top=1, no_ncu=False, seed=0, storage=None,
+                            results_dir=tmp_path / "results", cache_dir=tmp_path / "cache", jobs=2, timeout_s=10,
+                            run_id="events", skip_tuned_problems=True)
+    with registered():
+        space = load_space(write_space(tmp_path / "fake.yaml"))
+        session = TuningSession(options, (space,), sink, h100, Compiler(h100, tmp_path / "cache", jobs=2),
+                                FakeGpuEvaluator())
+        try:
+            outcome = session.tune_layer(layer)
+            assert session.tune_layer(layer).skipped and session.tune_layer(Layer("net_conv", layer.problem)).skipped
+        finally:
+            session.close()
+        valid = valid_configs(space, layer.problem, h100)
+    assert capsys.readouterr() == ("", "")
+
+    progress = (CandidatesAsked, KernelCompiled, TrialEvaluated)
+    steps = [type(e) for e in sink.events if not isinstance(e, progress)]
+    assert steps == [DeviceFound, LayerStarted, StudyStarted, StudyEnded, TrialsFailed, FinalistsConfirmed,
+                     WinnerChosen, ProfilerMissing, WasteFound, LayerTimed, BestWritten, LayerFinishedEarlier,
+                     LayerTunedAs]
+    events = {type(e): e for e in sink.events}
+    assert events[DeviceFound].device == h100
+    assert events[LayerStarted] == LayerStarted("conv_1", layer.problem, (
+        FamilySpace(NAME, space.size, len(valid), len({c.compiled for c in valid})),))
+
+    study = sink.events[sink.events.index(events[StudyStarted]):sink.events.index(events[StudyEnded]) + 1]
+    assert all(isinstance(e, progress) for e in study[1:-1])
+    assert events[StudyStarted].trials == 12 and events[StudyEnded].study == events[StudyStarted].study
+    evaluated = [e.record for e in study if isinstance(e, TrialEvaluated)]
+    measured = [r for r in evaluated if r.status is not Status.invalid and "from_record" not in r.attrs]
+    assert len(measured) == outcome.measured == 12
+    assert sum(e.count for e in study if isinstance(e, CandidatesAsked)) == \
+        sum(isinstance(e, KernelCompiled) for e in study)
+    outcomes = events[StudyEnded].outcomes
+    assert [name for name, _ in outcomes] == sorted(name for name, _ in outcomes)
+    assert sum(count for _, count in outcomes) == len(evaluated)
+
+    failed = events[TrialsFailed].records
+    assert failed and all(r.status is Status.compile_failed and r.config.stages == 5 for r in failed)
+    assert len({r.reason for r in failed}) == len(failed)  # the first of each reason
+
+    rows = events[FinalistsConfirmed].rows
+    winner = events[WinnerChosen]
+    assert [r.label for r in rows][:2] == ["#1", "#2"] and winner.reference.label == "reference"
+    assert winner.winner == min(rows, key=lambda r: r.measurement.median_us) and winner.sm_count == h100.sm_count
+    assert winner.wider is None or blocks_of(winner.wider) > winner.winner.grid_blocks
+    assert "ncu not found" in events[ProfilerMissing].reason
+    assert [w.finalist for w in events[WasteFound].rows] == list(rows)
+    assert all(w.profile is None and w.flags for w in events[WasteFound].rows)
+
+    timed = events[LayerTimed]
+    assert timed.layer == "conv_1" and timed.total_s >= timed.setup_s + timed.study_s
+    written = events[BestWritten]
+    assert written.path == tmp_path / "results" / h100.slug / "best.yaml"
+    assert best_entries(written.path.parent)["conv_1"].kernel == outcome.kernel == winner.winner.config.name
+    assert events[LayerFinishedEarlier] == LayerFinishedEarlier("conv_1", "events")
+    assert events[LayerTunedAs] == LayerTunedAs("net_conv", "conv_1")
+
+
+def test_the_tuning_pipeline_prints_through_nothing_but_its_sink():
+    """Neither the tuning pipeline nor what it reports imports rich: drawing its events is tune.py's."""
+    import ast
+    from pathlib import Path
+
+    tuner = Path(__file__).resolve().parents[1] / "tuner"
+    for module in ("pipeline/tuning.py", "pipeline/events.py", "pipeline/nightly.py", "analysis/report.py",
+                   "search/seeds.py"):
+        tree = ast.parse((tuner / module).read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert not {name for name in imported if name.split(".")[0] == "rich"}, module
+        assert "print(" not in (tuner / module).read_text(), module

@@ -4,8 +4,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tuner.core.dtypes import DataType
 from tuner.core.elements import decode, encode
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.problem import ConvProblem
 from tuner.measure.validate import (array_module, check_output, reference_fprop, reference_output, relative_l2, rounding_error,
                             tolerance)
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from test_cli import REPO, one_error_line, tune
-from tuner.pipeline.bench import compile_target
+from tuner.pipeline.landscape import compile_target
 from tuner.core.errors import UsageError
 from tuner.store.results import results_slug
 

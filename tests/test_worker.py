@@ -7,9 +7,9 @@ import pytest
 from tuner.core import device
 
 from tuner.measure import worker
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
 from tuner.core.status import Status
-from tuner.core.problem import problem_from_dict, problem_to_dict
+from tuner.core.problem import ConvProblem, problem_from_dict, problem_to_dict
 from tuner.measure.worker import CONTEXT_LOST, EXIT_CONTEXT_LOST, NO_GPU, RESPONSE_PREFIX
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None

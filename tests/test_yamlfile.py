@@ -3,7 +3,8 @@ with one line each; LibYAML parses where it is built in."""
 import pytest
 import yaml
 
-from tuner.core.problem import ProblemError, load_layers
+from tuner.core.errors import ProblemError
+from tuner.core.layers import load_layers
 from tuner.core.yamlfile import YamlFileError, _StrictLoader, read_yaml
 
 TABLE = """defaults: {pad: 0}

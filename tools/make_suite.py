@@ -20,8 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: the tuner package is the repository's
 
 from tuner.core.epilogue import Epilogue  # noqa: E402
-from tuner.importers.network import LAYERS_DEFAULTS, ImportedLayer, Network, NetworkError, layer_entry, layer_name  # noqa: E402
-from tuner.core.problem import ConvProblem, ProblemError, load_layers  # noqa: E402
+from tuner.importers.frontend import NetworkError  # noqa: E402
+from tuner.importers.network import LAYERS_DEFAULTS, ImportedLayer, Network, layer_entry, layer_name  # noqa: E402
+from tuner.core.errors import ProblemError  # noqa: E402
+from tuner.core.layers import load_layers  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
 
 BATCHES = (1, 8, 32)
 FUSED_MARK = "f"  # vgg16f_features_0_b1: the layer with its epilogue, as layers.yaml's r50f_ layers

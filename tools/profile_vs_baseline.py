@@ -19,7 +19,7 @@ from pathlib import Path
 
 from repository import this_gpu, tuned_layers
 
-from tuner.pipeline.bench import is_gemm_layer
+from tuner.pipeline.one_run import is_gemm_layer
 from tuner.build.compile import Compiler
 from tuner.core.epilogue import Epilogue
 from tuner.families import registry

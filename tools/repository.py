@@ -12,8 +12,11 @@ sys.path.insert(0, str(REPO))
 
 from tuner.core.device import DeviceFacts  # noqa: E402
 from tuner.measure.evaluate import GpuUnavailable, NoGpu, local_device  # noqa: E402
-from tuner.core.problem import ConvProblem, ProblemError  # noqa: E402
-from tuner.store.results import BestEntry, ResultsError, best_entries, recorded_gpu_dir  # noqa: E402
+from tuner.core.errors import ProblemError  # noqa: E402
+from tuner.core.problem import ConvProblem  # noqa: E402
+from tuner.store.best import best_entries  # noqa: E402
+from tuner.store.results import ResultsError, recorded_gpu_dir  # noqa: E402
+from tuner.store.schema import BestEntry  # noqa: E402
 
 LAYERS_FILE = REPO / "search_spaces" / "layers.yaml"
 RESULTS_DIR = REPO / "results"

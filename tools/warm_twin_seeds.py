@@ -13,15 +13,17 @@ import time
 
 from repository import LAYERS_FILE, RESULTS_DIR, this_gpu
 
-from tuner.cli.choices import matching_layers
 from tuner.search.space import chosen_spaces
-from tuner.core.errors import UsageError
-from tuner.build.compile import Compiler, default_cache_dir
+from tuner.core.errors import ProblemError, UsageError
+from tuner.build.compile import Compiler
+from tuner.build.compile_cache import default_cache_dir
 from tuner.search.costmodel import Ceilings
-from tuner.core.problem import ProblemError, load_layers
-from tuner.store.results import gpu_dir, study_storage
+from tuner.core.layers import load_layers, matching_layers
+from tuner.store.journal import study_storage
+from tuner.store.results import gpu_dir
 from tuner.search.space import layer_space
-from tuner.pipeline.tuning import device_spaces, landscape_seeds, seed_configs, twin_seeds
+from tuner.pipeline.tuning import device_spaces
+from tuner.search.seeds import landscape_seeds, seed_configs, twin_seeds
 
 
 def main() -> int:
@@ -45,7 +47,7 @@ def main() -> int:
     configs = []
     for layer in layers.values():
         joint = layer_space(spaces, layer.problem, device)
-        # What `tune.py --prior 0` queues first for the layer, in its order (tuning.seed_configs).
+        # What `tune.py --prior 0` queues first for the layer, in its order (seeds.seed_configs).
         queued = seed_configs(layer.problem, joint, device, 0, Ceilings(),
                               landscape_seeds(folder, layer.name, layer.problem, joint, device),
                               twin_seeds(folder, storage, layer.problem, joint, device))

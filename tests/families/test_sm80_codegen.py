@@ -6,7 +6,8 @@ from conftest import squeeze, config_for
 from tuner.build.codegen import candidate_source, kernel_alias
 from tuner.families.base import ELEMENT_TAGS
 from tuner.families.sm80.codegen import ITERATOR_TAGS, SWIZZLE_TAGS
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.families.sm80.space import SWIZZLES, IteratorAlgorithm, reference_config
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",

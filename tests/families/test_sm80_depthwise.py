@@ -17,7 +17,8 @@ from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs, SpaceError
 from tuner.families.sm80_depthwise import space
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.measure.run import EpilogueOperands, KernelAttributes, KernelLibrary, LaunchError, problem_array
 from tuner.search.space import load_space, valid_configs
 

@@ -11,7 +11,8 @@ from tuner.build.codegen import candidate_source
 from tuner.families import registry
 from tuner.families.base import SpaceError
 from tuner.families.sm80_dgrad.space import StrideSupport, derive_alignments, k_iterations, make_config, parse_space
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.measure.run import KernelLibrary, LaunchGrid, problem_array
 from tuner.search.space import all_configs, load_space, valid_configs
 
@@ -170,7 +171,7 @@ def test_an_exported_header_with_a_transposed_layer_compiles_and_says_its_extent
         pytest.skip("nvcc is not on PATH")
     import subprocess
 
-    from tuner.build.compile import cutlass_include_dirs
+    from tuner.build.nvcc import cutlass_include_dirs
     from tuner.pipeline.export import render_header
     from tuner.core.problem import problem_to_dict
 

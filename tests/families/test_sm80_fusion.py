@@ -15,7 +15,8 @@ from tuner.families import registry
 from tuner.families.base import LaunchArgs
 from tuner.families.base import ACTIVATION_TAGS
 from tuner.families.sm80.space import reference_config, static_problems
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
 
 ALIAS = f"{CANDIDATE_ALIAS}0"

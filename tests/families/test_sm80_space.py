@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from conftest import SPACE_FILE, config_for, params
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.families.base import SearchSpace, Shape3, SpaceError
 from tuner.families.sm80.space import (
     MAX_ACCUMULATORS_PER_THREAD,

@@ -17,7 +17,8 @@ from tuner.families.sm90_gemm.codegen import KERNEL_SCHEDULE_TAGS, SCHEDULER_TAG
 from tuner.families.sm90_gemm.space import Schedule, Scheduler
 from tuner.families.sm90_gemm.space import make_config as gemm_config
 from tuner.core.epilogue import parse_epilogue
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 
 ENTRY_POINTS = ("tuner_abi_version", "tuner_kernel_count", "tuner_k0_can_implement", "tuner_k0_workspace_bytes",
                 "tuner_k0_grid", "tuner_k0_kernel_attributes", "tuner_k0_create", "tuner_k0_launch",
@@ -286,7 +287,7 @@ def test_a_fused_epilogue_is_the_per_column_fusion_op_with_the_residual_as_sourc
         source_text = candidate_source(config)
         assert "tuner_fill_epilogue" in source_text
         # the operation's callbacks (the vectors prefetched into L2) come before the kernel that uses them
-        assert_in_order(source_text, [f"struct FusionCallbacks<", f"{FUSED} cutlass::epilogue::thread::{activation}"])
+        assert_in_order(source_text, ["struct FusionCallbacks<", f"{FUSED} cutlass::epilogue::thread::{activation}"])
 
 
 def test_the_no_smem_epilogue_cannot_fuse(h100):

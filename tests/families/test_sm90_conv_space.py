@@ -21,7 +21,8 @@ from tuner.families.sm90_conv.space import (
     parse_space,
     static_problems,
 )
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.search.space import all_configs, load_space, valid_configs
 
 SPACE_FILE = REPO / "search_spaces" / "sm90_conv.yaml"

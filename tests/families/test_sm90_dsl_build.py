@@ -16,7 +16,7 @@ pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pi
 if shutil.which("gcc") is None:
     pytest.skip("gcc is needed to link candidate.so", allow_module_level=True)
 
-from tuner.build.compile import parse_ptxas  # noqa: E402
+from tuner.build.nvcc import parse_ptxas  # noqa: E402
 from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
 
 ENTRY_POINTS = ["tuner_abi_version", "tuner_kernel_count"] + [

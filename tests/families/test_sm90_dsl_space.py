@@ -9,6 +9,7 @@ from rich.console import Console
 
 from conftest import H100, REPO
 from tuner.build.compile import Compiler, builder_cache_key
+from tuner.cli.tuning_view import TuningView
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
@@ -16,7 +17,8 @@ from tuner.families.sm90_dsl import Sm90DslFamily, dsl_version
 from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
                                            parse_space, problem_spec, static_problems)
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.search.space import load_space, valid_configs
 from tuner.pipeline.tuning import buildable_spaces
 
@@ -193,12 +195,12 @@ def test_without_the_dsl_the_family_is_skipped_with_one_line(monkeypatch):
         FAMILY.build_request(make_config(CONV, params()))
     console = Console(record=True, width=200)
     spaces = (load_space(REPO / "search_spaces" / "sm80.yaml"), load_space(SPACE_FILE))
-    kept = buildable_spaces(spaces, console)
+    kept = buildable_spaces(spaces, TuningView(console))
     assert [s.family for s in kept] == ["sm80"]
     lines = [line for line in console.export_text().splitlines() if line.strip()]
     assert len(lines) == 1 and "sm90_dsl skipped" in lines[0] and "[dsl]" in lines[0]
     with pytest.raises(SpaceError, match="none of the families"):
-        buildable_spaces((load_space(SPACE_FILE),), console)
+        buildable_spaces((load_space(SPACE_FILE),), TuningView(console))
 
 
 FAKE_BUILDER = """
@@ -329,7 +331,8 @@ def test_a_default_study_leaves_out_the_families_the_dsl_supersedes():
 
 
 def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(tmp_path, monkeypatch):
-    from tuner.build.compile import BuilderPool, Compiler
+    from tuner.build.builder_pool import BuilderPool
+    from tuner.build.compile import Compiler
 
     started = []
     monkeypatch.setattr(BuilderPool, "_start", staticmethod(lambda command: started.append(command) or command))

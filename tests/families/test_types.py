@@ -11,7 +11,8 @@ from tuner.build.codegen import candidate_source
 from tuner.build.compile import Compiler
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
-from tuner.core.problem import ConvProblem, DataType, dtype_fields
+from tuner.core.dtypes import DataType, dtype_fields
+from tuner.core.problem import ConvProblem
 from tuner.measure.run import KernelLibrary, problem_array
 from tuner.search.space import make_config
 

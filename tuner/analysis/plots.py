@@ -1,30 +1,26 @@
-"""`tune.py plots`: pictures of what the studies found, from the storage and best.yaml alone (no GPU).
-Per layer: Optuna's optimisation history and parameter importances; per GPU: µs and the share of
-the modelled floor of every layer, and a journal for optuna-dashboard with one study per layer. All of it
-goes to results/<gpu>/plots/, which git ignores. Needs matplotlib (pip install -e '.[plots]')."""
+"""Pictures of what the studies found, from the storage and best.yaml alone (no GPU; `tune.py plots`,
+tuner/cli/plots.py). Per layer: Optuna's optimisation history and parameter importances; per GPU: µs and the
+share of the modelled floor of every layer, and a journal for optuna-dashboard with one study per layer. All of
+it goes to results/<gpu>/plots/, which git ignores. Needs matplotlib (pip install -e '.[plots]')."""
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import datetime as dt
-import sys
 import textwrap
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from rich.markup import escape
 
 from tuner.search.costmodel import measured_ceilings
 from tuner.families import registry
-from tuner.store.results import (JOURNAL_FILE, BestEntry, ResultsError, best_entries, check_storage_url, gpu_slugs,
-                           journal_backend, layer_file_stem, read_best, readable_journal, recorded_gpu_dir,
-                           results_slug)
-from tuner.search.study import METRIC_NAME, label_values, params_key, problem_of_study
-from tuner.cli.tables import json_document
+from tuner.store.journal import check_storage_url, journal_backend, readable_journal
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import JOURNAL_FILE, ResultsError, layer_file_stem
+from tuner.store.schema import BestEntry
+from tuner.search.trials import METRIC_NAME, label_values, params_key, problem_of_study
 
-REPO = Path(__file__).resolve().parents[2]
 MIN_TRIALS_FOR_IMPORTANCE = 10
 ROUGH_BELOW_TRIALS = 30  # the fastest 10 % of fewer trials is two or three of them
 TITLE_CHARS = 80  # a title line's characters at 11 pt on the 9-inch figure, with a margin
@@ -233,75 +229,78 @@ class Drawn:
     notes: tuple[str, ...]           # what was read only in part
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tune.py plots", description=__doc__.split("\n")[0])
-    parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/core/gpus.py (h100); "
-                                      "default: every GPU with a best.yaml")
-    parser.add_argument("--layers", help="comma-separated layers to draw (default: every layer in best.yaml)")
-    parser.add_argument("--storage", help="Optuna storage URL (default: the journal in results/<gpu>/)")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "results",
-                        help="default results/; the pictures and the dashboard's journal go to <gpu>/plots/ in it")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout: for each GPU, the "
-                                                            "files written and the layers left out, with why "
-                                                            "(messages go to stderr)")
-    return parser
+# What draw_gpu says as it goes, for the command to print.
+@dataclass(frozen=True)
+class NoJournal:
+    """The folder has no journal (and no storage was named): the summary only."""
+    path: Path
 
 
-def main(argv: list[str], console) -> int:
-    args = build_parser().parse_args(argv)
-    slugs = [results_slug(args.results_dir, args.gpu)] if args.gpu else gpu_slugs(args.results_dir)
-    if not slugs:
-        raise ResultsError(f"no results/<gpu>/best.yaml under {args.results_dir}: tune a layer first")
-    if len(slugs) > 1 and (args.layers or args.storage):
-        raise ResultsError(f"--layers and --storage name one GPU's layers: say which with --gpu (found {slugs})")
-    # without --gpu, every GPU with results
-    drawn = [draw_gpu(recorded_gpu_dir(args.results_dir, slug), slug, args, console) for slug in slugs]
-    if args.json:  # the document owns stdout (the CLI's console writes to stderr under --json)
-        sys.stdout.write(json_document({"gpus": [dataclasses.asdict(item) for item in drawn]}) + "\n")
-    return 0
+@dataclass(frozen=True)
+class JournalCut:
+    """The journal was read up to a damaged line."""
+    note: str
 
 
-def draw_gpu(folder: Path, slug: str, args: argparse.Namespace, console) -> Drawn:
-    """One GPU's per-layer plots and dashboard journal (where its studies are in the storage) and its summary."""
+@dataclass(frozen=True)
+class StudyMissing:
+    """A layer's study is not in the storage: no per-layer plots."""
+    layer: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """A file written; for the dashboard's journal, the studies it holds."""
+    path: str
+    studies: int | None = None
+
+
+PlotsEvent = NoJournal | JournalCut | StudyMissing | Written
+
+
+def draw_gpu(folder: Path, slug: str, layers: list[str] | None, storage_url: str | None,
+             emit: Callable[[PlotsEvent], None]) -> Drawn:
+    """One GPU's per-layer plots (of `layers`, default every layer of best.yaml) and dashboard journal, where its
+    studies are in the storage (`storage_url`, default the folder's journal), and its summary."""
     best = best_entries(folder)
-    wanted = args.layers.split(",") if args.layers else sorted(best)
+    wanted = layers or sorted(best)
     for layer in wanted:
         if layer not in best:
             raise ResultsError(f"layer {layer!r} is not in {folder / 'best.yaml'}")
     files, left_out, notes, dashboard = [], [], [], None
-    if args.storage is None and not (folder / JOURNAL_FILE).is_file():  # reading must not create one
-        console.print(f"[yellow]no {folder / JOURNAL_FILE}: the summary only, no per-layer plots[/]")
+    if storage_url is None and not (folder / JOURNAL_FILE).is_file():  # reading must not create one
+        emit(NoJournal(folder / JOURNAL_FILE))
         left_out = [LeftOut(layer, f"no {JOURNAL_FILE}") for layer in wanted]
         wanted = []
-    elif args.storage:
-        check_storage_url(args.storage)
-        storage = args.storage
+    elif storage_url:
+        check_storage_url(storage_url)
+        storage = storage_url
     else:
         storage, damaged = readable_journal(folder / JOURNAL_FILE)
         if damaged:
             notes.append(f"{folder / JOURNAL_FILE} line {damaged} is not a journal record: the {damaged - 1} lines "
                          "before it are drawn, the rest is left out")
-            console.print(f"[yellow]{escape(notes[-1])}[/]")
+            emit(JournalCut(notes[-1]))
     for layer in wanted:
         entry = best[layer]
         try:
             study = optuna.load_study(study_name=str(entry.study_name), storage=storage)
         except KeyError:
-            console.print(f"[yellow]{escape(layer)}: its study is not in the storage; no per-layer plots[/]")
+            emit(StudyMissing(layer))
             left_out.append(LeftOut(layer, "its study is not in the storage"))
             continue
         except Exception as error:  # noqa: BLE001 - an RDB that cannot be reached: SQLAlchemy's errors are many
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise ResultsError(f"--storage cannot be read: {first[:200]}") from None
         for path in layer_plots(study, layer, folder / "plots", entry.family):
-            console.print(f"wrote {escape(str(path))}")
+            emit(Written(str(path)))
             files.append(str(path))
     if wanted:
         path = folder / "plots" / DASHBOARD_FILE
-        count = dashboard_journal(storage, path, set(wanted) if args.layers else None)
+        count = dashboard_journal(storage, path, set(wanted) if layers else None)
         dashboard = str(path)
-        console.print(f"wrote {escape(dashboard)}: {count} studies, one per layer (optuna-dashboard {escape(dashboard)})")
+        emit(Written(dashboard, count))
     gpu_name = (read_best(folder).get("device") or {}).get("name", "unknown GPU")
     summary = summary_plot(best, measured_ceilings(folder), folder / "plots" / "summary.png", gpu_name)
-    console.print(f"wrote {escape(str(summary))}")
+    emit(Written(str(summary)))
     return Drawn(slug, str(folder), (*files, str(summary)), dashboard, tuple(left_out), tuple(notes))

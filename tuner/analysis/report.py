@@ -1,26 +1,24 @@
-"""What the user sees: progress while a study runs, and tables of what it found (rich)."""
+"""What a tuning run found about a layer, as data: its finalists re-measured side by side, why each is as fast
+as it is (occupancy, the static diagnosis, ncu's word where it ran), the candidates that did not count, and
+the study's own evidence for a grid smaller than the SM count. tuner/cli/tuning_view.py draws them."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.markup import escape
-from rich.table import Table
-
+from tuner.analysis.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
 from tuner.build.compile import CompileResult
-from tuner.analysis.profile import Agreement
-from tuner.core.device import DeviceFacts
-from tuner.analysis.diagnose import LaunchFacts, diagnose, occupancy
+from tuner.core.device import DeviceFacts, volume
+from tuner.analysis.diagnose import LaunchFacts, Occupancy, WasteFlag, diagnose, kernel_facts, occupancy
 from tuner.measure.timing import Measurement
 from tuner.analysis.ncu import LaunchStats
 from tuner.core.problem import ConvProblem
 from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.measure.run import KernelAttributes
-from tuner.search.space import JointSpace
-from tuner.search.study import StudyProgress, TrialRecord
+from tuner.search.trials import TrialRecord
+
+# ncu's figures of a finalist's launch, and each fact as the static diagnosis and ncu state it.
+Profile = tuple[LaunchStats, tuple[Agreement, ...]]
 
 
 @dataclass(frozen=True)
@@ -41,133 +39,66 @@ class Confirmed:
         return self.attributes.dynamic_smem_bytes + self.attributes.static_smem_bytes
 
 
-def describe_config(config: KernelConfig) -> str:
-    return f"{config.family} {registry.family_of(config).describe(config)}"
+@dataclass(frozen=True)
+class FinalistWaste:
+    """Why a finalist is as fast as it is: its occupancy and waste flags, and ncu's word where it ran."""
+
+    finalist: Confirmed
+    occupancy: Occupancy
+    flags: tuple[WasteFlag, ...]
+    profile: Profile | None = None
 
 
-def print_device(console: Console, device: DeviceFacts) -> None:
-    console.print(f"[bold]{device.name}[/] sm_{device.cc}, {device.sm_count} SMs, "
-                  f"{device.smem_optin_per_block // 1024} KB smem/block opt-in, L2 {device.l2_bytes >> 20} MB, "
-                  f"driver {device.driver_version}")
+def finalist_waste(finalist: Confirmed, facts: LaunchFacts, profile: Profile | None = None) -> FinalistWaste:
+    return FinalistWaste(finalist, occupancy(facts), tuple(diagnose(facts)), profile)
 
 
-def print_space(console: Console, layer: str, problem: ConvProblem, joint: JointSpace,
-                valid: list[KernelConfig]) -> None:
-    m, n, k = problem.gemm_mnk
-    console.print(f"[bold]{escape(layer)}[/]: {problem.shape_text} ({problem.dtype_key}); implicit GEMM {m}x{n}x{k}, "
-                  f"{problem.flops / 1e9:.3f} GFLOP")
-    for space in joint.spaces:
-        mine = [c for c in valid if c.family == space.family]
-        console.print(f"{space.family} space: {space.size} candidates, {len(mine)} pass the static checks "
-                      f"({len({c.compiled for c in mine})} distinct kernels to compile)")
+def explain_finalists(rows: list[Confirmed], compiled: dict[KernelConfig, CompileResult], problem: ConvProblem,
+                      device: DeviceFacts, profile_top: int) -> tuple[dict[str, FinalistWaste], str | None]:
+    """Each finalist's waste (by label) from its static facts, with ncu's word on the fastest `profile_top`; and,
+    where ncu cannot run, why (the waste is then the static diagnosis alone)."""
+    facts = {r.label: kernel_facts(r.config, problem, device, r.grid_blocks, r.attributes, r.spill_bytes) for r in rows}
+    profiles: dict[str, Profile] = {}
+    unavailable = None
+    for row in sorted(rows, key=lambda r: r.measurement.median_us)[:profile_top]:
+        try:
+            launch = registry.family_of(row.config).launch_args(row.config, problem)
+            stats = profile_candidate(compiled[row.config.compiled].binary, problem, launch)
+        except ProfilerUnavailable as error:
+            unavailable = str(error)
+            break
+        profiles[row.label] = (stats, tuple(agreement(facts[row.label], stats)))
+    return {r.label: finalist_waste(r, facts[r.label], profiles.get(r.label)) for r in rows}, unavailable
 
 
-class StudyDisplay:
-    """A rich progress bar fed by the study's callbacks."""
-
-    def __init__(self, console: Console, total: int):
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=console)
-        self.compile_task = self.progress.add_task("compile ", total=0, note="")
-        self.measure_task = self.progress.add_task("validate+time", total=total, note="")
-        self.outcomes: Counter = Counter()
-        self.best_us: float | None = None
-
-    def callbacks(self) -> StudyProgress:
-        return StudyProgress(on_batch=self._on_batch, on_compiled=self._on_compiled, on_evaluated=self._on_evaluated)
-
-    def _on_batch(self, size: int) -> None:
-        task = self.progress.tasks[self.compile_task]
-        self.progress.update(self.compile_task, total=(task.total or 0) + size)
-
-    def _on_compiled(self, result: CompileResult) -> None:
-        note = "cached" if result.cached else f"{result.seconds:.0f} s"
-        self.progress.update(self.compile_task, advance=1,
-                             note=f"{result.config.family} {result.config.tile.text} {note}")
-
-    def _on_evaluated(self, record: TrialRecord) -> None:
-        self.outcomes[record.status.value + (" (recorded)" if "from_record" in record.attrs else "")] += 1
-        if "from_record" in record.attrs or record.status.value == "invalid":
-            return
-        if record.median_us is not None and (self.best_us is None or record.median_us < self.best_us):
-            self.best_us = record.median_us
-        best = f"best {self.best_us:.2f} µs" if self.best_us else ""
-        self.progress.update(self.measure_task, advance=1, note=f"{record.status.value:14} {best}")
-
-    def __enter__(self) -> "StudyDisplay":
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
+def outcome_name(record: TrialRecord) -> str:
+    """A trial's outcome as a run counts it: its status, "(recorded)" where the study answered it from the record."""
+    return record.status.value + (" (recorded)" if "from_record" in record.attrs else "")
 
 
-def outcome_line(outcomes: Counter) -> str:
-    return ", ".join(f"{count} {name}" for name, count in sorted(outcomes.items()))
+def reason_line(record: TrialRecord) -> str:
+    """The first line of why a trial did not count, at most 160 characters."""
+    return (record.reason or "").splitlines()[0][:160] if record.reason else ""
 
 
-def confirmed_table(rows: list[Confirmed], problem: ConvProblem, device: DeviceFacts) -> Table:
-    fastest = min(r.measurement.median_us for r in rows)
-    table = Table(title="re-measured side by side (graph replay, rotated inputs)")
-    for column in ("", "config", "µs", "spread", "vs best", "TFLOP/s", "GB/s", "rel. error", "blocks",
-                   "regs", "smem KB", "blocks/SM"):
-        table.add_column(column, justify="left" if column in ("", "config") else "right")
-    for row in rows:
-        m = row.measurement
-        blocks = f"{row.grid_blocks}" + (" [red]<SMs[/]" if row.grid_blocks < device.sm_count else "")
-        if row.cluster != (1, 1, 1):
-            blocks += f" in {'x'.join(map(str, row.cluster))} clusters"
-        table.add_row(row.label, describe_config(row.config), f"{m.median_us:.2f}", f"{100 * m.spread:.1f}%",
-                      f"{m.median_us / fastest:.2f}x", f"{m.tflops(problem):.2f}", f"{m.gbps(problem):.0f}",
-                      f"{row.error:.1e}", blocks, f"{row.attributes.registers_per_thread}",
-                      f"{row.smem_bytes / 1024:.0f}", f"{row.attributes.max_active_blocks_per_sm}")
-    return table
-
-
-def failures_table(records: list[TrialRecord], limit: int = 8) -> Table:
-    table = Table(title="candidates that did not count (first of each reason)")
-    table.add_column("status")
-    table.add_column("config")
-    table.add_column("reason", overflow="fold")
+def first_failures(records: list[TrialRecord], limit: int = 8) -> list[TrialRecord]:
+    """The candidates that did not count (neither ok nor invalid), the first of each reason, `limit` reasons at most."""
     seen: set[str] = set()
+    failures = []
     for record in records:
-        reason = (record.reason or "").splitlines()[0][:160] if record.reason else ""
+        reason = reason_line(record)
         if record.status.value in ("ok", "invalid") or reason in seen or len(seen) >= limit:
             continue
         seen.add(reason)
-        table.add_row(record.status.value, describe_config(record.config), reason)
-    return table
+        failures.append(record)
+    return failures
 
 
-def _agreement_text(agreements: list[Agreement]) -> str:
-    parts = []
-    for a in agreements:
-        mark = "[green]=[/]" if a.agrees else "[red]≠[/]"
-        ncu = "?" if a.ncu is None else f"{a.ncu:g}"
-        parts.append(f"{a.fact}: {a.static:g} {mark} {ncu}")
-    return "\n".join(parts)
+def blocks_of(record: TrialRecord) -> int:
+    return volume(record.attrs.get("grid") or (0, 0, 0))
 
 
-def _ncu_text(stats: LaunchStats) -> str:
-    def number(value, unit=""):
-        return "?" if value is None else f"{value:.2f}{unit}"
-
-    return (f"{number(stats.duration_us, ' µs')} under ncu\nSM {number(stats.sm_throughput_pct, '%')}, "
-            f"memory {number(stats.memory_throughput_pct, '%')}\nachieved occupancy "
-            f"{number(stats.achieved_occupancy_pct, '%')}")
-
-
-def waste_table(rows: list[tuple[Confirmed, LaunchFacts]], profiles: dict[str, tuple[LaunchStats, list[Agreement]]]) -> Table:
-    """Why each finalist is as fast as it is: static facts and flags, and ncu's word where it ran."""
-    table = Table(title="waste of the finalists (static diagnosis; ncu where profiled)", show_lines=True)
-    for column in ("", "config", "µs", "occupancy", "waste", "static = ncu", "ncu"):
-        table.add_column(column, overflow="fold")
-    for row, facts in rows:
-        occ = occupancy(facts)
-        flags = "\n".join(f"{f.code}: {f.message}" for f in diagnose(facts)) or "none"
-        profiled = profiles.get(row.label)
-        table.add_row(row.label, describe_config(row.config), f"{row.measurement.median_us:.2f}",
-                      f"{occ.theoretical_pct:.1f}% ({occ.blocks_per_sm} blocks/SM, {occ.limited_by_text})",
-                      flags, _agreement_text(profiled[1]) if profiled else "not profiled",
-                      _ncu_text(profiled[0]) if profiled else "")
-    return table
+def fastest_wider(winner: Confirmed, measured: list[TrialRecord]) -> TrialRecord | None:
+    """The study's own evidence for the winner's grid: the fastest measured candidate that launched more blocks."""
+    wider = [r for r in measured if blocks_of(r) > winner.grid_blocks]
+    return min(wider, key=lambda r: r.median_us) if wider else None

@@ -1,12 +1,9 @@
-"""What a user chose on a command line, checked: layer names and patterns, kernel families and their
-space files, counts. Shared by tune.py's commands (tuner/cli/main.py, tuner/pipeline/bench.py), so neither imports
-the other."""
+"""What a user chose on a command line, checked: bad flags and counts as one-line usage errors, shared by
+tune.py's commands."""
 from __future__ import annotations
 
 import argparse
-import fnmatch
 
-from tuner.core.problem import Layer, find_layer
 from tuner.core.errors import UsageError
 
 
@@ -21,13 +18,3 @@ def positive(name: str, value: int) -> int:
     if value < 1:
         raise UsageError(f"{name} must be at least 1, got {value}")
     return value
-
-
-def matching_layers(layers: dict[str, Layer], pattern: str) -> list[Layer]:
-    """A layer name, or a shell-style pattern such as 'r50_*_b32'."""
-    if not any(char in pattern for char in "*?["):
-        return [find_layer(layers, pattern)]
-    matches = [layer for name, layer in layers.items() if fnmatch.fnmatchcase(name, pattern)]
-    if not matches:
-        raise UsageError(f"--layers pattern {pattern!r} matches no layer; see --list-layers")
-    return matches

@@ -17,7 +17,8 @@ from tuner.cli.choices import positive
 from tuner.cli.tables import json_document
 from tuner.core import gpus
 from tuner.core.errors import UsageError
-from tuner.core.problem import LONG_SHAPE, SHORT_SHAPE, ConvProblem, parse_shape, problem_to_dict
+from tuner.core.problem import ConvProblem, problem_to_dict
+from tuner.core.layers import LONG_SHAPE, SHORT_SHAPE, parse_shape
 
 MAX_SMS = 10_000
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from tuner.cli.choices import positive
 from tuner.core.errors import UsageError
-from tuner.importers.network import Network, from_onnx
-from tuner.core.problem import DTYPE_CHOICES
+from tuner.importers.network import Network
+from tuner.importers.onnx_import import from_onnx
+from tuner.core.dtypes import DTYPE_CHOICES
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:

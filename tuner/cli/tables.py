@@ -131,11 +131,6 @@ def add_output_arguments(parser: argparse.ArgumentParser, csv: bool = True) -> N
                                                              "stderr)")
 
 
-def geometric_mean(values: Sequence[float]) -> float:
-    values = [v for v in values if v and math.isfinite(v) and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
-
-
 def json_document(document: Mapping) -> str:
     """One JSON document; NaN and infinity, which JSON cannot hold, become null."""
     def clean(value):

@@ -4,7 +4,7 @@ A tf32 operand is an f32 tensor (the tensor cores drop its low mantissa bits the
 from __future__ import annotations
 
 from tuner.core.arrays import array_module
-from tuner.core.problem import DataType
+from tuner.core.dtypes import DataType
 
 STORAGE = {DataType.f16: "float16", DataType.bf16: "uint16", DataType.f32: "float32", DataType.tf32: "float32"}
 # The bits of a NaN in each storage: what an output is poisoned with before a kernel writes it.

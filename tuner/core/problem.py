@@ -1,147 +1,19 @@
-"""Conv2d fprop problem sizes, their implicit-GEMM arithmetic, and the layer table."""
+"""A conv2d problem (ConvProblem): its sizes, types and epilogue, its implicit-GEMM arithmetic, its key and its
+dict form."""
 from __future__ import annotations
 
-import enum
-import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from tuner.core.epilogue import Epilogue, EpilogueError, parse_epilogue
-from tuner.core.yamlfile import YamlFileError, brief, read_yaml
+from tuner.core.axes import (AXIS_FIELDS, OUTPUT_PADDING_FIELDS, PER_AXIS_FIELDS, Axis, axes_key, axis_pair, pair_text,
+                             transposed_extent)
+from tuner.core.dtypes import TYPE_FIELDS, DataType, dtype_key
+from tuner.core.epilogue import Epilogue, parse_epilogue
+from tuner.core.errors import ProblemError
+from tuner.core.yamlfile import brief
 
 
 INT32_MAX = 2**31 - 1
-# A layer's name becomes file names (landscapes, plots) and C++ literals: one of 5,000 characters failed
-# with "File name too long", and a NUL cut the C++ string short.
-MAX_LAYER_NAME = 200
-
-
-def layer_name_problem(name: object) -> str | None:
-    """Why a layer name cannot be used, or None."""
-    if not isinstance(name, str) or not name:
-        return "a layer name must be non-empty text"
-    if len(name) > MAX_LAYER_NAME:
-        return f"the layer name is {len(name)} characters long; at most {MAX_LAYER_NAME} are taken"
-    if "\0" in name:
-        return "the layer name holds a NUL character"
-    return None
-
-
-class ProblemError(ValueError):
-    """A layer table, layer name or shape that cannot describe a convolution."""
-
-
-class DataType(enum.Enum):
-    f16 = "f16"
-    bf16 = "bf16"
-    f32 = "f32"
-    tf32 = "tf32"  # an f32 tensor that the tensor cores read as TF32 (its low 13 mantissa bits dropped)
-
-    @property
-    def bits(self) -> int:
-        """Bits an element takes in memory (a TF32 operand is stored as f32)."""
-        return 32 if self in (DataType.f32, DataType.tf32) else 16
-
-    @property
-    def bytes(self) -> int:
-        return self.bits // 8
-
-    @property
-    def significand_bits(self) -> int:
-        """Significand bits of the values the arithmetic sees, the implicit leading one included."""
-        return {DataType.f16: 11, DataType.bf16: 8, DataType.f32: 24, DataType.tf32: 11}[self]
-
-    @property
-    def stored_significand_bits(self) -> int:
-        """Significand bits of the values memory holds: a TF32 operand keeps all of f32's until the MMA."""
-        return DataType.f32.significand_bits if self is DataType.tf32 else self.significand_bits
-
-
-# What --dtype names: the input, filter, output and accumulator types of a problem.
-DTYPE_CHOICES = {
-    "f16": (DataType.f16, DataType.f16, DataType.f16, DataType.f32),
-    "bf16": (DataType.bf16, DataType.bf16, DataType.bf16, DataType.f32),
-    "tf32": (DataType.tf32, DataType.tf32, DataType.f32, DataType.f32),
-}
-
-
-def dtype_fields(name: str) -> dict[str, DataType]:
-    """ConvProblem's four type fields for a --dtype name."""
-    if name not in DTYPE_CHOICES:
-        raise ProblemError(f"--dtype {name!r} is not one of {', '.join(DTYPE_CHOICES)}")
-    return dict(zip(("input_type", "filter_type", "output_type", "accumulator_type"), DTYPE_CHOICES[name]))
-
-
-def dtype_name(problem: "ConvProblem") -> str | None:
-    """The --dtype name of the problem's types, or None where they are no --dtype's."""
-    types = (problem.input_type, problem.filter_type, problem.output_type, problem.accumulator_type)
-    return next((name for name, choice in DTYPE_CHOICES.items() if choice == types), None)
-
-
-def output_extent(size: int, taps: int, pad: int, stride: int, dilation: int) -> int:
-    """Output rows (or columns) of a convolution along one axis."""
-    return (size + 2 * pad - dilation * (taps - 1) - 1) // stride + 1
-
-
-def transposed_extent(size: int, taps: int, pad: int, stride: int, dilation: int, output_padding: int) -> int:
-    """Output rows (or columns) of a transposed convolution along one axis (torch.nn.ConvTranspose2d's
-    formula): the input extent of the convolution whose data gradient it is."""
-    return (size - 1) * stride - 2 * pad + dilation * (taps - 1) + output_padding + 1
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One spatial axis of a convolution: the input's extent, the filter's taps, the padding on each side,
-    the stride and the dilation along it."""
-
-    size: int
-    taps: int
-    pad: int
-    stride: int
-    dilation: int
-
-    @property
-    def extent(self) -> int:
-        """The output's extent along the axis."""
-        return output_extent(self.size, self.taps, self.pad, self.stride, self.dilation)
-
-    @property
-    def span(self) -> int:
-        """Input pixels one output's filter window spans."""
-        return self.dilation * (self.taps - 1) + 1
-
-    @property
-    def touched(self) -> int:
-        """Input pixels some filter tap reads: a stride wider than the window skips pixels."""
-        outputs = self.extent
-        covered = outputs * self.span if self.stride >= self.span else (outputs - 1) * self.stride + self.span
-        return min(self.size, covered)
-
-
-def pair_text(values: tuple[int, int]) -> str:
-    """A per-axis pair as text: '3' where both axes agree, height x width ('0x3') where not."""
-    return str(values[0]) if values[0] == values[1] else f"{values[0]}x{values[1]}"
-
-
-def axes_key(pad: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> str:
-    """'p3u2d1', or 'p0x3u1d1' where the pads differ by axis: the part of a problem key (study names, sm90_dsl
-    kernel names) that symmetric problems have always had."""
-    return f"p{pair_text(pad)}u{pair_text(stride)}d{pair_text(dilation)}"
-
-
-# The per-axis fields; each has a symmetric keyword (pad, stride, dilation) that sets both.
-AXIS_FIELDS = (("pad", "pad_h", "pad_w"), ("stride", "stride_h", "stride_w"), ("dilation", "dilation_h", "dilation_w"))
-# A transposed convolution's output padding, per axis as well; absent from every other problem's dict and key.
-OUTPUT_PADDING_FIELDS = ("output_padding", "output_padding_h", "output_padding_w")
-AXIS_DEFAULTS = {"pad": 0, "stride": 1, "dilation": 1, "output_padding": 0}
-
-
-def _per_axis(symmetric: str, both: int | None, height: int | None, width: int | None) -> tuple[int, int]:
-    if both is not None and (height is not None or width is not None):
-        raise ProblemError(f"give {symmetric} (both axes) or {symmetric}_h/{symmetric}_w, not both (dataclasses.replace "
-                           f"passes {symmetric}_h and {symmetric}_w: replace those)")
-    default = AXIS_DEFAULTS[symmetric] if both is None else both
-    return (default if height is None else height), (default if width is None else width)
+SHAPE_FIELDS = ("n", "h", "w", "c", "k", "r", "s")
 
 
 @dataclass(frozen=True, init=False)
@@ -194,7 +66,7 @@ class ConvProblem:
                  "dilation": (dilation, dilation_h, dilation_w),
                  "output_padding": (output_padding, output_padding_h, output_padding_w)}
         for symmetric, height, width in AXIS_FIELDS + (OUTPUT_PADDING_FIELDS,):
-            values[height], values[width] = _per_axis(symmetric, *given[symmetric])
+            values[height], values[width] = axis_pair(symmetric, *given[symmetric])
         for field, value in values.items():
             object.__setattr__(self, field, value)
         self.__post_init__()
@@ -405,9 +277,9 @@ class ConvProblem:
         """The problem as --shape takes it (parse_shape's inverse), every field spelled out: the short form
         where the axes agree and groups is 1, else the long one."""
         if not self.per_axis and self.groups == 1:
-            values = [getattr(self, name) for name in _SHAPE_FIELDS] + [self.pad_h, self.stride_h, self.dilation_h]
+            values = [getattr(self, name) for name in SHAPE_FIELDS] + [self.pad_h, self.stride_h, self.dilation_h]
         else:
-            values = [getattr(self, name) for name in _SHAPE_FIELDS + _LONG_FIELDS]
+            values = [getattr(self, name) for name in SHAPE_FIELDS + PER_AXIS_FIELDS]
             values += [self.groups] if self.groups != 1 else []
         return ",".join(map(str, values)) + (f",{self.transposed_key}" if self.transposed else "")
 
@@ -420,11 +292,6 @@ class ConvProblem:
         """The types, and the epilogue where there is one: 'f16_f16_f16_f32' or
         'f16_f16_f16_f32+scale+bias+relu' (the last segment of a study's name)."""
         return self.dtype_key + (f"+{self.epilogue.key}" if self.epilogue.fused else "")
-
-
-def dtype_key(typed) -> str:
-    """'f16_f16_f32_f32': input, filter, output and accumulator types of a problem or a config."""
-    return "_".join(t.value for t in (typed.input_type, typed.filter_type, typed.output_type, typed.accumulator_type))
 
 
 def canonical_problem(problem: ConvProblem) -> ConvProblem:
@@ -453,7 +320,7 @@ def problem_to_dict(problem: ConvProblem) -> dict:
     entry reads as it did before per-axis problems existed), as _h and _w where not; groups only where
     not 1; transposed (and a non-zero output padding) only where the problem is transposed; the epilogue
     as its text, and only where there is one."""
-    values = {name: getattr(problem, name) for name in _SHAPE_FIELDS}
+    values = {name: getattr(problem, name) for name in SHAPE_FIELDS}
     for symmetric, height, width in AXIS_FIELDS:
         pair = getattr(problem, height), getattr(problem, width)
         values.update({symmetric: pair[0]} if pair[0] == pair[1] else {height: pair[0], width: pair[1]})
@@ -465,136 +332,7 @@ def problem_to_dict(problem: ConvProblem) -> dict:
         if pair != (0, 0):
             values.update({"output_padding": pair[0]} if pair[0] == pair[1] else
                           {"output_padding_h": pair[0], "output_padding_w": pair[1]})
-    values.update({name: getattr(problem, name).value for name in _TYPE_FIELDS})
+    values.update({name: getattr(problem, name).value for name in TYPE_FIELDS})
     if problem.epilogue.fused:
         values["epilogue"] = problem.epilogue.key
     return values
-
-
-@dataclass(frozen=True)
-class Layer:
-    name: str
-    problem: ConvProblem
-
-
-_SHAPE_FIELDS = ("n", "h", "w", "c", "k", "r", "s")
-_OPTIONAL_FIELDS = ("pad", "stride", "dilation")
-_LONG_FIELDS = ("pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w")
-_AXIS_KEYS = _OPTIONAL_FIELDS + _LONG_FIELDS + OUTPUT_PADDING_FIELDS
-_TRANSPOSED_FIELD = "transposed"
-_TYPE_FIELDS = ("input_type", "filter_type", "output_type", "accumulator_type")
-_EPILOGUE_FIELD = "epilogue"
-SHORT_SHAPE = "N,H,W,C,K,R,S[,pad,stride,dilation]"
-LONG_SHAPE = "N,H,W,C,K,R,S,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w[,groups]"
-TRANSPOSED_SHAPE = re.compile(r"t(?:([0-9]+)(?:x([0-9]+))?)?")
-TRANSPOSED_HELP = ("a last field t makes it a transposed convolution (ConvTranspose2d: H, W, C its input, K its output "
-                   "channels), t1 or t1x0 with its output padding (height x width)")
-
-
-def _transposed_fields(last: str) -> dict | None:
-    """The transposed fields of --shape's last field 't', 't1' or 't1x0'; None where it is a number."""
-    match = TRANSPOSED_SHAPE.fullmatch(last.lower())
-    if match is None:
-        return None
-    height = int(match.group(1) or 0)
-    return {"transposed": True, "output_padding_h": height,
-            "output_padding_w": int(match.group(2)) if match.group(2) is not None else height}
-
-
-def parse_shape(text: str, dtypes: dict[str, DataType] | None = None) -> ConvProblem:
-    """Parse `N,H,W,C,K,R,S[,pad,stride,dilation]` or the long form, per axis and with groups, as given
-    to --shape; either may end in 't' (TRANSPOSED_HELP)."""
-    parts = [p.strip() for p in text.split(",")]
-    transposed = _transposed_fields(parts[-1]) if len(parts) > 1 else None
-    if transposed is not None:
-        parts = parts[:-1]
-    if not (7 <= len(parts) <= 10 or 13 <= len(parts) <= 14):
-        raise ProblemError(f"--shape {text!r} has {len(parts)} numbers; give {SHORT_SHAPE} (7 to 10 numbers) "
-                           f"or {LONG_SHAPE} (13 or 14), either followed by t for a transposed convolution")
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise ProblemError(f"--shape {text!r} must be whole numbers: {SHORT_SHAPE} or {LONG_SHAPE}, either followed "
-                           "by t, t1 or t1x0 for a transposed convolution") from None
-    names = _SHAPE_FIELDS + (_OPTIONAL_FIELDS if len(parts) <= 10 else _LONG_FIELDS + ("groups",))
-    return ConvProblem(**dict(zip(names, values)), **(dtypes or {}), **(transposed or {}))
-
-
-def _parse_int(layer: str, field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProblemError(f"layer {layer!r}: {field} must be a whole number, got {brief(value)}")
-    return value
-
-
-def _parse_type(layer: str, field: str, value: object) -> DataType:
-    try:
-        return DataType(value)
-    except ValueError:
-        known = ", ".join(t.value for t in DataType)
-        raise ProblemError(f"layer {layer!r}: {field}={brief(value)} is not one of {known}") from None
-
-
-def _axis_values(name: str, entry: dict, defaults: dict) -> dict[str, int]:
-    """The per-axis fields of a layer: each from the layer's own pad_h (say), else its pad, else the defaults'
-    pad_h, else their pad. One mapping may not give both pad and pad_h or pad_w."""
-    values = {}
-    for symmetric, height, width in AXIS_FIELDS + (OUTPUT_PADDING_FIELDS,):
-        for mapping in (entry, defaults):
-            if symmetric in mapping and (height in mapping or width in mapping):
-                raise ProblemError(f"layer {name!r}: give {symmetric} (both axes) or {height}/{width}, not both")
-        for field in (height, width):
-            given = next(((key, m[key]) for m in (entry, defaults) for key in (field, symmetric) if key in m), None)
-            if given is not None:
-                values[field] = _parse_int(name, *given)
-    return values
-
-
-def _parse_layer(name: str, entry: object, defaults: dict) -> Layer:
-    if not isinstance(entry, dict):
-        raise ProblemError(f"layer {name!r} must be a mapping of shape fields, got {brief(entry)}")
-    merged = {**defaults, **entry}
-    unknown = set(merged) - set(_SHAPE_FIELDS + _AXIS_KEYS + ("groups", _TRANSPOSED_FIELD) + _TYPE_FIELDS
-                                + (_EPILOGUE_FIELD,))
-    if unknown:
-        raise ProblemError(f"layer {name!r}: unknown field(s) {brief(', '.join(sorted(map(str, unknown))))}")
-    missing = [f for f in _SHAPE_FIELDS if f not in merged]
-    if missing:
-        raise ProblemError(f"layer {name!r}: missing {', '.join(missing)}")
-    ints = {f: _parse_int(name, f, merged[f]) for f in _SHAPE_FIELDS + ("groups",) if f in merged}
-    types = {f: _parse_type(name, f, merged[f]) for f in _TYPE_FIELDS if f in merged}
-    transposed = merged.get(_TRANSPOSED_FIELD, False)
-    if not isinstance(transposed, bool):
-        raise ProblemError(f"layer {name!r}: transposed must be true or false, got {brief(transposed)}")
-    try:
-        axes = _axis_values(name, entry, defaults)
-        epilogue = parse_epilogue(merged[_EPILOGUE_FIELD]) if _EPILOGUE_FIELD in merged else Epilogue()
-        return Layer(name, ConvProblem(**ints, **axes, **types, epilogue=epilogue, transposed=transposed))
-    except (ProblemError, EpilogueError) as error:
-        message = str(error)
-        raise ProblemError(message if message.startswith(f"layer {name!r}") else f"layer {name!r}: {message}") from None
-
-
-def load_layers(path: Path) -> dict[str, Layer]:
-    """Read search_spaces/layers.yaml: a `defaults` mapping and a `layers` mapping of name -> fields."""
-    try:
-        document = read_yaml(path, "layer table")
-    except YamlFileError as error:
-        hint = "; pass --layers-file PATH" if str(error).endswith("not found") else ""
-        raise ProblemError(f"{error}{hint}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("layers"), dict):
-        raise ProblemError(f"layer table {path} needs a top-level 'layers:' mapping")
-    defaults = document.get("defaults") or {}
-    if not isinstance(defaults, dict):
-        raise ProblemError(f"layer table {path}: 'defaults' must be a mapping")
-    for name in document["layers"]:
-        if (problem := layer_name_problem(str(name))):
-            raise ProblemError(f"layer table {path}: layer {brief(str(name))}: {problem}")
-    return {str(name): _parse_layer(str(name), entry, defaults) for name, entry in document["layers"].items()}
-
-
-def find_layer(layers: dict[str, Layer], name: str) -> Layer:
-    if name not in layers:
-        close = [n for n in layers if name in n or n in name][:5]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ProblemError(f"unknown layer {name!r}{hint}; see --list-layers")
-    return layers[name]

@@ -19,7 +19,8 @@ from typing import Callable, Protocol, Sequence
 from tuner.core.cutlass_pkg import library as cutlass_lib
 from tuner.core.epilogue import Activation, Epilogue
 from tuner.core.device import DeviceFacts
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 
 
 class SpaceError(ValueError):

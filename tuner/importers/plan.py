@@ -8,8 +8,11 @@ from dataclasses import dataclass, replace
 
 from tuner.families import registry
 from tuner.importers.network import Network
-from tuner.core.problem import ConvProblem, DataType, canonical_problem
-from tuner.store.results import BestEntry, ByCanonicalProblem, ResultsError
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem, canonical_problem
+from tuner.store.best import ByCanonicalProblem
+from tuner.store.results import ResultsError
+from tuner.store.schema import BestEntry
 from tuner.search.space import entry_config
 
 

@@ -7,7 +7,9 @@ import contextlib
 import io
 import operator
 
-from tuner.importers.network import ConvFacts, FusedConv, Network, NetworkError, Op, Unsupported, assemble, fused_convs
+from tuner.importers.frontend import ConvFacts, NetworkError, Op
+from tuner.importers.fusion import FusedConv, fused_convs
+from tuner.importers.network import Network, Unsupported, assemble
 
 # The input torchvision's own recipes evaluate at: ImageNet classifiers 224x224 unless named here; segmentation
 # models 520x520 (their weights' resize); a detection model its transform's min_size, square.
@@ -231,7 +233,7 @@ class _FxGraph:
         return ConvFacts(**facts, pads=pads, strides=tuple(stride), dilations=tuple(dilation))
 
     def graph_parts(self) -> tuple[list[ConvFacts], list[Op], dict[str, list], set[str]]:
-        """The convolutions, operators, shapes and graph outputs in the frontend-neutral form (tuner/importers/network.py)."""
+        """The convolutions, operators, shapes and graph outputs in the frontend-neutral form (tuner/importers/frontend.py)."""
         nodes = list(self.graph_module.graph.nodes)
         convs = [facts for facts in map(self.conv, nodes) if facts is not None]
         if not convs:

@@ -4,7 +4,8 @@ matrix and copy ceilings. Runs inside the worker process; PyTorch is optional.""
 from __future__ import annotations
 
 from tuner.measure.timing import launches_per_replay, rotation_copies, time_replays
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 
 CEILING_MATMUL_SIZE = 8192
 CEILING_COPY_BYTES = 2 << 30

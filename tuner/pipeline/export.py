@@ -19,7 +19,9 @@ from tuner.families import registry
 from tuner.pipeline import dsl_export
 from tuner.families.base import CppPieces, KernelConfig, read_template
 from tuner.core.problem import ConvProblem
-from tuner.store.results import BEST_FILE, BestEntry, ResultsError, atomic_write, read_best, replacing
+from tuner.store.best import read_best
+from tuner.store.results import BEST_FILE, ResultsError, atomic_write, replacing
+from tuner.store.schema import BestEntry
 from tuner.search.space import entry_config, static_problems
 from tuner.measure.validate import tolerance
 from tuner.core.yamlfile import brief

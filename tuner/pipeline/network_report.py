@@ -1,7 +1,7 @@
-"""`tune.py report --onnx MODEL | --torchvision NAME --batch N`: what the tuning is worth for a whole
-network. Each imported convolution is looked up by its problem in results/<gpu>/best.yaml and in
-bench.yaml's one run (`tune.py bench --measure-only --steps tuned`, where the tuned kernel and the
-baselines were timed side by side). Two sums over the network, each count x µs:
+"""What the tuning is worth for a whole network (`tune.py report`, tuner/cli/report.py). Each imported
+convolution is looked up by its problem in results/<gpu>/best.yaml and in bench.yaml's one run (`tune.py
+bench --measure-only --steps tuned`, where the tuned kernel and the baselines were timed side by side).
+Two sums over the network, each count x µs:
 - the convolutions alone: the bare problem's tuned kernel against cuDNN;
 - as the network runs them: the imported problem (with its epilogue) against PyTorch eager (a bare
   conv's eager figure is cuDNN's, which is what eager runs) and torch.compile.
@@ -14,26 +14,17 @@ network runs it), tunable (a family runs it, not tuned yet) and not tunable (wit
 and their total; `--list-layers` of an imported network shows the same without the GPU's results."""
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from tuner.core.epilogue import Epilogue
 from tuner.importers.network import ImportedLayer, Network, Unsupported
-from tuner.cli.network_args import add_network_arguments, imported_network
 from tuner.core.problem import ConvProblem
-from tuner.store.results import (BestEntry, best_entries, gpu_slugs, names_by_problem, read_bench, recorded_gpu_dir,
-                           results_slug)
-from tuner.importers.plan import Decision, network_decisions, summary
-
-REPO = Path(__file__).resolve().parents[2]
+from tuner.store.bench_record import OneRunLayer, read_bench
+from tuner.store.best import best_entries, names_by_problem
+from tuner.store.schema import BestEntry
 
 
 @dataclass(frozen=True)
@@ -67,7 +58,6 @@ class Totals:
 
 
 TUNED, TUNABLE, NOT_TUNABLE, TOTAL = "tuned", "tunable", "not tunable", "total"
-COVERAGE_NUMBERS = ("convolutions", "GFLOP", "share of GFLOP")
 
 
 @dataclass(frozen=True)
@@ -116,42 +106,12 @@ def coverage(network: Network, tuned: Collection[ConvProblem] | None = None) -> 
     return rows
 
 
-def _share(row: Coverage, total: Coverage) -> float:
-    return row.flops / total.flops if total.flops else math.nan
+def _figure(record: OneRunLayer | None, key: str) -> float | None:
+    value = record.us(key) if record is not None else None
+    return float(value) if value is not None else None
 
 
-def coverage_document(rows: list[Coverage]) -> list[dict]:
-    """The coverage as --json gives it: each row with its GFLOP and share of the network's."""
-    total = rows[-1]
-    return [dataclasses.asdict(row) | {"gflop": round(row.flops / 1e9, 6), "share_of_flops": _share(row, total)}
-            for row in rows]
-
-
-def coverage_table(rows: list[Coverage], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("state", "reason", *COVERAGE_NUMBERS):
-        table.add_column(column, overflow="fold", justify="right" if column in COVERAGE_NUMBERS else "left")
-    total = rows[-1]
-    for row in rows:
-        if row.state == TOTAL:
-            table.add_section()
-        unknown = f" (+{row.flops_unknown} convs of unknown size)" if row.flops_unknown else ""
-        table.add_row(row.state, escape(row.reason or ""), str(row.convolutions), f"{row.flops / 1e9:.3f}{unknown}",
-                      f"{_share(row, total):.1%}" if total.flops else "-")
-    return table
-
-
-def _one_run(folder: Path) -> dict:
-    one_run = read_bench(folder).get("one_run")
-    return one_run if isinstance(one_run, dict) else {}
-
-
-def _figure(record: dict, key: str) -> float | None:
-    value = record.get(key) if isinstance(record, dict) else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
-def timed_names(entries: dict[str, BestEntry], one_run: dict) -> dict[ConvProblem, str]:
+def timed_names(entries: dict[str, BestEntry], one_run: dict[str, OneRunLayer]) -> dict[ConvProblem, str]:
     """The layer that holds each problem: best.yaml's first, unless only a later one was timed in the
     one run (a problem tuned under two names, e.g. vgg11_b32_features_0 and the suite's
     vgg16f_features_0_b32, benched under the second)."""
@@ -163,7 +123,7 @@ def timed_names(entries: dict[str, BestEntry], one_run: dict) -> dict[ConvProble
 
 
 def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
-    one_run = _one_run(folder)
+    one_run = read_bench(folder).one_run
     entries = timed_names(best_entries(folder), one_run)
     reports = []
     for layer in network.layers:
@@ -171,9 +131,9 @@ def layer_reports(network: Network, folder: Path) -> list[LayerReport]:
         missing = []
         conv_alone = as_run = compiled = None
         bare_entry, entry = entries.get(bare), entries.get(layer.problem)
-        record = one_run.get(bare_entry, {}) if bare_entry else {}
+        record = one_run.get(bare_entry) if bare_entry else None
         tuned, cudnn = _figure(record, "tuned_us"), _figure(record, "cudnn_us")
-        fused_record = one_run.get(entry, {}) if entry else {}
+        fused_record = one_run.get(entry) if entry else None
         own_bare, own_cudnn = _figure(fused_record, "bare_kernel_us"), _figure(fused_record, "cudnn_us")
         if bare_entry is None and own_bare and own_cudnn:
             # No bare twin tuned: the fused layer's own kernel built without its epilogue, timed in the run
@@ -205,78 +165,6 @@ def totals(reports: list[LayerReport], pick) -> Totals:
                   sum(c for c, _ in counted), sum(r.layer.count for r in reports))
 
 
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-REPORT_NUMBERS = ("count", "tuned conv", "cuDNN", "ratio", "tuned as run", "PyTorch eager", "torch.compile")
-
-
-def report_rows(reports: list[LayerReport]) -> list[dict]:
-    """One record per imported layer, as `report --json/--csv` gives it (µs; None where not timed)."""
-    rows = []
-    for report in reports:
-        alone, run = report.conv_alone, report.as_run
-        rows.append({"node": report.layer.nodes[0], "nodes": list(report.layer.nodes), "count": report.layer.count,
-                     "epilogue": report.layer.problem.epilogue.key,
-                     "best_yaml_layer": (run or alone).entry if (run or alone) else None,
-                     "tuned_conv_us": alone and alone.tuned_us, "cudnn_us": alone and alone.baseline_us,
-                     "tuned_as_run_us": run and run.tuned_us, "eager_us": run and run.baseline_us,
-                     "compiled_us": report.compiled_us, "not_counted": report.missing or None})
-    return rows
-
-
-def report_totals(reports: list[LayerReport]) -> dict:
-    alone, run = totals(reports, lambda r: r.conv_alone), totals(reports, lambda r: r.as_run)
-    return {"convolutions": sum(r.layer.count for r in reports), "layers": len(reports),
-            "conv_alone": dataclasses.asdict(alone) | {"ratio": alone.ratio},
-            "as_run": dataclasses.asdict(run) | {"ratio": run.ratio}}
-
-
-def report_table(reports: list[LayerReport], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("node", "count", "epilogue", "best.yaml layer", "tuned conv", "cuDNN", "ratio",
-                   "tuned as run", "PyTorch eager", "ratio", "torch.compile", "not counted"):
-        table.add_column(column, overflow="fold")
-    for report in reports:
-        alone, run = report.conv_alone, report.as_run
-        table.add_row(escape(report.layer.nodes[0]), str(report.layer.count), report.layer.problem.epilogue.key,
-                      (run or alone).entry if (run or alone) else "-",
-                      _us(alone and alone.tuned_us), _us(alone and alone.baseline_us),
-                      f"{alone.tuned_us / alone.baseline_us:.2f}" if alone else "-",
-                      _us(run and run.tuned_us), _us(run and run.baseline_us),
-                      f"{run.tuned_us / run.baseline_us:.2f}" if run else "-", _us(report.compiled_us),
-                      report.missing or "")
-    alone, run = totals(reports, lambda r: r.conv_alone), totals(reports, lambda r: r.as_run)
-    table.add_section()
-    table.add_row(f"total: {len(reports)} layers", str(sum(r.layer.count for r in reports)), "", "count x µs",
-                  f"{alone.tuned_us:.1f}", f"{alone.baseline_us:.1f}", f"{alone.ratio:.3f}" if alone.counted else "-",
-                  f"{run.tuned_us:.1f}", f"{run.baseline_us:.1f}", f"{run.ratio:.3f}" if run.counted else "-", "",
-                  f"{alone.of - alone.counted} alone, {run.of - run.counted} as run")
-    return table
-
-
-def summary_lines(reports: list[LayerReport]) -> list[str]:
-    lines = []
-    for label, baseline, pick in (("convolutions alone", "cuDNN", lambda r: r.conv_alone),
-                                  ("as the network runs them (with epilogues)", "PyTorch eager",
-                                   lambda r: r.as_run)):
-        total = totals(reports, pick)
-        if total.counted == 0:
-            lines.append(f"{label}: nothing to compare yet (tune the layers, then run tune.py bench "
-                         "--measure-only --steps tuned on them)")
-            continue
-        lines.append(f"{label}: tuned {total.tuned_us:.1f} µs vs {baseline} {total.baseline_us:.1f} µs, "
-                     f"ratio {total.ratio:.3f} over {total.counted} of {total.of} convolutions")
-    compiled = [(r.layer.count, r.as_run.tuned_us, r.compiled_us) for r in reports
-                if r.as_run is not None and r.compiled_us is not None]
-    if compiled:
-        tuned, base = sum(c * t for c, t, _ in compiled), sum(c * b for c, _, b in compiled)
-        lines.append(f"as run, against torch.compile: tuned {tuned:.1f} µs vs {base:.1f} µs, ratio "
-                     f"{tuned / base:.3f} over {sum(c for c, _, _ in compiled)} convolutions")
-    return lines
-
-
 def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     """Bars per layer of count x µs: tuned beside its baseline, for each comparison that has figures."""
     from tuner.analysis.plots import _pyplot, save_figure
@@ -300,82 +188,3 @@ def draw(reports: list[LayerReport], title: str, path: Path) -> Path:
     axes.set_title(title, fontsize=9)
     axes.legend(fontsize=7)
     return save_figure(plt, figure, path, size=None, dpi=120)
-
-
-def torch_op_row(decision: Decision) -> dict:
-    return {"node": decision.node, "replaced": decision.replaced, "best_yaml_layer": decision.entry,
-            "fallback": decision.fallback.value if decision.fallback else None, "note": decision.note or None}
-
-
-def torch_op_table(decisions: list[Decision]) -> Table:
-    """What tuner.torch_ops.optimize does with each conv node: the same list its report gives."""
-    table = Table(title="In PyTorch: tuner.torch_ops.optimize(model, example_input)")
-    for column in ("node", "runs", "why / note"):
-        table.add_column(column, overflow="fold")
-    for decision in decisions:
-        table.add_row(escape(decision.node), decision.entry if decision.replaced else "PyTorch",
-                      escape(decision.note if decision.replaced else f"{decision.fallback.value}: {decision.note}"))
-    return table
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tune.py report",
-        description="A network's convolution time, tuned against cuDNN (convolutions alone) and against "
-                    "PyTorch eager and torch.compile (with the epilogues the network applies): per layer and "
-                    "total, count x µs from results/<gpu>/bench.yaml's one run; then the network's coverage, its "
-                    "convolutions and FLOPs tuned, tunable and not tunable (with the reasons). Needs no GPU.")
-    add_network_arguments(parser)
-    parser.add_argument("--gpu", help="GPU slug under results/, or a GPU's name from tuner/core/gpus.py (h100); "
-                                      "default: the only one with a best.yaml")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "results", help="default results/")
-    from tuner.cli.tables import add_output_arguments
-
-    add_output_arguments(parser)
-    parser.add_argument("--png", type=Path, help="where to draw the bar chart (default "
-                                                  "results/<gpu>/plots/report_<network>_b<batch>.png)")
-    return parser
-
-
-def main(argv: list[str], console: Console) -> int:
-    from tuner.core.errors import UsageError
-
-    args = build_parser().parse_args(argv)
-    network = imported_network(args)
-    if network is None:
-        raise UsageError("report needs a network: --onnx MODEL or --torchvision NAME, with --batch N")
-    slugs = [results_slug(args.results_dir, args.gpu)] if args.gpu else gpu_slugs(args.results_dir)
-    if len(slugs) != 1:
-        raise UsageError(f"report: pass --gpu (one of: {', '.join(slugs) or 'none tuned yet'})")
-    folder = recorded_gpu_dir(args.results_dir, slugs[0])
-    name = args.torchvision or args.onnx.stem
-    title = f"{name}, batch {network.layers[0].problem.n if network.layers else args.batch}, on {slugs[0]}"
-    reports = layer_reports(network, folder)
-    entries = best_entries(folder)
-    covered = coverage(network, names_by_problem(entries))  # tuned: up to the canonical fused form
-    torch_decisions = network_decisions(network, entries)
-    if args.json or args.csv:
-        from tuner.cli.tables import csv_document, json_document
-
-        rows = report_rows(reports)
-        print(csv_document(rows) if args.csv else json_document(
-            {"title": title, "gpu": slugs[0], "layers": rows, "totals": report_totals(reports),
-             "coverage": coverage_document(covered),
-             "not_tuned": [dataclasses.asdict(item) for item in network.unsupported],
-             "pytorch_op": [torch_op_row(d) for d in torch_decisions]}), end="" if args.csv else "\n")
-        return 0
-    from tuner.cli.tables import print_table
-
-    print_table(console, report_table(reports, title), REPORT_NUMBERS)
-    for line in summary_lines(reports):
-        console.print(line)
-    print_table(console, coverage_table(covered, f"{title}: coverage"), COVERAGE_NUMBERS)
-    for item in network.unsupported:
-        console.print(f"not tuned (no family runs it): {escape(item.node)}: {escape(item.reason)}")
-    print_table(console, torch_op_table(torch_decisions), ())
-    console.print(f"PyTorch (tuner.torch_ops.optimize, eval mode, f16): {summary(torch_decisions)}")
-    if any(r.as_run or r.conv_alone for r in reports):
-        batch = network.layers[0].problem.n
-        png = args.png or folder / "plots" / f"report_{name}_b{batch}.png"
-        console.print(f"wrote {draw(reports, title, png)}")
-    return 0

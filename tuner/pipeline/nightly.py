@@ -8,9 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rich.markup import escape
-from rich.table import Table
-
 from tuner.pipeline.tuning import LayerOutcome
 
 # A layer whose best configuration now measures this much slower than before is a regression.
@@ -24,23 +21,6 @@ def default_run_id() -> str:
 
 def regressions(outcomes: list[LayerOutcome], threshold: float = REGRESSION_THRESHOLD) -> list[LayerOutcome]:
     return [o for o in outcomes if o.change is not None and o.change > threshold]
-
-
-def regression_table(outcomes: list[LayerOutcome], threshold: float = REGRESSION_THRESHOLD) -> Table:
-    table = Table(title=f"against the previous best (regression: more than {threshold:.0%} slower)")
-    for column in ("layer", "previous µs", "now µs", "change", "", "kernel now"):
-        table.add_column(column, justify="right" if "µs" in column or column == "change" else "left")
-    for outcome in outcomes:
-        change = outcome.change
-        verdict = ("" if change is None else "[red]REGRESSION[/]" if change > threshold
-                   else "[green]faster[/]" if change < -threshold else "same")
-        table.add_row(escape(outcome.layer), _us(outcome.previous_us), _us(outcome.runtime_us),
-                      "new" if change is None else f"{change:+.1%}", verdict, outcome.kernel or "none passed")
-    return table
-
-
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def parse_gpus(text: str) -> list[str]:

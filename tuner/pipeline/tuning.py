@@ -1,44 +1,43 @@
 """Tuning one layer after another on the GPU at hand: study, side-by-side confirmation, waste
-diagnosis, ncu on the finalists, and the layer's entry in results/<gpu>/best.yaml."""
+diagnosis, ncu on the finalists, and the layer's entry in results/<gpu>/best.yaml. What it does and finds
+goes to an event sink (pipeline/events.py); it prints nothing."""
 from __future__ import annotations
 
 import datetime as dt
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import optuna
-from optuna.trial import TrialState
-from rich.console import Console
-from rich.markup import escape
-
-from tuner.analysis import report
-from tuner.search.costmodel import PRIOR_PICKS, Ceilings, joint_prior_picks, measured_ceilings
-from tuner.build.compile import Compiler, CompileResult, cutlass_version, nvcc_version
-from tuner.core.device import DeviceFacts, device_from_dict, volume
-from tuner.analysis.diagnose import LaunchFacts, diagnose, kernel_facts, occupancy
+from tuner.analysis.report import (Confirmed, FinalistWaste, explain_finalists, fastest_wider, first_failures,
+                                   outcome_name)
+from tuner.search.costmodel import PRIOR_PICKS, measured_ceilings
+from tuner.build.compile import Compiler, CompileResult
+from tuner.build.nvcc import cutlass_version, nvcc_version
+from tuner.core.device import DeviceFacts, device_from_dict
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.measure.timing import Measurement
-from tuner.analysis.ncu import LaunchStats
-from tuner.core.epilogue import Epilogue
-from tuner.core.problem import ConvProblem, Layer, problem_to_dict
-from tuner.analysis.profile import Agreement, ProfilerUnavailable, agreement, profile_candidate
-from tuner.search.replay import fastest_recorded
-from tuner.store.results import (BestEntry, ResultsError, append_history, best_entries, gpu_dir, names_by_problem,
-                           GRACE_S, heartbeat_for, study_storage, update_best)
-from tuner.search.space import (JointSpace, entry_config, joint_params, joint_valid_configs, layer_space, make_config,
-                         static_problems, without_superseded)
+from tuner.core.problem import ConvProblem, problem_to_dict
+from tuner.core.layers import Layer
+from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, EventSink, FamilySkipped, FamilySpace,
+                                   FinalistNotCompiled, FinalistsConfirmed, FinalistsFailed, KernelCompiled,
+                                   LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs, NoCandidatePassed,
+                                   OrphansFailed, ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated,
+                                   TrialsFailed, WasteFound, WinnerChosen)
+from tuner.search.seeds import landscape_seeds, reference_config, seed_study, twin_seeds
+from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
+from tuner.store.best import best_entries, names_by_problem, update_best
+from tuner.store.history import append_history
+from tuner.store.results import ResultsError, gpu_dir
+from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
+from tuner.search.space import (JointSpace, entry_config, joint_valid_configs, layer_space, static_problems,
+                         without_superseded)
 from tuner.core.status import Status
-from tuner.search.study import (TrialRecord, StudyRunner, fail_orphans, open_study, params_key, ranked, recorded_trials,
-                         stop_if_requested, study_name)
-
-
-# How many of the fastest configurations of each family's recorded landscape seed a layer's study.
-LANDSCAPE_SEEDS = 2
-# Configurations a layer with an epilogue takes from its bare twin's study (twin_seeds).
-TWIN_SEEDS = 4
+from tuner.search.study import StudyProgress, StudyRunner, open_study, stop_if_requested
+from tuner.search.trials import TrialRecord, ranked, recorded_trials, study_name
+from tuner.search.workers import fail_orphans
 
 
 @dataclass(frozen=True)
@@ -80,103 +79,17 @@ class LayerOutcome:
         return self.runtime_us / self.previous_us - 1.0
 
 
-def waste_attrs(facts: LaunchFacts) -> dict:
-    occ = occupancy(facts)
+def waste_attrs(waste: FinalistWaste) -> dict:
+    occ = waste.occupancy
     return {
         "occupancy": {"blocks_per_sm": occ.blocks_per_sm, "limited_by": list(occ.limited_by),
                       "theoretical_pct": round(occ.theoretical_pct, 2)},
-        "waste": [{"code": f.code, "value": round(f.value, 4), "message": f.message} for f in diagnose(facts)],
+        "waste": [{"code": f.code, "value": round(f.value, 4), "message": f.message} for f in waste.flags],
     }
 
 
-def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> KernelConfig | None:
-    """The hand-picked configuration of the first family in the study that has one (sm80's is the
-    reference ncu log's 128x128x64, 3 stages), where it can run the problem."""
-    for family in joint.families:
-        params = registry.get(family).reference_params()
-        if params is None:
-            continue
-        config = make_config(problem, family, params)
-        if joint.contains(config) and not static_problems(config, problem, device):
-            return config
-    return None
-
-
-def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
-                    per_family: int = LANDSCAPE_SEEDS) -> list[KernelConfig]:
-    """The fastest configurations `tune.py bench` measured for this layer on this GPU
-    (results/<gpu>/landscape/<family>/<layer>.csv), `per_family` of each family the study searches."""
-    seeds = []
-    for family in joint.families:
-        path = folder / "landscape" / family / f"{layer}.csv" if folder else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            found = fastest_recorded(path, problem, family, per_family)
-        except (OSError, KeyError, ValueError):  # a landscape of an older space: no seeds from it
-            continue
-        seeds += [c for c in found if joint.contains(c) and not static_problems(c, problem, device)]
-    return seeds
-
-
-def twin_seeds(folder: Path | None, storage, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
-               count: int = TWIN_SEEDS) -> list[KernelConfig]:
-    """For a layer with an epilogue: the `count` fastest configurations its bare twin (the same
-    convolution without the epilogue, a best.yaml entry of this GPU) measured, built with the epilogue.
-    The epilogue costs a kernel little, so they are the first candidates worth trying."""
-    if folder is None or not problem.epilogue.fused:
-        return []
-    bare = replace(problem, epilogue=Epilogue())
-    for entry in best_entries(folder).values():
-        if entry.problem != bare or entry.study_name is None:
-            continue
-        try:
-            twin = optuna.load_study(study_name=entry.study_name, storage=storage)
-        except (KeyError, optuna.exceptions.OptunaError):
-            continue
-        seeds = []
-        for record in ranked(twin, bare):
-            try:
-                config = make_config(problem, record.config.family, record.config.search_params)
-            except (SpaceError, ValueError):
-                continue
-            if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
-                seeds.append(config)
-            if len(seeds) == count:
-                break
-        return seeds
-    return []
-
-
-def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,
-                 measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> list[tuple[KernelConfig, str]]:
-    """What seed_study queues, in its order, each with why: the reference, the landscape's fastest, the
-    bare twin's fastest, the cost model's picks."""
-    reference = reference_config(joint, problem, device)
-    seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
-    seeds += [(c, "twin") for c in twins]
-    return seeds + [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
-
-
-def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
-               ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> None:
-    """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
-    layer, those its bare twin measured fastest (a layer with an epilogue), and the cost model's
-    picks, each unless the study has measured it or holds it queued: a
-    study made before the model (or before a change to it) gets the current picks on its next run, and
-    a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
-    known = set(recorded_trials(study, problem))
-    known |= {params_key(t.params or t.system_attrs.get("fixed_params", {}))
-              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
-    for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins):
-        params = joint_params(config)
-        if params_key(params) not in known:
-            study.enqueue_trial(params, user_attrs={why: True})
-            known.add(params_key(params))
-
-
 def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig, CompileResult],
-            evaluator: GpuEvaluator, problem: ConvProblem, rounds: int) -> list[report.Confirmed]:
+            evaluator: GpuEvaluator, problem: ConvProblem, rounds: int) -> list[Confirmed]:
     """Re-measure the finalists and the reference interleaved, so that their ratios are fair;
     each gets the median of its rounds."""
     runs: dict[str, list] = {label: [] for label, _ in configs}
@@ -192,32 +105,15 @@ def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig
             continue
         middle = sorted(runs[label], key=lambda e: e.measurement.median_us)[len(runs[label]) // 2]
         ptxas = compiled[config.compiled].ptxas
-        confirmed.append(report.Confirmed(
+        confirmed.append(Confirmed(
             label, config, middle.measurement, max(e.error for e in runs[label]), middle.grid_blocks,
             middle.attributes, ptxas.spill_bytes if ptxas else None, middle.cluster))
     return confirmed
 
 
-def profile_finalists(rows: list[report.Confirmed], facts: dict[str, LaunchFacts],
-                      compiled: dict[KernelConfig, CompileResult], problem: ConvProblem, top: int,
-                      console: Console) -> dict[str, tuple[LaunchStats, list[Agreement]]]:
-    """ncu on the fastest `top` rows; where ncu cannot run, say so once and go on without it."""
-    profiles = {}
-    for row in sorted(rows, key=lambda r: r.measurement.median_us)[:top]:
-        try:
-            launch = registry.family_of(row.config).launch_args(row.config, problem)
-            stats = profile_candidate(compiled[row.config.compiled].binary, problem, launch)
-        except ProfilerUnavailable as error:
-            console.print(f"[yellow]ncu: {error}; the waste table is the static diagnosis alone[/]")
-            break
-        profiles[row.label] = (stats, agreement(facts[row.label], stats))
-    return profiles
-
-
-def best_entry(layer: Layer, winner: report.Confirmed, reference: report.Confirmed | None, study,
-               device: DeviceFacts, measured: int, facts: LaunchFacts,
-               profile: tuple[LaunchStats, list[Agreement]] | None, run_id: str,
-               rows: list[report.Confirmed] = ()) -> dict:
+def best_entry(layer: Layer, waste: FinalistWaste, reference: Confirmed | None, study, device: DeviceFacts,
+               measured: int, run_id: str, rows: list[Confirmed] = ()) -> dict:
+    winner = waste.finalist
     m: Measurement = winner.measurement
     family_best: dict[str, float] = {}
     for row in sorted(rows, key=lambda r: r.measurement.median_us):
@@ -245,9 +141,9 @@ def best_entry(layer: Layer, winner: report.Confirmed, reference: report.Confirm
         "run": run_id,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    entry.update(waste_attrs(facts))
-    if profile is not None:
-        stats, agreements = profile
+    entry.update(waste_attrs(waste))
+    if waste.profile is not None:
+        stats, agreements = waste.profile
         entry["ncu"] = {k: v for k, v in asdict(stats).items() if v is not None}
         entry["ncu"]["agrees_with_static"] = {a.fact: a.agrees for a in agreements}
     if reference is not None:
@@ -268,22 +164,27 @@ def table_header(device: DeviceFacts) -> dict:
 
 
 class TuningSession:
-    """One GPU, one worker process, one compiler: tunes the layers it is given in turn."""
+    """One GPU, one worker process, one compiler: tunes the layers it is given in turn, and tells `sink` what it
+    does and finds."""
 
-    def __init__(self, options: TuningOptions, spaces: tuple[SearchSpace, ...], console: Console):
-        self.options = options
-        self.console = console
-        self.worker = WorkerProcess(timeout_s=options.timeout_s)
-        self.device = device_from_dict(query_device_facts(self.worker))
-        self.spaces = device_spaces(spaces, self.device)
-        self.spaces = buildable_spaces(self.spaces, console)
-        self.compiler = Compiler(self.device, options.cache_dir, options.jobs)
-        self.evaluator = GpuEvaluator(self.device.l2_bytes, self.worker)
-        self.folder = gpu_dir(options.results_dir, self.device.slug)
-        self.storage = study_storage(options.storage, options.results_dir, self.device.slug,
+    def __init__(self, options: TuningOptions, spaces: tuple[SearchSpace, ...], sink: EventSink,
+                 device: DeviceFacts, compiler: Compiler, evaluator: GpuEvaluator):
+        self.options, self.sink, self.device = options, sink, device
+        self.spaces = buildable_spaces(device_spaces(spaces, device), sink)
+        self.compiler, self.evaluator = compiler, evaluator
+        self.folder = gpu_dir(options.results_dir, device.slug)
+        self.storage = study_storage(options.storage, options.results_dir, device.slug,
                                      heartbeat_s=heartbeat_for(options.stale_after_s), grace_s=options.stale_after_s)
         self.ceilings = measured_ceilings(self.folder)
-        report.print_device(console, self.device)
+        sink.emit(DeviceFound(device))
+
+    @classmethod
+    def on_this_gpu(cls, options: TuningOptions, spaces: tuple[SearchSpace, ...], sink: EventSink) -> TuningSession:
+        """The session of the GPU at hand: a worker process on it, whose facts the compiler builds for."""
+        worker = WorkerProcess(timeout_s=options.timeout_s)
+        device = device_from_dict(query_device_facts(worker))
+        return cls(options, spaces, sink, device, Compiler(device, options.cache_dir, options.jobs),
+                   GpuEvaluator(device.l2_bytes, worker))
 
     def close(self) -> None:
         self.evaluator.close()
@@ -295,91 +196,115 @@ class TuningSession:
         run_id = self.options.run_id
         twin = names_by_problem(entries).get(layer.problem)
         if previous is None and twin is not None and self.options.skip_tuned_problems:
-            self.console.print(f"[bold]{escape(layer.name)}[/]: the same problem is tuned as {escape(str(twin))}; skipped "
-                               f"(tune it with --layer {twin})")
+            self.sink.emit(LayerTunedAs(layer.name, str(twin)))
             return LayerOutcome(layer.name, entries[twin].runtime_us, None, entries[twin].kernel, 0, skipped=True)
         if previous and run_id and previous.run == run_id:
-            self.console.print(f"[bold]{escape(layer.name)}[/]: finished earlier in run {escape(str(run_id))}")
+            self.sink.emit(LayerFinishedEarlier(layer.name, str(run_id)))
             return LayerOutcome(layer.name, previous.runtime_us, previous.previous_us, previous.kernel, 0, skipped=True)
         started = time.monotonic()
-        joint = layer_space(self.spaces, layer.problem, self.device)
-        if self.options.prefer_superseding:
-            joint, left_out = without_superseded(joint, layer.problem)
-            if left_out:
-                self.console.print(f"{', '.join(left_out)} left out: {', '.join(joint.families)} builds this "
-                                   "layer's kernels in a second and matched or beat them where measured "
-                                   "(--family names them to search them)", highlight=False)
-        valid = joint_valid_configs(joint, layer.problem, self.device)
-        report.print_space(self.console, layer.name, layer.problem, joint, valid)
+        joint, valid = self.start_layer(layer)
         study = open_study(study_name(self.device, layer.name, layer.problem, joint), self.storage, self.options.seed,
                            joint)
         orphans = fail_orphans(study)
         if orphans:
-            self.console.print(f"{orphans} trial(s) of a killed worker on this host marked FAIL; they will be retried")
+            self.sink.emit(OrphansFailed(orphans))
         reference = reference_config(joint, layer.problem, self.device)
         self.compiler.prestart(valid)
         seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings,
                    landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device),
                    twin_seeds(self.folder, self.storage, layer.problem, joint, self.device))
-        with report.StudyDisplay(self.console, self.options.trials) as display:
-            tuner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
-                                display.callbacks(), run_id, storage=self.storage)
-            study_started = time.monotonic()
-            measured = tuner.run(self.options.trials)
-        self.console.print(f"study {escape(study.study_name)}: {len(study.trials)} trials in all; this run: "
-                           f"{report.outcome_line(display.outcomes)}; "
-                           f"{tuner.clock.line(time.monotonic() - study_started)}", highlight=False)
+        study_started = time.monotonic()
+        measured, run_id = self.run_study(study, layer, joint)
         finish_started = time.monotonic()
-        entry = self.finish(layer, study, joint, reference, measured, tuner.run_id, previous)
-        self.console.print(f"{escape(layer.name)}: {time.monotonic() - started:.1f} s in all (setting up "
-                           f"{study_started - started:.1f} s, the study {finish_started - study_started:.1f} s, "
-                           f"finalists and results {time.monotonic() - finish_started:.1f} s)", highlight=False)
+        entry = self.finish(layer, study, joint, reference, measured, run_id, previous)
+        ended = time.monotonic()
+        self.sink.emit(LayerTimed(layer.name, ended - started, study_started - started, finish_started - study_started,
+                                  ended - finish_started))
         if entry is None:
             return LayerOutcome(layer.name, None, previous and previous.runtime_us, None, measured)
-        if previous and previous.run != tuner.run_id:
+        if previous and previous.run != run_id:
             entry["previous"] = {"runtime_us": previous.runtime_us, "kernel": previous.kernel, "run": previous.run,
                                  "date": previous.date}
-        update_best(self.folder, layer.name, entry, table_header(self.device))
-        append_history(self.folder, {"layer": layer.name, "kernel": entry["kernel"], "runtime_us": entry["runtime_us"],
-                                     "measured": measured, "study": study.study_name, "run": tuner.run_id})
-        self.console.print(f"wrote {self.folder / 'best.yaml'}")
+        update_best(self.folder, layer.name, BestEntry.parse(layer.name, entry),
+                    BestHeader.parse(table_header(self.device)))
+        append_history(self.folder, HistoryEvent(layer.name, entry["kernel"], entry["runtime_us"], measured,
+                                                 study.study_name, run_id))
+        self.sink.emit(BestWritten(layer.name, self.folder / "best.yaml"))
         return LayerOutcome(layer.name, entry["runtime_us"], (entry.get("previous") or {}).get("runtime_us"),
                             entry["kernel"], measured)
+
+    def start_layer(self, layer: Layer) -> tuple[JointSpace, list[KernelConfig]]:
+        """The layer's joint space (without the families a superseding one replaces, unless --family named them),
+        and its configurations that pass the static checks."""
+        joint, left_out = layer_space(self.spaces, layer.problem, self.device), ()
+        if self.options.prefer_superseding:
+            joint, left_out = without_superseded(joint, layer.problem)
+        valid = joint_valid_configs(joint, layer.problem, self.device)
+        self.sink.emit(LayerStarted(layer.name, layer.problem, family_spaces(joint, valid), tuple(left_out)))
+        return joint, valid
+
+    def run_study(self, study, layer: Layer, joint: JointSpace) -> tuple[int, str]:
+        """This run's trials of the layer's study, told as they go: how many it measured, and its run id."""
+        outcomes: Counter = Counter()
+        self.sink.emit(StudyStarted(study.study_name, self.options.trials))
+        runner = StudyRunner(study, layer.problem, joint, self.device, self.compiler, self.evaluator,
+                             self.progress(outcomes), self.options.run_id, storage=self.storage)
+        started = time.monotonic()
+        measured = runner.run(self.options.trials)
+        self.sink.emit(StudyEnded(study.study_name, len(study.trials), tuple(sorted(outcomes.items())),
+                                  replace(runner.clock), time.monotonic() - started))
+        return measured, runner.run_id
+
+    def progress(self, outcomes: Counter) -> StudyProgress:
+        """The study's callbacks as events; each trial evaluated is also counted in `outcomes`."""
+        def evaluated(record: TrialRecord) -> None:
+            outcomes[outcome_name(record)] += 1
+            self.sink.emit(TrialEvaluated(record))
+
+        return StudyProgress(on_batch=lambda size: self.sink.emit(CandidatesAsked(size)),
+                             on_compiled=lambda result: self.sink.emit(KernelCompiled(result)), on_evaluated=evaluated)
 
     def finish(self, layer: Layer, study, joint: JointSpace, reference: KernelConfig | None, measured: int,
                run_id: str, previous: BestEntry | None = None) -> dict | None:
         """Re-measure the finalists side by side, explain them, and build the layer's best entry."""
-        device, options, console = self.device, self.options, self.console
-        records = sorted(recorded_trials(study, layer.problem).values(), key=lambda r: r.number)
-        if any(r.status not in (Status.ok, Status.invalid) for r in records):
-            console.print(report.failures_table(records))
+        device, options, sink = self.device, self.options, self.sink
+        failures = first_failures(sorted(recorded_trials(study, layer.problem).values(), key=lambda r: r.number))
+        if failures:
+            sink.emit(TrialsFailed(tuple(failures)))
         best = ranked(study, layer.problem)
         if not best:
-            console.print("[red]no candidate passed validation; nothing recorded[/]")
+            sink.emit(NoCandidatePassed(layer.name))
             return None
         finalists = finalist_configs(best, options.top, reference, previous, layer.problem, device, joint)
         compiled = {r.config.compiled: r for r in self.compiler.compile_many([c for _, c in finalists])}
         stop_if_requested()  # an interrupt during these compiles killed some: stop, nothing to record
         for label, config in finalists:
             if not compiled[config.compiled].ok:
-                console.print(f"[yellow]finalist {label} ({config.name}) did not compile: "
-                              f"{compiled[config.compiled].error}[/]")
+                sink.emit(FinalistNotCompiled(label, config, compiled[config.compiled].error))
         finalists = [(label, c) for label, c in finalists if compiled[c.compiled].ok]
         rows = confirm(finalists, compiled, self.evaluator, layer.problem, options.confirm_rounds)
         if not rows:
-            console.print("[red]the finalists failed when re-measured; nothing recorded[/]")
+            sink.emit(FinalistsFailed(layer.name))
             return None
-        console.print(report.confirmed_table(rows, layer.problem, device))
+        sink.emit(FinalistsConfirmed(tuple(rows), layer.problem, device))
         winner = min(rows, key=lambda r: r.measurement.median_us)
         reference_row = next((r for r in rows if reference is not None and r.config == reference), None)
-        say_versus_reference(console, winner, reference_row, device, best)
-        facts = {r.label: kernel_facts(r.config, layer.problem, device, r.grid_blocks, r.attributes, r.spill_bytes)
-                 for r in rows}
-        profiles = ({} if options.no_ncu else
-                    profile_finalists(rows, facts, compiled, layer.problem, options.ncu_top, console))
-        console.print(report.waste_table([(r, facts[r.label]) for r in rows], profiles))
-        return best_entry(layer, winner, reference_row, study, device, measured, facts[winner.label],
-                          profiles.get(winner.label), run_id, rows)
+        sink.emit(WinnerChosen(winner, reference_row, device.sm_count, fastest_wider(winner, best)))
+        wastes, ncu_missing = explain_finalists(rows, compiled, layer.problem, device,
+                                                0 if options.no_ncu else options.ncu_top)
+        if ncu_missing:
+            sink.emit(ProfilerMissing(ncu_missing))
+        sink.emit(WasteFound(tuple(wastes.values())))
+        return best_entry(layer, wastes[winner.label], reference_row, study, device, measured, run_id, rows)
+
+
+def family_spaces(joint: JointSpace, valid: list[KernelConfig]) -> tuple[FamilySpace, ...]:
+    """Each family's share of the layer's space: its size, its candidates that pass the static checks, their kernels."""
+    spaces = []
+    for space in joint.spaces:
+        mine = [c for c in valid if c.family == space.family]
+        spaces.append(FamilySpace(space.family, space.size, len(mine), len({c.compiled for c in mine})))
+    return tuple(spaces)
 
 
 def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: BestEntry | None,
@@ -417,50 +342,16 @@ def device_spaces(spaces: tuple[SearchSpace, ...], device: DeviceFacts) -> tuple
     return runnable
 
 
-def buildable_spaces(spaces: tuple[SearchSpace, ...], console: Console) -> tuple[SearchSpace, ...]:
-    """The spaces whose family this machine can build, each other one skipped with one line that says how
-    to install what it needs; none: a SpaceError."""
+def buildable_spaces(spaces: tuple[SearchSpace, ...], sink: EventSink) -> tuple[SearchSpace, ...]:
+    """The spaces whose family this machine can build, each other one skipped with what it needs installed; none:
+    a SpaceError."""
     buildable = []
     for space in spaces:
         reason = registry.get(space.family).toolchain_problem()
         if reason is None:
             buildable.append(space)
         else:
-            console.print(f"[yellow]{space.family} skipped[/]: {escape(reason)}", highlight=False)
+            sink.emit(FamilySkipped(space.family, reason))
     if not buildable:
         raise SpaceError("this machine can build none of the families asked for")
     return tuple(buildable)
-
-
-def say_versus_reference(console: Console, winner: report.Confirmed, reference: report.Confirmed | None,
-                         device: DeviceFacts, measured: list[TrialRecord]) -> None:
-    if reference is None:
-        console.print("reference configuration (128x128x64, 3 stages) cannot run this problem here")
-    else:
-        ratio = reference.measurement.median_us / winner.measurement.median_us
-        console.print(f"winner {winner.measurement.median_us:.2f} µs vs reference {reference.measurement.median_us:.2f} µs: "
-                      f"{ratio:.2f}x faster; grid {winner.grid_blocks} blocks vs {reference.grid_blocks} on "
-                      f"{device.sm_count} SMs")
-    if winner.grid_blocks < device.sm_count:
-        console.print(why_fewer_blocks(winner, device, measured))
-
-
-def why_fewer_blocks(winner: report.Confirmed, device: DeviceFacts, measured: list[TrialRecord]) -> str:
-    """The study's own evidence for a grid smaller than the SM count: the fastest candidate that
-    launched more blocks, and how much slower it was."""
-    tile = winner.config.tile
-    text = (f"the winner launches {winner.grid_blocks} blocks ({tile.m}x{tile.n} tiles, "
-            f"{report.describe_config(winner.config)}) on {device.sm_count} SMs")
-    wider = [r for r in measured if blocks_of(r) > winner.grid_blocks]
-    if not wider:
-        return text + "; no measured candidate launched more"
-    best_wider = min(wider, key=lambda r: r.median_us)
-    return (text + f"; the fastest measured candidate with more blocks ({blocks_of(best_wider)}: "
-            f"{report.describe_config(best_wider.config)}) took {best_wider.median_us:.2f} µs in the study, "
-            f"{best_wider.median_us / winner.measurement.median_us:.2f}x the winner")
-
-
-def blocks_of(record: TrialRecord) -> int:
-    return volume(record.attrs.get("grid") or (0, 0, 0))
-
-

@@ -13,7 +13,7 @@ from tuner.core.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import KernelConfig
 from tuner.core.problem import ConvProblem
-from tuner.store.results import read_bench
+from tuner.store.bench_record import read_bench
 from tuner.search.space import JointSpace, SearchSpace, valid_configs
 
 # Rates of an H100-class part used when no measured ceiling is given; only ratios between
@@ -47,8 +47,8 @@ class Ceilings:
 
 def measured_ceilings(folder: Path) -> Ceilings:
     """The matrix and copy ceilings `tune.py bench` measured on this GPU, or the defaults."""
-    measured = read_bench(folder).get("ceilings") or {}
-    return Ceilings(measured.get("matmul_tflops", DEFAULT_MATMUL_TFLOPS), measured.get("copy_gbps", DEFAULT_COPY_GBPS))
+    measured = read_bench(folder).ceilings
+    return Ceilings(measured.matmul_tflops, measured.copy_gbps) if measured else Ceilings()
 
 
 def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts,

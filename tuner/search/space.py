@@ -15,7 +15,8 @@ from tuner.core.device import DeviceFacts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
 from tuner.core.problem import ConvProblem
-from tuner.store.results import BestEntry, ResultsError
+from tuner.store.results import ResultsError
+from tuner.store.schema import BestEntry
 from tuner.core.errors import UsageError
 from tuner.core.yamlfile import YamlFileError, read_yaml
 

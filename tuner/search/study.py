@@ -3,9 +3,6 @@ evaluate each on the GPU once built, tell Optuna what happened. One study per (G
 families, dtypes): the kernel family is a sampled parameter, each family's knobs conditional on it."""
 from __future__ import annotations
 
-import datetime as dt
-import os
-import socket
 import threading
 import time
 import uuid
@@ -13,32 +10,32 @@ import warnings
 import zlib
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import closing
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 import optuna
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from tuner.build.compile import CompileResult
+from tuner.build.abi import KernelBinary
+from tuner.build.compile_cache import CompileResult
 from tuner.core.device import DeviceFacts
-from tuner.measure.evaluate import Evaluation
+from tuner.core.problem import ConvProblem
+from tuner.core.status import Status
 from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
-from tuner.core.problem import ConvProblem
-from tuner.build.abi import KernelBinary
+from tuner.measure.evaluate import Evaluation
+from tuner.search.measurements import MeasurementDB
 from tuner.search.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
-from tuner.core.status import Status
+from tuner.search.trials import (FROM_RECORD, TrialRecord, compile_attrs, counted_in_run, evaluation_attrs, fits,
+                                 in_flight_in_run, joint_distributions, label_values, params_key, problem_of_study,
+                                 recorded_trials, set_trial_attrs)
+from tuner.search.workers import Heartbeat, worker_id
+
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
 # space counts as exhausted for this sampler.
 EXHAUSTED_AFTER_ASKS = 400
-# How long a RUNNING trial without its worker tag may wait before fail_orphans takes it for a kill
-# between ask and tag (sampling a knob is a storage round trip: seconds at worst on a remote database).
-UNTAGGED_GRACE = dt.timedelta(minutes=10)
 # How often the runner, waiting for a compile to finish, looks whether a stop was requested.
 STOP_POLL_S = 0.5
-# What a trial's value is, as Optuna's plots and optuna-dashboard label it (else "Objective 0").
-METRIC_NAME = "median µs"
 
 
 class Evaluator(Protocol):
@@ -60,33 +57,6 @@ class CompilerLike(Protocol):
     def open_queue(self) -> CompileQueueLike: ...
 
 
-@dataclass(frozen=True)
-class TrialRecord:
-    """One trial as the study holds it, typed."""
-
-    number: int
-    config: KernelConfig
-    status: Status
-    median_us: float | None
-    attrs: dict
-
-    @property
-    def reason(self) -> str | None:
-        return self.attrs.get("reason")
-
-
-def study_name(device: DeviceFacts, layer: str, problem: ConvProblem, joint: JointSpace) -> str:
-    """device/layer/shape/families@space-digest/dtypes[+epilogue]: a study per search space (see open_study)."""
-    return f"{device.slug}/{layer}/{problem.key}/{joint.key}@{joint.digest}/{problem.variant_key}"
-
-
-def problem_of_study(name: str) -> tuple[str, str, str] | None:
-    """(device, shape, dtypes[+epilogue]) of a name study_name() made: the problem, whatever the layer
-    name and the space; None for any other name."""
-    parts = name.split("/")
-    return (parts[0], parts[2], parts[4]) if len(parts) == 5 else None
-
-
 def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
                joint: JointSpace | None = None) -> optuna.Study:
     """Load the study, or create it and, given its joint space, carry over what the layer's other
@@ -105,59 +75,20 @@ def open_study(name: str, storage: optuna.storages.BaseStorage | str, seed: int,
     return study
 
 
-def label_values(study: optuna.Study) -> None:
-    """Name what a trial's value is (METRIC_NAME) for Optuna's plots and optuna-dashboard."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([METRIC_NAME])
-
-
-def joint_distributions(joint: JointSpace, family: str) -> dict[str, CategoricalDistribution]:
-    """What ask_config suggests for a trial of `family`."""
-    distributions = {FAMILY_PARAM: CategoricalDistribution(list(joint.families))}
-    for knob, choices in joint.space(family).choices.items():
-        distributions[f"{family}.{knob}"] = CategoricalDistribution(list(choices))
-    return distributions
-
-
 def carry_over(study: optuna.Study, joint: JointSpace, storage: optuna.storages.BaseStorage | str) -> int:
     """Copy into a new study the measured trials of the same problem's other studies (another search
     space, another set of families, an older space file, another layer name) whose configuration this
     space holds: the sampler and the already-measured check start from them instead of from nothing.
     The newest measurement of a configuration wins. Returns how many were copied."""
-    problem = problem_of_study(study.study_name)
-    if problem is None:
+    key = problem_of_study(study.study_name)
+    if key is None:
         return 0
-    fitting: dict[tuple, FrozenTrial] = {}
-    for name in optuna.study.get_all_study_names(storage):
-        # The same problem under any layer name (the r50 table's and an imported network's, say)
-        if name == study.study_name or problem_of_study(name) != problem:
-            continue
-        other = optuna.load_study(study_name=name, storage=storage)
-        for trial in other.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if not _readable(trial) or "from_record" in trial.user_attrs or not _fits(trial.params, joint):
-                continue
-            key = params_key(trial.params)
-            held = fitting.get(key)
-            if held is None or (trial.datetime_complete or dt.datetime.min) > (held.datetime_complete or dt.datetime.min):
-                fitting[key] = trial
-    copies = [optuna.trial.create_trial(
-        state=trial.state, value=trial.value if trial.state is TrialState.COMPLETE else None,
-        params=trial.params, distributions=joint_distributions(joint, trial.params[FAMILY_PARAM]),
-        user_attrs=trial.user_attrs) for trial in fitting.values()]
-    study.add_trials(copies)
-    return len(copies)
+    measurements = MeasurementDB(storage=storage)
+    fitting = [trial for trial in measurements.trials(key, exclude=study.study_name) if fits(trial.params, joint)]
+    return measurements.commit(study, joint, fitting)
 
 
-def _fits(params: dict, joint: JointSpace) -> bool:
-    family = params.get(FAMILY_PARAM)
-    if family not in joint.families:
-        return False
-    distributions = joint_distributions(joint, family)
-    return set(params) == set(distributions) and all(params[name] in d.choices for name, d in distributions.items())
-
-
-# The tuner asks and tells and records the heartbeats itself (_Heartbeat), which Optuna warns about on every ask.
+# The tuner asks and tells and records the heartbeats itself (Heartbeat), which Optuna warns about on every ask.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
@@ -177,85 +108,6 @@ def ask_config(study: optuna.Study, joint: JointSpace, tags: dict | None = None,
         if name != FAMILY_PARAM:
             trial.suggest_categorical(name, distribution.choices)
     return trial
-
-
-def params_key(params: dict) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in params.items()))
-
-
-# A trial's measurement detail (what the tables and the replay read back, nothing a query filters on)
-# is written as one user attribute, DETAIL_ATTR: one journal line instead of one per field.
-DETAIL_ATTR = "detail"
-DETAIL_KEYS = frozenset({"measurement", "attributes", "ptxas", "grid", "cluster", "spread", "tflops", "gbps",
-                         "measured_at", "compile_cached", "family"})
-
-
-def trial_attrs(trial: FrozenTrial) -> dict:
-    """Every attribute the tuner recorded for a trial, its detail merged in (journals written before the
-    detail was one attribute hold the same keys at the top)."""
-    attrs = dict(trial.user_attrs)
-    return {**(attrs.pop(DETAIL_ATTR, None) or {}), **attrs}
-
-
-def set_trial_attrs(trial: optuna.Trial, attrs: dict) -> None:
-    detail = {key: value for key, value in attrs.items() if key in DETAIL_KEYS}
-    for key, value in attrs.items():
-        if key not in DETAIL_KEYS:
-            trial.set_user_attr(key, value)
-    if detail:
-        trial.set_user_attr(DETAIL_ATTR, detail)
-
-
-def record_of(trial: FrozenTrial, problem: ConvProblem) -> TrialRecord:
-    return TrialRecord(trial.number, config_from_params(problem, trial.params),
-                       Status(trial.user_attrs["status"]), trial.value, trial_attrs(trial))
-
-
-def _readable(trial: FrozenTrial) -> bool:
-    """A finished trial with an outcome and a family (a study written before families were
-    parameters has none: its trials are history, not candidates)."""
-    return "status" in trial.user_attrs and FAMILY_PARAM in trial.params
-
-
-def recorded_trials(study: optuna.Study, problem: ConvProblem) -> dict[tuple, TrialRecord]:
-    """Finished trials that carry an outcome (FAIL means interrupted: those are tried again)."""
-    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    return {params_key(t.params): record_of(t, problem) for t in finished if _readable(t)}
-
-
-def ranked(study: optuna.Study, problem: ConvProblem, family: str | None = None) -> list[TrialRecord]:
-    """Measured configurations (of one family, if named), fastest first, each once (answers from
-    the record left out)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    originals = [record_of(t, problem) for t in complete if "from_record" not in t.user_attrs and _readable(t)]
-    if family is not None:
-        originals = [r for r in originals if r.config.family == family]
-    return sorted(originals, key=lambda r: r.median_us)
-
-
-def compile_attrs(result: CompileResult) -> dict:
-    attrs = {"config": result.config.name, "family": result.config.family, "compile_s": round(result.seconds, 2),
-             "compile_cached": result.cached}
-    if result.ptxas:
-        attrs["ptxas"] = asdict(result.ptxas)
-    return attrs
-
-
-def evaluation_attrs(evaluation: Evaluation, problem: ConvProblem) -> dict:
-    attrs: dict = {"status": evaluation.status.value, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
-    if evaluation.reason:
-        attrs["reason"] = evaluation.reason
-    if evaluation.error is not None:
-        attrs["error"] = evaluation.error
-    if evaluation.grid:
-        attrs["grid"] = list(evaluation.grid)
-        attrs["cluster"] = list(evaluation.cluster)
-    if evaluation.attributes:
-        attrs["attributes"] = asdict(evaluation.attributes)
-    if evaluation.measurement:
-        m = evaluation.measurement
-        attrs.update(measurement=asdict(m), spread=m.spread, tflops=m.tflops(problem), gbps=m.gbps(problem))
-    return attrs
 
 
 @dataclass
@@ -281,118 +133,6 @@ def request_stop() -> None:
 def stop_if_requested() -> None:
     if _stop_requested.is_set():
         raise KeyboardInterrupt
-
-
-def worker_id() -> str:
-    """host:pid. CUTLASS_TUNER_HOST names the host where the machine's name does not tell hosts apart
-    (containers that share one, or a test posing as two hosts)."""
-    return f"{os.environ.get('CUTLASS_TUNER_HOST') or socket.gethostname()}:{os.getpid()}"
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def fail_orphans(study: optuna.Study, now: dt.datetime | None = None) -> int:
-    """RUNNING trials whose worker process on this host is gone (killed hard) become FAIL, so the
-    study neither waits on them nor counts them. Other hosts' trials are left to their own workers,
-    except one that never got its worker tag (killed between ask and tag, on any host) once it is
-    older than UNTAGGED_GRACE: a live worker tags within milliseconds of asking."""
-    host = worker_id().rpartition(":")[0]
-    now = now or dt.datetime.now()
-    orphans = 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = str(trial.user_attrs.get("worker", ""))
-        owner_host, _, pid = owner.rpartition(":")
-        untagged_and_old = (not owner and trial.datetime_start is not None
-                            and now - trial.datetime_start > UNTAGGED_GRACE)
-        if untagged_and_old or (owner_host == host and pid.isdigit() and not _process_alive(int(pid))):
-            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-            orphans += 1
-    return orphans
-
-
-def counted_in_run(study: optuna.Study, run_id: str) -> int:
-    """Candidates compiled and evaluated under this run id, by any worker: what --trials counts. A
-    compile that was killed or timed out counts too (FAIL, retried by a later run), or a run whose
-    compiles keep dying would never end."""
-    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-    return sum(1 for t in finished if t.user_attrs.get("run") == run_id and "compile_s" in t.user_attrs
-               and "from_record" not in t.user_attrs
-               and (t.state is not TrialState.FAIL or t.user_attrs.get("transient")))
-
-
-def in_flight_in_run(study: optuna.Study, run_id: str) -> int:
-    """Candidates other workers of this run hold right now (asked, not yet told): they will count,
-    so a worker does not start a batch that would overshoot --trials."""
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return sum(1 for t in running if t.user_attrs.get("run") == run_id)
-
-
-def _heartbeat_storage(storage: optuna.storages.BaseStorage | str | None):
-    """The storage the study was opened on, where it keeps heartbeats (an RDB opened with a heartbeat interval,
-    results.study_storage), else None."""
-    interval = getattr(storage, "get_heartbeat_interval", None)
-    return storage if interval is not None and interval() else None
-
-
-class _Heartbeat:
-    """Records a heartbeat for every trial this worker holds, from its ask to its tell, every interval,
-    so that other hosts do not take them for a dead host's (Optuna beats only inside study.optimize).
-    Does nothing where the storage keeps no heartbeats."""
-
-    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage | str | None):
-        self.storage = _heartbeat_storage(storage)
-        self.study_name = study.study_name
-        self.study_id: int | None = None
-        self.held: dict[int, int] = {}  # trial number -> the storage's trial id
-        self.lock = threading.Lock()
-        self.finished = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def hold(self, trial: optuna.Trial) -> None:
-        if self.storage is None:
-            return
-        if self.study_id is None:
-            self.study_id = self.storage.get_study_id_from_name(self.study_name)
-        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
-        self.storage.record_heartbeat(trial_id)
-        with self.lock:
-            self.held[trial.number] = trial_id
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._beat, daemon=True, name="trial-heartbeat")
-                self.thread.start()
-
-    @property
-    def stale_after_s(self) -> float:
-        """How long until a trial whose heartbeats stopped counts as a dead host's: the storage's grace
-        period (unset, Optuna takes two intervals)."""
-        return getattr(self.storage, "grace_period", None) or 2 * self.storage.get_heartbeat_interval()
-
-    def release(self, trial: optuna.Trial) -> None:
-        with self.lock:
-            self.held.pop(trial.number, None)
-
-    def _beat(self) -> None:
-        while not self.finished.wait(self.storage.get_heartbeat_interval()):
-            with self.lock:
-                held = list(self.held.values())
-            for trial_id in held:
-                self.storage.record_heartbeat(trial_id)
-
-    def close(self) -> None:
-        """Stops the beating thread; a later hold starts another."""
-        self.finished.set()
-        if self.thread is not None:
-            self.thread.join()
-        self.thread = None
-        self.finished = threading.Event()
 
 
 @dataclass
@@ -428,7 +168,7 @@ class StudyRunner:
         self.progress = progress or StudyProgress()
         self.run_id = run_id or f"{worker_id()}:{uuid.uuid4().hex[:12]}"
         self.worker = worker_id()
-        self.heartbeat = _Heartbeat(study, storage)
+        self.heartbeat = Heartbeat(study, storage)
         self.clock = StudyClock()
         # One set of random inputs for the whole run: the worker draws them, computes their float64 reference
         # and copies them past L2 once, not once a candidate (0.2-0.4 s each on the H100). The finalists are
@@ -566,8 +306,8 @@ class StudyRunner:
         return batch, idle
 
     def _answer_from_record(self, trial: optuna.Trial, recorded: TrialRecord) -> None:
-        attrs = {k: v for k, v in recorded.attrs.items() if k not in ("from_record", "run", "worker")}
-        attrs["from_record"] = recorded.number
+        attrs = {k: v for k, v in recorded.attrs.items() if k not in (FROM_RECORD, "run", "worker")}
+        attrs[FROM_RECORD] = recorded.number
         self._tell(trial, recorded.config, recorded.status, recorded.median_us, attrs)
 
     def _evaluate(self, trial: optuna.Trial, config: KernelConfig, result: CompileResult) -> None:

@@ -19,7 +19,8 @@ import torch
 from tuner.core.epilogue import Epilogue
 from tuner.families import registry
 from tuner.families.base import LaunchArgs
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
 from tuner.build.abi import KernelBinary
 

@@ -1,15 +1,14 @@
 """`optimize(model, example_input)`: the model as a torch.fx GraphModule in which every Conv2d that has a tuned
 kernel, with the BatchNorm, residual add and activation the importer fuses after it, is one `TunedConv2d`
 running the custom op of tuner/torch_ops/kernels.py. Everything else stays PyTorch's. Each replaced layer is
-checked against eager on the example input before it goes in; the decisions (tuner/importers/plan.py) say
-what was replaced and why the rest fell back."""
+checked against eager on the example input before it goes in (tuner/torch_ops/eager_check.py); the decisions
+(tuner/importers/plan.py) say what was replaced and why the rest fell back."""
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -18,20 +17,24 @@ import torch.nn.functional as F
 
 from tuner.core.epilogue import Activation
 from tuner.families import registry
-from tuner.importers.network import FusedConv, NetworkError, conv_problem, layer_entry, LAYERS_DEFAULTS
-from tuner.core.problem import ConvProblem, DataType
-from tuner.store.results import BestEntry, ResultsError, best_entries, gpu_slugs, read_best, recorded_gpu_dir, results_slug
+from tuner.importers.frontend import NetworkError
+from tuner.importers.fusion import FusedConv
+from tuner.importers.network import LAYERS_DEFAULTS, layer_entry
+from tuner.importers.tunable import conv_problem
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
+from tuner.store.best import best_entries, read_best
+from tuner.store.results import ResultsError, gpu_slugs, recorded_gpu_dir, results_slug
+from tuner.store.schema import BestEntry
 from tuner.measure.run import LaunchError
 from tuner.importers.torch_import import traced_module
 from tuner.torch_ops import kernels
+from tuner.torch_ops.eager_check import TOLERANCE, check_layers, output_error
 from tuner.torch_ops.fold import NotFoldable, fold, kernel_filter
 from tuner.importers.plan import Decision, Fallback, TunedIndex, decide, summary, with_dtype
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_TYPES = {torch.float16: DataType.f16, torch.bfloat16: DataType.bf16, torch.float32: DataType.f32}
-# Relative L2 error against eager that a replaced layer, and the whole network, may show (docs/torch.md):
-# both sides round to the output type; eager's f32 convolutions may run in TF32.
-TOLERANCE = {DataType.f16: 1e-2, DataType.bf16: 2e-2, DataType.f32: 5e-3}
 # A bounded on-the-fly tune (optimize(tune=N)) takes at most this many layers.
 MAX_TUNED_LAYERS = 32
 ACTIVATIONS = {Activation.none: None, Activation.relu: F.relu, Activation.gelu: F.gelu, Activation.silu: F.silu}
@@ -159,15 +162,6 @@ class OptimizeReport:
         return lines
 
 
-def relative_l2(output: torch.Tensor, reference: torch.Tensor) -> float:
-    reference = reference.double()
-    norm = torch.linalg.vector_norm(reference).item()
-    error = torch.linalg.vector_norm(output.double() - reference).item()
-    if not math.isfinite(error):
-        return math.inf
-    return error / norm if norm else error
-
-
 def results_folder(results_dir: Path, gpu: str | None) -> tuple[str, Path]:
     """results/<gpu>/ with a best.yaml: `gpu` (a slug or a tuner/core/gpus.py name), else this host's GPU, else
     the only GPU with results."""
@@ -237,13 +231,6 @@ def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | Non
     return graph_module
 
 
-def output_error(output, reference) -> float:
-    """The largest relative L2 over the tensors of two outputs of one structure."""
-    outputs = output if isinstance(output, (tuple, list)) else (output,)
-    references = reference if isinstance(reference, (tuple, list)) else (reference,)
-    return max((relative_l2(o, r) for o, r in zip(outputs, references) if isinstance(o, torch.Tensor)), default=0.0)
-
-
 def plan(fused_convs: list[FusedConv], modules: dict, dtype: DataType | None, training: bool,
          index: TunedIndex) -> list[Decision]:
     """plan.decide for each conv, then what only the live model tells: its mode, its dtype, and whether the
@@ -303,55 +290,6 @@ def build_modules(fused_convs, decisions, modules, entries, source: KernelSource
             None if folded.scale is None else folded.scale.to(device),
             None if folded.bias is None else folded.bias.to(device), conv.stride, conv.padding, conv.dilation)
     return decisions, tuned
-
-
-def check_layers(graph_module, fused_convs, decisions, tuned, example_input):
-    """Run the model eagerly on the example input; at each replaced layer's last fused node, run its
-    TunedConv2d on the inputs eager gave that layer and compare. A layer outside the tolerance falls back."""
-    by_output = {f.output: f for f in fused_convs if f.conv.node in tuned}
-    by_conv = {f.conv.output: f for f in by_output.values()}
-    by_add = {f.add: f for f in by_output.values() if f.add}
-    tolerance = {f.conv.node: TOLERANCE[d.problem.output_type] for f, d in zip(fused_convs, decisions) if d.replaced}
-    errors: dict[str, float] = {}
-
-    class Checking(torch.fx.Interpreter):
-        def __init__(self, module):
-            super().__init__(module)
-            self.inputs: dict[str, list] = {}
-
-        def run_node(self, node):
-            if node.name in by_conv:
-                args, _ = self.fetch_args_kwargs_from_env(node)
-                self.inputs[by_conv[node.name].conv.node] = [args[0], None]
-            if node.name in by_add:
-                fused = by_add[node.name]
-                self.inputs[fused.conv.node][1] = self.env[self._residual_node(node, fused)].clone()
-            result = super().run_node(node)
-            if node.name in by_output:
-                fused = by_output[node.name]
-                x, residual = self.inputs.pop(fused.conv.node)
-                got = tuned[fused.conv.node](x, residual) if residual is not None else tuned[fused.conv.node](x)
-                errors[fused.conv.node] = relative_l2(got, result)
-            return result
-
-        @staticmethod
-        def _residual_node(node, fused):
-            return next(arg for arg in node.all_input_nodes if arg.name == fused.residual)
-
-    with torch.no_grad():
-        output = Checking(graph_module).run(example_input)
-    checked = []
-    for decision in decisions:
-        error = errors.get(decision.node)
-        if decision.replaced and (error is None or error > tolerance[decision.node]):
-            note = "not reached on the example input" if error is None else \
-                f"relative L2 {error:.2e} against eager on the example input, above {tolerance[decision.node]:g}"
-            decision = decision.falls_back(Fallback.wrong_result, note)
-            tuned.pop(decision.node, None)
-        elif decision.replaced:
-            decision = replace(decision, note=", ".join(filter(None, [decision.note, f"error {error:.1e}"])))
-        checked.append(decision)
-    return checked, output
 
 
 def rewrite(graph_module, fused_convs, decisions, tuned) -> None:

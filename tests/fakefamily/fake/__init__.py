@@ -17,7 +17,8 @@ from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (BuildRequest, CostTerms, CppPieces, Family, LaunchArgs, LaunchShape, SearchSpace,
                                  Shape3, check_keys, int_list, param, shape_list, whole)
-from tuner.core.problem import ConvProblem, DataType
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
 
 NAME = "fake"
 REFERENCE_PARAMS = {"tile": "128x128x32", "stages": 3, "split_k": 1}

@@ -9,7 +9,8 @@ from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
-from tuner.core.problem import ConvProblem, DataType, dtype_key
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm80"
 

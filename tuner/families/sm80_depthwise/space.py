@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import LaunchArgs, SearchSpace, Shape3, SpaceError, check_keys, int_list, param, whole
-from tuner.core.problem import ConvProblem, DataType, dtype_key
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm80_depthwise"
 INPUT_TYPES = (DataType.f16, DataType.bf16)

@@ -20,7 +20,8 @@ from tuner.families.base import (LaunchArgs, SearchSpace, SpaceError, check_keys
                                  types_problem)
 from tuner.families.sm80 import space as sm80_space
 from tuner.families.sm80.space import IteratorAlgorithm, Sm80Config
-from tuner.core.problem import ConvProblem, pair_text
+from tuner.core.axes import pair_text
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm80_dgrad"
 ITERATORS = (IteratorAlgorithm.analytic, IteratorAlgorithm.optimized)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import ACTIVATION_TAGS, ELEMENT_TAGS, VECTOR_TYPE, CppPieces, read_template
-from tuner.core.problem import DataType
+from tuner.core.dtypes import DataType
 from tuner.families.sm90_conv.space import AUTO_STAGES, EpilogueSchedule, Sm90ConvConfig
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -12,7 +12,8 @@ from tuner.core.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, output_alignment,
                                  pad_channels, param, shape_list, types_problem, whole)
 from tuner.core.epilogue import Epilogue
-from tuner.core.problem import ConvProblem, DataType, dtype_key
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_conv"
 # cutlass/gemm/collective/builders/sm90_common.inl:57: the shared memory a CTA may opt into on sm90.

@@ -15,7 +15,9 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
                                           TileSpec, box_problem, conv_box, epilogue_columns, phase_extents,
                                           residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
-from tuner.core.problem import ConvProblem, DataType, dtype_key, pair_text
+from tuner.core.axes import pair_text
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_dsl"
 SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves

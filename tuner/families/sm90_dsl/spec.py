@@ -7,7 +7,7 @@ import json
 import functools
 from dataclasses import asdict, dataclass
 
-from tuner.core.problem import axes_key, output_extent
+from tuner.core.axes import axes_key, output_extent
 
 SPEC_VERSION = 2  # 2: pad, stride and dilation per axis
 SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two on one tile, two alternating
@@ -15,7 +15,7 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
 EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (tile_n where narrower)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
-ELEMENTS = ("f16", "bf16")  # the 16-bit element of x, w, y and the residual (tuner/core/problem.py DataType's names)
+ELEMENTS = ("f16", "bf16")  # the 16-bit element of x, w, y and the residual (tuner/core/dtypes.py DataType's names)
 MAX_TMA_BOX = 256          # elements along any dimension of a TMA box
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 

@@ -14,7 +14,9 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
 from tuner.core.epilogue import Epilogue
 # sm90_conv's epilogue schedules (its TMA one matched to the kernel schedule here: codegen.epilogue_tag).
 from tuner.families.sm90_conv.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
-from tuner.core.problem import ConvProblem, DataType, dtype_key, pair_text
+from tuner.core.axes import pair_text
+from tuner.core.dtypes import DataType, dtype_key
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_gemm"
 SMEM_CAPACITY = 232448   # gemm/collective/builders/sm90_common.inl:57

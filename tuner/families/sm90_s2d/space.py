@@ -13,7 +13,8 @@ from tuner.core.device import DeviceFacts
 from tuner.families.base import LaunchArgs, SearchSpace
 from tuner.families.sm90_conv import space as conv_space
 from tuner.families.sm90_conv.space import AUTO_STAGES, Sm90ConvConfig
-from tuner.core.problem import ConvProblem, pair_text
+from tuner.core.axes import pair_text
+from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_s2d"
 # Folded channels beyond this leave little to gain over sm90_conv on the layer itself, and the fold's

@@ -1,0 +1,89 @@
+"""What a layer's study queues before the search: the reference, the landscapes' and the bare twin's fastest,
+the cost model's picks (no GPU needed)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import optuna
+
+from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
+from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
+from tuner.search.space import JointSpace, joint_params
+from tuner.search.study import open_study
+from tuner.search.seeds import landscape_seeds, seed_study, twin_seeds
+
+
+def test_seed_study_queues_reference_and_prior_once(conv_1, sm80_space, h100):
+    study = open_study("seed", optuna.storages.InMemoryStorage(), seed=0)
+    joint = JointSpace((sm80_space,))
+    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())
+    seed_study(study, conv_1, joint, h100, PRIOR_PICKS, Ceilings())  # a later run adds nothing twice
+    queued = [t.system_attrs["fixed_params"] for t in study.trials]
+    picks = [joint_params(c) for c in prior_picks(sm80_space, conv_1, h100, PRIOR_PICKS, Ceilings())]
+    reference = joint_params(make_config(conv_1, REFERENCE_PARAMS))
+    assert queued[0] == reference
+    assert queued[1:] == [p for p in picks if p != reference]
+
+
+def test_landscape_seeds_are_the_fastest_recorded_of_each_family(layers, h100):
+    from pathlib import Path
+
+    from tuner.search.space import default_space_file, layer_space, load_space
+
+    folder = Path(__file__).resolve().parents[1] / "results" / "nvidia-h100-80gb-hbm3"
+    spaces = tuple(load_space(default_space_file(f)) for f in ("sm80", "sm90_conv", "sm90_gemm"))
+    layer = layers["r50_s4_1x1_512to256_b32"]
+    joint = layer_space(spaces, layer.problem, h100)
+    seeds = landscape_seeds(folder, layer.name, layer.problem, joint, h100, per_family=2)
+    assert sorted(c.family for c in seeds) == ["sm80", "sm80", "sm90_conv", "sm90_conv", "sm90_gemm", "sm90_gemm"]
+    assert all(joint.contains(c) for c in seeds)
+    assert landscape_seeds(None, layer.name, layer.problem, joint, h100) == []
+    assert landscape_seeds(folder, "no_such_layer", layer.problem, joint, h100) == []
+
+
+def test_a_seed_an_interrupted_run_asked_but_never_measured_is_queued_again(conv_1, sm80_space, h100):
+    from optuna.trial import TrialState
+
+    study = open_study("seed-again", optuna.storages.InMemoryStorage(), seed=0)
+    joint = JointSpace((sm80_space,))
+    seed_study(study, conv_1, joint, h100, 2, Ceilings())
+    queued = [t.system_attrs["fixed_params"] for t in study.trials]
+    first = study.ask()  # a run takes the first seed, then is interrupted: its trial FAILs
+    study.tell(first, state=TrialState.FAIL)
+    seed_study(study, conv_1, joint, h100, 2, Ceilings())
+    waiting = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(TrialState.WAITING,))]
+    assert sorted(map(str, waiting)) == sorted(map(str, queued))  # every seed queued once, the failed one again
+
+
+def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h100):
+    """The bare twin's study ranks its configurations; the fused layer gets the fastest that can carry
+    the epilogue (the no-smem epilogue cannot), built for the fused problem."""
+    import yaml
+    from optuna.distributions import CategoricalDistribution
+
+    from tuner.core.epilogue import parse_epilogue
+    from tuner.core.problem import ConvProblem, problem_to_dict
+    from tuner.search.space import default_space_file, load_space
+
+    bare = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
+    fused = replace(bare, epilogue=parse_epilogue("scale+bias+relu"))
+    joint = JointSpace((load_space(default_space_file("sm90_conv")),))
+    storage = optuna.storages.InMemoryStorage()
+    twin = open_study("twin", storage, seed=0)
+    ranked_params = [("128x128x64", "nosmem", 10.0), ("64x128x64", "tma", 11.0), ("128x128x64", "tma", 12.0),
+                     ("64x64x64", "tma", 13.0)]
+    for tile, epilogue, us in reversed(ranked_params):
+        params = {"family": "sm90_conv", "sm90_conv.tile": tile, "sm90_conv.cluster": "1x1x1",
+                  "sm90_conv.stages": 0, "sm90_conv.epilogue": epilogue}
+        twin.add_trial(optuna.trial.create_trial(
+            value=us, params=params, user_attrs={"status": "ok"},
+            distributions={k: CategoricalDistribution([v]) for k, v in params.items()}))
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"twin_layer": {
+        "problem": problem_to_dict(bare), "family": "sm90_conv", "params": {"tile": "128x128x64"}, "kernel": "k",
+        "runtime_us": 10.0, "study": {"name": "twin"}}}}))
+    seeds = twin_seeds(tmp_path, storage, fused, joint, h100, count=2)
+    assert [(s.tile.text, s.epilogue.value) for s in seeds] == [("64x128x64", "tma"), ("128x128x64", "tma")]
+    assert all(s.fusion == fused.epilogue for s in seeds)
+    assert twin_seeds(tmp_path, storage, bare, joint, h100) == []  # a bare layer has no twin to learn from
+    other = replace(fused, k=512)
+    assert twin_seeds(tmp_path, storage, other, joint, h100) == []

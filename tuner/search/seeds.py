@@ -1,0 +1,99 @@
+"""What a layer's study measures first, queued before the search (Optuna's enqueue_trial): the reference
+configuration, the fastest configurations this GPU's landscapes recorded for the layer, those its bare twin
+measured fastest, and the cost model's picks."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.core.device import DeviceFacts
+from tuner.core.epilogue import Epilogue
+from tuner.core.problem import ConvProblem
+from tuner.families import registry
+from tuner.families.base import KernelConfig, SpaceError
+from tuner.search.costmodel import Ceilings, joint_prior_picks
+from tuner.search.measurements import MeasurementDB, Source
+from tuner.search.space import JointSpace, joint_params, make_config, static_problems
+from tuner.search.trials import params_key, recorded_trials
+
+# How many of the fastest configurations of each family's recorded landscape seed a layer's study.
+LANDSCAPE_SEEDS = 2
+# Configurations a layer with an epilogue takes from its bare twin's study (twin_seeds).
+TWIN_SEEDS = 4
+
+
+def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> KernelConfig | None:
+    """The hand-picked configuration of the first family in the study that has one (sm80's is the
+    reference ncu log's 128x128x64, 3 stages), where it can run the problem."""
+    for family in joint.families:
+        params = registry.get(family).reference_params()
+        if params is None:
+            continue
+        config = make_config(problem, family, params)
+        if joint.contains(config) and not static_problems(config, problem, device):
+            return config
+    return None
+
+
+def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint: JointSpace, device: DeviceFacts,
+                    per_family: int = LANDSCAPE_SEEDS) -> list[KernelConfig]:
+    """The fastest configurations `tune.py bench` measured for this layer on this GPU
+    (results/<gpu>/landscape/<family>/<layer>.csv), `per_family` of each family the study searches."""
+    measurements = MeasurementDB(folder)
+    seeds = []
+    for family in joint.families:
+        found = measurements.top_k(problem, per_family, layer=layer, family=family, sources=(Source.landscape,))
+        seeds += [measured.config for measured in found
+                  if joint.contains(measured.config) and not static_problems(measured.config, problem, device)]
+    return seeds
+
+
+def twin_seeds(folder: Path | None, storage: optuna.storages.BaseStorage | str | None, problem: ConvProblem,
+               joint: JointSpace, device: DeviceFacts, count: int = TWIN_SEEDS) -> list[KernelConfig]:
+    """For a layer with an epilogue: the `count` fastest configurations its bare twin (the same
+    convolution without the epilogue, a best.yaml entry of this GPU) measured in its study, built with the
+    epilogue. The epilogue costs a kernel little, so they are the first candidates worth trying."""
+    if folder is None or not problem.epilogue.fused:
+        return []
+    bare = replace(problem, epilogue=Epilogue())
+    seeds = []
+    for measured in MeasurementDB(folder, storage).top_k(bare, None, sources=(Source.tuned,)):
+        try:
+            config = make_config(problem, measured.family, measured.config.search_params)
+        except (SpaceError, ValueError):
+            continue
+        if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
+            seeds.append(config)
+        if len(seeds) == count:
+            break
+    return seeds
+
+
+def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,
+                 measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> list[tuple[KernelConfig, str]]:
+    """What seed_study queues, in its order, each with why: the reference, the landscape's fastest, the
+    bare twin's fastest, the cost model's picks."""
+    reference = reference_config(joint, problem, device)
+    seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
+    seeds += [(c, "twin") for c in twins]
+    return seeds + [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
+
+
+def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
+               ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> None:
+    """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
+    layer, those its bare twin measured fastest (a layer with an epilogue), and the cost model's
+    picks, each unless the study has measured it or holds it queued: a
+    study made before the model (or before a change to it) gets the current picks on its next run, and
+    a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
+    known = set(recorded_trials(study, problem))
+    known |= {params_key(t.params or t.system_attrs.get("fixed_params", {}))
+              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+    for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins):
+        params = joint_params(config)
+        if params_key(params) not in known:
+            study.enqueue_trial(params, user_attrs={why: True})
+            known.add(params_key(params))

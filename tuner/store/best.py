@@ -1,0 +1,105 @@
+"""results/<gpu>/best.yaml: a layer's tuned kernel and its measurements an entry, read through its records
+(tuner/store/schema.py) and the layer count the file states, and written from them, one entry at a time."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tuner.core.problem import ConvProblem, canonical_problem
+from tuner.core.yamlfile import brief
+from tuner.store.records import SchemaError
+from tuner.store.results import BEST_FILE, MAX_BEST_BYTES, ResultsError, atomic_write, locked, read_results_yaml
+from tuner.store.schema import BestEntry, BestHeader
+
+# best.yaml's keys that are not its header
+LAYER_KEYS = ("layer_count", "layers")
+
+
+def read_best(folder: Path) -> dict:
+    """best.yaml as a document, every key of it checked against its records (tuner/store/schema.py) and the
+    layer count the file states (a file cut short at an entry's boundary still parses: the count tells)."""
+    path = folder / BEST_FILE
+    if not path.exists():
+        return {"layers": {}}
+    document = _best_document(path)
+    _best_records(path, document)
+    return document
+
+
+def best_records(folder: Path) -> tuple[BestHeader, dict[str, BestEntry]]:
+    """best.yaml's header and its layers' entries, checked as read_best checks them."""
+    path = folder / BEST_FILE
+    if not path.exists():
+        return BestHeader(), {}
+    return _best_records(path, _best_document(path))
+
+
+def _best_document(path: Path) -> dict:
+    document = read_results_yaml(path, MAX_BEST_BYTES) or {}
+    if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
+        raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
+    document.setdefault("layers", {})
+    stated = document.get("layer_count")
+    if stated is None and document["layers"]:
+        raise ResultsError(f"{path} has no layer_count line (the tool always writes one): it was cut short or "
+                           "edited; restore it from version control")
+    if stated is not None and (isinstance(stated, bool) or stated != len(document["layers"])):
+        raise ResultsError(f"{path} states {brief(stated)} layers but holds {len(document['layers'])}: it was cut "
+                           "short or edited; restore it from version control")
+    return document
+
+
+def _best_records(path: Path, document: dict) -> tuple[BestHeader, dict[str, BestEntry]]:
+    try:
+        header = BestHeader.parse({key: value for key, value in document.items() if key not in LAYER_KEYS})
+        return header, {str(layer): BestEntry.parse(str(layer), entry) for layer, entry in document["layers"].items()}
+    except SchemaError as error:
+        raise ResultsError(f"{path}: {error}; restore it from version control") from None
+
+
+def best_entries(folder: Path) -> dict[str, BestEntry]:
+    """best.yaml's layers as typed entries (checked as read_best checks them)."""
+    return best_records(folder)[1]
+
+
+class ByCanonicalProblem(dict):
+    """A mapping whose keys are problems up to the canonical fused form (tuner/core/problem.py canonical_problem):
+    a layer tuned as conv + BatchNorm (scale+bias) is found for the same conv with its BatchNorm folded
+    (bias), and the other way round. Every lookup and store takes the problem as the caller has it."""
+
+    def __getitem__(self, problem: ConvProblem):
+        return super().__getitem__(canonical_problem(problem))
+
+    def __setitem__(self, problem: ConvProblem, value) -> None:
+        super().__setitem__(canonical_problem(problem), value)
+
+    def __contains__(self, problem: object) -> bool:
+        return isinstance(problem, ConvProblem) and super().__contains__(canonical_problem(problem))
+
+    def get(self, problem: ConvProblem, default=None):
+        return super().get(canonical_problem(problem), default)
+
+    def setdefault(self, problem: ConvProblem, default=None):
+        return super().setdefault(canonical_problem(problem), default)
+
+
+def names_by_problem(entries: dict[str, BestEntry]) -> ByCanonicalProblem:
+    """The layer that holds each problem (the first in the file where several hold one), found for any
+    problem of the same canonical fused form."""
+    named = ByCanonicalProblem()
+    for name, entry in entries.items():
+        named.setdefault(entry.problem, name)
+    return named
+
+
+def update_best(folder: Path, layer: str, entry: BestEntry, header: BestHeader) -> Path:
+    """Put one layer's entry into best.yaml under `header`, keeping every other layer as it was; the entry
+    is checked as the next read will check it, so nothing is written that the read would refuse."""
+    BestEntry.parse(layer, entry.as_dict())
+    with locked(folder):
+        layers = dict(sorted({**best_records(folder)[1], layer: entry}.items()))
+        document = {**header.as_dict(), "layer_count": len(layers),
+                    "layers": {name: each.as_dict() for name, each in layers.items()}}
+        atomic_write(folder / BEST_FILE, yaml.safe_dump(document, sort_keys=False, width=110))
+    return folder / BEST_FILE
