@@ -18,6 +18,7 @@ from tuner.analysis.measured_ranking import (LIBRARY_FAMILY, Row, Source, combin
                                              layer_measurements, rank_key, results_folder)
 from tuner.analysis.predict import ConfigVerdict, Prediction, ceilings, config_verdict, ranking
 from tuner.cli.choices import UsageParser, positive
+from tuner.cli.tables import add_output_arguments, csv_document, print_table
 from tuner.core import gpus
 from tuner.core.device import DeviceFacts
 from tuner.core.errors import UsageError
@@ -57,9 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="layer table (default search_spaces/layers.yaml)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results",
                         help="where the GPU's measurements are read from, if it has any (default results/)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the ranking as one JSON list of rows (name, family, configuration, "
-                             "measured_us or predicted_us, source, ...) instead of the table")
+    add_output_arguments(parser, json_help="print the ranking as one JSON list of rows (name, family, "
+                                           "configuration, measured_us or predicted_us, source, ...) instead of "
+                                           "the table",
+                         csv_help="print the ranking as CSV, a line per row with the fields of --json, instead of "
+                                  "the table")
     return parser
 
 
@@ -228,6 +231,7 @@ def _note(row: Row) -> str:
     return "; ".join(parts)
 
 
+RANKING_NUMBERS = ("rank", "family", "µs", "source", "vs rank 1", "blocks", "waves", "blocks/SM")  # never cut
 LEGEND_ALIKE = ("'+N alike': configurations of one tile with the same figure and launch, which the model cannot "
                 "tell apart, shown once (the knobs they differ in in brackets).")
 LEGEND_MEASURED = ("~: modelled. A modelled figure is the cost model's, times its family's measured/modelled ratio on "
@@ -238,8 +242,8 @@ LEGEND_MEASURED = ("~: modelled. A modelled figure is the cost model's, times it
 def main(argv: list[str], console: Console) -> int:
     args = build_parser().parse_args(argv)
     positive("--top", args.top)
-    if args.json and args.config is not None:
-        raise UsageError("--json prints the ranking alone; leave out --config")
+    if (args.json or args.csv) and args.config is not None:
+        raise UsageError(f"--{'json' if args.json else 'csv'} prints the ranking alone; leave out --config")
     try:
         gpu = gpus.lookup(args.gpu)
     except gpus.UnknownGpu as error:
@@ -269,10 +273,10 @@ def main(argv: list[str], console: Console) -> int:
         measured = [entry for entry in measured if entry.family in wanted]
     rows = combined_rows(ranked, measured, problem, device, rates)
     shown = rows[:args.top]
-    if args.json:
-        # the document owns stdout (the CLI's console writes to stderr when --json is given)
-        sys.stdout.write(json.dumps([row_document(row, rank, shown[0].us) for rank, row in enumerate(shown, 1)],
-                                    indent=1) + "\n")
+    if args.json or args.csv:
+        # the document owns stdout (the CLI's console writes to stderr when --json or --csv is given)
+        documents = [row_document(row, rank, shown[0].us) for rank, row in enumerate(shown, 1)]
+        sys.stdout.write(csv_document(documents) if args.csv else json.dumps(documents, indent=1) + "\n")
         return 0
     basis = (f"Measured figures are from {folder} ({len(measured)} of this layer); the rest are predictions "
              "from the GPU table, static checks and the cost model." if measured else NOT_MEASURED)
@@ -298,7 +302,7 @@ def main(argv: list[str], console: Console) -> int:
                           "-" if row.blocks is None else str(row.blocks),
                           "-" if row.waves is None else f"{row.waves:.2f}",
                           "-" if row.blocks_per_sm is None else str(row.blocks_per_sm), _note(row))
-        console.print(table)
+        print_table(console, table, RANKING_NUMBERS)
         say((LEGEND_MEASURED if measured else "~: modelled. ") + LEGEND_ALIKE)
     elif joint is not None:
         say(f"no configuration of {', '.join(joint.families)} passes the static checks on {gpu.slug}")
