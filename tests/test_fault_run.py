@@ -360,6 +360,50 @@ def test_a_build_sweeps_its_folder_first(tmp_path, h100, monkeypatch):
     assert not stale.exists()
 
 
+def stale_scratch(folder: Path, name: str = ".abcdef012345-killed") -> Path:
+    """A scratch folder as a SIGKILLed build leaves it, older than any build may run."""
+    import time
+
+    from tuner.build.nvcc import COMPILE_TIMEOUT_S
+
+    scratch = folder / name
+    scratch.mkdir(parents=True)
+    (scratch / "candidate.so").write_bytes(b"\x7fELF")
+    old = time.time() - COMPILE_TIMEOUT_S - 3600
+    os.utime(scratch, (old, old))
+    return scratch
+
+
+def test_a_build_sweeps_the_whole_cache_once_per_process(tmp_path, h100, monkeypatch):
+    """A killed build's scratch folder sat in its key's folder until a later build landed in the same one."""
+    import subprocess
+
+    from tuner.build.compile import Compiler
+
+    elsewhere = stale_scratch(tmp_path / "cd")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "error: planted"))
+    compiler = Compiler(h100, cache_dir=tmp_path)
+    compiler._nvcc("int x;", [], "ab" + "0" * 62)
+    assert not elsewhere.exists()
+    later = stale_scratch(tmp_path / "cd", ".cdef01234567-killed")
+    compiler._nvcc("int y;", [], "cd" + "1" * 62)
+    Compiler(h100, cache_dir=tmp_path)._nvcc("int z;", [], "cd" + "2" * 62)
+    assert later.exists()  # swept once per process and cache: a scan of a large cache per build is too dear
+
+
+def test_a_scratch_folder_a_live_build_holds_is_not_swept(tmp_path):
+    from tuner.build.compile_cache import CompileCache, remove_stale_scratch
+
+    cache = CompileCache(tmp_path)
+    held = cache.scratch("ab" + "0" * 62)
+    old = held.stat().st_mtime - 10**6  # a build stopped (SIGSTOP, a suspended host) for longer than any timeout
+    os.utime(held, (old, old))
+    dead = stale_scratch(held.parent)
+    assert remove_stale_scratch(held.parent) == [dead] and held.is_dir()
+    cache.discard(held)
+    assert not held.exists() and not cache.held
+
+
 # --- memory: aliases refused, files read with a byte cap ---------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["layers", "space", "best", "bench"])

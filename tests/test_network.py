@@ -303,6 +303,25 @@ def test_a_size_computed_at_run_time_says_which_exporter_to_use(tmp_path):
     assert "export the model with fixed spatial sizes" not in message  # it was: the advice that did not help
 
 
+def test_a_batch_computed_at_run_time_is_not_called_symbolic(tmp_path):
+    """A legacy export of a fixed batch of 1 whose F.interpolate(size=...) feeds a conv: shape inference leaves
+    every dimension of the Resize's output unknown, the batch too, and the importer said 'the batch dimension is
+    symbolic; pass --batch N', which the model's fixed batch does not need and which does not help."""
+    nodes = [conv("/backbone/Conv", "x", "w", "a"),
+             helper.make_node("Shape", ["x"], ["size"], name="/Shape"),
+             helper.make_node("Resize", ["a", "", "", "size"], ["up"], name="/head/Resize"),
+             conv("/head/Conv", "up", "wp", "out", pads=(0, 0, 0, 0))]
+    path = save(tmp_path / "fixed.onnx", nodes, [weight("w", 16, 16, 3, 3), weight("wp", 16, 16, 1, 1)], batch=1)
+    for batch in (None, 1):
+        with pytest.raises(NetworkError) as error:
+            from_onnx(path, batch=batch)
+        message = str(error.value)
+        assert "pass --batch" not in message and "batch dimension is symbolic" not in message
+        assert ("dimensions 0 (batch), 1 (channels), 2 (height), 3 (width) of 'up' are computed when the model runs, "
+                "not symbolic: no --batch sets them (the model's input batch is a fixed 1)") in message
+        assert "Resize node '/head/Resize'" in message and "dynamo=True" in message and "--torchvision" in message
+
+
 # --- data types ------------------------------------------------------------------------------------------------
 
 def typed_model(path: Path, element: int) -> Path:

@@ -231,6 +231,43 @@ def test_the_table_says_what_is_measured(h100_results):
     assert "measured" in result.stdout and "landscape/sm80" in result.stdout and "x faster" not in result.stdout
 
 
+def test_a_measured_config_shows_its_measurement_and_no_contradicted_alternative(h100_results):
+    """The landscape measured the reference at 29.48 µs, sm80's best at 28.09: the model's 18.53 µs was shown as
+    the configuration's figure, and its 14.87 µs recommended."""
+    result = run_predict("--gpu", "h100", "--layer", MEASURED_LAYER, "--family", "sm80", "--config", REFERENCE,
+                         "--top", "1", "--results-dir", str(h100_results.parent))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    figure = next(line for line in lines if "18.53" in line)
+    assert figure.startswith("  measured 29.48 µs (landscape/sm80); modelled 18.53 µs by the cost model alone, rank ")
+    instead = [line for line in lines if line.startswith("  instead: ")]
+    assert len(instead) == 1 and "sm80 128x256x32 w2x4x1 s4" in instead[0]
+    assert "measured 28.09 µs (landscape/sm80) (0.95x the time of this configuration's)" in instead[0]
+    assert "14.87" not in result.stdout and "predicted 18.53" not in result.stdout
+
+
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
+def test_an_unmeasured_config_is_modelled_as_the_ranking_scales_its_family(h100_results):
+    result = run_predict("--gpu", "h100", "--layer", MEASURED_LAYER, "--family", "sm80", "--config",
+                         "256x64x32,w4x1x1,s7,sw4,sk3,analytic", "--top", "1",
+                         "--results-dir", str(h100_results.parent))
+    assert result.returncode == 0, result.stderr
+    assert ("not measured: modelled 35.95 µs by the cost model, ~59.55 µs with sm80's measured/modelled ratio on "
+            "this layer (x1.66), rank ") in result.stdout
+    assert "measured 28.09 µs (landscape/sm80) (0.47x the time" in result.stdout
+
+
+@pytest.mark.slow  # over 5 s on 2 cores: the full set runs it
+def test_a_config_on_every_family_is_told_the_measured_best_of_each(h100_results):
+    result = run_predict("--gpu", "h100", "--layer", MEASURED_LAYER, "--config", REFERENCE, "--top", "1",
+                         "--results-dir", str(h100_results.parent))
+    assert result.returncode == 0, result.stderr
+    instead = [line for line in result.stdout.splitlines() if line.startswith("  instead: ")]
+    assert [line.split(" (")[1].split(")")[0] for line in instead] == ["the top-ranked", "the best-ranked sm80"]
+    assert "measured 16.17 µs (best.yaml (tuned))" in instead[0] and "measured 28.09 µs" in instead[1]
+    assert "14.87" not in result.stdout
+
+
 def test_json_with_config_is_refused():
     result = run_predict("--gpu", "rtx3060", "--layer", "conv_1", "--config", REFERENCE, "--json")
     assert result.returncode == 2 and "leave out --config" in result.stderr and "Traceback" not in result.stderr

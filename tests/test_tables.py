@@ -115,3 +115,46 @@ def test_bench_replay_json_and_only_the_chosen_layers(tmp_path):
     assert "r50f_" not in text and "fused layers" not in text
     assert_fits(text.split("replayed TPE")[0], 100, ["layer", "best µs", "TPE16", "cuDNN µs", "%peak", "%bw"],
                 [f"{document['layers'][0]['cudnn_us']:.2f}"])
+
+
+def test_predict_csv_and_its_table_at_100_columns():
+    common = ("predict", "--gpu", "rtx3060", "--layer", "conv_1", "--top", "3")
+    document = json.loads(tune(*common, "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(tune(*common, "--csv").stdout)))
+    assert [row["name"] for row in rows] == [row["name"] for row in document]
+    assert [float(row["predicted_us"]) for row in rows] == [row["predicted_us"] for row in document]
+    table = tune(*common)
+    assert table.returncode == 0, table.stderr
+    ranking = table.stdout.split("~: modelled")[0].split("\n", 2)[2]  # the lines before the table are prose
+    assert_fits(ranking, 100,
+                ["rank", "family", "configuration", "µs", "source", "vs rank 1", "blocks", "waves", "blocks/SM",
+                 "note"], [f"~{document[0]['predicted_us']:.2f}", "modelled"])
+    refused = tune(*common, "--csv", "--config", "128x128x64,w2x2x1,s3")
+    assert refused.returncode == 2 and "leave out --config" in refused.stderr
+
+
+def test_diagnose_csv_and_its_table_at_100_columns():
+    common = ("diagnose", str(REPO / "tests" / "data" / "ncu" / "h100_cudnn_conv_details.txt"))
+    document = json.loads(tune(*common, "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(tune(*common, "--csv").stdout)))
+    assert [row["kernel"] for row in rows] == [kernel["kernel"] for kernel in document["kernels"]]
+    assert rows[0]["grid"] == "15x8x1" and rows[0]["waste"] == "small_grid;occupancy_limit"
+    table = tune(*common)
+    assert table.returncode == 0, table.stderr
+    assert_fits(table.stdout.split("GPU: ")[0], 100,
+                ["kernel", "launches", "median µs", "grid", "block", "regs", "smem/block", "occupancy", "waste"],
+                ["25.28", "15x8x1", "384x1x1", "231.4 KB"])
+
+
+def test_bench_replay_csv_is_the_table_a_line_per_layer():
+    args = ("bench", "--replay-only", "--layers", "conv_1", "--seeds", "1", "--budgets", "16")
+    document = json.loads(tune(*args, "--json").stdout)
+    result = tune(*args, "--csv")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [row["layer"] for row in rows] == ["conv_1"]
+    assert float(rows[0]["cudnn_us"]) == pytest.approx(document["layers"][0]["cudnn_us"])
+    assert {"best_us", "tpe16_ratio", "tpe16_prior_ratio", "pct_peak"} <= set(rows[0])
+    for refused in (("--summary", "--csv"), ("--compile-only", "--gpu", "h100", "--csv")):
+        result = tune("bench", *refused)
+        assert result.returncode == 2 and "leave out --csv" in result.stderr, result.stderr

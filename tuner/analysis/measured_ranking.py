@@ -150,32 +150,57 @@ def combined_rows(ranked: list[Prediction], measured: list[Measured], problem: C
     groups: dict[tuple, list[Prediction]] = {}
     for prediction in ranked:  # fastest first, fitted knob values first among equals
         groups.setdefault(_model_view(prediction), []).append(prediction)
+    floors = _floors(measured)
+    rows = [_measured_row(entry, shapes.get(entry.name)) for entry in measured]
+    rows += [_modelled_row(members[0], scales, floors, [m.config for m in members])
+             for view, members in groups.items() if view not in measured_views]
+    return sorted(rows, key=rank_key)
+
+
+def config_row(config: KernelConfig, measured: list[Measured], problem: ConvProblem, device: DeviceFacts,
+               rates: Ceilings) -> Row:
+    """The row of one configuration as the ranking would hold it: its measurement on this layer where it has
+    one, else the model's figure scaled and ranked no higher than the measurements allow."""
+    shape = predict(config, problem, device, rates)
+    entry = next((entry for entry in measured if entry.name == config.name), None)
+    if entry is not None:
+        return _measured_row(entry, shape)
+    return _modelled_row(shape, family_scales(measured, problem, device, rates), _floors(measured), [config])
+
+
+def rank_key(row: Row) -> tuple:
+    """Where a row ranks: by its figure, a modelled one no higher than the measured floor it may not beat."""
+    return max(row.us, row.rank_floor_us), row.source is Source.modelled, row.us
+
+
+def _floors(measured: list[Measured]) -> tuple[float, dict[str, float]]:
+    """The layer's fastest measured kernel, and each family's (libraries are no kernel of a family)."""
     kernels = [entry for entry in measured if entry.family != LIBRARY_FAMILY]
-    layer_floor = min((entry.us for entry in kernels), default=0.0)
     family_floor: dict[str, float] = {}
     for entry in kernels:
         family_floor[entry.family] = min(entry.us, family_floor.get(entry.family, math.inf))
-    rows = []
-    for entry in measured:
-        shape = shapes.get(entry.name)
-        rows.append(Row(entry.name, entry.family, entry.description, entry.us, Source.measured, entry.where,
-                        shape.predicted_us if shape else None,
-                        blocks=shape.blocks if shape else None, waves=shape.waves if shape else None,
-                        blocks_per_sm=shape.blocks_per_sm if shape else None))
-    for view, members in groups.items():
-        if view in measured_views:
-            continue
-        best = members[0]
-        scale = scales.get(best.config.family)
-        us = best.predicted_us * (scale or 1.0)
-        floor = max(layer_floor, family_floor.get(best.config.family, 0.0))
-        rows.append(Row(best.config.name, best.config.family,
-                        registry.family_of(best.config).describe(best.config), us, Source.modelled,
-                        model_us=best.predicted_us, scale=scale, variants=len(members),
-                        collapsed=_differing_knobs([m.config for m in members]) if len(members) > 1 else (),
-                        below_measured_best=us < floor, rank_floor_us=floor, blocks=best.blocks, waves=best.waves,
-                        blocks_per_sm=best.blocks_per_sm))
-    return sorted(rows, key=lambda row: (max(row.us, row.rank_floor_us), row.source is Source.modelled, row.us))
+    return min((entry.us for entry in kernels), default=0.0), family_floor
+
+
+def _measured_row(entry: Measured, shape: Prediction | None) -> Row:
+    return Row(entry.name, entry.family, entry.description, entry.us, Source.measured, entry.where,
+               shape.predicted_us if shape else None,
+               blocks=shape.blocks if shape else None, waves=shape.waves if shape else None,
+               blocks_per_sm=shape.blocks_per_sm if shape else None)
+
+
+def _modelled_row(best: Prediction, scales: dict[str, float], floors: tuple[float, dict[str, float]],
+                  members: list[KernelConfig]) -> Row:
+    """`best` standing for `members`, the configurations the model cannot tell from it."""
+    scale = scales.get(best.config.family)
+    us = best.predicted_us * (scale or 1.0)
+    layer_floor, family_floor = floors
+    floor = max(layer_floor, family_floor.get(best.config.family, 0.0))
+    return Row(best.config.name, best.config.family, registry.family_of(best.config).describe(best.config), us,
+               Source.modelled, model_us=best.predicted_us, scale=scale, variants=len(members),
+               collapsed=_differing_knobs(members) if len(members) > 1 else (),
+               below_measured_best=us < floor, rank_floor_us=floor, blocks=best.blocks, waves=best.waves,
+               blocks_per_sm=best.blocks_per_sm)
 
 
 def results_folder(results_root: Path, gpu_name: str, gpu: GpuSpec) -> Path:

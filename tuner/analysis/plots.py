@@ -48,7 +48,7 @@ def _retitle(axes, subject: str, what: str) -> None:
     for location in ("center", "left", "right"):
         axes.set_title("", loc=location)
     lines = textwrap.wrap(subject, TITLE_CHARS, break_on_hyphens=False) + textwrap.wrap(what, TITLE_CHARS)
-    axes.set_title("\n".join(lines), fontsize=11)
+    axes.set_title("\n".join(lines), fontsize=11, parse_math=False)  # a '$' in a name is no TeX
 
 
 def _relabel_legend(axes, names: dict[str, str]) -> None:
@@ -151,7 +151,7 @@ def summary_plot(best: dict[str, BestEntry], ceilings, path: Path, gpu_name: str
                         for family in sorted(set(families))], title="kernel family")
     top.set_ylabel("µs (tuned)")
     top.set_yscale("log")
-    top.set_title(f"{gpu_name}: tuned conv2d fprop per layer")
+    top.set_title(f"{gpu_name}: tuned conv2d fprop per layer", parse_math=False)
     # Neutral grey: no family's colour. Above 100 %: the floor counts every operand byte once from DRAM at the
     # measured copy rate, while the kernel reads a filter or input reused from the 50 MB L2 faster than that.
     bottom.bar(range(len(names)), shares, color="tab:gray")
@@ -160,7 +160,7 @@ def summary_plot(best: dict[str, BestEntry], ceilings, path: Path, gpu_name: str
     bottom.set_title(f"modelled floor: the longer of the f16 matmul at {ceilings.matmul_tflops:.0f} TFLOP/s and every "
                      f"operand byte copied once at {ceilings.copy_gbps:.0f} GB/s (both measured here); above the "
                      "dashed 100 % line a kernel beat that model (operands served from L2)", fontsize=8)
-    bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    bottom.set_xticks(range(len(names)), names, rotation=90, fontsize=7, parse_math=False)
     return save_figure(plt, figure, path, size=None)
 
 

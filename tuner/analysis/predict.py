@@ -102,13 +102,11 @@ def config_waste(config: Sm80Config, problem: ConvProblem, device: DeviceFacts) 
 @dataclass(frozen=True)
 class ConfigVerdict:
     """One configuration on the device, statically: why it cannot run (then nothing else), or its waste, its
-    predicted time and rank, and the ranking's configurations to take instead."""
+    predicted time and rank."""
     cannot_run: tuple[str, ...]
     waste: ConfigWaste | None = None
     prediction: Prediction | None = None
     rank: int | None = None                 # in the ranking; None: outside the search space
-    instead_top: Prediction | None = None    # the top-ranked, unless it is this configuration
-    instead_filling: Prediction | None = None  # where the top-ranked leaves SMs idle: the best-ranked that fills them
 
 
 def config_verdict(config: Sm80Config, problem: ConvProblem, device: DeviceFacts, ranked: list[Prediction],
@@ -119,8 +117,4 @@ def config_verdict(config: Sm80Config, problem: ConvProblem, device: DeviceFacts
     if problems:
         return ConfigVerdict(tuple(problems))
     rank = next((index for index, p in enumerate(ranked, 1) if p.config == config), None)
-    top = ranked[0] if ranked else None
-    filling = next((p for p in ranked if fills(p)), None) if top is not None and not fills(top) else None
-    return ConfigVerdict((), config_waste(config, problem, device), predict(config, problem, device, rates), rank,
-                         top if top is not None and top.config != config else None,
-                         filling if filling is not None and filling.config != config else None)
+    return ConfigVerdict((), config_waste(config, problem, device), predict(config, problem, device, rates), rank)

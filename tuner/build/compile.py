@@ -3,7 +3,6 @@ kernels of one family several to a translation unit, in parallel up to what the 
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from concurrent.futures import as_completed
 from contextlib import closing
@@ -81,21 +80,24 @@ class Compiler:
         key's entry: (scratch folder or None when the failure was not the source's, the log, whether it
         failed, seconds)."""
         scratch = self.cache.scratch(key)
-        source_file = request.source_file if request else "candidate.cu"
-        (scratch / source_file).write_text(source)
-        started = time.monotonic()
-        command = list(request.command) if request else ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
-        if request and request.serve_command:
-            log, failed, transient = self.builders.build(request, scratch, COMPILE_TIMEOUT_S)
-        else:
-            log, failed, transient = run_build(command, scratch)
-        return self._settle_build(scratch, log, failed, transient, time.monotonic() - started, request)
+        try:
+            source_file = request.source_file if request else "candidate.cu"
+            (scratch / source_file).write_text(source)
+            started = time.monotonic()
+            command = list(request.command) if request else ["nvcc", *flags, "candidate.cu", "-o", "candidate.so"]
+            if request and request.serve_command:
+                log, failed, transient = self.builders.build(request, scratch, COMPILE_TIMEOUT_S)
+            else:
+                log, failed, transient = run_build(command, scratch)
+            return self._settle_build(scratch, log, failed, transient, time.monotonic() - started, request)
+        except BaseException:
+            self.cache.discard(scratch)
+            raise
 
-    @staticmethod
-    def _settle_build(scratch: Path, log: str, failed: bool, transient: bool, seconds: float,
+    def _settle_build(self, scratch: Path, log: str, failed: bool, transient: bool, seconds: float,
                       request: BuildRequest | None) -> tuple[Path | None, str, bool, float]:
         if transient:  # not the source's fault: cache nothing, retry next time
-            shutil.rmtree(scratch, ignore_errors=True)
+            self.cache.discard(scratch)
             return None, log, True, seconds
         # A family's builder writes its kernel's resource line to ptxas.txt itself; nvcc's is in its log.
         (scratch / ("build.log" if request and (scratch / "ptxas.txt").exists() else "ptxas.txt")).write_text(log)
@@ -128,7 +130,7 @@ class Compiler:
             return [CompileResult(c, self._key(c)[0], None, seconds, False, error_excerpt(log), None, transient=True)
                     for c in configs]
         if failed:
-            shutil.rmtree(scratch, ignore_errors=True)
+            self.cache.discard(scratch)
             return [self.compile(config) for config in configs]
         self.cache.publish(scratch, unit_key)
         results = []

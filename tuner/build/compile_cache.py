@@ -2,11 +2,13 @@
 folder the entries live in, and the entries themselves, each a build's library or error."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,17 +74,55 @@ def builder_cache_key(request: BuildRequest) -> str:
 
 def remove_stale_scratch(folder: Path, older_than_s: float = COMPILE_TIMEOUT_S + 60) -> list[Path]:
     """Remove the scratch folders (.<key>-*) of builds killed before they could publish or clean up (a
-    SIGKILLed nvcc's stayed forever): none older than the build timeout can still be in use."""
+    SIGKILLed nvcc's stayed forever): those older than the build timeout and locked by no build (a build
+    holds its folder's lock until it publishes; the kernel drops a killed one's)."""
     removed = []
     cutoff = time.time() - older_than_s
     for scratch in folder.glob(".*-*"):
         try:
-            if scratch.is_dir() and scratch.stat().st_mtime < cutoff:
+            if scratch.is_dir() and scratch.stat().st_mtime < cutoff and not _locked(scratch):
                 shutil.rmtree(scratch, ignore_errors=True)
                 removed.append(scratch)
         except OSError:  # another worker removed it first
             continue
     return removed
+
+
+_swept: set[tuple[int, Path]] = set()
+_sweeping = threading.Lock()
+
+
+def sweep_cache_once(root: Path) -> list[Path]:
+    """remove_stale_scratch over every folder of the cache at `root`, the first time this process asks: a
+    killed build's scratch folder may sit in any of them, not only where a later build lands."""
+    with _sweeping:
+        if (os.getpid(), root) in _swept:
+            return []
+        _swept.add((os.getpid(), root))
+    try:
+        folders = [folder for folder in root.iterdir() if folder.is_dir()]
+    except OSError:  # no cache yet
+        return []
+    return [scratch for folder in folders for scratch in remove_stale_scratch(folder)]
+
+
+def _lock(folder: Path) -> int:
+    """A descriptor of `folder` holding its exclusive lock (flock on the folder itself: nothing is written into
+    the entry); closing it, or the holder's death, releases the lock."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    return descriptor
+
+
+def _locked(folder: Path) -> bool:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # and with it the lock just taken
+    return False
 
 
 class CompileCache:
@@ -92,16 +132,30 @@ class CompileCache:
 
     def __init__(self, folder: Path):
         self.folder = folder
+        self.held: dict[Path, int] = {}  # scratch folder -> the descriptor holding its lock
 
     def entry(self, key: str) -> Path:
         return self.folder / key[:2] / key
 
     def scratch(self, key: str) -> Path:
-        """A new scratch folder beside the key's entry, the stale ones of killed builds removed first."""
+        """A new scratch folder beside the key's entry, locked until it is published or discarded; the first of
+        this process sweeps the stale ones of killed builds from the whole cache."""
         entry = self.entry(key)
         entry.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_scratch(entry.parent)
-        return Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+        sweep_cache_once(self.folder)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+        self.held[scratch] = _lock(scratch)
+        return scratch
+
+    def discard(self, scratch: Path) -> None:
+        """Remove a scratch folder whose build is not to be cached, and release its lock."""
+        shutil.rmtree(scratch, ignore_errors=True)
+        self._release(scratch)
+
+    def _release(self, scratch: Path) -> None:
+        descriptor = self.held.pop(scratch, None)
+        if descriptor is not None:
+            os.close(descriptor)
 
     def lookup(self, config: KernelConfig, key: str) -> CompileResult | None:
         """The entry's answer for a configuration, compiled alone or in a unit with others; None: not built."""
@@ -135,6 +189,7 @@ class CompileCache:
             scratch.rename(self.entry(key))
         except OSError:  # another worker published the same key first
             shutil.rmtree(scratch, ignore_errors=True)
+        self._release(scratch)
 
     def publish_member(self, key: str, unit_key: str, index: int, size: int) -> None:
         """The key's entry as the index-th of the `size` kernels built in `unit_key`'s entry."""

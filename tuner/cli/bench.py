@@ -22,12 +22,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tuner.cli.bench_tables import (bench_table, gpu_tuner_line, layer_rows, one_run_lines, one_run_rows,
-                                    print_event, print_one_run, summary_lines)
+from tuner.cli.bench_tables import (bench_table, gpu_tuner_line, layer_csv_rows, layer_rows, one_run_csv_rows,
+                                    one_run_lines, one_run_rows, print_event, print_one_run, summary_lines)
 from tuner.cli.choices import positive
 from tuner.core.layers import matching_layers
 from tuner.cli.results_doc import write_summary
-from tuner.cli.tables import json_document, print_table
+from tuner.cli.tables import add_output_arguments, csv_document, json_document, print_table
 from tuner.core.device import DeviceFacts
 from tuner.core.errors import UsageError
 from tuner.core.layers import Layer, load_layers
@@ -100,9 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path,
                         help="compile cache of the landscape step (default: the tuner's; the 'search' step "
                              "always compiles into an empty one, to time a cold start)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
-                                                            "tables: each layer's figures, the summary lines and "
-                                                            "the one run's rows (messages go to stderr)")
+    add_output_arguments(parser, json_help="print one JSON document on stdout in place of the tables: each "
+                                           "layer's figures, the summary lines and the one run's rows (messages "
+                                           "go to stderr)",
+                         csv_help="print the families' table as CSV on stdout, a line per layer (with "
+                                  "--measure-only: the one run's, a line per layer; messages go to stderr)")
     parser.add_argument("--jobs", type=int, help="parallel nvcc jobs; with --replay-only, layers replayed at once "
                                                  "(default: the cores)")
     return parser
@@ -154,8 +156,10 @@ def default_layers(table: dict[str, Layer]) -> list[str]:
 
 def main(argv: list[str], console: Console) -> int:
     args = build_parser().parse_args(argv)
+    if args.summary and args.csv:
+        raise UsageError("--summary writes a document, no table: leave out --csv (--json gives its lines)")
     if args.summary:
-        return write_summary(args.results_dir, args.gpu, args.summary_file, args.readme, console)
+        return write_summary(args.results_dir, args.gpu, args.summary_file, args.readme, console, args.json)
     for option, value in (("--seeds", args.seeds), ("--product-trials", args.product_trials), ("--jobs", args.jobs)):
         if value is not None:
             positive(option, value)
@@ -164,6 +168,9 @@ def main(argv: list[str], console: Console) -> int:
     if args.compile_only and (args.replay_only or args.measure_only or "landscape" not in args.steps):
         raise UsageError("--compile-only compiles the landscapes and stops: it takes no --replay-only or "
                          "--measure-only, and no --steps without landscape")
+    if args.compile_only and (args.json or args.csv):
+        raise UsageError("--compile-only fills the compile cache and reports nothing: leave out "
+                         f"--{'json' if args.json else 'csv'}")
     if args.gpu is not None and not (args.replay_only or args.compile_only):
         raise UsageError("--gpu goes with --replay-only, --summary or --compile-only: measuring takes this host's GPU")
     if args.replay_only:
@@ -189,7 +196,7 @@ def main(argv: list[str], console: Console) -> int:
         product = tuple(load_space(default_space_file(family)) for family in spaces)
         device, record = measure_on_gpu(layers, spaces, product, GpuSteps(args.steps, args.results_dir, args.cache_dir,
                                                                          args.jobs, args.product_trials), emit)
-        if "tuned" in args.steps and not args.json:
+        if "tuned" in args.steps and not (args.json or args.csv):
             print_one_run(record, console)
             chosen = {layer.name for layer in layers}
             if set(record.one_run) - chosen:  # earlier runs' layers too: these alone as well
@@ -199,6 +206,8 @@ def main(argv: list[str], console: Console) -> int:
         if args.json:
             print(json_document({"device": device.name, "one_run": one_run_rows(record),
                                  "one_run_summary": one_run_lines(record)}))
+        elif args.csv:
+            print(csv_document(one_run_csv_rows(record)), end="")
         return 0
     ceilings = bench_ceilings(record)
     console.print(f"{device.name}: measured ceilings {ceilings.matmul_tflops:.0f} TFLOP/s f16 matmul, "
@@ -219,6 +228,9 @@ def main(argv: list[str], console: Console) -> int:
                              "summary": summary + ([product_line] if product_line else []),
                              "one_run": one_run_rows(record, chosen),
                              "one_run_summary": one_run_lines(record, chosen)}))
+        return 0
+    if args.csv:
+        print(csv_document(layer_csv_rows(figures, ceilings)), end="")
         return 0
     table = bench_table(figures, ceilings)
     print_table(console, table, [str(column.header) for column in table.columns[1:]])

@@ -190,3 +190,27 @@ def layer_rows(figures: list[LayerFigures]) -> list[dict]:
 
 def one_run_rows(record: BenchRecord, only: set[str] | None = None) -> dict[str, dict]:
     return {name: row.to_dict() for name, row in one_run_layers(record, only).items()}
+
+
+def layer_csv_rows(figures: list[LayerFigures], ceilings: Ceilings) -> list[dict]:
+    """The bench table as `bench --csv` gives it: a flat row per layer, the table's figures unrounded (µs; the
+    replayed searches' and the GPU tuner's ratios to the landscapes' best; shares of the ceilings in %)."""
+    families = sorted({family for layer in figures for family in layer.landscape_best_us})
+    rows = []
+    for layer in figures:
+        row = {"layer": layer.layer.name, **{f"{family}_us": layer.landscape_best_us.get(family) for family in families},
+               "best_us": layer.best_us}
+        for search in layer.searches:
+            name = f"tpe{search.budget}{'_prior' if search.with_prior else ''}"
+            row |= {f"{name}_ratio": search.median_ratio, f"{name}_kernels": statistics.median(search.kernels)}
+        found, searched = layer.gpu_tuner, layer.gpu_tuner_best_us
+        row["gpu_tuner_ratio"] = found.best_us / searched if found and math.isfinite(searched) else None
+        shares = layer.shares(ceilings) or (None, None)
+        rows.append(row | {"tuned_us": layer.tuned_us, "cudnn_us": layer.cudnn_us, "cublas_us": layer.cublas_us,
+                           "pct_peak": shares[0], "pct_bw": shares[1]})
+    return rows
+
+
+def one_run_csv_rows(record: BenchRecord, only: set[str] | None = None) -> list[dict]:
+    """The one run as `bench --measure-only --csv` gives it: a row per layer."""
+    return [{"layer": name, **row} for name, row in one_run_rows(record, only).items()]

@@ -14,7 +14,7 @@ from tuner.analysis.kernel_names import kernel_short_name
 from tuner.analysis.ncu import LaunchGroup, LaunchStats
 from tuner.analysis.verdict import KernelVerdict
 from tuner.cli.choices import positive
-from tuner.cli.tables import json_document
+from tuner.cli.tables import add_output_arguments, csv_document, json_document, print_table
 from tuner.core import gpus
 from tuner.core.errors import UsageError
 from tuner.core.problem import ConvProblem, problem_to_dict
@@ -35,9 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shape", help=f"the convolution the report ran, {SHORT_SHAPE} (or per axis, {LONG_SHAPE}): "
                                         "estimate what a tuned implicit-GEMM kernel would take and print the "
                                         "command that tunes it")
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
-                                                            "table and lines: the GPU, and per kernel its launch, "
-                                                            "occupancy, waste, limiter and estimate")
+    add_output_arguments(parser, json_help="print one JSON document on stdout in place of the table and lines: "
+                                           "the GPU, and per kernel its launch, occupancy, waste, limiter and "
+                                           "estimate",
+                         csv_help="print the waste table as CSV on stdout, a line per kernel (the longest-running "
+                                  "first) with the flat fields of --json")
     return parser
 
 
@@ -55,6 +57,8 @@ def diagnose_command(argv: list[str], console: Console) -> int:
     diagnosis = explain_report(args.report, args.sms, gpu, problem)
     if args.json:
         print(json_document({"report": str(args.report), **explanation_document(diagnosis)}))
+    elif args.csv:
+        print(csv_document(kernel_rows(explanation_document(diagnosis))), end="")
     else:
         render_explanation(diagnosis, console)
     return 0
@@ -75,6 +79,9 @@ def _smem_text(stats: LaunchStats) -> str:
     return f"{(stats.dynamic_smem_per_block_bytes + (stats.static_smem_per_block_bytes or 0)) / 1000:.1f} KB"
 
 
+WASTE_NUMBERS = ("launches", "median µs", "grid", "block", "regs", "smem/block")  # never cut
+
+
 def render_diagnosis(results: list[tuple[LaunchGroup, Occupancy, list[WasteFlag]]], console: Console) -> None:
     table = Table(title="Waste per kernel (Nsight Compute)", show_lines=True)
     for column in ("kernel", "launches", "median µs", "grid", "block", "regs", "smem/block", "occupancy", "waste"):
@@ -93,7 +100,7 @@ def render_diagnosis(results: list[tuple[LaunchGroup, Occupancy, list[WasteFlag]
             f"{occ.theoretical_pct:.2f} % ({plural(occ.blocks_per_sm, 'block')}/SM, {occ.limited_by_text})",
             "\n".join(f"{flag.code}: {flag.message}" for flag in flags) or "none",
         )
-    console.print(table)
+    print_table(console, table, WASTE_NUMBERS)
 
 
 def _kernel_lines(verdict: KernelVerdict, problem: ConvProblem | None, gpu: GpuIdentity) -> list[str]:
@@ -169,6 +176,28 @@ def explanation_document(diagnosis: ReportDiagnosis) -> dict:
             "gpu_from": identity.how,
             "problem": None if diagnosis.problem is None else problem_to_dict(diagnosis.problem),
             "kernels": kernels}
+
+
+def kernel_rows(document: dict) -> list[dict]:
+    """explanation_document's kernels as `diagnose --csv` gives them: one flat row each."""
+    rows = []
+    for kernel in document["kernels"]:
+        occupancy, estimate = kernel["occupancy"], kernel["tuned_estimate"] or {}
+        pipe, bound = kernel["busiest_pipe"] or {}, kernel["bound"] or {}
+        rows.append({"name": kernel["name"], "kernel": kernel["kernel"], "launches": kernel["launches"],
+                     "median_us": kernel["median_us"], "time_share": kernel["time_share"],
+                     "grid": "x".join(map(str, kernel["grid"] or ())), "grid_blocks": kernel["grid_blocks"],
+                     "block": "x".join(map(str, kernel["block"] or ())), "block_threads": kernel["block_threads"],
+                     "registers_per_thread": kernel["registers_per_thread"],
+                     "smem_per_block_bytes": kernel["smem_per_block_bytes"],
+                     "theoretical_occupancy_pct": occupancy["theoretical_pct"],
+                     "achieved_occupancy_pct": occupancy["achieved_pct"], "blocks_per_sm": occupancy["blocks_per_sm"],
+                     "limited_by": occupancy["limited_by"], "waste": [flag["code"] for flag in kernel["waste"]],
+                     "limiter": kernel["limiter"], "bound": bound.get("kind"), "busiest_pipe": pipe.get("pipe"),
+                     "busiest_pipe_pct_of_peak": pipe.get("pct_of_peak"), "tensor_cores": kernel["tensor_cores"],
+                     "convolution": kernel["convolution"], "tuned_estimate_us": estimate.get("total_us"),
+                     "tune_command": estimate.get("tune_command")})
+    return rows
 
 
 def render_explanation(diagnosis: ReportDiagnosis, console: Console) -> None:

@@ -175,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     from tuner.cli.tables import output_console
 
-    # A JSON or CSV document owns stdout; what the command says besides goes to stderr.
-    console = output_console(stderr=bool({"--json", "--csv"} & set(argv)))
+    # A JSON or CSV document owns stdout; what the command says besides goes to stderr. argparse takes a flag's
+    # prefix too (--js, --cs).
+    console = output_console(stderr=any(len(arg) > 2 and ("--json".startswith(arg) or "--csv".startswith(arg))
+                                        for arg in argv))
     try:
         if argv[:1] and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:], console)

@@ -14,10 +14,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tuner.analysis.measured_ranking import (LIBRARY_FAMILY, Row, Source, combined_rows, layer_measurements,
-                                             results_folder)
-from tuner.analysis.predict import ConfigVerdict, Prediction, ceilings, config_verdict, fills, ranking
+from tuner.analysis.measured_ranking import (LIBRARY_FAMILY, Row, Source, combined_rows, config_row,
+                                             layer_measurements, rank_key, results_folder)
+from tuner.analysis.predict import ConfigVerdict, Prediction, ceilings, config_verdict, ranking
 from tuner.cli.choices import UsageParser, positive
+from tuner.cli.tables import add_output_arguments, csv_document, print_table
 from tuner.core import gpus
 from tuner.core.device import DeviceFacts
 from tuner.core.errors import UsageError
@@ -58,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="layer table (default search_spaces/layers.yaml)")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results",
                         help="where the GPU's measurements are read from, if it has any (default results/)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the ranking as one JSON list of rows (name, family, configuration, "
-                             "measured_us or predicted_us, source, ...) instead of the table")
+    add_output_arguments(parser, json_help="print the ranking as one JSON list of rows (name, family, "
+                                           "configuration, measured_us or predicted_us, source, ...) instead of "
+                                           "the table",
+                         csv_help="print the ranking as CSV, a line per row with the fields of --json, instead of "
+                                  "the table")
     return parser
 
 
@@ -141,31 +144,77 @@ def _describe(config: KernelConfig) -> str:
 
 
 def _config_lines(config: Sm80Config, verdict: ConfigVerdict, device: DeviceFacts, gpu: GpuSpec,
-                  ranked: list[Prediction]) -> list[str]:
+                  ranked: list[Prediction], rows: list[Row], mine: Row | None) -> list[str]:
+    """The configuration's launch, its figure (measured where results/<gpu>/ measured it), its rank, its waste
+    and what to take instead: rows ranked above it that no measurement contradicts."""
     lines = [f"config {_describe(config)} on {gpu.slug}:"]
-    if verdict.cannot_run:
+    if verdict.cannot_run or mine is None:
         lines += [f"  cannot run: {problem_text}" for problem_text in verdict.cannot_run]
         return lines
-    waste, mine = verdict.waste, verdict.prediction
+    waste = verdict.waste
     occ, facts = waste.occupancy, waste.facts
     smem_kb = facts.smem_per_block_bytes / 1024
     lines.append(f"  {_plural(facts.grid_blocks, 'block')} on {facts.sm_count} SMs, {waste.waves:.2f} waves, "
                  f"{_plural(occ.blocks_per_sm, 'block')} per SM limited by {occ.limited_by_text} "
                  f"({smem_kb:.1f} KB shared memory per block of {device.smem_per_sm / 1024:.0f} KB per SM, "
                  f"~{facts.registers_per_thread} registers per thread, estimated)")
-    lines.append(f"  predicted {mine.predicted_us:.2f} µs" +
-                 (f", rank {verdict.rank} of {len(ranked)}" if verdict.rank else ", outside the search space"))
+    if any(row.source is Source.measured for row in rows):
+        above = sum(rank_key(row) < rank_key(mine) for row in rows if row.name != mine.name)
+        rank = f", rank {above + 1} of {len(rows)} measured and modelled"
+    else:
+        rank = f", rank {verdict.rank} of {len(ranked)}" if verdict.rank else ", outside the search space"
+    lines.append(f"  {_config_figure(mine, verdict.prediction.predicted_us)}{rank}")
     lines += [f"  {flag.code}: {flag.message}" for flag in waste.flags] or ["  no waste flagged"]
-    for label, best in (("the top-ranked", verdict.instead_top),
-                        ("the best-ranked that fills every SM", verdict.instead_filling)):
-        if best is None:
-            continue
-        filled = "every SM busy" if fills(best) else f"{device.sm_count - best.blocks} SMs idle"
-        lines.append(f"  instead: {_describe(best.config)} ({label}): {_plural(best.blocks, 'block')} on "
-                     f"{device.sm_count} SMs ({filled}), {best.waves:.2f} waves, "
-                     f"{_plural(best.blocks_per_sm, 'block')} per SM, predicted {best.predicted_us:.2f} µs "
-                     f"({versus(best.predicted_us, mine.predicted_us)} of this configuration's)")
+    for label, best in _instead(mine, rows, config.family, device.sm_count):
+        launch = ""
+        if best.blocks is not None:
+            filled = "every SM busy" if best.blocks >= device.sm_count else f"{device.sm_count - best.blocks} SMs idle"
+            launch = (f"{_plural(best.blocks, 'block')} on {device.sm_count} SMs ({filled}), {best.waves:.2f} waves, "
+                      f"{_plural(best.blocks_per_sm, 'block')} per SM, ")
+        lines.append(f"  instead: {best.family} {best.configuration} ({label}): {launch}{_row_figure(best)} "
+                     f"({versus(best.us, mine.us)} of this configuration's)")
     return lines
+
+
+def _config_figure(mine: Row, model_us: float) -> str:
+    """The configuration's own figure: measured, with the model's beside it; or the model's, scaled as the
+    ranking scales its family, and what measurement it may not beat."""
+    if mine.source is Source.measured:
+        return f"measured {mine.us:.2f} µs ({mine.where}); modelled {model_us:.2f} µs by the cost model alone"
+    text = f"predicted {model_us:.2f} µs"
+    if mine.scale is not None:
+        text = (f"not measured: modelled {model_us:.2f} µs by the cost model, ~{mine.us:.2f} µs with {mine.family}'s "
+                f"measured/modelled ratio on this layer (x{mine.scale:.2f})")
+    if mine.below_measured_best:
+        text += f"; no measured kernel beat {mine.rank_floor_us:.2f} µs here, so it ranks under that"
+    return text
+
+
+def _row_figure(row: Row) -> str:
+    if row.source is Source.measured:
+        return f"measured {row.us:.2f} µs ({row.where})"
+    if row.scale is None:
+        return f"predicted {row.us:.2f} µs"
+    return f"modelled ~{row.us:.2f} µs ({row.model_us:.2f} x {row.scale:.2f})"
+
+
+def _instead(mine: Row, rows: list[Row], family: str, sm_count: int) -> list[tuple[str, Row]]:
+    """The kernels to take instead, each ranked above `mine` and none a modelled figure a measurement
+    contradicts: the top-ranked; where it leaves SMs idle, the best-ranked that fills them; where neither is of
+    `family`, that family's best-ranked."""
+    better = [row for row in rows if row.family != LIBRARY_FAMILY and row.name != mine.name
+              and not row.below_measured_best and rank_key(row) < rank_key(mine)]
+    if not better:
+        return []
+    top = better[0]
+    chosen = [("the top-ranked", top)]
+    if top.blocks is None or top.blocks < sm_count:
+        filling = next((row for row in better if row.blocks is not None and row.blocks >= sm_count), None)
+        chosen += [("the best-ranked that fills every SM", filling)] if filling is not None else []
+    if all(row.family != family for _, row in chosen):
+        same = next((row for row in better if row.family == family), None)
+        chosen += [(f"the best-ranked {family}", same)] if same is not None else []
+    return chosen
 
 
 def _us(row: Row) -> str:
@@ -183,6 +232,7 @@ def _note(row: Row) -> str:
     return "; ".join(parts)
 
 
+RANKING_NUMBERS = ("rank", "family", "µs", "source", "vs rank 1", "blocks", "waves", "blocks/SM")  # never cut
 LEGEND_ALIKE = ("'+N alike': configurations of one tile with the same figure and launch, which the model cannot "
                 "tell apart, shown once (the knobs they differ in in brackets).")
 LEGEND_MEASURED = ("~: modelled. A modelled figure is the cost model's, times its family's measured/modelled ratio on "
@@ -193,8 +243,8 @@ LEGEND_MEASURED = ("~: modelled. A modelled figure is the cost model's, times it
 def main(argv: list[str], console: Console) -> int:
     args = build_parser().parse_args(argv)
     positive("--top", args.top)
-    if args.json and args.config is not None:
-        raise UsageError("--json prints the ranking alone; leave out --config")
+    if (args.json or args.csv) and args.config is not None:
+        raise UsageError(f"--{'json' if args.json else 'csv'} prints the ranking alone; leave out --config")
     try:
         gpu = gpus.lookup(args.gpu)
     except gpus.UnknownGpu as error:
@@ -224,10 +274,10 @@ def main(argv: list[str], console: Console) -> int:
         measured = [entry for entry in measured if entry.family in wanted]
     rows = combined_rows(ranked, measured, problem, device, rates)
     shown = rows[:args.top]
-    if args.json:
-        # the document owns stdout (the CLI's console writes to stderr when --json is given)
-        sys.stdout.write(json.dumps([row_document(row, rank, shown[0].us) for rank, row in enumerate(shown, 1)],
-                                    indent=1) + "\n")
+    if args.json or args.csv:
+        # the document owns stdout (the CLI's console writes to stderr when --json or --csv is given)
+        documents = [row_document(row, rank, shown[0].us) for rank, row in enumerate(shown, 1)]
+        sys.stdout.write(csv_document(documents) if args.csv else json.dumps(documents, indent=1) + "\n")
         return 0
     basis = (f"Measured figures are from {folder} ({len(measured)} of this layer); the rest are predictions "
              "from the GPU table, static checks and the cost model." if measured else NOT_MEASURED)
@@ -236,7 +286,8 @@ def main(argv: list[str], console: Console) -> int:
         + (f"; families: {', '.join(joint.families)} ({len(ranked)} valid configurations)" if joint else ""))
     if config is not None:
         verdict = config_verdict(config, problem, device, ranked, rates)
-        for line in _config_lines(config, verdict, device, gpu, ranked):
+        mine = None if verdict.cannot_run else config_row(config, measured, problem, device, rates)
+        for line in _config_lines(config, verdict, device, gpu, ranked, rows, mine):
             say(line)
     if shown:
         modelled = sum(row.source is Source.modelled for row in rows)
@@ -252,7 +303,7 @@ def main(argv: list[str], console: Console) -> int:
                           "-" if row.blocks is None else str(row.blocks),
                           "-" if row.waves is None else f"{row.waves:.2f}",
                           "-" if row.blocks_per_sm is None else str(row.blocks_per_sm), _note(row))
-        console.print(table)
+        print_table(console, table, RANKING_NUMBERS)
         say((LEGEND_MEASURED if measured else "~: modelled. ") + LEGEND_ALIKE)
     elif joint is not None:
         say(f"no configuration of {', '.join(joint.families)} passes the static checks on {gpu.slug}")

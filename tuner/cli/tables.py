@@ -122,13 +122,15 @@ def print_table(console: Console, table: Table, numbers: Collection[str]) -> Non
         console.print(_compact(console, part, numbers))
 
 
-def add_output_arguments(parser: argparse.ArgumentParser, csv: bool = True) -> None:
+def add_output_arguments(parser: argparse.ArgumentParser, csv: bool = True, json_help: str | None = None,
+                         csv_help: str | None = None) -> None:
+    """--json and (`csv`) --csv, one or the other; the helps say what the command's documents hold."""
     form = parser.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help="print one JSON document on stdout in place of the "
-                                                          "tables (messages go to stderr)")
+    form.add_argument("--json", action="store_true", help=json_help or "print one JSON document on stdout in place "
+                                                                       "of the tables (messages go to stderr)")
     if csv:
-        form.add_argument("--csv", action="store_true", help="print the table as CSV on stdout (messages go to "
-                                                             "stderr)")
+        form.add_argument("--csv", action="store_true", help=csv_help or "print the table as CSV on stdout "
+                                                                         "(messages go to stderr)")
 
 
 def json_document(document: Mapping) -> str:

@@ -137,7 +137,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
                          "'input_type:', 'filter_type:' and 'output_type:' fields instead")
     if args.json or args.csv:
         if not args.list_layers:
-            raise UsageError("--json and --csv go with --list-layers (and the report and bench commands)")
+            raise UsageError("--json and --csv go with --list-layers (and the report, bench, predict and diagnose commands)")
     if args.list_layers:
         print_layers(console, layers, network, "json" if args.json else "csv" if args.csv else "table")
         return 0

@@ -24,6 +24,7 @@ GENERATED_NODE_NAME = re.compile(r"node_\w+")
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 NAMESPACE_KEY = "namespace"
 MAX_METADATA_CHARS = 10_000
+MAX_STREAM_BYTES = 256 << 20  # read from a device or a pipe given as --onnx
 # ONNX shape inference names a dimension it cannot work out unk__0, unk__1, ...
 INFERRED_DIM_PREFIX = "unk__"  # a scope list longer than this is not read: the node keeps its own name
 
@@ -35,9 +36,20 @@ def from_onnx(path: Path, batch: int | None = None, dtype: str | None = None) ->
     except ImportError:
         raise NetworkError("reading ONNX needs the onnx package: pip install onnx") from None
     try:
-        model = onnx.load(str(path))
+        if path.exists() and not path.is_file() and not path.is_dir():
+            # a device or a pipe has no size to stop at (/dev/zero never ends): read it with a cap
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_STREAM_BYTES + 1)
+            if len(data) > MAX_STREAM_BYTES:
+                raise NetworkError(f"{path} is not a file and gives more than {MAX_STREAM_BYTES >> 20} MB: refused; "
+                                   "pass a .onnx file")
+            model = onnx.load_model_from_string(data)
+        else:
+            model = onnx.load(str(path))
     except FileNotFoundError:
         raise NetworkError(f"{path}: no such file") from None
+    except NetworkError:
+        raise
     except Exception as error:  # onnx raises DecodeError, ValueError, ... for a file that is not a model
         raise NetworkError(f"{path} is not an ONNX model ({type(error).__name__}); export one with "
                            "torch.onnx.export or pass a .onnx file") from None
@@ -88,22 +100,34 @@ class _OnnxGraph:
             elif dim == 0:
                 raise NetworkError(f"{self.path}: conv {node}: dimension {index} of {name!r} is 0 (an empty tensor): "
                                    "nothing to convolve; export the model with its real sizes")
-            elif index == 0 and batched:
-                if self.batch is None:
-                    raise NetworkError(f"{self.path}: the batch dimension is symbolic ({dim!r}); pass --batch N")
-                resolved.append(self.batch)
-            elif (origin := self.run_time_size()) is not None and str(dim).startswith(INFERRED_DIM_PREFIX):
-                raise NetworkError(
-                    f"{self.path}: conv {node}: dimension {index} of {name!r} is only known when the model runs: "
-                    f"{origin} takes its output size from another tensor's shape, which ONNX shape inference cannot "
-                    "follow (the legacy TorchScript exporter writes F.interpolate(x, size=y.shape[-2:]) so, as in "
-                    "DeepLabV3's ASPP pooling); export with torch.onnx.export(model, (x,), path, dynamo=True) (the "
-                    "default from PyTorch 2.9), which writes those sizes as constants, or for a torchvision model "
-                    "pass --torchvision NAME")
+            elif str(dim).startswith(INFERRED_DIM_PREFIX) and (origin := self.run_time_size()) is not None:
+                raise NetworkError(self.computed_at_run_time(name, node, dims, origin))
+            elif index == 0 and batched:  # no --batch: the first branch takes it
+                raise NetworkError(f"{self.path}: the batch dimension is symbolic ({dim!r}); pass --batch N")
             else:
                 raise NetworkError(f"{self.path}: conv {node}: dimension {index} of {name!r} is symbolic ({dim!r}); "
                                    "only the batch may be: export the model with fixed spatial sizes")
         return tuple(resolved)
+
+    def computed_at_run_time(self, name: str, node: str, dims: list, origin: str) -> str:
+        """Which of the tensor's dimensions are computed when the model runs (shape inference names them unk__N:
+        no --batch, which sets a symbolic batch, gives them), why, and what export writes them as constants."""
+        axes = ("batch", "channels", "height", "width") if len(dims) == 4 else ("batch", "channels")
+        computed = [f"{index} ({axes[index]})" if index < len(axes) else str(index)
+                    for index, dim in enumerate(dims) if str(dim).startswith(INFERRED_DIM_PREFIX)]
+        inputs = [self.shapes.get(info.name, []) for info in self.graph.input if info.name not in self.initializers]
+        fixed = {shape[0] for shape in inputs if shape and isinstance(shape[0], int) and shape[0] > 0}
+        batch = f" (the model's input batch is a fixed {min(fixed)})" \
+            if len(fixed) == 1 and str(dims[0]).startswith(INFERRED_DIM_PREFIX) else ""
+        many = len(computed) > 1
+        return (f"{self.path}: conv {node}: dimension{'s' if many else ''} {', '.join(computed)} of {name!r} "
+                f"{'are' if many else 'is'} computed when the model runs, not symbolic: no --batch sets "
+                f"{'them' if many else 'it'}{batch}. {origin} takes its output size from another tensor's shape, "
+                "which ONNX shape inference "
+                "cannot follow (the legacy TorchScript exporter writes F.interpolate(x, size=y.shape[-2:]) so, as in "
+                "DeepLabV3's ASPP pooling); export with torch.onnx.export(model, (x,), path, dynamo=True) (the "
+                "default from PyTorch 2.9), which writes those sizes as constants, or for a torchvision model pass "
+                "--torchvision NAME")
 
     def run_time_size(self) -> str | None:
         """The first node (in graph order) whose output has a size that shape inference had to leave

@@ -7,6 +7,7 @@ dsl/libtuned_dsl.a (tuner/pipeline/dsl_export.py) and declared in it against the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from pathlib import Path
@@ -39,10 +40,22 @@ while xor""".split())
 ALIAS_SUFFIXES = ("", "_runner", "_detail")
 
 
+@functools.cache
+def template_names() -> frozenset[str]:
+    """Every identifier the header's templates spell unqualified: its types, tables and functions, the families'
+    runners and helpers, the namespaces it reaches (cutlass, cute, std). A layer or GPU named like one would
+    redeclare or hide it in the header's namespace, and the header would not compile: it gets a trailing underscore."""
+    files = [*TEMPLATES.iterdir(), *Path(registry.__file__).parent.glob("*/templates/*")]
+    code = (re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"", " ", path.read_text(), flags=re.DOTALL)
+            for path in files if path.is_file())  # comments and strings declare nothing
+    # a name after '::', '.' or '->' is looked up in its scope, where no layer alias can hide it
+    return frozenset(word for text in code for word in re.findall(r"(?<!::)(?<!\.)(?<!->)\b[A-Za-z_]\w*", text))
+
+
 def cpp_identifier(name: str) -> str:
     identifier = re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
     identifier = identifier if not identifier[0].isdigit() else "_" + identifier
-    return identifier + "_" if identifier in CPP_KEYWORDS else identifier
+    return identifier + "_" if identifier in CPP_KEYWORDS or identifier in template_names() else identifier
 
 
 def layer_aliases(names: list[str]) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -75,12 +76,29 @@ def _open_journal(path: Path):
     from optuna.storages import JournalStorage
 
     try:
-        return JournalStorage(journal_backend(path)), None
-    except Exception:
+        storage = JournalStorage(journal_backend(path))
+    except Exception as error:  # noqa: BLE001 - a record of a known operation but not its fields: a KeyError, ...
         damaged = first_damaged_line(path)
         if damaged is None:
-            raise
+            raise ResultsError(f"{path} cannot be replayed ({type(error).__name__}: {brief(str(error), 200)}): a "
+                               "record was edited or damaged; move the file aside") from None
         return None, damaged
+    # Optuna skips a bad last line (it could still be being written) but the next append ends it with a newline,
+    # after which no replay passes it: a last line that is whole and no record is damage now.
+    if not _last_line_sound(path):
+        return None, first_damaged_line(path)
+    return storage, None
+
+
+def _last_line_sound(path: Path) -> bool:
+    """Whether the journal's last line is a record, or still being written (no newline yet)."""
+    if not path.is_file():
+        return True
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - 65536))
+        lines = handle.read().splitlines(keepends=True)
+    return not lines or not lines[-1].endswith(b"\n") or size > 65536 and len(lines) == 1 or _is_record(lines[-1])
 
 
 # Several hosts on one database (--storage postgresql://...): each worker records a heartbeat for the trials
@@ -156,14 +174,18 @@ def first_damaged_line(path: Path) -> int | None:
         for number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 break
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return number
-            if not isinstance(record, dict) or record.get("op_code") not in JOURNAL_OP_CODES \
-                    or isinstance(record.get("op_code"), bool):
+            if not _is_record(line):
                 return number
     return None
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("op_code") in JOURNAL_OP_CODES \
+        and not isinstance(record.get("op_code"), bool)
 
 
 def readable_journal(path: Path) -> tuple[object, int | None]:

@@ -3,6 +3,7 @@ so that a crash never leaves half a table."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -121,7 +122,10 @@ def atomic_write(path: Path, text: str) -> None:
 @contextlib.contextmanager
 def replacing(path: Path, binary: bool = False, mtime: float | None = None) -> Iterator[IO]:
     """A file to write in place of `path`: a temp file beside it, renamed onto it once the block ends
-    (with `mtime` if given), and removed instead if the block fails; `path` is never half written."""
+    (with `mtime` if given), and removed instead if the block fails; `path` is never half written. Only a file
+    is replaced: the rename would put it in place of a device (as root, --write-layers /dev/full) or a folder."""
+    if path.exists() and not path.is_file():
+        raise OSError(errno.EEXIST, "it exists and is not a file", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
