@@ -1,6 +1,7 @@
 """A layer's tuning: what it re-measures after the search, and what it tells its sink (no GPU needed)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -118,35 +119,43 @@ def no_toolchain(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(folder))
 
 
+@contextlib.contextmanager
+def fake_session(tmp_path, h100, sink):
+    """A tuning session of the fake family (registered by the caller) on a formula for a GPU, and its space."""
+    from tuner.build.compile import Compiler
+    from tuner.pipeline.tuning import TuningOptions, TuningSession
+    from tuner.search.space import load_space
+
+    options = TuningOptions(trials=12, top=2, confirm_rounds=2, ncu_top=1, no_ncu=False, seed=0, storage=None,
+                            results_dir=tmp_path / "results", cache_dir=tmp_path / "cache", jobs=2, timeout_s=10,
+                            run_id="events", skip_tuned_problems=True)
+    space = load_space(write_space(tmp_path / "fake.yaml"))
+    session = TuningSession(options, (space,), sink, h100, Compiler(h100, tmp_path / "cache", jobs=2),
+                            FakeGpuEvaluator())
+    try:
+        yield session, space
+    finally:
+        session.close()
+
+
 def test_a_layer_is_tuned_without_a_console_and_tells_its_sink_each_step_in_order(tmp_path, layers, h100, capsys,
                                                                                    no_toolchain):
     """The generic pipeline on the fake family (built by Python, timed by a formula): everything the run has to say
     reaches the sink as events, in the order it happens, and nothing is printed."""
     from tuner.analysis.report import blocks_of
-    from tuner.build.compile import Compiler
     from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, FamilySpace, FinalistsConfirmed,
                                        KernelCompiled, LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs,
                                        ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated, TrialsFailed,
                                        WasteFound, WinnerChosen)
     from tuner.core.layers import Layer
-    from tuner.pipeline.tuning import TuningOptions, TuningSession
-    from tuner.search.space import load_space, valid_configs
+    from tuner.search.space import valid_configs
     from tuner.store.best import best_entries
 
     layer = layers["conv_1"]
     sink = RecordingSink()
-    options = TuningOptions(trials=12, top=2, confirm_rounds=2, ncu_top=1, no_ncu=False, seed=0, storage=None,
-                            results_dir=tmp_path / "results", cache_dir=tmp_path / "cache", jobs=2, timeout_s=10,
-                            run_id="events", skip_tuned_problems=True)
-    with registered():
-        space = load_space(write_space(tmp_path / "fake.yaml"))
-        session = TuningSession(options, (space,), sink, h100, Compiler(h100, tmp_path / "cache", jobs=2),
-                                FakeGpuEvaluator())
-        try:
-            outcome = session.tune_layer(layer)
-            assert session.tune_layer(layer).skipped and session.tune_layer(Layer("net_conv", layer.problem)).skipped
-        finally:
-            session.close()
+    with registered(), fake_session(tmp_path, h100, sink) as (session, space):
+        outcome = session.tune_layer(layer)
+        assert session.tune_layer(layer).skipped and session.tune_layer(Layer("net_conv", layer.problem)).skipped
         valid = valid_configs(space, layer.problem, h100)
     assert capsys.readouterr() == ("", "")
 
@@ -192,6 +201,34 @@ def test_a_layer_is_tuned_without_a_console_and_tells_its_sink_each_step_in_orde
     assert best_entries(written.path.parent)["conv_1"].kernel == outcome.kernel == winner.winner.config.name
     assert events[LayerFinishedEarlier] == LayerFinishedEarlier("conv_1", "events")
     assert events[LayerTunedAs] == LayerTunedAs("net_conv", "conv_1")
+
+
+def test_a_layer_s_path_calls_back_into_a_higher_stage_at_most_5_times(tmp_path, layers, h100, no_toolchain):
+    """Control flows down the stages: a call from a module into one of a later stage (the search calling the
+    pipeline's progress callbacks, say) is a return to a higher module. Counted as distinct call sites while a
+    layer is tuned on the fake family; each is a place where a lower stage depends on how it is driven."""
+    import sys
+
+    from test_layering import STAGES, stage_of
+
+    upward: set[tuple[str, str]] = set()
+
+    def profile(frame, event, arg):
+        caller = frame.f_back
+        if event != "call" or caller is None:
+            return
+        into, out_of = stage_of(frame.f_globals.get("__name__", "")), stage_of(caller.f_globals.get("__name__", ""))
+        if into and out_of and STAGES.index(into) > STAGES.index(out_of):
+            upward.add((f"{caller.f_globals['__name__']}.{caller.f_code.co_name}",
+                        f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"))
+
+    with registered(), fake_session(tmp_path, h100, RecordingSink()) as (session, _):
+        sys.setprofile(profile)
+        try:
+            session.tune_layer(layers["conv_1"])
+        finally:
+            sys.setprofile(None)
+    assert upward and len(upward) <= 5, sorted(upward)
 
 
 def test_the_tuning_pipeline_prints_through_nothing_but_its_sink():
