@@ -36,7 +36,7 @@ def test_previous_best_is_re_measured_beside_the_study_finalists(conv_1, h100):
     previous = params("32x32x64", "2x1x1", stages=5, swizzle=2)
     finalists = finalist_configs(best, 2, reference, previous_entry(conv_1, previous), conv_1, h100)
     assert [label for label, _ in finalists] == ["#1", "#2", "reference", "previous"]
-    assert finalists[-1][1] == make_config(conv_1, previous)
+    assert finalists[-1][1].config == make_config(conv_1, previous)
 
 
 def test_previous_best_already_a_finalist_is_not_added_twice(conv_1, h100):

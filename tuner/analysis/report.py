@@ -12,8 +12,8 @@ from tuner.analysis.diagnose import LaunchFacts, Occupancy, WasteFlag, diagnose,
 from tuner.measure.timing import Measurement
 from tuner.analysis.ncu import LaunchStats
 from tuner.core.problem import ConvProblem
-from tuner.families import registry
 from tuner.families.base import KernelConfig
+from tuner.families.candidate import Candidate
 from tuner.measure.run import KernelAttributes
 from tuner.search.trials import TrialRecord
 
@@ -62,8 +62,8 @@ def explain_finalists(rows: list[Confirmed], compiled: dict[KernelConfig, Compil
     unavailable = None
     for row in sorted(rows, key=lambda r: r.measurement.median_us)[:profile_top]:
         try:
-            launch = registry.family_of(row.config).rules.launch_args(row.config, problem)
-            stats = profile_candidate(compiled[row.config.compiled].binary, problem, launch)
+            stats = profile_candidate(compiled[row.config.compiled].binary, problem,
+                                      Candidate.of(row.config, problem).launch)
         except ProfilerUnavailable as error:
             unavailable = str(error)
             break

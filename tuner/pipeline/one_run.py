@@ -14,7 +14,7 @@ from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
 from tuner.core.status import Status
-from tuner.families import registry
+from tuner.families.candidate import Candidate
 from tuner.search.space import entry_config
 from tuner.store.bench_record import BenchRecord, OneRunLayer
 from tuner.store.best import best_entries
@@ -138,8 +138,7 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         result = compiled[config.compiled]
         if not result.ok:
             return None, Status.compile_failed
-        launch = registry.get(config.family).rules.launch_args(config, problem)
-        evaluation = evaluator.evaluate(result.binary, problem, launch, seed=seed)
+        evaluation = evaluator.evaluate(result.binary, problem, Candidate.of(config, problem).launch, seed=seed)
         ok = evaluation.status is Status.ok
         return (round(evaluation.measurement.median_us, 3) if ok else None), evaluation.status
 

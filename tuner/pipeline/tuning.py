@@ -18,6 +18,7 @@ from tuner.core.device import DeviceFacts, device_from_dict
 from tuner.measure.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 from tuner.families import registry
 from tuner.families.base import KernelConfig, SearchSpace, SpaceError
+from tuner.families.candidate import Candidate
 from tuner.measure.timing import Measurement
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
@@ -32,8 +33,7 @@ from tuner.store.best import best_entries, names_by_problem, update_best
 from tuner.store.history import append_history
 from tuner.store.results import ResultsError, gpu_dir
 from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
-from tuner.search.space import (JointSpace, entry_config, joint_valid_configs, layer_space, static_problems,
-                         without_superseded)
+from tuner.search.space import JointSpace, entry_config, joint_valid_configs, layer_space, without_superseded
 from tuner.core.status import Status
 from tuner.search.study import StudyProgress, StudyRunner, open_study, stop_if_requested
 from tuner.search.trials import TrialRecord, ranked, recorded_trials, study_name
@@ -88,25 +88,25 @@ def waste_attrs(waste: FinalistWaste) -> dict:
     }
 
 
-def confirm(configs: list[tuple[str, KernelConfig]], compiled: dict[KernelConfig, CompileResult],
-            evaluator: GpuEvaluator, problem: ConvProblem, rounds: int) -> list[Confirmed]:
+def confirm(finalists: list[tuple[str, Candidate]], compiled: dict[KernelConfig, CompileResult],
+            evaluator: GpuEvaluator, rounds: int) -> list[Confirmed]:
     """Re-measure the finalists and the reference interleaved, so that their ratios are fair;
     each gets the median of its rounds."""
-    runs: dict[str, list] = {label: [] for label, _ in configs}
+    runs: dict[str, list] = {label: [] for label, _ in finalists}
     for _ in range(rounds):
-        for label, config in configs:
-            launch = registry.family_of(config).rules.launch_args(config, problem)
-            evaluation = evaluator.evaluate(compiled[config.compiled].binary, problem, launch)
+        for label, candidate in finalists:
+            evaluation = evaluator.evaluate(compiled[candidate.config.compiled].binary, candidate.problem,
+                                            candidate.launch)
             if evaluation.status is Status.ok:
                 runs[label].append(evaluation)
     confirmed = []
-    for label, config in configs:
+    for label, candidate in finalists:
         if not runs[label]:
             continue
         middle = sorted(runs[label], key=lambda e: e.measurement.median_us)[len(runs[label]) // 2]
-        ptxas = compiled[config.compiled].ptxas
+        ptxas = compiled[candidate.config.compiled].ptxas
         confirmed.append(Confirmed(
-            label, config, middle.measurement, max(e.error for e in runs[label]), middle.grid_blocks,
+            label, candidate.config, middle.measurement, max(e.error for e in runs[label]), middle.grid_blocks,
             middle.attributes, ptxas.spill_bytes if ptxas else None, middle.cluster))
     return confirmed
 
@@ -276,13 +276,13 @@ class TuningSession:
             sink.emit(NoCandidatePassed(layer.name))
             return None
         finalists = finalist_configs(best, options.top, reference, previous, layer.problem, device, joint)
-        compiled = {r.config.compiled: r for r in self.compiler.compile_many([c for _, c in finalists])}
+        compiled = {r.config.compiled: r for r in self.compiler.compile_many([c.config for _, c in finalists])}
         stop_if_requested()  # an interrupt during these compiles killed some: stop, nothing to record
-        for label, config in finalists:
-            if not compiled[config.compiled].ok:
-                sink.emit(FinalistNotCompiled(label, config, compiled[config.compiled].error))
-        finalists = [(label, c) for label, c in finalists if compiled[c.compiled].ok]
-        rows = confirm(finalists, compiled, self.evaluator, layer.problem, options.confirm_rounds)
+        for label, candidate in finalists:
+            if not compiled[candidate.config.compiled].ok:
+                sink.emit(FinalistNotCompiled(label, candidate.config, compiled[candidate.config.compiled].error))
+        finalists = [(label, c) for label, c in finalists if compiled[c.config.compiled].ok]
+        rows = confirm(finalists, compiled, self.evaluator, options.confirm_rounds)
         if not rows:
             sink.emit(FinalistsFailed(layer.name))
             return None
@@ -309,12 +309,12 @@ def family_spaces(joint: JointSpace, valid: list[KernelConfig]) -> tuple[FamilyS
 
 def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: BestEntry | None,
                      problem: ConvProblem, device: DeviceFacts,
-                     joint: JointSpace | None = None) -> list[tuple[str, KernelConfig]]:
+                     joint: JointSpace | None = None) -> list[tuple[str, Candidate]]:
     """The study's `top` fastest; the fastest of each other family of the study (so that the table
     shows what each family reaches); then the reference config and the layer's previous best where
     the study lacks them and they can run: re-measured side by side, the previous best can win again,
     so a study that lost its history (or a short one) never replaces a faster kernel with a slower one."""
-    finalists = [(f"#{i + 1}", r.config) for i, r in enumerate(best[:top])]
+    finalists = [(f"#{i + 1}", Candidate.of(r.config, problem)) for i, r in enumerate(best[:top])]
     extra: list[tuple[str, KernelConfig | None]] = []
     for family in (joint.families if joint else ()):
         fastest = next((r.config for r in best if r.config.family == family), None)
@@ -326,10 +326,10 @@ def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig 
         except ResultsError:  # an entry written by an older search space: nothing to re-measure
             pass
     for label, config in extra:
-        if (config is not None and all(config != chosen for _, chosen in finalists)
-                and registry.why_not(registry.family_of(config), problem, device) is None
-                and not static_problems(config, problem, device)):
-            finalists.append((label, config))
+        if config is not None and all(config != chosen.config for _, chosen in finalists):
+            candidate = Candidate.of(config, problem)
+            if candidate.runs_on(device):
+                finalists.append((label, candidate))
     return finalists
 
 

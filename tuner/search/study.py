@@ -21,8 +21,8 @@ from tuner.build.compile_cache import CompileResult
 from tuner.core.device import DeviceFacts
 from tuner.core.problem import ConvProblem
 from tuner.core.status import Status
-from tuner.families import registry
 from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
+from tuner.families.candidate import Candidate
 from tuner.measure.evaluate import Evaluation
 from tuner.search.measurements import MeasurementDB
 from tuner.search.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
@@ -319,9 +319,9 @@ class StudyRunner:
         if not result.ok:
             self._tell(trial, config, Status.compile_failed, None, {**attrs, "reason": result.error})
             return
-        launch = registry.family_of(config).rules.launch_args(config, self.problem)
         started = time.monotonic()
-        evaluation = self.evaluator.evaluate(result.binary, self.problem, launch, seed=self.inputs_seed)
+        evaluation = self.evaluator.evaluate(result.binary, self.problem, Candidate.of(config, self.problem).launch,
+                                             seed=self.inputs_seed)
         self.clock.on_gpu += time.monotonic() - started
         value = evaluation.measurement.median_us if evaluation.status is Status.ok else None
         attrs.update(evaluation_attrs(evaluation, self.problem))
