@@ -35,6 +35,14 @@ def test_speedups_are_against_eager_and_the_faster_compile_mode():
     assert lines[-1] == "  outputs: every variant within tolerance of eager"
 
 
+def test_the_time_optimize_took_is_told_where_it_was_measured():
+    from dataclasses import replace
+
+    timed = replace(result(eager=10.0, optimized=6.0), optimize_s=3.456)
+    assert summary_lines(timed)[1] == "  optimize (trace, fold, load the kernels, check each against eager): 3.46 s"
+    assert not any("optimize (" in line for line in summary_lines(result(eager=10.0, optimized=6.0)))
+
+
 def test_a_subset_of_variants_gives_only_the_figures_it_has():
     figures = result(eager=10.0, optimized=6.0)
     assert figures.best_compiled is None and figures.ratio(OPTIMIZED, None) is None

@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def summary_lines(result: NetworkResult) -> list[str]:
     lines = [f"{result.network} batch {result.batch}: {result.replaced}"]
+    if result.optimize_s is not None:
+        lines.append(f"  optimize (trace, fold, load the kernels, check each against eager): {result.optimize_s:.2f} s")
     best = result.best_compiled
     for variant in (OPTIMIZED, OPTIMIZED_COMPILED):
         parts = [f"{label} {ratio:.3f}" for label, ratio in

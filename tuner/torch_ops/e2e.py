@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class NetworkResult:
     variants: tuple[VariantResult, ...]
     conv_ms: float | None    # the optimized forward's convolutions (tuned and left), each timed alone
     replaced: str            # optimize's summary line
+    optimize_s: float | None = None  # optimize's wall time: trace, fold, load the kernels, check against eager
 
     def latency(self, variant: str) -> float | None:
         return next((v.latency_ms for v in self.variants if v.variant == variant), None)
@@ -165,7 +167,9 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
     x = x.contiguous(memory_format=torch.channels_last)
     tolerance = TOLERANCE[DATA_TYPES[torch.float16]]
     with torch.no_grad():
+        started = time.perf_counter()
         optimized = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir)
+        optimize_s = time.perf_counter() - started
         reference = model(x)
         forwards = {}
         for variant in timing.variants:
@@ -190,4 +194,5 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
                           for module, arguments in conv_inputs(optimized, x).values())
     from tuner.importers.plan import summary
 
-    return NetworkResult(name, batch, tuple(results), conv_ms, summary(list(optimized.tuner_report.decisions)))
+    return NetworkResult(name, batch, tuple(results), conv_ms, summary(list(optimized.tuner_report.decisions)),
+                         optimize_s)
