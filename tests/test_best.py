@@ -143,3 +143,15 @@ def test_problems_are_found_by_their_canonical_fused_form(tmp_path):
     assert named[folded] == named.get(norm) == "tuned_with_norm" and folded in named
     assert named.get(dataclasses.replace(folded, n=1)) is None and base not in named
     assert named.setdefault(folded, "other") == "tuned_with_norm" and len(named) == 1
+
+
+def test_a_problem_several_layers_hold_is_found_as_the_fastest_of_them():
+    """VGG-11's first layer (tuned before the DSL family, 336 µs) held the problem the suite's VGG-16 layer runs
+    in 102 µs: a later VGG-16 import was told the slow one."""
+    from tuner.core.problem import ConvProblem
+    from tuner.store.best import names_by_problem
+
+    problem = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=3, s=3, pad=1)
+    entries = {name: BestEntry(problem, "sm80", (("tile", "x"),), "k", us)
+               for name, us in (("vgg11_first", 335.9), ("vgg16_first", 102.3), ("again", 180.0))}
+    assert names_by_problem(entries)[problem] == "vgg16_first"

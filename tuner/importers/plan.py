@@ -10,7 +10,7 @@ from tuner.families import registry
 from tuner.importers.network import Network
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem, canonical_problem
-from tuner.store.best import ByCanonicalProblem
+from tuner.store.best import names_by_problem
 from tuner.store.results import ResultsError
 from tuner.store.schema import BestEntry
 from tuner.search.space import entry_config
@@ -60,9 +60,7 @@ class TunedIndex:
 
     def __init__(self, entries: dict[str, BestEntry]):
         self.entries = entries
-        self.fastest = ByCanonicalProblem()
-        for name, entry in sorted(entries.items(), key=lambda item: item[1].runtime_us):
-            self.fastest.setdefault(entry.problem, name)
+        self.fastest = names_by_problem(entries)
         self.batches: dict[ConvProblem, set[int]] = {}
         for entry in entries.values():
             self.batches.setdefault(_any_batch(entry.problem), set()).add(entry.problem.n)

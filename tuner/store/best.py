@@ -85,10 +85,11 @@ class ByCanonicalProblem(dict):
 
 
 def names_by_problem(entries: dict[str, BestEntry]) -> ByCanonicalProblem:
-    """The layer that holds each problem (the first in the file where several hold one), found for any
+    """The layer that holds each problem (the fastest where several hold one: a network's layer tuned with
+    fewer families must not stand for the problem where another layer's kernel is faster), found for any
     problem of the same canonical fused form."""
     named = ByCanonicalProblem()
-    for name, entry in entries.items():
+    for name, entry in sorted(entries.items(), key=lambda item: item[1].runtime_us):
         named.setdefault(entry.problem, name)
     return named
 
