@@ -338,6 +338,6 @@ class BuildRequest:
     source_file: str
     command: tuple[str, ...]
     toolchain: str
-    # A long-lived builder that builds kernel after kernel (tuner/build/compile.py's BuilderPool says how it is
+    # A long-lived builder that builds kernel after kernel (tuner/build/builder_pool.py's BuilderPool says how it is
     # spoken to): a toolchain that is slow to start but fast per kernel. Empty: `command`, a process a kernel.
     serve_command: tuple[str, ...] = ()

@@ -44,7 +44,7 @@ class Evaluator(Protocol):
 
 
 class CompileQueueLike(Protocol):
-    """Compiles in the background (tuner.build.compile.CompileQueue): a future per configuration submitted."""
+    """Compiles in the background (tuner.build.compile_queue.CompileQueue): a future per configuration submitted."""
 
     def submit(self, configs: Iterable[KernelConfig]) -> list[Future[CompileResult]]: ...
 

@@ -1,5 +1,5 @@
 """A long-lived sm90_dsl builder: imports the CuTe DSL once, then builds kernel after kernel. The compile
-cache (tuner/build/compile.py's BuilderPool) keeps a few of these instead of starting a process a kernel, whose
+cache (tuner/build/builder_pool.py's BuilderPool) keeps a few of these instead of starting a process a kernel, whose
 `import cutlass.cute` alone took 5 s on the H100 host against 0.5-2 s for a kernel's compile, export and
 link. Protocol, one JSON object a line: in {"folder": PATH, "source_file": NAME}; out {"rc": 0 or 1,
 "log": TEXT}. The answer goes to the stdout it started with; whatever the DSL prints goes to stderr. It
