@@ -5490,6 +5490,51 @@ using vgg11_b32_features_8 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b
 
 using vgg11_b32_features_8_runner = Sm90ConvRunner<vgg11_b32_features_8>;
 
+// Config: dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c128k256r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_10.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_10;
+using vgg16_b1_features_10 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_10, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_10_runner = DslRunner<vgg16_b1_features_10>;
+
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_ebrelu_n1h28w28c256k512r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_17.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_17;
+using vgg16_b1_features_17 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_17, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_17_runner = DslRunner<vgg16_b1_features_17>;
+
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_ebrelu_n1h28w28c512k512r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_19.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_19;
+using vgg16_b1_features_19 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_19, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_19_runner = DslRunner<vgg16_b1_features_19>;
+
+// Config: dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c64k64r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_2;
+using vgg16_b1_features_2 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_2_runner = DslRunner<vgg16_b1_features_2>;
+
+// Config: dsl_128x32x64_q8_c2x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_ebrelu_n1h14w14c512k512r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_24.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_24;
+using vgg16_b1_features_24 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_24, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_24_runner = DslRunner<vgg16_b1_features_24>;
+
+// Config: dsl_128x128x64_q32_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_ebrelu_n1h112w112c64k128r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_5.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_5;
+using vgg16_b1_features_5 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_5, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_5_runner = DslRunner<vgg16_b1_features_5>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h112w112c128k128r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_7.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_7;
+using vgg16_b1_features_7 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_7, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b1_features_7_runner = DslRunner<vgg16_b1_features_7>;
+
+// Config: dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c64k64r3s3p1u1d1 (CuTe DSL; object vgg16_b32_features_2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b32_features_2;
+using vgg16_b32_features_2 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b32_features_2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b32_features_2_runner = DslRunner<vgg16_b32_features_2>;
+
+// Config: dsl_128x128x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h112w112c128k128r3s3p1u1d1 (CuTe DSL; object vgg16_b32_features_7.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b32_features_7;
+using vgg16_b32_features_7 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b32_features_7, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg16_b32_features_7_runner = DslRunner<vgg16_b32_features_7>;
+
 // Config: dsl_128x128x32_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_features_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b1;
 using vgg16_features_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_features_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -5812,6 +5857,15 @@ constexpr TunedLayer kLayers[] = {
     {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_10", 1, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.867, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c128k256r3s3p1u1d1", "2026-11-27T09:24:49+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_17", 1, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 8.989, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_ebrelu_n1h28w28c256k512r3s3p1u1d1", "2026-11-27T09:25:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_19", 1, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 15.525, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_ebrelu_n1h28w28c512k512r3s3p1u1d1", "2026-11-27T09:25:12+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_2", 1, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.494, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c64k64r3s3p1u1d1", "2026-11-27T09:24:21+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_24", 1, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 128, 32, 64, 10.519, "dsl_128x32x64_q8_c2x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_ebrelu_n1h14w14c512k512r3s3p1u1d1", "2026-11-27T09:25:23+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_5", 1, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 7.321, "dsl_128x128x64_q32_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_ebrelu_n1h112w112c64k128r3s3p1u1d1", "2026-11-27T09:24:30+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b1_features_7", 1, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.203, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h112w112c128k128r3s3p1u1d1", "2026-11-27T09:24:39+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b32_features_2", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 320.588, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c64k64r3s3p1u1d1", "2026-11-27T09:23:24+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg16_b32_features_7", 32, 112, 112, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 193.023, "dsl_128x128x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h112w112c128k128r3s3p1u1d1", "2026-11-27T09:23:36+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_features_0_b1", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.338, "dsl_128x128x32_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:22+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_features_0_b32", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 100.796, "dsl_128x128x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r3s3p1u1d1", "2026-11-25T03:52:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_features_0_b8", 8, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.432, "dsl_128x128x32_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n8h224w224c3k64r3s3p1u1d1", "2026-11-25T03:48:04+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5831,7 +5885,7 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 216;
+constexpr int kLayerCount = 225;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
@@ -6033,24 +6087,33 @@ constexpr int kLayerCount = 216;
   X(vgg11_b32_features_3_runner, 195) \
   X(vgg11_b32_features_6_runner, 196) \
   X(vgg11_b32_features_8_runner, 197) \
-  X(vgg16_features_0_b1_runner, 198) \
-  X(vgg16_features_0_b32_runner, 199) \
-  X(vgg16_features_0_b8_runner, 200) \
-  X(vgg16_features_12_b1_runner, 201) \
-  X(vgg16_features_12_b32_runner, 202) \
-  X(vgg16_features_12_b8_runner, 203) \
-  X(vgg16_features_24_b1_runner, 204) \
-  X(vgg16_features_24_b32_runner, 205) \
-  X(vgg16_features_24_b8_runner, 206) \
-  X(vgg16_features_2_b1_runner, 207) \
-  X(vgg16_features_2_b32_runner, 208) \
-  X(vgg16_features_2_b8_runner, 209) \
-  X(vgg16f_features_0_b1_runner, 210) \
-  X(vgg16f_features_0_b32_runner, 211) \
-  X(vgg16f_features_0_b8_runner, 212) \
-  X(vgg16f_features_12_b1_runner, 213) \
-  X(vgg16f_features_12_b32_runner, 214) \
-  X(vgg16f_features_12_b8_runner, 215)
+  X(vgg16_b1_features_10_runner, 198) \
+  X(vgg16_b1_features_17_runner, 199) \
+  X(vgg16_b1_features_19_runner, 200) \
+  X(vgg16_b1_features_2_runner, 201) \
+  X(vgg16_b1_features_24_runner, 202) \
+  X(vgg16_b1_features_5_runner, 203) \
+  X(vgg16_b1_features_7_runner, 204) \
+  X(vgg16_b32_features_2_runner, 205) \
+  X(vgg16_b32_features_7_runner, 206) \
+  X(vgg16_features_0_b1_runner, 207) \
+  X(vgg16_features_0_b32_runner, 208) \
+  X(vgg16_features_0_b8_runner, 209) \
+  X(vgg16_features_12_b1_runner, 210) \
+  X(vgg16_features_12_b32_runner, 211) \
+  X(vgg16_features_12_b8_runner, 212) \
+  X(vgg16_features_24_b1_runner, 213) \
+  X(vgg16_features_24_b32_runner, 214) \
+  X(vgg16_features_24_b8_runner, 215) \
+  X(vgg16_features_2_b1_runner, 216) \
+  X(vgg16_features_2_b32_runner, 217) \
+  X(vgg16_features_2_b8_runner, 218) \
+  X(vgg16f_features_0_b1_runner, 219) \
+  X(vgg16f_features_0_b32_runner, 220) \
+  X(vgg16f_features_0_b8_runner, 221) \
+  X(vgg16f_features_12_b1_runner, 222) \
+  X(vgg16f_features_12_b32_runner, 223) \
+  X(vgg16f_features_12_b8_runner, 224)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
