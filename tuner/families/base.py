@@ -33,10 +33,10 @@ class Shape3:
 
     @classmethod
     def parse(cls, text: str) -> "Shape3":
-        parts = str(text).lower().split("x")
-        if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and 0 < int(p) <= 4096 for p in parts):
+        shape = _shape3_of(str(text))
+        if shape is None:
             raise SpaceError(f"shape {text!r} must look like 128x128x64 (three whole numbers from 1 to 4096)")
-        return cls(*(int(p) for p in parts))
+        return shape
 
     @property
     def text(self) -> str:
@@ -45,6 +45,14 @@ class Shape3:
     @property
     def volume(self) -> int:
         return self.m * self.n * self.k
+
+
+@lru_cache(maxsize=1024)  # a space's enumeration parses its few tile and warp texts once a configuration
+def _shape3_of(text: str) -> Shape3 | None:
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and 0 < int(p) <= 4096 for p in parts):
+        return None
+    return Shape3(*(int(p) for p in parts))
 
 
 @dataclass(frozen=True)
