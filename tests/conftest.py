@@ -125,15 +125,17 @@ def assert_in_order(text: str, pieces: list[str]) -> None:
         at = found + len(squeeze(piece))
 
 
-def tune_in_process(*args: str, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
+def tune_in_process(*args: str, env: dict[str, str | None] | None = None,
+                    clean_env: bool = False) -> subprocess.CompletedProcess:
     """tune.py's main run in this process at the repository's root, with `env` over os.environ (None removes a
-    variable): its exit status, stdout and stderr, as subprocess.run gives a process's. No interpreter starts and
-    nothing is imported again; what a command caches (a layer's valid configurations) serves the commands after it."""
+    variable), or `env` alone with clean_env: its exit status, stdout and stderr, as subprocess.run gives a
+    process's. No interpreter starts and nothing is imported again; what a command caches (a layer's valid
+    configurations) serves the commands after it."""
     from tuner.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    with mock.patch.dict(os.environ), chdir(REPO), redirect_stdout(out), redirect_stderr(err):
+    with mock.patch.dict(os.environ, clear=clean_env), chdir(REPO), redirect_stdout(out), redirect_stderr(err):
         for name, value in (env or {}).items():
             if value is None:
                 os.environ.pop(name, None)
