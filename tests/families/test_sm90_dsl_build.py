@@ -82,13 +82,10 @@ def built(tmp_path_factory):
     return build_once
 
 
-# A DSL compile each (about 8 s on 2 cores): the full set runs them; the GEMM's build stands for them in the quick set.
-SLOW_BUILD = pytest.mark.slow
-
-
-@pytest.mark.parametrize("spec", [GEMM, pytest.param(CONV, marks=SLOW_BUILD), pytest.param(STEM, marks=SLOW_BUILD),
-                                  pytest.param(CONV_BF16, marks=SLOW_BUILD), pytest.param(STEM_BF16, marks=SLOW_BUILD),
-                                  pytest.param(CLASSES_21, marks=SLOW_BUILD)],
+# The tests that build a candidate are `slow`, for the full set: a DSL compile each, about 8 s on 2 cores. The quick
+# set keeps the spec's checks, the refusals of the build command and the geometry, which need no compile.
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16, CLASSES_21],
                          ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
                               "stem_c3_gathered_bf16", "k21_stored_by_element"])
 def test_builds_a_candidate_with_every_entry_point(spec, built):
@@ -112,6 +109,7 @@ def test_the_element_is_part_of_the_spec():
     assert BuildSpec.from_json(CONV.to_json()).element == "f16"
 
 
+@pytest.mark.slow
 def test_abi_answers_without_a_gpu(built):
     """tuner_abi_version, can_implement, grid and attributes are plain C: callable with no CUDA device."""
     import ctypes
@@ -195,7 +193,7 @@ def test_per_axis_problems_get_each_axis_its_own_phases():
                            TileSpec(128, 64, 64, tile_q=16)))
 
 
-@SLOW_BUILD
+@pytest.mark.slow
 def test_a_per_axis_candidate_takes_exactly_its_problem(tmp_path):
     import ctypes
     result = run_build(BuildSpec(INCEPTION_1X7, EpilogueSpec(), TileSpec(128, 64, 64, tile_q=16)).to_json(), tmp_path)
@@ -247,7 +245,7 @@ def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
         BuildSpec(replace(STEM.problem, c=12), EpilogueSpec(), STEM.tile).check()
 
 
-@SLOW_BUILD
+@pytest.mark.slow
 def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_path):
     import ctypes
     spec = BuildSpec(LATE_GEMM_B1, EpilogueSpec(scale=True, bias=True, residual=True, activation="relu"),
