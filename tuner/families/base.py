@@ -173,8 +173,8 @@ TENSOR_OP_OUTPUTS = {
 def types_problem(family: str, typed, inputs: tuple[DataType, ...] = tuple(TENSOR_OP_OUTPUTS)) -> str | None:
     """Why a family whose kernels read `inputs` cannot take the types of `typed` (a problem or a
     configuration), or None."""
-    names = "/".join(t.value for t in inputs)
     if typed.input_type not in inputs or typed.filter_type is not typed.input_type:
+        names = "/".join(t.value for t in inputs)
         return f"{family} kernels take {names} inputs and filters of one type, got {typed.dtype_key}"
     outputs = TENSOR_OP_OUTPUTS[typed.input_type]
     if typed.accumulator_type is not DataType.f32 or typed.output_type not in outputs:
