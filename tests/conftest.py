@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import os
 import re
+import signal
+import subprocess
 import sys
+from contextlib import chdir, redirect_stderr, redirect_stdout
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -117,6 +123,32 @@ def assert_in_order(text: str, pieces: list[str]) -> None:
         found = text.find(squeeze(piece), at)
         assert found >= 0, f"{piece!r} not found after position {at}"
         at = found + len(squeeze(piece))
+
+
+def tune_in_process(*args: str, env: dict[str, str | None] | None = None,
+                    clean_env: bool = False) -> subprocess.CompletedProcess:
+    """tune.py's main run in this process at the repository's root, with `env` over os.environ (None removes a
+    variable), or `env` alone with clean_env: its exit status, stdout and stderr, as subprocess.run gives a
+    process's. No interpreter starts and nothing is imported again; what a command caches (a layer's valid
+    configurations) serves the commands after it."""
+    from tuner.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    with mock.patch.dict(os.environ, clear=clean_env), chdir(REPO), redirect_stdout(out), redirect_stderr(err):
+        for name, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's --help and usage errors
+            code = 0 if exit.code is None else exit.code
+        finally:
+            for signum, handler in handlers.items():  # main takes SIGTERM and Ctrl-C for its run
+                signal.signal(signum, handler)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 # An imported model's element type (as torch and numpy name it), --dtype, and the types and name tag its layers

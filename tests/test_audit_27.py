@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_best
+from conftest import H100, write_best
 from test_fault_run import HEADER, SLUG, one_line, results_with, run, sound_entry
 from tuner.store.results import BEST_FILE
 
@@ -76,18 +76,27 @@ def test_the_header_of_such_layers_compiles(tmp_path, capsys):
 
 # --- plots: a '$' in a layer or GPU name is text, not matplotlib's TeX ----------------------------------------
 
+@pytest.fixture(scope="module")
+def replayed_results(tmp_path_factory, conv_1, sm80_space) -> Path:
+    """A results folder whose GPU journal holds a replayed study: replayed once, copied for each name drawn."""
+    from test_plots import replayed_study
+    from tuner.store.journal import default_storage
+
+    root = tmp_path_factory.mktemp("replayed")
+    replayed_study(default_storage(root, H100.slug), "study", conv_1, sm80_space, H100)
+    return root
+
+
 @pytest.mark.parametrize("layer", ["x$\\foo{$y", "a$b$c", "$"])
-def test_a_dollar_in_a_layer_name_is_drawn_as_it_is(tmp_path, conv_1, sm80_space, h100, layer):
+def test_a_dollar_in_a_layer_name_is_drawn_as_it_is(tmp_path, replayed_results, conv_1, h100, layer):
     pytest.importorskip("matplotlib")
     from rich.console import Console
 
-    from test_plots import replayed_study
     from tuner.cli import plots
     from tuner.core.problem import problem_to_dict
-    from tuner.store.journal import default_storage
     from tuner.store.results import gpu_dir
 
-    replayed_study(default_storage(tmp_path, h100.slug), "study", conv_1, sm80_space, h100)
+    shutil.copytree(replayed_results, tmp_path, dirs_exist_ok=True)
     write_best(gpu_dir(tmp_path, h100.slug), layer,
                {"problem": problem_to_dict(conv_1), "family": "sm80", "params": {"tile": "64x64x32"}, "kernel": "k",
                 "runtime_us": 4.0, "study": {"name": "study"}},

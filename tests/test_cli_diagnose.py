@@ -1,9 +1,7 @@
 """`tune.py diagnose` (tuner/cli/diagnose.py): the waste table, the verdict lines, the JSON document, and a
 bad report, GPU or shape as one error line."""
-import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
@@ -12,7 +10,7 @@ from rich.console import Console
 from tuner.analysis.explain import diagnose_report
 from tuner.cli.diagnose import render_diagnosis
 
-from conftest import FIXTURES, H100_CUTLASS, REPO, RTX3060_CUTLASS, RTX3060_NAIVE  # noqa: E402
+from conftest import FIXTURES, H100_CUTLASS, RTX3060_CUTLASS, RTX3060_NAIVE, tune_in_process  # noqa: E402
 
 NAIVE_SHAPE = "8,32,32,32,32,3,3,1"
 
@@ -55,8 +53,7 @@ def test_odd_numbers_in_a_report_are_unknown_not_tracebacks(tmp_path, edit, expe
     assert count
     report = tmp_path / "report.txt"
     report.write_text(edited)
-    result = subprocess.run([sys.executable, str(REPO / "tune.py"), "diagnose", str(report)], capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+    result = tune_in_process("diagnose", str(report), env={"COLUMNS": "250"})
     assert "Traceback" not in result.stderr
     assert result.returncode in (0, 2), result.stderr
     if result.returncode == 2:
@@ -66,8 +63,7 @@ def test_odd_numbers_in_a_report_are_unknown_not_tracebacks(tmp_path, edit, expe
 
 
 def run_diagnose(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "tune.py"), "diagnose", *args], capture_output=True, text=True,
-                          timeout=60, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+    return tune_in_process("diagnose", *args, env={"COLUMNS": "200"})
 
 
 def test_diagnose_command_prints_the_limiter_estimate_and_tune_command():

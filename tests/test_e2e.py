@@ -2,17 +2,12 @@
 (speed-ups against eager and the faster torch.compile mode, the convolutions' share), from timings given here."""
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from conftest import tune_in_process
 from tuner.cli.e2e import checked_arguments, result_table, summary_lines
 from tuner.torch_ops.e2e import AUTOTUNED, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, NetworkResult, VariantResult
 from tuner.core.errors import UsageError
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def result(**latencies) -> NetworkResult:
@@ -76,8 +71,7 @@ def test_on_the_command_line_without_a_gpu_it_says_so_in_one_line(argv, says):
 
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU")
-    done = subprocess.run([sys.executable, str(REPO / "tune.py"), *argv], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    done = tune_in_process(*argv)
     assert done.returncode == 2, done.stderr
     assert says in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
 

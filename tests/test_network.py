@@ -3,7 +3,6 @@ epilogues from what follows each conv, identical problems once, unsupported conv
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +11,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from conftest import MODEL_DTYPE_CASES  # noqa: E402
+from conftest import MODEL_DTYPE_CASES, tune_in_process  # noqa: E402
 from tuner.importers.frontend import NetworkError  # noqa: E402
 from tuner.importers.network import write_layers  # noqa: E402
 from tuner.importers.onnx_import import from_onnx  # noqa: E402
 from tuner.core.layers import load_layers  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def weight(name: str, k: int, c: int, r: int, s: int):
@@ -176,8 +173,8 @@ def test_a_symbolic_batch_needs_batch(tmp_path):
 
 
 def tune(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "tune.py"), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "220"})
+    return tune_in_process(*args, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "220"},
+                           clean_env=True)
 
 
 def test_list_layers_of_a_model_on_the_command_line(tmp_path):
@@ -364,8 +361,7 @@ def test_written_layers_keep_their_types(tmp_path, dtype):
 
 
 def test_dtype_with_a_layer_of_the_table_is_exit_2():
-    result = subprocess.run([sys.executable, str(REPO / "tune.py"), "--layer", "conv_1", "--dtype", "bf16"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = tune_in_process("--layer", "conv_1", "--dtype", "bf16")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "--dtype goes with --shape" in result.stderr
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 
 pytest.importorskip("onnx")
 
+from conftest import tune_in_process  # noqa: E402
 from test_network import resnet_block  # noqa: E402
 from tuner.core.epilogue import Epilogue  # noqa: E402
 from tuner.importers.onnx_import import from_onnx  # noqa: E402
@@ -20,7 +20,6 @@ from tuner.cli.report import summary_lines  # noqa: E402
 from tuner.pipeline.network_report import layer_reports, totals  # noqa: E402
 from tuner.core.problem import problem_to_dict  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 SLUG = "test-gpu"
 
 
@@ -80,9 +79,8 @@ def test_an_untuned_problem_is_marked(tmp_path):
 
 
 def report(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "tune.py"), "report", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                                                       "COLUMNS": "250"})
+    return tune_in_process("report", *args, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "250"},
+                           clean_env=True)
 
 
 def test_report_on_the_command_line_prints_the_table_and_draws_the_chart(tmp_path):

@@ -14,14 +14,13 @@ from tuner.analysis.predict import ceilings, config_waste, fills, predict, ranki
 from tuner.cli.predict import parse_config_text, versus
 from tuner.search.space import joint_valid_configs, layer_space, load_space, default_space_file
 
-from conftest import REPO, config_for  # noqa: E402
+from conftest import REPO, config_for, tune_in_process  # noqa: E402
 
 REFERENCE = "128x128x64,w2x2x1,s3"
 
 
 def run_predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "tune.py"), "predict", *args], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+    return tune_in_process("predict", *args, env={"COLUMNS": "200"})
 
 
 def ranked_for(gpu_name, problem):

@@ -5,25 +5,19 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, tune_in_process
+
 ONNX_MODEL = None
 
 
 def tune(*args: str, columns: int | None = 100) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("COLUMNS", None)
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    return subprocess.run([sys.executable, str(REPO / "tune.py"), *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return tune_in_process(*args, env={"COLUMNS": None if columns is None else str(columns)})
 
 
 def long_named_model(tmp_path: Path) -> Path:

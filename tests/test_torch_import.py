@@ -8,6 +8,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from conftest import MODEL_DTYPE_CASES  # noqa: E402
+from conftest import MODEL_DTYPE_CASES, tune_in_process  # noqa: E402
 from tuner.importers.frontend import NetworkError  # noqa: E402
 from tuner.importers.torch_import import from_torch  # noqa: E402
 
@@ -270,6 +271,16 @@ def tune(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
                           timeout=120, env={**os.environ, **env})
 
 
+@pytest.fixture
+def tune_here(monkeypatch, tmp_path):
+    """tune() in this process (torch is imported once, not once a command), the stand-in torchvision imported
+    as torchvision."""
+    stand_in = types.ModuleType("torchvision")
+    exec(textwrap.dedent(FAKE_TORCHVISION), stand_in.__dict__)
+    monkeypatch.setitem(sys.modules, "torchvision", stand_in)
+    return lambda *args: tune_in_process(*args, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "220"})
+
+
 def cpu_seconds_of_children() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -287,9 +298,8 @@ def test_torchvision_on_the_command_line(tmp_path):
     assert cpu_seconds_of_children() - before < 30
 
 
-def test_a_builder_that_computes_with_tensors_still_imports(tmp_path):
-    result = tune("--torchvision", "widths", "--batch", "2", "--write-layers", str(tmp_path / "w.yaml"),
-                  tmp_path=tmp_path)
+def test_a_builder_that_computes_with_tensors_still_imports(tmp_path, tune_here):
+    result = tune_here("--torchvision", "widths", "--batch", "2", "--write-layers", str(tmp_path / "w.yaml"))
     assert result.returncode == 0, result.stderr
     assert "c: 3, k: 16" in (tmp_path / "w.yaml").read_text()
 
@@ -302,16 +312,15 @@ def test_a_builder_that_computes_with_tensors_still_imports(tmp_path):
     (("--torchvision", "tiny", "--batch", "2", "--image-size", "0", "--list-layers"), "--image-size must be at least 1"),
     (("--layer", "conv_1", "--image-size", "64"), "--image-size goes with --torchvision"),
 ])
-def test_bad_torchvision_input_is_one_line_exit_2(tmp_path, args, says):
-    result = tune(*args, tmp_path=tmp_path)
+def test_bad_torchvision_input_is_one_line_exit_2(args, says, tune_here):
+    result = tune_here(*args)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.stderr
 
 
-def test_a_segmentation_model_is_imported_whole_at_its_recipes_size(tmp_path):
-    result = tune("--torchvision", "segmenter", "--batch", "2", "--write-layers", str(tmp_path / "s.yaml"),
-                  tmp_path=tmp_path)
+def test_a_segmentation_model_is_imported_whole_at_its_recipes_size(tmp_path, tune_here):
+    result = tune_here("--torchvision", "segmenter", "--batch", "2", "--write-layers", str(tmp_path / "s.yaml"))
     assert result.returncode == 0, result.stderr
     written = (tmp_path / "s.yaml").read_text()
     assert "h: 520, w: 520, c: 3, k: 16" in written and "c: 16, k: 8" in written
@@ -379,9 +388,8 @@ def test_a_float64_module_is_listed_with_the_reason():
     assert from_torch(TwoConvs().double().eval(), (2, 16, 8, 8), "two", "bf16").layers
 
 
-def test_dtype_on_the_command_line(tmp_path):
-    result = tune("--torchvision", "tiny", "--batch", "8", "--dtype", "bf16", "--list-layers", "--json",
-                  tmp_path=tmp_path)
+def test_dtype_on_the_command_line(tune_here):
+    result = tune_here("--torchvision", "tiny", "--batch", "8", "--dtype", "bf16", "--list-layers", "--json")
     assert result.returncode == 0, result.stderr
     import json
     rows = json.loads(result.stdout)["layers"]

@@ -67,13 +67,29 @@ CLASSES_21 = BuildSpec(ProblemSpec.symmetric(8, 65, 65, 256, 21, 1, 1, 0, 1, 1),
                        TileSpec(128, 32, 64, schedule="cooperative"))
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The candidate folder of a spec, built once for every test of this module that reads it."""
+    folders = {}
+
+    def build_once(spec: BuildSpec) -> Path:
+        if spec not in folders:
+            folder = tmp_path_factory.mktemp("build")
+            result = run_build(spec.to_json(), folder)
+            assert result.returncode == 0, result.stderr[-2000:]
+            folders[spec] = folder / "out"
+        return folders[spec]
+    return build_once
+
+
+# The tests that build a candidate are `slow`, for the full set: a DSL compile each, about 8 s on 2 cores. The quick
+# set keeps the spec's checks, the refusals of the build command and the geometry, which need no compile.
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16, CLASSES_21],
                          ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
                               "stem_c3_gathered_bf16", "k21_stored_by_element"])
-def test_builds_a_candidate_with_every_entry_point(spec, tmp_path):
-    result = run_build(spec.to_json(), tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    out = tmp_path / "out"
+def test_builds_a_candidate_with_every_entry_point(spec, built):
+    out = built(spec)
     for name in ("kernel.h", "kernel.o", "entry.c", "candidate.so", "ptxas.txt", "build.json"):
         assert (out / name).is_file(), name
     assert set(ENTRY_POINTS) <= exported_symbols(out / "candidate.so")
@@ -93,12 +109,11 @@ def test_the_element_is_part_of_the_spec():
     assert BuildSpec.from_json(CONV.to_json()).element == "f16"
 
 
-def test_abi_answers_without_a_gpu(tmp_path):
+@pytest.mark.slow
+def test_abi_answers_without_a_gpu(built):
     """tuner_abi_version, can_implement, grid and attributes are plain C: callable with no CUDA device."""
     import ctypes
-    result = run_build(GEMM.to_json(), tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lib = ctypes.CDLL(str(tmp_path / "out" / "candidate.so"))
+    lib = ctypes.CDLL(str(built(GEMM) / "candidate.so"))
     lib.tuner_abi_version.restype = ctypes.c_int32
     assert lib.tuner_abi_version() == 5
     p = GEMM.problem
@@ -178,6 +193,7 @@ def test_per_axis_problems_get_each_axis_its_own_phases():
                            TileSpec(128, 64, 64, tile_q=16)))
 
 
+@pytest.mark.slow
 def test_a_per_axis_candidate_takes_exactly_its_problem(tmp_path):
     import ctypes
     result = run_build(BuildSpec(INCEPTION_1X7, EpilogueSpec(), TileSpec(128, 64, 64, tile_q=16)).to_json(), tmp_path)
@@ -229,6 +245,7 @@ def test_a_gathering_geometry_tiles_the_pixels_and_walks_r_s_c_together():
         BuildSpec(replace(STEM.problem, c=12), EpilogueSpec(), STEM.tile).check()
 
 
+@pytest.mark.slow
 def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_path):
     import ctypes
     spec = BuildSpec(LATE_GEMM_B1, EpilogueSpec(scale=True, bias=True, residual=True, activation="relu"),

@@ -33,10 +33,10 @@ class Shape3:
 
     @classmethod
     def parse(cls, text: str) -> "Shape3":
-        parts = str(text).lower().split("x")
-        if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and 0 < int(p) <= 4096 for p in parts):
+        shape = _shape3_of(str(text))
+        if shape is None:
             raise SpaceError(f"shape {text!r} must look like 128x128x64 (three whole numbers from 1 to 4096)")
-        return cls(*(int(p) for p in parts))
+        return shape
 
     @property
     def text(self) -> str:
@@ -45,6 +45,14 @@ class Shape3:
     @property
     def volume(self) -> int:
         return self.m * self.n * self.k
+
+
+@lru_cache(maxsize=1024)  # a space's enumeration parses its few tile and warp texts once a configuration
+def _shape3_of(text: str) -> Shape3 | None:
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(re.fullmatch(r"[0-9]+", p) and 0 < int(p) <= 4096 for p in parts):
+        return None
+    return Shape3(*(int(p) for p in parts))
 
 
 @dataclass(frozen=True)
@@ -165,8 +173,8 @@ TENSOR_OP_OUTPUTS = {
 def types_problem(family: str, typed, inputs: tuple[DataType, ...] = tuple(TENSOR_OP_OUTPUTS)) -> str | None:
     """Why a family whose kernels read `inputs` cannot take the types of `typed` (a problem or a
     configuration), or None."""
-    names = "/".join(t.value for t in inputs)
     if typed.input_type not in inputs or typed.filter_type is not typed.input_type:
+        names = "/".join(t.value for t in inputs)
         return f"{family} kernels take {names} inputs and filters of one type, got {typed.dtype_key}"
     outputs = TENSOR_OP_OUTPUTS[typed.input_type]
     if typed.accumulator_type is not DataType.f32 or typed.output_type not in outputs:

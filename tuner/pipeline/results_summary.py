@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.pipeline.bench_summary import RatioStats, ratio_stats
-from tuner.store.bench_record import BENCH_FILE, MeasuredCeilings, read_bench
+from tuner.store.bench_record import BENCH_FILE, BenchRecord, MeasuredCeilings, read_bench
 from tuner.store.best import best_entries, read_best
 from tuner.store.results import BEST_FILE, ResultsError, gpu_dir, gpu_slugs, recorded_gpu_dir
 from tuner.store.schema import BestEntry
@@ -47,11 +47,10 @@ def ratio_summary(rows: list[OneRunRow], baseline: str) -> RatioStats | None:
                        {row.layer: row.batch for row in rows})
 
 
-def one_run_rows(folder: Path) -> list[OneRunRow]:
-    """bench.yaml's one run, with each layer's batch from best.yaml where the layer is there."""
-    entries = best_entries(folder)
+def one_run_rows(bench: BenchRecord, entries: dict[str, BestEntry]) -> list[OneRunRow]:
+    """bench.yaml's one run, with each layer's batch from best.yaml's entries where the layer is there."""
     rows = []
-    for layer, row in read_bench(folder).one_run.items():
+    for layer, row in bench.one_run.items():
         times = tuple((key, float(us)) for key in ("tuned_us", *(key for key, _ in BASELINES))
                       if (us := row.us(key)) is not None)
         entry = entries.get(layer)
@@ -77,12 +76,12 @@ def gpu_results(results_dir: Path, slug: str) -> GpuResults:
     folder = gpu_dir(results_dir, slug)
     best = read_best(folder)
     toolchain = best.get("toolchain") or {}
-    bench = read_bench(folder)
+    bench, entries = read_bench(folder), best_entries(folder)
     return GpuResults(slug, str((best.get("device") or {}).get("name") or slug),
                       str(toolchain["nvcc"]) if toolchain.get("nvcc") else None,
                       str(toolchain["cutlass"]) if toolchain.get("cutlass") else None,
-                      bench.cudnn_version, bench.ceilings, best_entries(folder),
-                      tuple(one_run_rows(folder)) if (folder / BENCH_FILE).is_file() else ())
+                      bench.cudnn_version, bench.ceilings, entries,
+                      tuple(one_run_rows(bench, entries)) if (folder / BENCH_FILE).is_file() else ())
 
 
 def summary_slugs(results_dir: Path, slugs: list[str] | None) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
@@ -128,6 +129,7 @@ def _largest_dividing(value: int, widths: tuple[int, ...]) -> int:
     return next(w for w in widths if value % w == 0)
 
 
+@lru_cache(maxsize=256)  # once a configuration of a space's enumeration, for one problem
 def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
     """Elements per access for A/B (contiguous in C) and for the output (contiguous in K)."""
     padded = kernel_problem(problem)

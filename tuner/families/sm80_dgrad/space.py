@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tuner.core.device import DeviceFacts
 from tuner.families.base import LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, int_list, param, types_problem
@@ -89,6 +90,7 @@ def layer_problem(problem: ConvProblem) -> str | None:
     return None
 
 
+@lru_cache(maxsize=256)  # once a configuration of a space's enumeration, for one problem
 def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
     """Elements per access of both operands (x contiguous in C, w in K: one width for both) and of the
     output (contiguous in K)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tuner.core.device import DeviceFacts
 from tuner.families.base import LaunchArgs, SearchSpace, SpaceError, check_keys, enum_list, param, types_problem
@@ -61,6 +62,7 @@ def parse_space(document: object) -> SearchSpace:
     return SearchSpace(FAMILY, choices)
 
 
+@lru_cache(maxsize=256)  # once a configuration of a space's enumeration, for one problem
 def derive_alignments(problem: ConvProblem) -> tuple[int, int]:
     """Elements per access of A and B, contiguous in a group's channels (C/groups), and of the output (K)."""
     widest_ab = 128 // problem.input_type.bits

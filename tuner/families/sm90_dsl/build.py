@@ -119,10 +119,12 @@ def import_toolchain() -> Path:
 
 
 def build(spec_text: str, out_dir: Path) -> dict:
+    from .geometry import geometry
     from .spec import BuildSpec, SpecError
     started = time.perf_counter()
     try:
         spec = BuildSpec.from_json(spec_text)
+        geometry(spec)  # a spec the kernel cannot take is refused before the DSL's seconds-long import
     except SpecError as error:
         raise BuildError(str(error)) from None
     lib_dir = import_toolchain()
