@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy
 
+from dataclasses import dataclass
+
 from tuner.core.arrays import array_module
 from tuner.core.dtypes import DataType
 
@@ -28,6 +30,27 @@ def _e4m3_values() -> numpy.ndarray:
 
 
 E4M3_VALUES = _e4m3_values()
+
+
+@dataclass(frozen=True)
+class OperandScales:
+    """An e4m3 problem's per-tensor scales: the input tensor stands for its codes' values times `input`, the
+    filter for theirs times `filter`, so the convolution is alpha = input x filter times that of the codes'
+    values, and the kernel's epilogue folds alpha in: y = act(scale[k] x alpha x acc + bias[k] + beta x residual).
+    Run-time operands, as the epilogue's vectors are (the kernel reads them from device memory, as
+    torch._scaled_mm does): the problem, its key and its kernel do not depend on their values."""
+
+    input: float
+    filter: float
+
+    @property
+    def alpha(self) -> float:
+        return self.input * self.filter
+
+    @property
+    def values(self) -> tuple[float, float]:
+        """(input, filter): the f32[2] the kernel reads."""
+        return self.input, self.filter
 
 
 def storage_dtype(dtype: DataType) -> str:
