@@ -159,12 +159,23 @@ TENSOR_OP_OUTPUTS = {
     DataType.f16: (DataType.f16, DataType.f32),
     DataType.bf16: (DataType.bf16, DataType.f32),
     DataType.tf32: (DataType.f32,),
+    DataType.e4m3: (DataType.f16,),
 }
+
+
+def e4m3_problem(family: str, typed) -> str | None:
+    """Why a family of no fp8 kernels cannot take an e4m3 problem (or configuration), or None for other types."""
+    if typed.input_type is not DataType.e4m3:
+        return None
+    return (f"{family} runs no fp8: e4m3 needs sm90_dsl (CUTLASS 4.2's sm90 conv generator makes no fp8 kernel, and "
+            "the C++ families' runners take no per-tensor scales)")
 
 
 def types_problem(family: str, typed, inputs: tuple[DataType, ...] = tuple(TENSOR_OP_OUTPUTS)) -> str | None:
     """Why a family whose kernels read `inputs` cannot take the types of `typed` (a problem or a
     configuration), or None."""
+    if typed.input_type not in inputs and (reason := e4m3_problem(family, typed)):
+        return reason
     names = "/".join(t.value for t in inputs)
     if typed.input_type not in inputs or typed.filter_type is not typed.input_type:
         return f"{family} kernels take {names} inputs and filters of one type, got {typed.dtype_key}"
