@@ -151,6 +151,7 @@ ELEMENT_TAGS = {
     DataType.bf16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.bf16],
     DataType.f32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f32],
     DataType.tf32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.tf32],
+    DataType.e4m3: cutlass_lib.DataTypeTag[cutlass_lib.DataType.e4m3],
 }
 
 # The tensor-op families' types: the input (and filter) type, and the outputs written from its f32
