@@ -36,7 +36,7 @@ class DataType(enum.Enum):
 
 
 # What --dtype names (after the input type): the input, filter, output and accumulator types of a problem.
-# An e4m3 problem writes f16, and its kernel takes two per-tensor scales at run time (measure/run.py's
+# An e4m3 problem writes f16, and its kernel takes two per-tensor scales at run time (core/elements.py's
 # OperandScales), which are no part of the problem.
 DTYPE_CHOICES = {
     "f16": (DataType.f16, DataType.f16, DataType.f16, DataType.f32),
