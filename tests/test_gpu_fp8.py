@@ -155,7 +155,8 @@ def test_an_e4m3_kernel_of_the_wrong_filter_taps_fails(compiled, worker):
 
 
 def test_an_f16_layer_through_an_e4m3_kernel_fails(compiled, worker):
-    """The f16 layer's data (two bytes an element) read by the e4m3 kernel: wrong, never validated."""
+    """The f16 layer (two bytes an element, and no scales to hand over) through the e4m3 kernel of its shape: the
+    kernel refuses to start without its scales, or computes garbage; never validated."""
     problem, _ = case_config("gemm_1x1")
     f16 = dataclasses.replace(problem, **dtype_fields("f16"))
     answer = worker.request(request(compiled["gemm_1x1"], f16, f16))
