@@ -12,7 +12,7 @@ from rich.table import Table
 
 from tuner.cli.tables import print_table
 from tuner.core.stats import geometric_mean
-from tuner.measure.baseline import CUDNN_FP8_ABSENT, torch_problem
+from tuner.measure.baseline import CUDNN_FP8_ABSENT, library_dtype
 from tuner.pipeline.bench import BenchEvent, GpuTunerFound, NoValidKernel
 from tuner.pipeline.bench_summary import (ABOVE, Comparison, GpuTunerStats, LayerFigures, RatioStats, SearchStats,
                                           one_run_layers, one_run_summary)
@@ -92,8 +92,8 @@ def bench_table(figures: list[LayerFigures], ceilings: Ceilings) -> Table:
         found, searched = layer.gpu_tuner, layer.gpu_tuner_best_us
         row += [f"{found.best_us / searched:.3f}\n({'+'.join(found.searched_families)}, "
                 f"{found.kernels_compiled}, {found.wall_s:.0f} s)" if math.isfinite(searched) else "-"]
-        f16_twin = torch_problem(layer.layer.problem) != layer.layer.problem  # an e4m3 layer: cuDNN ran f16
-        row += [_us(mine), _us(cudnn) + ("\n(f16)" if f16_twin and cudnn else ""),
+        timed = library_dtype(layer.layer.problem)  # an e4m3 layer's cuDNN ran f16
+        row += [_us(mine), _us(cudnn) + (f"\n({timed})" if timed and cudnn else ""),
                 f"{best / cudnn:.2f}" if cudnn and math.isfinite(best) else "-",
                 f"{mine / cudnn:.2f}" if cudnn and mine else "-", _us(cublas),
                 f"{best / cublas:.2f}" if cublas and math.isfinite(best) else "-"]
@@ -109,7 +109,7 @@ def bench_table(figures: list[LayerFigures], ceilings: Ceilings) -> Table:
         means.append(f"{geometric_mean(values):.3f}" if values else "")
     table.add_section()
     table.add_row(f"total: {len(figures)} layers (geomean)", *means)
-    if any(torch_problem(layer.layer.problem) != layer.layer.problem for layer in figures):
+    if any(library_dtype(layer.layer.problem) for layer in figures):
         table.caption = f"(f16): an e4m3 layer's cuDNN figure; {CUDNN_FP8_ABSENT}"
     return table
 

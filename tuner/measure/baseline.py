@@ -61,10 +61,18 @@ def torch_problem(problem: ConvProblem) -> ConvProblem:
     return replace(problem, **dtype_fields("f16")) if problem.input_type is DataType.e4m3 else problem
 
 
+def library_dtype(problem: ConvProblem) -> str | None:
+    """The type cuDNN and the PyTorch layer are timed in where it is not the problem's (an e4m3 problem's f16,
+    CUDNN_FP8_ABSENT), or None: what a table of their figures says of the layer."""
+    twin = torch_problem(problem)
+    return twin.input_type.value if twin != problem else None
+
+
 def fp8_absence(problem: ConvProblem) -> dict:
     """What a cuDNN or PyTorch figure of the problem adds to say it is not of the problem's type: {} or, for e4m3,
     the type timed and why."""
-    return {"timed_dtype": "f16", "note": CUDNN_FP8_ABSENT} if problem.input_type is DataType.e4m3 else {}
+    timed = library_dtype(problem)
+    return {"timed_dtype": timed, "note": CUDNN_FP8_ABSENT} if timed else {}
 
 
 def torch_weight_shape(problem: ConvProblem) -> tuple[int, int, int, int]:

@@ -15,7 +15,7 @@ from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families import registry
-from tuner.measure.baseline import torch_problem
+from tuner.measure.baseline import library_dtype
 from tuner.search.space import entry_config
 from tuner.store.bench_record import BenchRecord, OneRunLayer
 from tuner.store.best import best_entries
@@ -160,8 +160,6 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
                           times.cublas_us, times.eager_us, times.compiled_us)
         record = dataclasses.replace(with_library_times(record, layer.name, times),
                                      one_run={**record.one_run, layer.name: row})
-        library_problem = torch_problem(layer.problem)
-        emit(TunedTimed(layer.name, row, layer.problem.epilogue.fused,
-                        library_problem.input_type.value if library_problem != layer.problem else None))
+        emit(TunedTimed(layer.name, row, layer.problem.epilogue.fused, library_dtype(layer.problem)))
         save(record)
     return record
