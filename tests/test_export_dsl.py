@@ -119,6 +119,23 @@ def test_a_header_with_an_e4m3_layer_passes_gcc_syntax_check(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_cpp_example_compiles_against_a_header_with_an_e4m3_layer(tmp_path):
+    """examples/cpp/main.cu hands an e4m3 layer's DslScaledRunner its two scales (and folds them into the
+    reference's alpha) where it hands the others a TunerEpilogue: it compiles with both kinds of runner."""
+    header = tmp_path / HEADER_FILE
+    header.write_text(e4m3_header())
+    include, util_include = cutlass_include_dirs()
+    done = subprocess.run(
+        ["nvcc", "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr", f"-I{include}", f"-I{util_include}",
+         f'-DTUNED_HEADER_FILE="{header}"', f"-DTUNED_NAMESPACE={NAMESPACE}",
+         f"-DTUNED_FOR_EACH=CUTLASS_CONV_TUNER_{NAMESPACE.upper()}_FOR_EACH_LAYER", "-c",
+         str(REPO / "examples" / "cpp" / "main.cu"), "-o", str(tmp_path / "main.o")],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("gpu", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
 def test_the_committed_headers_are_what_export_renders(gpu):
     """A best.yaml without DSL layers exports the header it always did, byte for byte."""
