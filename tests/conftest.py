@@ -158,6 +158,7 @@ MODEL_DTYPE_CASES = [
     ("float16", None, "f16_f16_f16_f32", ""),
     ("bfloat16", None, "bf16_bf16_bf16_f32", "_bf16"),     # the model's own type
     ("float32", "tf32", "tf32_tf32_f32_f32", "_tf32"),     # --dtype tf32 keeps an f32 model's f32
+    ("float32", "e4m3", "e4m3_e4m3_f16_f32", "_e4m3"),     # --dtype e4m3: fp8 operands, f16 out (sm90_dsl)
     ("bfloat16", "f16", "f16_f16_f16_f32", ""),            # --dtype over the model's
 ]
 

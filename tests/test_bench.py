@@ -260,3 +260,34 @@ def test_the_gpu_steps_keep_earlier_layers_and_write_bench_yaml_from_the_record(
     assert record.ceilings.matmul_tflops == 600.0 and record.cudnn_version == 91901
     assert record.cudnn == {"conv_1": 7.0, "older": 8.0, "r50_s4_3x3_b32": 7.0}
     assert record.product_search == earlier.product_search and record.one_run == earlier.one_run
+
+
+def test_an_e4m3_layers_cudnn_figure_says_it_is_f16s():
+    """PyTorch reaches no fp8 conv of cuDNN's: an e4m3 layer's cuDNN figure is its f16 twin's, and the table and
+    the tuned step's line say so; an f16 layer's say nothing of it."""
+    import dataclasses
+
+    from tuner.cli.bench_tables import bench_table, print_event
+    from tuner.core.dtypes import dtype_fields
+    from tuner.core.layers import Layer
+    from tuner.core.problem import ConvProblem
+    from tuner.pipeline.bench_summary import LayerFigures
+    from tuner.pipeline.one_run import TunedTimed
+
+    f16 = ConvProblem(n=8, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
+    layers = [Layer("conv_b8", f16), Layer("conv_e4m3_b8", dataclasses.replace(f16, **dtype_fields("e4m3")))]
+    figures = [LayerFigures(layer, {"sm90_dsl": 10.0}, 10.0, (), None, float("inf"), 10.0, 20.0, None)
+               for layer in layers]
+    console = Console(width=250, record=True, file=open(os.devnull, "w"))
+    console.print(bench_table(figures, Ceilings()))
+    text = console.export_text()
+    assert text.count("(f16)") == 2 and "an e4m3 layer's cuDNN figure" in text  # the e4m3 row's cell, the caption
+    assert "not reachable from PyTorch" in text
+    for library_dtype, says in ((None, False), ("f16", True)):
+        console = Console(width=250, record=True, file=open(os.devnull, "w"))
+        print_event(TunedTimed("conv_e4m3_b8", OneRunLayer("k", "sm90_dsl", tuned_us=5.0, cudnn_us=10.0), False,
+                               library_dtype), console)
+        assert ("f16: cuDNN's fp8 convolution is not reachable from PyTorch" in console.export_text()) is says
+    only_f16 = Console(width=250, record=True, file=open(os.devnull, "w"))
+    only_f16.print(bench_table(figures[:1], Ceilings()))
+    assert "(f16)" not in only_f16.export_text()

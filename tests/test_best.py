@@ -130,6 +130,26 @@ def test_a_typed_entry_round_trips_through_best_yaml(tmp_path, dtype):
     assert dataclasses.replace(problem, **dtype_fields("f16" if dtype != "f16" else "bf16")) != entry.problem
 
 
+def test_an_e4m3_entry_round_trips_through_best_yaml_without_its_scales(tmp_path):
+    """An e4m3 layer's entry (sm90_dsl's, the one family that runs it) keeps its types; its per-tensor scales are
+    run-time operands, in neither the entry nor the kernel's name."""
+    from tuner.core.dtypes import dtype_fields
+    from tuner.core.problem import ConvProblem, problem_to_dict
+    from tuner.search.space import entry_config, make_config
+    from tuner.store.best import best_entries
+
+    problem = ConvProblem(n=2, h=14, w=14, c=64, k=64, r=3, s=3, pad=1, **dtype_fields("e4m3"))
+    config = make_config(problem, "sm90_dsl", {"tile": "128x64x64", "cluster": "1x1x1", "schedule": "cooperative",
+                                               "stages": 0, "raster": "m", "swizzle": 1, "tile_q": 8, "split_k": 1})
+    update_best(tmp_path, "layer_e4m3", BestEntry.parse("layer_e4m3", {
+        "problem": problem_to_dict(problem), "family": "sm90_dsl", "params": config.search_params,
+        "kernel": config.name, "runtime_us": 5.0}), HEADER)
+    entry = best_entries(tmp_path)["layer_e4m3"]
+    assert entry.problem == problem and "e4m3_e4m3_f16_f32" in config.name
+    assert entry_config(entry, "layer_e4m3", entry.problem) == config
+    assert "scale" not in (tmp_path / "best.yaml").read_text().split("layer_e4m3", 1)[1]
+
+
 def test_problems_are_found_by_their_canonical_fused_form(tmp_path):
     """A conv tuned with its batch norm (scale+bias+relu) answers for the same conv with the norm folded
     (bias+relu) and the other way round; a different epilogue or batch does not."""

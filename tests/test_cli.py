@@ -243,7 +243,8 @@ def test_help_lists_every_command_with_its_summary():
 
 
 @pytest.mark.parametrize("dtype, key, suffix", [(None, "f16_f16_f16_f32", ""), ("bf16", "bf16_bf16_bf16_f32", "_bf16"),
-                                                ("tf32", "tf32_tf32_f32_f32", "_tf32")])
+                                                ("tf32", "tf32_tf32_f32_f32", "_tf32"),
+                                                ("e4m3", "e4m3_e4m3_f16_f32", "_e4m3")])
 def test_a_shape_takes_a_dtype_into_its_types_and_name(dtype, key, suffix):
     from tuner.cli.tune import shape_layer
 
@@ -254,4 +255,5 @@ def test_a_shape_takes_a_dtype_into_its_types_and_name(dtype, key, suffix):
 
 def test_dtype_has_help_and_choices():
     action = next(a for a in build_parser()._actions if "--dtype" in a.option_strings)
-    assert tuple(action.choices) == ("f16", "bf16", "tf32") and "TF32" in action.help
+    assert tuple(action.choices) == ("f16", "bf16", "tf32", "e4m3") and "TF32" in action.help
+    assert "e4m3 (fp8 in with per-tensor scales, f16 out; sm90_dsl only)" in action.help

@@ -18,7 +18,9 @@ from tuner.build.nvcc import cutlass_include_dirs
 from tuner.pipeline.dsl_export import LIBRARY, dsl_symbol
 from tuner.pipeline.export import HEADER_FILE, cpp_identifier, export_header, render_header
 from tuner.families.base import BuildRequest
+from tuner.core.dtypes import dtype_fields
 from tuner.core.problem import ConvProblem, problem_to_dict
+from tuner.measure.validate import tolerance
 from tuner.store.best import read_best
 from tuner.search.space import make_config
 
@@ -80,6 +82,58 @@ def test_dsl_layers_are_in_the_table_and_the_for_each_macro(header):
 def test_a_header_without_dsl_layers_has_none_of_it():
     header = render_header(document(only=entry("sm80")))
     assert "Dsl" not in header and "cuda_runtime.h" not in header
+
+
+E4M3_PROBLEM = ConvProblem(n=2, h=16, w=16, c=64, k=64, r=3, s=3, pad=1, **dtype_fields("e4m3"))
+
+
+def e4m3_header() -> str:
+    return render_header(document(**{"fp8-layer": dsl_entry(E4M3_PROBLEM), "dsl-layer": dsl_entry()}),
+                         dsl_version="4.8.1")
+
+
+def test_an_e4m3_layer_gets_the_scaled_runner_and_its_types():
+    header = e4m3_header()
+    symbol = dsl_symbol(NAMESPACE, "fp8_layer")
+    assert (f"using fp8_layer = DslKernel<&{symbol}, cutlass::float_e4m3_t, cutlass::float_e4m3_t, "
+            "cutlass::half_t>;") in header
+    assert "using fp8_layer_runner = DslScaledRunner<fp8_layer>;" in header
+    assert "using dsl_layer_runner = DslRunner<dsl_layer>;" in header
+    assert header.count("struct TunerScaledEpilogue {") == 1 and header.count("class DslScaledRunner") == 1
+    row = next(line for line in header.splitlines() if line.startswith('    {"fp8-layer", '))
+    assert '"e4m3_e4m3_f16_f32"' in row and f"{tolerance(E4M3_PROBLEM):.3e}" in row
+    assert "DslScaledRunner" not in render_header(mixed(), dsl_version="4.8.1")  # only where a layer takes scales
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_a_header_with_an_e4m3_layer_passes_gcc_syntax_check(tmp_path):
+    from tuner.families.sm90_dsl.build import CUDA_HOME
+
+    if not (CUDA_HOME / "include" / "cuda_runtime.h").exists():
+        pytest.skip("needs the CUDA headers")
+    header = tmp_path / HEADER_FILE
+    header.write_text(e4m3_header())
+    include, _ = cutlass_include_dirs()
+    done = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-x", "c++", f"-I{include}",
+                           f"-I{CUDA_HOME / 'include'}", str(header)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_cpp_example_compiles_against_a_header_with_an_e4m3_layer(tmp_path):
+    """examples/cpp/main.cu hands an e4m3 layer's DslScaledRunner its two scales (and folds them into the
+    reference's alpha) where it hands the others a TunerEpilogue: it compiles with both kinds of runner."""
+    header = tmp_path / HEADER_FILE
+    header.write_text(e4m3_header())
+    include, util_include = cutlass_include_dirs()
+    done = subprocess.run(
+        ["nvcc", "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr", f"-I{include}", f"-I{util_include}",
+         f'-DTUNED_HEADER_FILE="{header}"', f"-DTUNED_NAMESPACE={NAMESPACE}",
+         f"-DTUNED_FOR_EACH=CUTLASS_CONV_TUNER_{NAMESPACE.upper()}_FOR_EACH_LAYER", "-c",
+         str(REPO / "examples" / "cpp" / "main.cu"), "-o", str(tmp_path / "main.o")],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("gpu", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])

@@ -352,7 +352,7 @@ def test_a_float64_model_is_listed_with_the_reason(tmp_path):
     assert all("float64" in item.reason and "--dtype" in item.reason for item in network.unsupported)
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "tf32"])
+@pytest.mark.parametrize("dtype", ["bf16", "tf32", "e4m3"])
 def test_written_layers_keep_their_types(tmp_path, dtype):
     network = from_onnx(typed_model(tmp_path / "typed.onnx", TensorProto.FLOAT), dtype=dtype)
     write_layers(network, tmp_path / "layers.yaml")

@@ -228,3 +228,20 @@ def test_list_layers_of_a_network_carries_its_coverage(tmp_path):
         ("tunable", 3), ("not tunable", 1), ("total", 4)]
     table = tune("--onnx", str(model), "--batch", "4", "--list-layers", tmp_path=tmp_path)
     assert "coverage" in table.stdout and "one-sided padding" in table.stdout and "total" in table.stdout
+
+
+def test_an_e4m3_networks_report_says_its_library_figures_are_f16s(tmp_path):
+    """PyTorch reaches no fp8 conv of cuDNN's: an e4m3 network's report says its cuDNN and PyTorch figures are
+    its f16 twins'; an f16 network's says nothing of it."""
+    from rich.console import Console
+
+    from tuner.cli.report import E4M3_BASELINES, report_table
+
+    model = resnet_block(tmp_path / "block.onnx")
+    for dtype, says in (("e4m3", True), (None, False)):
+        network = from_onnx(model, batch=8, dtype=dtype)
+        reports = layer_reports(network, results(tmp_path / (dtype or "f16"), network, lambda name: None))
+        assert (E4M3_BASELINES in summary_lines(reports)) is says
+        console = Console(width=250, record=True)
+        console.print(report_table(reports, "block"))
+        assert ("their cuDNN and PyTorch figures are f16's" in console.export_text()) is says

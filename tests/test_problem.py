@@ -139,7 +139,7 @@ def test_shape_arg_is_what_parse_shape_reads_back():
 # --- data types --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, key", [("f16", "f16_f16_f16_f32"), ("bf16", "bf16_bf16_bf16_f32"),
-                                       ("tf32", "tf32_tf32_f32_f32")])
+                                       ("tf32", "tf32_tf32_f32_f32"), ("e4m3", "e4m3_e4m3_f16_f32")])
 def test_dtype_names_key_the_problem(name, key):
     problem = parse_shape("2,14,14,64,64,3,3,1", dtype_fields(name))
     assert problem.dtype_key == key and dtype_name(problem) == name
@@ -152,6 +152,15 @@ def test_tf32_is_stored_as_f32():
     assert problem.input_type.bytes == 4 and problem.bytes_moved == 2 * parse_shape("2,14,14,64,64,3,3,1").bytes_moved
     assert DataType.tf32.significand_bits == 11 and DataType.tf32.stored_significand_bits == 24
     assert DataType.bf16.significand_bits == DataType.bf16.stored_significand_bits == 8
+
+
+def test_e4m3_is_one_byte_an_operand_and_writes_f16():
+    problem = parse_shape("2,14,14,64,64,3,3,1", dtype_fields("e4m3"))
+    assert problem.input_type.bytes == problem.filter_type.bytes == 1 and problem.output_type is DataType.f16
+    assert DataType.e4m3.significand_bits == DataType.e4m3.stored_significand_bits == 4
+    # the per-tensor scales are run-time operands: nothing of them is in the problem, its dict form or its key
+    assert problem_to_dict(problem) == {**problem_to_dict(parse_shape("2,14,14,64,64,3,3,1")), "input_type": "e4m3",
+                                        "filter_type": "e4m3"}
 
 
 def test_tf32_is_an_input_type_only():

@@ -69,3 +69,4 @@ def test_with_dtype_keeps_tf32_an_input_type():
     problem = ConvProblem(n=2, h=8, w=8, c=16, k=32, r=3, s=3, pad=1)
     assert with_dtype(problem, DataType.tf32).dtype_key == "tf32_tf32_f32_f32"
     assert with_dtype(problem, DataType.bf16).dtype_key == "bf16_bf16_bf16_f32"
+    assert with_dtype(problem, DataType.e4m3).dtype_key == "e4m3_e4m3_f16_f32"

@@ -4,11 +4,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tuner.core.dtypes import DataType
-from tuner.core.elements import decode, encode
+from tuner.core.dtypes import DataType, dtype_fields
+from tuner.core.elements import OperandScales, decode, encode
 from tuner.core.problem import ConvProblem
-from tuner.measure.validate import (array_module, check_output, reference_fprop, reference_output, relative_l2, rounding_error,
-                            tolerance)
+from tuner.measure.validate import (MMA_ACCUMULATOR_BITS, array_module, check_output, reference_fprop, reference_output,
+                                   relative_l2, rounding_error, tolerance)
 
 
 def naive_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray:
@@ -322,3 +322,71 @@ def test_a_transposed_output_of_the_plain_conv_fails():
     assert not check_output(encode(wrong, DataType.f16), reference_output(x, w, problem), problem).passed
     assert check_output(encode(reference_output(x, w, problem), DataType.f16), reference_output(x, w, problem),
                         problem).passed
+
+
+# --- e4m3 operands with per-tensor scales ----------------------------------------------------------------
+
+E4M3_INPUTS = ConvProblem(n=2, h=9, w=8, c=64, k=24, r=3, s=3, pad=1, **dtype_fields("e4m3"))
+E4M3_SCALES = OperandScales(input=0.75, filter=2.5)
+
+
+def e4m3_case(problem: ConvProblem = E4M3_INPUTS):
+    x = encode(uniform((problem.n, problem.h, problem.w, problem.c), 7), DataType.e4m3)
+    w = encode(uniform((problem.k, problem.r, problem.s, problem.c), 8), DataType.e4m3)
+    return x, w
+
+
+def truncate_to_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """`values` with their significands cut to `bits` bits, towards zero."""
+    significand, exponent = np.frexp(values)
+    return np.ldexp(np.trunc(significand * 2.0 ** bits) / 2.0 ** bits, exponent)
+
+
+def simulated_e4m3_kernel(x, w, problem: ConvProblem, scales: OperandScales, drop_tap: bool = False) -> np.ndarray:
+    """What an e4m3 wgmma kernel computes, pessimistically: each 32-deep MMA's products added into an
+    accumulator that keeps MMA_ACCUMULATOR_BITS, truncated; then alpha x acc rounded to the f16 output."""
+    x64 = np.pad(decode(x, DataType.e4m3), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    patches = np.concatenate([x64[:, r:r + problem.p, s:s + problem.q, :] for r in range(problem.r)
+                              for s in range(problem.s)], axis=-1).reshape(-1, problem.gemm_mnk[2])
+    filters = decode(w, DataType.e4m3).reshape(problem.k, -1)
+    if drop_tap:
+        filters[:, :problem.c] = 0
+    acc = np.zeros((patches.shape[0], problem.k))
+    for first in range(0, patches.shape[1], 32):
+        acc = truncate_to_bits(acc + patches[:, first:first + 32] @ filters[:, first:first + 32].T,
+                               MMA_ACCUMULATOR_BITS[DataType.e4m3])
+    return (acc * scales.alpha).reshape(problem.output_shape).astype(np.float16)
+
+
+def test_e4m3_tolerance_is_the_f16_output_and_the_fp8_mma_accumulation():
+    problem = E4M3_INPUTS
+    depth = problem.gemm_mnk[2]
+    expected = math.sqrt((2.0 ** -11) ** 2 / 7 + (2.0 ** -14) ** 2 * depth)  # no input term: the codes are exact
+    assert rounding_error(problem) == pytest.approx(expected, rel=1e-12)
+    assert tolerance(problem) == pytest.approx(10 * expected, rel=1e-12)
+    f16 = replace(problem, **dtype_fields("f16"))
+    assert tolerance(f16) < tolerance(problem) < 0.05  # far under a dropped tap of 9 (about 0.33)
+
+
+def test_e4m3_reference_reads_the_codes_as_torch_does_and_applies_the_scales():
+    torch = pytest.importorskip("torch")
+    problem = E4M3_INPUTS
+    x, w = e4m3_case()
+    tx = torch.from_numpy(x).view(torch.float8_e4m3fn).double().permute(0, 3, 1, 2)
+    tw = torch.from_numpy(w).view(torch.float8_e4m3fn).double().permute(0, 3, 1, 2)
+    expected = torch.nn.functional.conv2d(tx, tw, padding=problem.pads).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(reference_output(x, w, problem), expected, rtol=1e-12, atol=1e-12)
+    scaled = reference_output(x, w, problem, E4M3_SCALES)
+    np.testing.assert_allclose(scaled, expected * 0.75 * 2.5, rtol=1e-12, atol=1e-12)
+
+
+def test_an_e4m3_kernel_passes_and_one_that_drops_the_scales_or_a_tap_fails():
+    problem = E4M3_INPUTS
+    x, w = e4m3_case()
+    reference = reference_output(x, w, problem, E4M3_SCALES)
+    right = check_output(simulated_e4m3_kernel(x, w, problem, E4M3_SCALES), reference, problem)
+    assert right.passed and right.error < rounding_error(problem)
+    for wrong in (simulated_e4m3_kernel(x, w, problem, OperandScales(1.0, 1.0)),     # scales dropped
+                  simulated_e4m3_kernel(x, w, problem, OperandScales(0.75, 1.0)),    # the filter's dropped
+                  simulated_e4m3_kernel(x, w, problem, E4M3_SCALES, drop_tap=True)):
+        assert not check_output(wrong, reference, problem).passed

@@ -45,6 +45,12 @@ constexpr int kMinLaunchesPerReplay = 64;
 constexpr int kWarmupReplays = 3;
 constexpr int kTimedReplays = 30;
 
+// An e4m3 layer's runner (DslScaledRunner) takes the input's and the filter's per-tensor scales besides the
+// epilogue's operands: these, which the reference folds into its alpha.
+constexpr float kInputScale = 0.75f, kFilterScale = 1.5f;
+template <typename Runner>
+constexpr bool kTakesScales = std::is_same_v<typename Runner::ElementA, cutlass::float_e4m3_t>;
+
 // ---- errors ---------------------------------------------------------------------------------------
 
 struct LayerError : std::runtime_error {
@@ -301,10 +307,11 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
         dgrad_problem, {x0.as<ElementA>(), layout_x0}, {w0.as<ElementB>(), layout_w0},
         {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, 1.0f, 0.0f, stream.handle)));
   } else {
+    const float alpha = kTakesScales<Runner> ? kInputScale * kFilterScale : 1.0f;
     CHECK_CUTLASS((cutlass::reference::device::Conv2dFprop<ElementA, Layout, ElementB, Layout, float, Layout,
                                                             float, float>(
         reference_problem, {x0.as<ElementA>(), layout_x0}, {w0.as<ElementB>(), layout_w0},
-        {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, 1.0f, 0.0f, stream.handle)));
+        {reference.as<float>(), layout_y}, {reference.as<float>(), layout_y}, alpha, 0.0f, stream.handle)));
   }
 
   // The epilogue's operands, as the tuner validates them: scale in [0.5, 1.5), bias in [-1, 1), and a
@@ -358,8 +365,14 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
     sets.push_back(std::move(set));
   }
 
-  // One operator per set, with the layer's epilogue operands; initialize() also prepares the set's
-  // workspace (split-K semaphores, stream-K partials), as the tuner's entry points do.
+  // One operator per set, with the layer's epilogue operands (and an e4m3 layer's scales, read by every
+  // launch from operand_scales); initialize() also prepares the set's workspace (split-K semaphores, stream-K
+  // partials), as the tuner's entry points do.
+  const float scales_h[2] = {kInputScale, kFilterScale};
+  DeviceBuffer operand_scales(kTakesScales<Runner> ? sizeof(scales_h) : 0);
+  if (operand_scales.bytes()) {
+    CHECK_CUDA(cudaMemcpy(operand_scales.get(), scales_h, sizeof(scales_h), cudaMemcpyHostToDevice));
+  }
   std::vector<std::unique_ptr<Runner>> ops;
   ops.reserve(copies);
   for (TensorSet &set : sets) {
@@ -369,8 +382,14 @@ void run_layer(const tuned::TunedLayer &layer, const DeviceInfo &device, uint64_
                                         layer.has_residual ? set.residual.get() : nullptr,
                                         float(layer.residual_scale)};
     ops.push_back(std::make_unique<Runner>());
-    CHECK_CUTLASS(ops.back()->initialize(kernel_problem, set.x.get(), set.w.get(), set.y.get(), epilogue,
-                                         set.workspace.get(), stream.handle));
+    if constexpr (kTakesScales<Runner>) {
+      const typename Runner::Operands operands{epilogue, operand_scales.as<float>(), operand_scales.as<float>() + 1};
+      CHECK_CUTLASS(ops.back()->initialize(kernel_problem, set.x.get(), set.w.get(), set.y.get(), operands,
+                                           set.workspace.get(), stream.handle));
+    } else {
+      CHECK_CUTLASS(ops.back()->initialize(kernel_problem, set.x.get(), set.w.get(), set.y.get(), epilogue,
+                                           set.workspace.get(), stream.handle));
+    }
   }
 
   // Correct first: one launch into the NaN-poisoned output of set 0.

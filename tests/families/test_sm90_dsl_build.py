@@ -67,6 +67,12 @@ CLASSES_21 = BuildSpec(ProblemSpec.symmetric(8, 65, 65, 256, 21, 1, 1, 0, 1, 1),
                        TileSpec(128, 32, 64, schedule="cooperative"))
 
 
+# e4m3 in (one byte an element, per-tensor scales), f16 out: a GEMM and a fused 3x3 conv with a residual
+GEMM_E4M3 = BuildSpec(GEMM.problem, GEMM.epilogue, GEMM.tile, element="e4m3")
+CONV_E4M3 = BuildSpec(CONV.problem, CONV.epilogue, TileSpec(128, 128, 128, schedule="pingpong", tile_q=16),
+                      element="e4m3")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The candidate folder of a spec, built once for every test of this module that reads it."""
@@ -85,9 +91,10 @@ def built(tmp_path_factory):
 # The tests that build a candidate are `slow`, for the full set: a DSL compile each, about 8 s on 2 cores. The quick
 # set keeps the spec's checks, the refusals of the build command and the geometry, which need no compile.
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16, CLASSES_21],
+@pytest.mark.parametrize("spec", [GEMM, CONV, STEM, CONV_BF16, STEM_BF16, CLASSES_21, GEMM_E4M3, CONV_E4M3],
                          ids=["gemm_1x1", "conv_3x3_fused", "stem_c3_gathered", "conv_3x3_fused_bf16",
-                              "stem_c3_gathered_bf16", "k21_stored_by_element"])
+                              "stem_c3_gathered_bf16", "k21_stored_by_element", "gemm_1x1_e4m3",
+                              "conv_3x3_fused_e4m3"])
 def test_builds_a_candidate_with_every_entry_point(spec, built):
     out = built(spec)
     for name in ("kernel.h", "kernel.o", "entry.c", "candidate.so", "ptxas.txt", "build.json"):
@@ -133,7 +140,10 @@ def test_abi_answers_without_a_gpu(built):
                TileSpec(128, 64, 64, tile_q=8)).to_json(), "stride"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="single")).to_json(), "tile_m"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, GEMM.tile, element="f32").to_json(), "element"),
-], ids=["malformed", "pingpong_tile_m", "stride3", "single_tile_m", "f32_element"])
+    (BuildSpec(ProblemSpec.symmetric(1, 14, 14, 24, 64, 3, 3, 1, 1, 1), EpilogueSpec(),
+               TileSpec(128, 64, 64, tile_q=8), element="e4m3").to_json(), "multiple of 16"),
+    (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 256, 128, schedule="cooperative")).to_json(), "tile K=128"),
+], ids=["malformed", "pingpong_tile_m", "stride3", "single_tile_m", "f32_element", "e4m3_c24", "f16_tile_k128"])
 def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
     result = run_build(text, tmp_path)
     assert result.returncode == 1
@@ -280,3 +290,65 @@ def test_the_kernel_and_the_static_checks_state_one_box_rule(problem, tile_m, ti
         with pytest.raises(SpecError) as raised:
             geometry(spec)
         assert str(raised.value) == reason
+
+
+# --- e4m3 ------------------------------------------------------------------------------------------------------
+
+def compiled_ptx(spec: BuildSpec, tmp_path: Path) -> str:
+    """The PTX the DSL makes of the spec's kernel for sm_90a (compiled in-process: no GPU needed)."""
+    from tuner.families.sm90_dsl.build import import_toolchain
+    import_toolchain()
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from tuner.families.sm90_dsl.kernel import build_launcher
+
+    launcher, args, _ = build_launcher(spec)
+    cute.compile(launcher, *args, cuda.CUstream(0), options=f"--gpu-arch sm_90a --keep-ptx --dump-dir {tmp_path}")
+    return "\n".join(path.read_text() for path in tmp_path.rglob("*.ptx"))
+
+
+@pytest.mark.slow
+def test_an_e4m3_kernel_issues_fp8_wgmma_with_f32_accumulators(tmp_path):
+    import re
+    spec = BuildSpec(ProblemSpec.symmetric(8, 28, 28, 128, 128, 3, 3, 1, 1, 1), EpilogueSpec(bias=True),
+                     TileSpec(128, 128, 64, schedule="cooperative", tile_q=16), element="e4m3")
+    mmas = set(re.findall(r"wgmma\.mma_async\S*", compiled_ptx(spec, tmp_path)))
+    assert mmas == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"}
+
+
+def test_the_e4m3_element_is_in_the_spec_and_writes_f16():
+    assert '"element": "e4m3"' in CONV_E4M3.to_json() and BuildSpec.from_json(CONV_E4M3.to_json()) == CONV_E4M3
+    assert (CONV_E4M3.output_element, CONV_E4M3.scaled, CONV_E4M3.channel_multiple) == ("f16", True, 16)
+    assert (CONV.output_element, CONV.scaled, CONV_BF16.output_element) == ("f16", False, "bf16")
+
+
+def test_e4m3_stages_hold_a_byte_an_element():
+    f16, e4m3 = geometry(GEMM), geometry(GEMM_E4M3)
+    assert (e4m3.operand_bytes, e4m3.scaled, f16.operand_bytes, f16.scaled) == (1, True, 2, False)
+    assert e4m3.smem_bytes(4) - f16.smem_bytes(4) == -4 * (128 + 256) * 64  # half of each stage's A and B
+    assert e4m3.stages >= f16.stages
+    with pytest.raises(SpecError, match="tile K=96"):
+        geometry(BuildSpec(GEMM.problem, GEMM.epilogue, replace(GEMM.tile, tile_k=96), element="e4m3"))
+
+
+@pytest.mark.slow
+def test_an_e4m3_candidate_must_be_handed_its_scales(built):
+    """create checks its operands before it loads the module: without a GPU, a scaled epilogue without its scales
+    is refused with 35, and one with them goes on to the module load (which fails here, 40 and up)."""
+    import ctypes
+
+    from tuner.measure.run import EpilogueOperands, ScaledEpilogueOperands
+    lib = ctypes.CDLL(str(built(GEMM_E4M3) / "candidate.so"))
+    lib.tuner_k0_create.restype = ctypes.c_void_p
+
+    def status(operands) -> int:
+        code = ctypes.c_int32(0)
+        pointer = None if operands is None else ctypes.pointer(operands)
+        lib.tuner_k0_create(problem_values(GEMM_E4M3.problem, 1), ctypes.c_void_p(0x1000), ctypes.c_void_p(0x2000),
+                            ctypes.c_void_p(0x3000), pointer, None, None, ctypes.byref(code))
+        return code.value
+
+    bare = EpilogueOperands(None, None, None, 0.0)
+    assert status(None) == 35
+    assert status(ScaledEpilogueOperands(bare, 0x9000, None)) == 35
+    assert status(ScaledEpilogueOperands(bare, 0x9000, 0x9004)) not in (30, 31, 32, 33, 35)

@@ -60,6 +60,64 @@ def test_the_dsl_family_refuses_tf32_and_f32_output_with_the_reason():
     assert "stmatrix" in family.problem_reason(typed(CONV, "bf16", output_type=DataType.f32))
 
 
+DSL_PARAMS = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+              "swizzle": 1, "tile_q": 0, "split_k": 1}
+
+
+@pytest.mark.parametrize("layer", [CONV, GEMM], ids=["conv_3x3", "gemm_1x1"])
+def test_the_dsl_family_takes_e4m3_and_writes_f16(layer):
+    problem = typed(layer, "e4m3")
+    family = registry.get("sm90_dsl")
+    assert family.problem_reason(problem) is None
+    config = make_config(problem, "sm90_dsl", DSL_PARAMS)
+    assert config.dtype_key == "e4m3_e4m3_f16_f32" and config.build_spec().element == "e4m3"
+    assert family.rules.static_problems(config, problem, H100) == []
+    # a byte an element: a stage holds half the bytes of f16's, and more of them fit
+    f16 = make_config(layer, "sm90_dsl", DSL_PARAMS)
+    assert 2 * config.stage_bytes == f16.stage_bytes and config.auto_stage_count > f16.auto_stage_count
+
+
+def test_e4m3_channels_are_padded_to_16_and_never_gathered():
+    family = registry.get("sm90_dsl")
+    for c, padded in ((3, 16), (24, 32), (64, 64)):
+        problem = typed(dataclasses.replace(CONV, c=c), "e4m3")
+        assert family.rules.kernel_problem(problem).c == padded
+        assert not make_config(problem, "sm90_dsl", DSL_PARAMS).shape.gathers
+
+
+def test_e4m3_tile_k_is_a_multiple_of_fp8_wgmmas_32():
+    family = registry.get("sm90_dsl")
+    problem = typed(CONV, "e4m3")
+    wide = make_config(problem, "sm90_dsl", {**DSL_PARAMS, "tile": "128x128x128"})
+    assert family.rules.static_problems(wide, problem, H100) == []
+    f16_wide = make_config(CONV, "sm90_dsl", {**DSL_PARAMS, "tile": "128x128x128"})
+    assert any("tile K=128" in r for r in family.rules.static_problems(f16_wide, CONV, H100))
+
+
+@pytest.mark.parametrize("family", C_FAMILIES)
+def test_the_c_families_refuse_e4m3_with_the_reason(family):
+    reason = registry.get(family).problem_reason(typed(LAYER_OF[family], "e4m3"))
+    assert reason and "e4m3 needs sm90_dsl" in reason
+
+
+def test_the_grouped_families_refuse_e4m3_with_the_reason():
+    for family, groups in (("sm80_depthwise", 64), ("sm80_group", 4)):
+        grouped = typed(ConvProblem(n=2, h=28, w=28, c=64, k=64, r=3, s=3, pad=1, groups=groups), "e4m3")
+        assert "e4m3 needs sm90_dsl" in registry.get(family).problem_reason(grouped), family
+
+
+def test_an_e4m3_kernel_is_modelled_at_twice_the_f16_tensor_rate():
+    from tuner.families.sm90_dsl.costmodel import cost_terms
+
+    e4m3 = make_config(typed(CONV, "e4m3"), "sm90_dsl", DSL_PARAMS)
+    f16 = make_config(CONV, "sm90_dsl", DSL_PARAMS)
+    # tile K 64 is a 64-byte row in e4m3, as tile K 32 is in f16: that penalty, then twice the rate
+    f16_k32 = make_config(CONV, "sm90_dsl", {**DSL_PARAMS, "tile": "128x128x32"})
+    assert cost_terms(e4m3, typed(CONV, "e4m3"), H100).efficiency == pytest.approx(
+        2 * cost_terms(f16_k32, CONV, H100).efficiency)
+    assert cost_terms(e4m3, typed(CONV, "e4m3"), H100).efficiency > cost_terms(f16, CONV, H100).efficiency
+
+
 def test_tf32_writes_f32_only():
     for family in C_FAMILIES:
         reason = registry.get(family).problem_reason(typed(LAYER_OF[family], "tf32", output_type=DataType.f16))

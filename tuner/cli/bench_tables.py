@@ -12,6 +12,7 @@ from rich.table import Table
 
 from tuner.cli.tables import print_table
 from tuner.core.stats import geometric_mean
+from tuner.measure.baseline import CUDNN_FP8_ABSENT, library_dtype
 from tuner.pipeline.bench import BenchEvent, GpuTunerFound, NoValidKernel
 from tuner.pipeline.bench_summary import (ABOVE, Comparison, GpuTunerStats, LayerFigures, RatioStats, SearchStats,
                                           one_run_layers, one_run_summary)
@@ -63,8 +64,9 @@ def print_event(event: BenchEvent | LayerReplayed, console: Console) -> None:
         ratio = (row.tuned_us or math.nan) / (row.cudnn_us or math.nan)
         fused = (f", PyTorch eager {_us(row.eager_us)} µs, torch.compile {_us(row.compiled_us)} µs"
                  if event.fused else "")
+        library = f" ({event.library_dtype}: {CUDNN_FP8_ABSENT})" if event.library_dtype else ""
         console.print(f"  {escape(event.layer)}: tuned {_us(row.tuned_us)} µs, cuDNN {_us(row.cudnn_us)} µs "
-                      f"({ratio:.2f}){fused}")
+                      f"({ratio:.2f}){fused}{library}")
 
 
 def bench_table(figures: list[LayerFigures], ceilings: Ceilings) -> Table:
@@ -90,7 +92,9 @@ def bench_table(figures: list[LayerFigures], ceilings: Ceilings) -> Table:
         found, searched = layer.gpu_tuner, layer.gpu_tuner_best_us
         row += [f"{found.best_us / searched:.3f}\n({'+'.join(found.searched_families)}, "
                 f"{found.kernels_compiled}, {found.wall_s:.0f} s)" if math.isfinite(searched) else "-"]
-        row += [_us(mine), _us(cudnn), f"{best / cudnn:.2f}" if cudnn and math.isfinite(best) else "-",
+        timed = library_dtype(layer.layer.problem)  # an e4m3 layer's cuDNN ran f16
+        row += [_us(mine), _us(cudnn) + (f"\n({timed})" if timed and cudnn else ""),
+                f"{best / cudnn:.2f}" if cudnn and math.isfinite(best) else "-",
                 f"{mine / cudnn:.2f}" if cudnn and mine else "-", _us(cublas),
                 f"{best / cublas:.2f}" if cublas and math.isfinite(best) else "-"]
         shares = layer.shares(ceilings)
@@ -105,6 +109,8 @@ def bench_table(figures: list[LayerFigures], ceilings: Ceilings) -> Table:
         means.append(f"{geometric_mean(values):.3f}" if values else "")
     table.add_section()
     table.add_row(f"total: {len(figures)} layers (geomean)", *means)
+    if any(library_dtype(layer.layer.problem) for layer in figures):
+        table.caption = f"(f16): an e4m3 layer's cuDNN figure; {CUDNN_FP8_ABSENT}"
     return table
 
 

@@ -31,9 +31,10 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                                                        "inception_v3, 520 for segmentation, a detector's "
                                                        "min_size, e.g. 800)")
     parser.add_argument("--dtype", choices=tuple(DTYPE_CHOICES),
-                        help="the convolutions' data type: f16 or bf16 in and out (f32 accumulation), or tf32 (f32 "
-                             "in and out, TF32 math); with --onnx/--torchvision default the model's (an f32 model: "
-                             "f16), with --shape default f16")
+                        help="the convolutions' data type: f16 or bf16 in and out (f32 accumulation), tf32 (f32 "
+                             "in and out, TF32 math), or e4m3 (fp8 in with per-tensor scales, f16 out; sm90_dsl "
+                             "only); with --onnx/--torchvision default the model's (an f32 model: f16), with "
+                             "--shape default f16")
 
 
 def imported_network(args: argparse.Namespace) -> Network | None:

@@ -17,6 +17,7 @@ from tuner.cli.network_args import add_network_arguments, imported_network
 from tuner.cli.tables import add_output_arguments, csv_document, json_document, print_table
 from tuner.core.errors import UsageError
 from tuner.importers.plan import Decision, network_decisions, summary
+from tuner.measure.baseline import CUDNN_FP8_ABSENT, library_dtype
 from tuner.pipeline.network_report import TOTAL, Coverage, LayerReport, coverage, draw, layer_reports, totals
 from tuner.store.best import best_entries, names_by_problem
 from tuner.store.results import gpu_slugs, recorded_gpu_dir, results_slug
@@ -57,6 +58,7 @@ def _us(value: float | None) -> str:
 
 
 REPORT_NUMBERS = ("count", "tuned conv", "cuDNN", "ratio", "tuned as run", "PyTorch eager", "torch.compile")
+E4M3_BASELINES = f"e4m3 layers: their cuDNN and PyTorch figures are f16's ({CUDNN_FP8_ABSENT})"
 
 
 def report_rows(reports: list[LayerReport]) -> list[dict]:
@@ -100,6 +102,8 @@ def report_table(reports: list[LayerReport], title: str) -> Table:
                   f"{alone.tuned_us:.1f}", f"{alone.baseline_us:.1f}", f"{alone.ratio:.3f}" if alone.counted else "-",
                   f"{run.tuned_us:.1f}", f"{run.baseline_us:.1f}", f"{run.ratio:.3f}" if run.counted else "-", "",
                   f"{alone.of - alone.counted} alone, {run.of - run.counted} as run")
+    if any(library_dtype(report.layer.problem) for report in reports):
+        table.caption = E4M3_BASELINES
     return table
 
 
@@ -115,6 +119,8 @@ def summary_lines(reports: list[LayerReport]) -> list[str]:
             continue
         lines.append(f"{label}: tuned {total.tuned_us:.1f} µs vs {baseline} {total.baseline_us:.1f} µs, "
                      f"ratio {total.ratio:.3f} over {total.counted} of {total.of} convolutions")
+    if any(library_dtype(report.layer.problem) for report in reports):
+        lines.append(E4M3_BASELINES)
     compiled = [(r.layer.count, r.as_run.tuned_us, r.compiled_us) for r in reports
                 if r.as_run is not None and r.compiled_us is not None]
     if compiled:

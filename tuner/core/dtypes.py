@@ -11,11 +11,14 @@ class DataType(enum.Enum):
     bf16 = "bf16"
     f32 = "f32"
     tf32 = "tf32"  # an f32 tensor that the tensor cores read as TF32 (its low 13 mantissa bits dropped)
+    # OCP FP8 E4M3 (torch.float8_e4m3fn): 4 exponent bits (bias 7), 3 mantissa bits, largest value 448, no
+    # infinities, NaN 0x7f / 0xff; stored as uint8 (tuner/core/elements.py)
+    e4m3 = "e4m3"
 
     @property
     def bits(self) -> int:
         """Bits an element takes in memory (a TF32 operand is stored as f32)."""
-        return 32 if self in (DataType.f32, DataType.tf32) else 16
+        return {DataType.f32: 32, DataType.tf32: 32, DataType.e4m3: 8}.get(self, 16)
 
     @property
     def bytes(self) -> int:
@@ -24,7 +27,7 @@ class DataType(enum.Enum):
     @property
     def significand_bits(self) -> int:
         """Significand bits of the values the arithmetic sees, the implicit leading one included."""
-        return {DataType.f16: 11, DataType.bf16: 8, DataType.f32: 24, DataType.tf32: 11}[self]
+        return {DataType.f16: 11, DataType.bf16: 8, DataType.f32: 24, DataType.tf32: 11, DataType.e4m3: 4}[self]
 
     @property
     def stored_significand_bits(self) -> int:
@@ -32,11 +35,14 @@ class DataType(enum.Enum):
         return DataType.f32.significand_bits if self is DataType.tf32 else self.significand_bits
 
 
-# What --dtype names: the input, filter, output and accumulator types of a problem.
+# What --dtype names (after the input type): the input, filter, output and accumulator types of a problem.
+# An e4m3 problem writes f16, and its kernel takes two per-tensor scales at run time (core/elements.py's
+# OperandScales), which are no part of the problem.
 DTYPE_CHOICES = {
     "f16": (DataType.f16, DataType.f16, DataType.f16, DataType.f32),
     "bf16": (DataType.bf16, DataType.bf16, DataType.bf16, DataType.f32),
     "tf32": (DataType.tf32, DataType.tf32, DataType.f32, DataType.f32),
+    "e4m3": (DataType.e4m3, DataType.e4m3, DataType.f16, DataType.f32),
 }
 # ConvProblem's type fields, in the order of DTYPE_CHOICES' types.
 TYPE_FIELDS = ("input_type", "filter_type", "output_type", "accumulator_type")

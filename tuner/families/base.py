@@ -159,6 +159,7 @@ ELEMENT_TAGS = {
     DataType.bf16: cutlass_lib.DataTypeTag[cutlass_lib.DataType.bf16],
     DataType.f32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.f32],
     DataType.tf32: cutlass_lib.DataTypeTag[cutlass_lib.DataType.tf32],
+    DataType.e4m3: cutlass_lib.DataTypeTag[cutlass_lib.DataType.e4m3],
 }
 
 # The tensor-op families' types: the input (and filter) type, and the outputs written from its f32
@@ -167,12 +168,23 @@ TENSOR_OP_OUTPUTS = {
     DataType.f16: (DataType.f16, DataType.f32),
     DataType.bf16: (DataType.bf16, DataType.f32),
     DataType.tf32: (DataType.f32,),
+    DataType.e4m3: (DataType.f16,),
 }
+
+
+def e4m3_problem(family: str, typed) -> str | None:
+    """Why a family of no fp8 kernels cannot take an e4m3 problem (or configuration), or None for other types."""
+    if typed.input_type is not DataType.e4m3:
+        return None
+    return (f"{family} runs no fp8: e4m3 needs sm90_dsl (CUTLASS 4.2's sm90 conv generator makes no fp8 kernel, and "
+            "the C++ families' runners take no per-tensor scales)")
 
 
 def types_problem(family: str, typed, inputs: tuple[DataType, ...] = tuple(TENSOR_OP_OUTPUTS)) -> str | None:
     """Why a family whose kernels read `inputs` cannot take the types of `typed` (a problem or a
     configuration), or None."""
+    if typed.input_type not in inputs and (reason := e4m3_problem(family, typed)):
+        return reason
     if typed.input_type not in inputs or typed.filter_type is not typed.input_type:
         names = "/".join(t.value for t in inputs)
         return f"{family} kernels take {names} inputs and filters of one type, got {typed.dtype_key}"

@@ -45,8 +45,10 @@ class ConvFacts:
 
 
 # A model's element type -> the --dtype its convolutions are tuned in. An f32 model is tuned in f16, as the
-# tuner always has (inference in half precision); --dtype tf32 keeps its f32 tensors, with TF32 math.
-MODEL_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f16"}
+# tuner always has (inference in half precision); --dtype tf32 keeps its f32 tensors, with TF32 math. An fp8
+# E4M3 input (torch's float8_e4m3fn, ONNX's FLOAT8E4M3FN) is tuned in e4m3; --dtype e4m3 quantizes any model.
+MODEL_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f16", "float8_e4m3fn": "e4m3",
+                "float8e4m3fn": "e4m3"}
 
 
 def conv_dtype(conv: ConvFacts, dtype: str | None) -> str | None:

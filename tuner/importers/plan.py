@@ -87,9 +87,9 @@ def _any_batch(problem: ConvProblem) -> ConvProblem:
 
 
 def with_dtype(problem: ConvProblem, dtype: DataType) -> ConvProblem:
-    """The problem with its tensors in `dtype` (the accumulator stays f32; tf32 inputs write f32)."""
-    return replace(problem, input_type=dtype, filter_type=dtype,
-                   output_type=DataType.f32 if dtype is DataType.tf32 else dtype)
+    """The problem with its tensors in `dtype` (the accumulator stays f32; tf32 inputs write f32, e4m3 f16)."""
+    outputs = {DataType.tf32: DataType.f32, DataType.e4m3: DataType.f16}
+    return replace(problem, input_type=dtype, filter_type=dtype, output_type=outputs.get(dtype, dtype))
 
 
 def decide(node: str, problem: ConvProblem | str, index: TunedIndex) -> Decision:

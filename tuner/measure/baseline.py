@@ -1,15 +1,24 @@
 """What the tuned kernels are compared with, measured the tuner's way (CUDA-graph replay over
 copies larger than 3x L2, median of the replays): cuDNN through PyTorch, and the device's own
-matrix and copy ceilings. Runs inside the worker process; PyTorch is optional."""
+matrix and copy ceilings. Runs inside the worker process; PyTorch is optional.
+
+An e4m3 layer: PyTorch reaches no fp8 convolution of cuDNN's (CUDNN_FP8_ABSENT), so cuDNN and the PyTorch layer
+are timed on its f16 twin (torch_problem) and say so; the GEMM of a 1x1 stride-1 one runs in fp8, cuBLASLt's
+through torch._scaled_mm with the layer's two per-tensor scales."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tuner.measure.timing import launches_per_replay, rotation_copies, time_replays
-from tuner.core.dtypes import DataType
+from tuner.core.dtypes import DataType, dtype_fields
 from tuner.core.problem import ConvProblem
 
 CEILING_MATMUL_SIZE = 8192
 CEILING_COPY_BYTES = 2 << 30
 REPEATS = 20
+CUDNN_FP8_ABSENT = "cuDNN's fp8 convolution is not reachable from PyTorch: the f16 convolution is timed in its place"
+# cuBLASLt's fp8 GEMM (torch._scaled_mm) takes K and N (the conv's C and K) in multiples of 16
+SCALED_MM_MULTIPLE = 16
 
 
 def _graph_time_us(torch, step, launches: int, repeats: int = REPEATS) -> float:
@@ -46,6 +55,26 @@ def torch_dtype(torch, problem: ConvProblem):
             DataType.f32: torch.float32}[problem.input_type]
 
 
+def torch_problem(problem: ConvProblem) -> ConvProblem:
+    """The problem cuDNN and the PyTorch layer are timed on: the problem, or an e4m3 one's f16 twin
+    (CUDNN_FP8_ABSENT)."""
+    return replace(problem, **dtype_fields("f16")) if problem.input_type is DataType.e4m3 else problem
+
+
+def library_dtype(problem: ConvProblem) -> str | None:
+    """The type cuDNN and the PyTorch layer are timed in where it is not the problem's (an e4m3 problem's f16,
+    CUDNN_FP8_ABSENT), or None: what a table of their figures says of the layer."""
+    twin = torch_problem(problem)
+    return twin.input_type.value if twin != problem else None
+
+
+def fp8_absence(problem: ConvProblem) -> dict:
+    """What a cuDNN or PyTorch figure of the problem adds to say it is not of the problem's type: {} or, for e4m3,
+    the type timed and why."""
+    timed = library_dtype(problem)
+    return {"timed_dtype": timed, "note": CUDNN_FP8_ABSENT} if timed else {}
+
+
 def torch_weight_shape(problem: ConvProblem) -> tuple[int, int, int, int]:
     """The weight as torch holds it: Conv2d's K, C/groups, R, S; ConvTranspose2d's C, K, R, S."""
     if problem.transposed:
@@ -66,9 +95,10 @@ def torch_conv(torch, problem: ConvProblem, x, w):
 def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
     """cuDNN's conv2d fprop for the problem (conv_transpose2d for a transposed one): NHWC (channels_last) in the
     problem's input type (f16, bf16, or f32 with TF32 math), f32 accumulation, cudnn.benchmark on. cuDNN writes
-    the input's type whatever the problem's output type."""
+    the input's type whatever the problem's output type. An e4m3 problem's f16 twin (CUDNN_FP8_ABSENT)."""
     import torch
 
+    absence, problem = fp8_absence(problem), torch_problem(problem)
     torch.backends.cudnn.benchmark = True
     dtype = torch_dtype(torch, problem)
     device = torch.device("cuda")
@@ -88,15 +118,17 @@ def cudnn_fprop_us(problem: ConvProblem, l2_bytes: int) -> dict:
         outputs[index % copies] = torch_conv(torch, problem, xi, wi)
 
     us = _graph_time_us(torch, step, launches_per_replay(copies))
-    return {"cudnn_us": us, "cudnn_version": torch.backends.cudnn.version(), "copies": copies}
+    return {"cudnn_us": us, "cudnn_version": torch.backends.cudnn.version(), "copies": copies, **absence}
 
 
 def cublas_gemm_us(problem: ConvProblem, l2_bytes: int) -> dict:
     """cuBLAS (through torch.matmul) on the GEMM a 1x1, stride-1, unpadded conv is in NHWC:
     [N*H*W, C] x [C, K] -> [N*H*W, K], in and out in the problem's input type (cudnn_fprop_us's), f32
-    accumulation."""
+    accumulation. An e4m3 layer's in fp8: scaled_gemm_us."""
     import torch
 
+    if problem.input_type is DataType.e4m3:
+        return scaled_gemm_us(problem, l2_bytes)
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     dtype = torch_dtype(torch, problem)
@@ -115,6 +147,48 @@ def cublas_gemm_us(problem: ConvProblem, l2_bytes: int) -> dict:
 
     us = _graph_time_us(torch, step, launches_per_replay(copies))
     return {"cublas_us": us, "copies": copies}
+
+
+def scaled_mm_problem(problem: ConvProblem) -> str | None:
+    """Why torch._scaled_mm cannot run the e4m3 layer's GEMM, or None."""
+    _, n, k = problem.gemm_mnk
+    if n % SCALED_MM_MULTIPLE or k % SCALED_MM_MULTIPLE:
+        return (f"torch._scaled_mm (cuBLASLt's fp8 GEMM) takes K and N in multiples of {SCALED_MM_MULTIPLE}: "
+                f"this GEMM's are C={k} and K={n}")
+    return None
+
+
+def scaled_gemm(torch, a, b, input_scale, filter_scale, out) -> None:
+    """out[M, N] (f16) = input_scale * filter_scale * a[M, K] @ b[N, K]^T of e4m3 a and b (b, the KRSC filter, read
+    column-major, as cuBLASLt's fp8 GEMM takes its second operand); the scales are one-element f32 tensors on the
+    device. Fast accumulation: the tensor cores' own, as the sm90_dsl kernel's e4m3 wgmma chain accumulates."""
+    torch._scaled_mm(a, b.t(), scale_a=input_scale, scale_b=filter_scale, out_dtype=torch.float16,
+                     use_fast_accum=True, out=out)
+
+
+def scaled_gemm_us(problem: ConvProblem, l2_bytes: int) -> dict:
+    """cuBLASLt's fp8 GEMM (torch._scaled_mm) on an e4m3 1x1 stride-1 layer's GEMM, e4m3 in, f16 out, with the
+    two per-tensor scales; {"reason": ...} where it takes no such GEMM (scaled_mm_problem)."""
+    import torch
+
+    if (reason := scaled_mm_problem(problem)):
+        return {"reason": reason}
+    m, n, k = problem.gemm_mnk
+    device = torch.device("cuda")
+    a = torch.empty(m, k, device=device).uniform_(-1, 1).to(torch.float8_e4m3fn)
+    b = torch.empty(n, k, device=device).uniform_(-1, 1).to(torch.float8_e4m3fn)
+    input_scale, filter_scale = (torch.tensor(value, device=device) for value in (0.75, 1.5))
+    free, _ = torch.cuda.mem_get_info()
+    copies = rotation_copies(problem.bytes_moved, l2_bytes, free)
+    inputs = [(a.clone(), b.clone()) for _ in range(copies)]
+    outputs = [torch.empty(m, n, device=device, dtype=torch.float16) for _ in range(copies)]
+
+    def step(index: int) -> None:
+        ai, bi = inputs[index % copies]
+        scaled_gemm(torch, ai, bi, input_scale, filter_scale, outputs[index % copies])
+
+    us = _graph_time_us(torch, step, launches_per_replay(copies))
+    return {"cublas_us": us, "copies": copies, "cublas_op": "torch._scaled_mm e4m3 -> f16"}
 
 
 def ceilings() -> dict:
@@ -140,11 +214,13 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
     with its bias where there is no scale), a BatchNorm2d in eval mode for a per-channel scale and bias
     (what a folded batch-norm is before folding), the residual added, the activation in place, as
     torchvision's ResNet does. `compiled`: torch.compile of the same module (Inductor fuses the
-    elementwise tail; the conv stays cuDNN's), compiled before timing."""
+    elementwise tail; the conv stays cuDNN's), compiled before timing. An e4m3 problem's f16 twin
+    (CUDNN_FP8_ABSENT)."""
     import torch
 
     from tuner.core.epilogue import Activation
 
+    absence, problem = fp8_absence(problem), torch_problem(problem)
     torch.backends.cudnn.benchmark = True
     dtype = torch_dtype(torch, problem)
     epilogue = problem.epilogue
@@ -208,4 +284,4 @@ def pytorch_layer_us(problem: ConvProblem, l2_bytes: int, compiled: bool = False
         step(0)  # compile outside the timing and the capture
     us = _graph_time_us(torch, step, launches_per_replay(copies))
     key = "compiled_us" if compiled else "eager_us"
-    return {key: us, "copies": copies, "torch_version": torch.__version__}
+    return {key: us, "copies": copies, "torch_version": torch.__version__, **absence}

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from tuner.build.abi import ABI_VERSION, PROBLEM_FIELDS, KernelBinary
 from tuner.core.device import volume
-from tuner.core.elements import empty_poisoned, encode
+from tuner.core.dtypes import DataType
+from tuner.core.elements import OperandScales, empty_poisoned, encode
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import LaunchArgs
 from tuner.core.problem import INT32_MAX, ConvProblem
@@ -56,6 +57,14 @@ class EpilogueOperands(ctypes.Structure):
 
     _fields_ = [("scale", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("residual", ctypes.c_void_p),
                 ("beta", ctypes.c_float)]
+
+
+class ScaledEpilogueOperands(ctypes.Structure):
+    """What an e4m3 kernel's create takes where the others take TunerEpilogue (tuner/families/sm90_dsl/
+    entry.c.in's TunerScaledEpilogue): TunerEpilogue, then the device addresses of the input's and the filter's
+    per-tensor f32 scale (OperandScales), which it must have."""
+
+    _fields_ = [("epilogue", EpilogueOperands), ("input_scale", ctypes.c_void_p), ("filter_scale", ctypes.c_void_p)]
 
 
 class KernelLibrary:
@@ -109,10 +118,13 @@ class KernelLibrary:
         return KernelAttributes(*values)
 
     def create(self, problem: ctypes.Array, x: int, w: int, y: int, workspace: int, stream: int,
-               epilogue: "EpilogueOperands | None" = None) -> int:
+               epilogue: "EpilogueOperands | ScaledEpilogueOperands | None" = None) -> int:
         status = ctypes.c_int32(0)
-        handle = self.functions["create"](problem, x, w, y, ctypes.byref(epilogue) if epilogue else None,
-                                          workspace or None, stream or None, ctypes.byref(status))
+        operands = None
+        if epilogue is not None:  # a scaled one begins with the TunerEpilogue the signature names
+            operands = ctypes.cast(ctypes.pointer(epilogue), ctypes.POINTER(EpilogueOperands))
+        handle = self.functions["create"](problem, x, w, y, operands, workspace or None, stream or None,
+                                          ctypes.byref(status))
         if not handle:
             raise LaunchError(f"CUTLASS refused the problem (cutlass::Status {status.value})")
         return handle
@@ -128,8 +140,9 @@ class KernelLibrary:
 
 @dataclass
 class TensorSet:
-    """Device buffers for one launch: x and w as the kernel sees them (C padded), y, and the epilogue's
-    operands where the layer has them (f32 scale[K] and bias[K], the residual shaped and typed as y)."""
+    """Device buffers for one launch: x and w as the kernel sees them (C padded), y, the epilogue's operands
+    where the layer has them (f32 scale[K] and bias[K], the residual shaped and typed as y) and an e4m3
+    problem's per-tensor scales (f32[2], OperandScales.values)."""
 
     x: object
     w: object
@@ -137,10 +150,12 @@ class TensorSet:
     scale: object = None
     bias: object = None
     residual: object = None
+    operand_scales: object = None
 
     @property
     def tensors(self) -> tuple:
-        return tuple(t for t in (self.x, self.w, self.y, self.scale, self.bias, self.residual) if t is not None)
+        return tuple(t for t in (self.x, self.w, self.y, self.scale, self.bias, self.residual, self.operand_scales)
+                     if t is not None)
 
     @property
     def nbytes(self) -> int:
@@ -153,13 +168,19 @@ class TensorSet:
         def again(t):
             return None if t is None else t.copy()
         return TensorSet(self.x.copy(), self.w.copy(), cupy.empty_like(self.y), again(self.scale), again(self.bias),
-                         again(self.residual))
+                         again(self.residual), again(self.operand_scales))
 
-    def epilogue_operands(self, epilogue: Epilogue) -> EpilogueOperands | None:
-        if not epilogue.fused:
-            return None
-        return EpilogueOperands(pointer(self.scale) or None, pointer(self.bias) or None,
-                                pointer(self.residual) or None, epilogue.residual_scale if epilogue.residual else 0.0)
+    def epilogue_operands(self, epilogue: Epilogue) -> EpilogueOperands | ScaledEpilogueOperands | None:
+        operands = None
+        if epilogue.fused:
+            operands = EpilogueOperands(pointer(self.scale) or None, pointer(self.bias) or None,
+                                        pointer(self.residual) or None,
+                                        epilogue.residual_scale if epilogue.residual else 0.0)
+        if self.operand_scales is None:
+            return operands
+        scales = pointer(self.operand_scales)
+        return ScaledEpilogueOperands(operands or EpilogueOperands(None, None, None, 0.0), scales,
+                                      scales + self.operand_scales.itemsize)
 
 
 def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
@@ -170,6 +191,22 @@ def random_inputs(problem: ConvProblem, rng) -> tuple[object, object]:
     x = rng.uniform(-1.0, 1.0, problem.input_shape, dtype=cupy.float32)
     w = rng.uniform(-1.0, 1.0, problem.filter_shape, dtype=cupy.float32)
     return encode(x, problem.input_type), encode(w, problem.filter_type)
+
+
+def random_operand_scales(problem: ConvProblem, rng) -> OperandScales | None:
+    """An e4m3 problem's per-tensor scales, each uniform(0.5, 2) (None for the other types): a kernel that
+    drops one, or applies one twice, is off by far more than the tolerance."""
+    if problem.input_type is not DataType.e4m3:
+        return None
+    values = rng.uniform(0.5, 2.0, 2)
+    return OperandScales(float(values[0]), float(values[1]))
+
+
+def operand_scales_array(scales: OperandScales | None):
+    """The f32[2] on the device that the kernel reads the scales from, or None."""
+    import cupy
+
+    return None if scales is None else cupy.asarray(scales.values, dtype=cupy.float32)
 
 
 def random_epilogue_operands(problem: ConvProblem, rng) -> tuple[object, object, object]:
@@ -210,10 +247,12 @@ def padded_filter_channels(problem: ConvProblem, kernel_channels: int) -> int:
     return problem.channels_per_group
 
 
-def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: tuple = (None, None, None)) -> TensorSet:
+def make_tensor_set(problem: ConvProblem, x, w, kernel_channels: int, operands: tuple = (None, None, None),
+                    scales: OperandScales | None = None) -> TensorSet:
     import cupy
 
     y = empty_poisoned(problem.output_shape, problem.output_type, cupy)
+    operands = (*operands, operand_scales_array(scales))
     if problem.transposed:  # its filter's C is its first axis: the families that run it pad no channels
         if kernel_channels != problem.c:
             raise LaunchError(f"a transposed convolution's channels are not padded (C={problem.c}, the kernel "

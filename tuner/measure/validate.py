@@ -5,13 +5,20 @@ import math
 from dataclasses import dataclass
 
 from tuner.core.arrays import array_module
-from tuner.core.elements import decode
+from tuner.core.dtypes import DataType
+from tuner.core.elements import OperandScales, decode
 from tuner.core.problem import ConvProblem
 
 # How far above the expected rounding error (rounding_error) a kernel's relative L2 error may be. At 10 the
 # f16 threshold is 1.9e-3, where it stood (2e-3) before the thresholds were derived; a wrong kernel is off by
 # order 1 (a dropped tap of 9: about 0.3).
 TOLERANCE_MARGIN = 10.0
+# Significand bits the tensor cores keep where they add an fp8 MMA's products into its f32 accumulator: about 14,
+# not f32's 24 (DeepSeek-V3's report, section 3.3.2, on the H800). On the H100, torch._scaled_mm with
+# use_fast_accum (its wgmma chain accumulates as the DSL kernel's does, with no promotion to CUDA cores) gave a
+# relative L2 error of 2^-15.4 sqrt(K) at most for K from 32 to 18432 (uniform(-1, 1) operands: 3.8e-5 at
+# K=32, 1.3e-3 at 4608, 3.1e-3 at 18432), under the 2^-14 sqrt(K) taken here.
+MMA_ACCUMULATOR_BITS = {DataType.e4m3: 14}
 
 
 def unit_roundoff(significand_bits: int) -> float:
@@ -30,8 +37,10 @@ def rounding_error(problem: ConvProblem) -> float:
       tensor cores truncate, an error uniform on one ulp towards zero, E[d^2] = (2u)^2/3 / E[m^2] = 4u^2/7
       per operand; each product carries both, and with signs at random the sum's relative error is the
       products' (8/7)^0.5 u = 1.07 u;
-    - the accumulation of the C*R*S products: u_acc (C*R*S)^0.5 (errors of random sign).
-    The f16 and bf16 inputs are exact in the reference (it reads the very values the kernel reads).
+    - the accumulation of the C*R*S products: u_acc (C*R*S)^0.5 (errors of random sign), u_acc the
+      accumulator's, or the fewer bits an fp8 MMA keeps (MMA_ACCUMULATOR_BITS).
+    The f16, bf16 and e4m3 inputs are exact in the reference (it reads the very values the kernel reads, and
+    an e4m3 problem's scales multiply the sum in float64: the kernel's f32 product of them is exact to 2^-24).
     Against the H100's best.yaml: f16 outputs, 0.38 x 2^-11 = 1.9e-4 expected, 2.1e-4 recorded on most
     layers (3.2e-4 at most, with an approximated activation); conv_1 (f32 out, C*R*S 288) 1.0e-6
     expected, 3.7e-7 recorded."""
@@ -41,7 +50,9 @@ def rounding_error(problem: ConvProblem) -> float:
         if operand.significand_bits < operand.stored_significand_bits:
             inputs += 4 * unit_roundoff(operand.significand_bits) ** 2 / 7
     _, _, depth = problem.gemm_mnk
-    accumulation = unit_roundoff(problem.accumulator_type.significand_bits) ** 2 * depth
+    accumulator_bits = min(problem.accumulator_type.significand_bits,
+                           MMA_ACCUMULATOR_BITS.get(problem.input_type, problem.accumulator_type.significand_bits))
+    accumulation = unit_roundoff(accumulator_bits) ** 2 * depth
     return math.sqrt(out + inputs + accumulation)
 
 
@@ -100,9 +111,11 @@ def reference_transposed(x, w, problem: ConvProblem):
     return canvas[:, rows.pad:rows.pad + problem.p, cols.pad:cols.pad + problem.q, :]
 
 
-def reference_output(x, w, problem: ConvProblem):
-    """The float64 reference of the problem's convolution, transposed or not (before its epilogue)."""
-    return reference_transposed(x, w, problem) if problem.transposed else reference_fprop(x, w, problem)
+def reference_output(x, w, problem: ConvProblem, scales: OperandScales | None = None):
+    """The float64 reference of the problem's convolution, transposed or not (before its epilogue); of an e4m3
+    problem, times its operands' per-tensor scales."""
+    out = reference_transposed(x, w, problem) if problem.transposed else reference_fprop(x, w, problem)
+    return out if scales is None else out * scales.alpha
 
 
 def relative_l2(output, reference) -> float:

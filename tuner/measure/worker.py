@@ -18,7 +18,7 @@ from tuner.core.problem import ConvProblem, problem_from_dict
 from tuner.core.elements import decode, poison
 from tuner.core.epilogue import Epilogue, apply_epilogue
 from tuner.measure.run import (KernelLibrary, LaunchError, TensorSet, make_tensor_set, pointer, problem_array,
-    random_epilogue_operands, random_inputs)
+    random_epilogue_operands, random_inputs, random_operand_scales)
 from tuner.build.abi import KernelBinary
 from tuner.core.status import Status
 from tuner.measure.validate import check_output, reference_output
@@ -81,7 +81,8 @@ class Workbench:
         rng = cupy.random.default_rng(seed)
         x, w = random_inputs(problem, rng)
         operands = random_epilogue_operands(problem, rng)
-        first = make_tensor_set(problem, x, w, kernel_channels, operands)
+        scales = random_operand_scales(problem, rng)
+        first = make_tensor_set(problem, x, w, kernel_channels, operands, scales)
         sets = [first]
         if timed:
             free_bytes, _ = cupy.cuda.runtime.memGetInfo()
@@ -89,7 +90,7 @@ class Workbench:
             sets += [first.copy() for _ in range(copies - 1)]
         scale, bias, residual = operands
         residual = None if residual is None else decode(residual, problem.output_type)
-        reference = apply_epilogue(reference_output(x, w, problem), problem.epilogue, scale, bias, residual)
+        reference = apply_epilogue(reference_output(x, w, problem, scales), problem.epilogue, scale, bias, residual)
         return cls(problem, reference, sets, stream)
 
     def poison(self, index: int) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from tuner.build.codegen import TEMPLATES
 from tuner.build.abi import ABI_VERSION
 from tuner.core.device import DeviceFacts
+from tuner.core.dtypes import DataType
 from tuner.families import registry
 from tuner.families.base import ELEMENT_TAGS, KernelConfig, read_template
 from tuner.store.results import ResultsError, replacing
@@ -56,22 +57,30 @@ def dsl_symbol(namespace: str, alias: str) -> str:
     return f"cutlass_conv_tuner_{len(namespace)}{namespace}_{alias}"
 
 
-def runner_source(dsl_version: str) -> str:
-    """DslRunner and what it needs, emitted once in a header with DSL layers."""
+def takes_scales(config: KernelConfig) -> bool:
+    """Whether the layer's kernel takes its operands' per-tensor scales (e4m3), and so DslScaledRunner."""
+    return config.input_type is DataType.e4m3
+
+
+def runner_source(dsl_version: str, scaled: bool = False) -> str:
+    """DslRunner and what it needs, emitted once in a header with DSL layers; and DslScaledRunner where one of
+    them takes scales."""
     from tuner.pipeline.export import cpp_string
 
-    return read_template(TEMPLATES / "dsl_runner.h.in").substitute(
+    source = read_template(TEMPLATES / "dsl_runner.h.in").substitute(
         library=LIBRARY, library_literal=cpp_string(LIBRARY), abi_version=ABI_VERSION,
         dsl_version=re.sub(r"[^A-Za-z0-9 ._+-]", "?", dsl_version), dsl_version_literal=cpp_string(dsl_version))
+    return source + ("\n" + (TEMPLATES / "dsl_scaled_runner.h.in").read_text() if scaled else "")
 
 
 def kernel_declaration(config: KernelConfig, alias: str, symbol: str) -> str:
     """A layer's table, its kernel type and its runner."""
     types = ", ".join(ELEMENT_TAGS[t] for t in (config.input_type, config.filter_type, config.output_type))
+    runner = "DslScaledRunner" if takes_scales(config) else "DslRunner"
     return (f"// Config: {config.name} (CuTe DSL; object {alias}.o in {LIBRARY})\n"
             f'extern "C" const TunerDslEntryPoints {symbol};\n'
             f"using {alias} = DslKernel<&{symbol}, {types}>;\n"
-            f"using {alias}_runner = DslRunner<{alias}>;\n")
+            f"using {alias}_runner = {runner}<{alias}>;\n")
 
 
 def installed_dsl_version() -> str:

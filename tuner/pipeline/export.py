@@ -189,7 +189,7 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
     facts = best_device(document)
     major, minor = facts.cc_major, facts.cc_minor
     aliases, rows, for_each, families, configs, problems = [], [], [], {}, {}, []
-    dsl_layers = 0
+    dsl_layers = scaled_dsl_layers = 0
     alias_of = layer_aliases(sorted(map(str, layers)))
     namespace = cpp_identifier(str(device.get("slug", "")))
     for index, (name, raw) in enumerate(sorted(layers.items())):
@@ -201,6 +201,7 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         alias = alias_of[str(name)]
         if dsl_export.is_object_family(config):  # a CuTe DSL kernel: an object in dsl/, not a template
             dsl_layers += 1
+            scaled_dsl_layers += dsl_export.takes_scales(config)
             aliases.append(dsl_export.kernel_declaration(config, alias, dsl_export.dsl_symbol(namespace, alias)))
         else:
             families[family.name] = family
@@ -211,7 +212,7 @@ def render_header(document: dict, nodes: list[tuple[str, ConvProblem]] = (), net
         for_each.append(f"  X({alias}_runner, {index})")
     pieces = [family.emitter.cpp(configs[name]) for name, family in families.items()]
     if dsl_layers:
-        runner = dsl_export.runner_source(dsl_version or dsl_export.installed_dsl_version())
+        runner = dsl_export.runner_source(dsl_version or dsl_export.installed_dsl_version(), scaled_dsl_layers > 0)
         pieces.append(CppPieces(dsl_export.INCLUDES, (runner,), "DslRunner"))
     includes = tuple(dict.fromkeys(header for piece in pieces for header in piece.includes))
     return read_template(TEMPLATES / "best_configs.h.in").substitute(

@@ -15,6 +15,7 @@ from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.families.candidate import Candidate
+from tuner.measure.baseline import library_dtype
 from tuner.search.space import entry_config
 from tuner.store.bench_record import BenchRecord, OneRunLayer
 from tuner.store.best import best_entries
@@ -63,6 +64,8 @@ class TunedTimed:
     layer: str
     row: OneRunLayer
     fused: bool  # the layer has an epilogue: PyTorch timed it too
+    # the type cuDNN and PyTorch ran where it is not the layer's (an e4m3 layer's f16: CUDNN_FP8_ABSENT), or None
+    library_dtype: str | None = None
 
 
 OneRunEvent = NotTimed | NoBestEntry | EntryRefused | TunedStarted | TunedTimed
@@ -156,6 +159,6 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
                           times.cublas_us, times.eager_us, times.compiled_us)
         record = dataclasses.replace(with_library_times(record, layer.name, times),
                                      one_run={**record.one_run, layer.name: row})
-        emit(TunedTimed(layer.name, row, layer.problem.epilogue.fused))
+        emit(TunedTimed(layer.name, row, layer.problem.epilogue.fused, library_dtype(layer.problem)))
         save(record)
     return record

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
-from tuner.families.base import LaunchArgs, SearchSpace, Shape3, SpaceError, check_keys, int_list, param, whole
+from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, SpaceError, check_keys, e4m3_problem, int_list, param,
+                                 whole)
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
 
@@ -152,6 +153,8 @@ def layer_problem(problem: ConvProblem) -> str | None:
     if problem.groups != problem.c or problem.k != problem.c:
         return (f"{FAMILY} runs depthwise convolutions only (groups = C = K); this has C={problem.c} K={problem.k} "
                 f"groups={problem.groups}")
+    if (reason := e4m3_problem(FAMILY, problem)):
+        return reason
     if problem.input_type not in INPUT_TYPES or problem.filter_type is not problem.input_type \
             or problem.output_type is not problem.input_type or problem.accumulator_type is not DataType.f32:
         return (f"{FAMILY} kernels take f16 or bf16 inputs, filters and outputs of one type with f32 accumulation, "

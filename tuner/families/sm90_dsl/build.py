@@ -102,8 +102,8 @@ def dynamic_smem_bytes(g) -> int:
     def align(value: int) -> int:
         return -(-value // 1024) * 1024
     size = g.stages * 2 * 8
-    size = align(size) + g.stages * g.tile_m * g.tile_k * 2
-    size = align(size) + g.stages * g.tile_n * g.tile_k * 2
+    size = align(size) + g.stages * g.tile_m * g.tile_k * g.operand_bytes
+    size = align(size) + g.stages * g.tile_n * g.tile_k * g.operand_bytes
     size = align(size) + g.epi_stages * g.tile_m * g.epi_n * 2
     return size
 
@@ -168,7 +168,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "p": p.p, "q": p.q,
         "grid": ", ".join(str(v) for v in grid),
         "attributes": ", ".join(str(v) for v in attributes),
-        "has_scale": int(e.scale), "has_bias": int(e.bias), "has_residual": int(e.residual),
+        "has_scale": int(e.scale), "has_bias": int(e.bias), "has_residual": int(e.residual), "scaled": int(spec.scaled),
         "beta": repr(float(e.beta)),
         "split_k": g.split_k, "partial_bytes": g.partial_elements * 4, "counters": g.workspace_tiles,
     }

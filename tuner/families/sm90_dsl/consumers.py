@@ -16,9 +16,12 @@ class Consumers:
                 tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
                 mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
                 sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart: cute.Tensor,
-                mCount: cute.Tensor, sArrivals: cute.Tensor):
+                mCount: cute.Tensor, sArrivals: cute.Tensor, mInputScale: cute.Tensor, mFilterScale: cute.Tensor):
         g = self.g
         f16, f32 = self.dtype, self.acc_dtype
+        alpha = f32(1.0)
+        if cutlass.const_expr(g.scaled):
+            alpha = mInputScale[0] * mFilterScale[0]  # the e4m3 operands' per-tensor scales, once a thread
         ctid = tidx - 128
         # pingpong: consumer warpgroup `grp` takes the CTA's tiles grp, grp + 2, ... alone (its own tile_m x
         # tile_n accumulators, epilogue buffers, scale/bias copies, residual ring and named barrier); its epilogue
@@ -168,7 +171,7 @@ class Consumers:
                     cute.copy(s2r, tSR_sR[(None, None, None, slot)], tSR_rR)
                     # the registers hold the subtile: the load warp may refill its slot
                     cute.arch.mbarrier_arrive(ring_empty + slot)
-                self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR)
+                self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR, alpha)
                 rD_out.store(rD.load().to(f16))
                 buf = grp * g.epi_stages + (base + e) % g.epi_stages
                 cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])

@@ -1,6 +1,6 @@
 """The sm90 CuTe DSL kernel's epilogue steps: split-K's fixup, the accumulator registers of an epilogue subtile, the fused
-scale, bias, residual and activation, and the element-by-element store of a K that TMA cannot store. A mixin of
-kernel.ConvKernel (self.g is its geometry.Geometry)."""
+alpha (an e4m3 kernel's per-tensor scales), scale, bias, residual and activation, and the element-by-element store of a
+K that TMA cannot store. A mixin of kernel.ConvKernel (self.g is its geometry.Geometry)."""
 from __future__ import annotations
 
 import cutlass
@@ -71,13 +71,16 @@ class EpilogueSteps:
 
     @cute.jit
     def epilogue_ops(self, rD: cute.Tensor, crd: cute.Tensor, count: cutlass.Constexpr,
-                     sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, grp, rR: cute.Tensor):
-        """y = act(scale[k] * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers. scale and
+                     sub: cutlass.Constexpr, sScale: cute.Tensor, sBias: cute.Tensor, grp, rR: cute.Tensor, alpha):
+        """y = act(scale[k] * alpha * acc + bias[k] + beta * residual) on one epilogue sub-tile's registers (alpha
+        only in an e4m3 kernel: the product of its operands' per-tensor scales). scale and
         bias come from shared memory (staged per tile) at each element's (m, n) coordinate in the tile; the
         residual `rR` is sub-tile `sub`, TMA-loaded into a slot of the residual ring and read by ldmatrix through
         the stmatrix layout, so in rD's order."""
         g = self.g
         f32 = self.acc_dtype
+        if cutlass.const_expr(g.scaled):
+            rD.store(rD.load() * alpha)
         if cutlass.const_expr(g.scale or g.bias):
             for v in cutlass.range_constexpr(count):
                 col = crd[self.acc_index(sub, v, count)][1] + grp * g.tile_n

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import (BuildSpec, SpecError, box_problem, conv_box, epilogue_columns, residual_ring_slots, scheduled_tiles,
-                   split_k_workspace_bytes)
+from .spec import (ELEMENT_BYTES, BuildSpec, SpecError, box_problem, conv_box, epilogue_columns, residual_ring_slots,
+                   scheduled_tiles, split_k_workspace_bytes, tile_k_problem)
 
 SM_COUNT = 132                 # H100 SXM
 SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
@@ -65,6 +65,8 @@ class Geometry:
     src_w: int = 0
     out_p: int = 0
     out_q: int = 0
+    operand_bytes: int = 2         # bytes of an element of x and w (1: e4m3); y and the residual are 16-bit
+    scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
 
     @property
     def epi_count(self) -> int:
@@ -164,7 +166,7 @@ class Geometry:
         if self.gather:  # the stages hold A; the filter stays, every k tile of it
             return (stages * self.tile_m * self.tile_k * 2 + self.tile_n * self.tile_k * self.k_tiles * 2
                     + self.tile_m * self.epi_n * 2 * self.epi_stages + 2 * self.tile_n * 4 + 1024 + 3 * 1024)
-        ab = (self.tile_m + self.tile_n) * self.tile_k * 2
+        ab = (self.tile_m + self.tile_n) * self.tile_k * self.operand_bytes
         epi = self.tile_m * self.epi_n * 2 * (self.epi_stages + self.res_stages) * self.groups
         extra = 2 * self.tile_n * 4 * self.groups
         return stages * ab + epi + extra + 1024 + 3 * 1024  # barriers, alignment slack
@@ -233,8 +235,9 @@ def geometry(spec: BuildSpec) -> Geometry:
     if t.tile_n != 16 and not (t.tile_n % 32 == 0 and 32 <= t.tile_n <= 256):
         # the epilogue stores 32-column subtiles: a 48-column tile would leave its last 16 columns unstored
         raise SpecError(f"tile_n {t.tile_n} must be 16 or a multiple of 32 in 32..256")
-    if t.tile_k not in (32, 64):
-        raise SpecError(f"tile_k {t.tile_k} must be 32 or 64")
+    operand_bytes = ELEMENT_BYTES[spec.element]
+    if (reason := tile_k_problem(t.tile_k, spec.element)):
+        raise SpecError(reason)
     if t.cluster_m not in (1, 2) or t.cluster_n not in (1, 2):
         raise SpecError(f"cluster {t.cluster_m}x{t.cluster_n}: each side must be 1 or 2")
     if t.swizzle < 1:
@@ -279,10 +282,11 @@ def geometry(spec: BuildSpec) -> Geometry:
                  raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
                  residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
                  stores_elements=p.stores_elements,
-                 src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q)
+                 src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
+                 scaled=spec.scaled)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
-    fit = (SMEM_CAPACITY - g.smem_bytes(0)) // (((0 if g.gather else g.tile_n) + g.tile_m) * g.tile_k * 2)
+    fit = (SMEM_CAPACITY - g.smem_bytes(0)) // (((0 if g.gather else g.tile_n) + g.tile_m) * g.tile_k * operand_bytes)
     stages = fit if t.stages == 0 else t.stages
     if stages < 2:
         raise SpecError(f"{stages} pipeline stage(s) fit in shared memory; at least 2 are needed")

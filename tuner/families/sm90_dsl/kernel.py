@@ -1,7 +1,10 @@
 """The sm90 CuTe DSL kernel: a persistent, warp-specialised implicit-GEMM convolution (and GEMM) for Hopper.
 
-One kernel per problem: every extent is static. Layout (NHWC, f16 or bf16 in and out, f32 accumulate):
-    x[n, h, w, c] * w[k, r, s, c] -> y[n, p, q, k],  y = act(scale[k] * acc + bias[k] + beta * residual)
+One kernel per problem: every extent is static. Layout (NHWC, f16 or bf16 in and out, or e4m3 in and f16 out; f32
+accumulate):
+    x[n, h, w, c] * w[k, r, s, c] -> y[n, p, q, k],  y = act(scale[k] * alpha * acc + bias[k] + beta * residual)
+alpha is 1, or of an e4m3 kernel the product of the input's and the filter's per-tensor scales (read from device
+memory, as cuBLASLt's fp8 GEMM reads its A and B scales).
 
 GEMM view. M runs over output pixels, N over output channels, K over (filter tap r, s) x (channel c).
 The M tile of tile_m pixels is a box of tile_q output columns x bp output rows x bn images
@@ -59,10 +62,12 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
     the consumer warpgroups (consumers.py), the gathering producer and the residual's load warp (producers.py);
     epilogue.py holds the consumers' epilogue steps."""
 
-    def __init__(self, g: Geometry, element=None):
+    def __init__(self, g: Geometry, element=None, operand_element=None):
         self.g = g
-        # the 16-bit element of x, w, y and the residual (Float16 or BFloat16); the code calls it f16
+        # the 16-bit element of y and the residual (Float16 or BFloat16); the code calls it f16
         self.dtype = element or cutlass.Float16
+        # the element of x and w: the same, or Float8E4M3FN in an e4m3 kernel (which writes Float16)
+        self.ab_dtype = operand_element or self.dtype
         self.acc_dtype = cutlass.Float32
         self.num_mma_threads = 128 * g.consumers
         self.epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
@@ -72,18 +77,18 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
     @cute.jit
     def __call__(self, x: cute.Tensor, w: cute.Tensor, y: cute.Tensor, scale: cute.Tensor,
                  bias: cute.Tensor, residual: cute.Tensor, partials: cute.Tensor, counters: cute.Tensor,
-                 stream: cuda.CUstream):
+                 input_scale: cute.Tensor, filter_scale: cute.Tensor, stream: cuda.CUstream):
         g = self.g
-        f16 = self.dtype
+        f16, ab = self.dtype, self.ab_dtype
         tile_mnk = (g.tile_m, g.tile_n, g.tile_k)
         kmaj = utils.LayoutEnum.ROW_MAJOR  # A (m, k) and B (n, k) both K-major; D (m, n) N-major
 
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            f16, f16, cute.nvgpu.warpgroup.OperandMajorMode.K, cute.nvgpu.warpgroup.OperandMajorMode.K,
+            ab, ab, cute.nvgpu.warpgroup.OperandMajorMode.K, cute.nvgpu.warpgroup.OperandMajorMode.K,
             self.acc_dtype, (1 if g.pingpong else g.consumers, 1, 1), tiler_mn=(64, g.tile_n))
-        a_smem = sm90_utils.make_smem_layout_a(kmaj, tile_mnk, f16, g.stages)
+        a_smem = sm90_utils.make_smem_layout_a(kmaj, tile_mnk, ab, g.stages)
         # a gathering kernel keeps the whole filter (its one N tile, every k tile) in shared memory
-        b_smem = sm90_utils.make_smem_layout_b(kmaj, tile_mnk, f16, g.k_tiles if g.gather else g.stages)
+        b_smem = sm90_utils.make_smem_layout_b(kmaj, tile_mnk, ab, g.k_tiles if g.gather else g.stages)
         epi_tile = (g.tile_m, g.epi_n)
         epi_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, g.epi_stages * g.groups)
 
@@ -136,8 +141,8 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         @cute.struct
         class SharedStorage:
             barriers: cute.struct.MemRange[cutlass.Int64, g.stages * 2]
-            sA: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(a_smem)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(b_smem)], 1024]
+            sA: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(a_smem)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[ab, cute.cosize(b_smem)], 1024]
             sD: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(epi_smem)], 1024]
             sScale: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
             sBias: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, g.tile_n * g.groups], 16]
@@ -150,7 +155,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         self.smem_bytes = SharedStorage.size_in_bytes()
         self.kernel(a_atoms[0][0], a_atoms[0][1], a_atoms[1][0], a_atoms[1][1], a_atoms[2][0], a_atoms[2][1],
                     a_atoms[3][0], a_atoms[3][1], tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
-                    res_smem, sched, scale, bias, partials, counters, x, w).launch(
+                    res_smem, sched, scale, bias, partials, counters, x, w, input_scale, filter_scale).launch(
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
             min_blocks_per_mp=1, stream=stream)
 
@@ -163,7 +168,8 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
                tiled_mma: cute.TiledMma, a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
                epi_smem: cute.ComposedLayout, res_smem: cute.ComposedLayout,
                sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor,
-               mPart: cute.Tensor, mCount: cute.Tensor, mXflat: cute.Tensor, mWflat: cute.Tensor):
+               mPart: cute.Tensor, mCount: cute.Tensor, mXflat: cute.Tensor, mWflat: cute.Tensor,
+               mInputScale: cute.Tensor, mFilterScale: cute.Tensor):
         g = self.g
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -195,7 +201,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
                 defer_sync=True)
         else:
-            tx_bytes = (g.tile_m + g.tile_n) * g.tile_k * 2
+            tx_bytes = (g.tile_m + g.tile_n) * g.tile_k * g.operand_bytes
             # every consumer warp that reads a stage releases it, in each CTA whose loads multicast into it
             consumer_arrivals = (g.cluster_m + g.cluster_n - 1) * (1 if g.pingpong else g.consumers) * 4
             mainloop = pipeline.PipelineTmaAsync.create(
@@ -260,7 +266,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGISTERS if g.gather else CONSUMER_REGISTERS)
             self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
                          sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
-                         storage.split_arrivals.get_tensor(cute.make_layout(g.groups)))
+                         storage.split_arrivals.get_tensor(cute.make_layout(g.groups)), mInputScale, mFilterScale)
 
 
 def build_launcher(spec: BuildSpec):
@@ -268,13 +274,18 @@ def build_launcher(spec: BuildSpec):
     from cutlass.cute.runtime import make_fake_compact_tensor
     g = geometry(spec)
     p = spec.problem
-    f16, f32 = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16}[spec.element], cutlass.Float32
-    x = make_fake_compact_tensor(f16, (p.n * p.h * p.w * p.c,), assumed_align=16)
-    w = make_fake_compact_tensor(f16, (p.k * p.r * p.s * p.c,), assumed_align=16)
+    elements = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16, "e4m3": cutlass.Float8E4M3FN}
+    ab, f16, f32 = elements[spec.element], elements[spec.output_element], cutlass.Float32
+    x = make_fake_compact_tensor(ab, (p.n * p.h * p.w * p.c,), assumed_align=16)
+    w = make_fake_compact_tensor(ab, (p.k * p.r * p.s * p.c,), assumed_align=16)
     y = make_fake_compact_tensor(f16, (p.n * p.p * p.q * p.k,), assumed_align=16)
     scale = make_fake_compact_tensor(f32, (p.k,), assumed_align=16)
     bias = make_fake_compact_tensor(f32, (p.k,), assumed_align=16)
     residual = make_fake_compact_tensor(f16, (p.n * p.p * p.q * p.k,), assumed_align=16)
     partials = make_fake_compact_tensor(f32, (max(g.partial_elements, 4),), assumed_align=16)
     counters = make_fake_compact_tensor(cutlass.Int32, (g.workspace_tiles,), assumed_align=4)
-    return ConvKernel(g, f16), (x, w, y, scale, bias, residual, partials, counters), g
+    # an e4m3 kernel's per-tensor scales, one f32 each (the others are handed y and never read it)
+    input_scale = make_fake_compact_tensor(f32, (1,), assumed_align=4)
+    filter_scale = make_fake_compact_tensor(f32, (1,), assumed_align=4)
+    return (ConvKernel(g, f16, ab), (x, w, y, scale, bias, residual, partials, counters, input_scale, filter_scale),
+            g)

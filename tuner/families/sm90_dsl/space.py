@@ -12,9 +12,10 @@ from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
-from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec,
-                                          TileSpec, box_problem, conv_box, epilogue_columns, phase_extents,
-                                          residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
+from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, TMA_ROW_BYTES, BuildSpec, ConvBox,
+                                          EpilogueSpec, ProblemSpec, TileSpec, box_problem, conv_box, epilogue_columns,
+                                          phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes,
+                                          tile_k_problem)
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
@@ -22,7 +23,7 @@ from tuner.core.problem import ConvProblem
 FAMILY = "sm90_dsl"
 SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
 CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in 16-bit elements
-INPUT_TYPES = (DataType.f16, DataType.bf16)  # spec.ELEMENTS: the kernel's 16-bit element
+INPUT_TYPES = (DataType.f16, DataType.bf16, DataType.e4m3)  # spec.ELEMENTS: the element of x and w
 MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
 AUTO_STAGES = 0
 # mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: geometry.Geometry.smem_bytes's
@@ -235,10 +236,10 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
 
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
-    """Channels zero-padded to a multiple of 8, TMA's 16-byte rows; fewer than 8 are gathered as they are."""
-    if problem.c < GATHER_BELOW_CHANNELS:
+    """Channels zero-padded to 16-byte TMA rows (8 in 16 bits, 16 in e4m3); fewer than 8 16-bit ones are gathered."""
+    if problem.c < GATHER_BELOW_CHANNELS and problem.input_type is not DataType.e4m3:
         return problem
-    return pad_channels(problem, CHANNEL_MULTIPLE)
+    return pad_channels(problem, TMA_ROW_BYTES // problem.input_type.bytes)
 
 
 def problem_spec(problem: ConvProblem) -> ProblemSpec:
@@ -278,9 +279,9 @@ def layer_problem(problem: ConvProblem) -> str | None:
                 f"sm80, sm90_conv and sm90_gemm run {problem.dtype_key}")
     if (reason := types_problem(FAMILY, problem, INPUT_TYPES)):
         return reason
-    if problem.output_type is not problem.input_type:
-        return (f"sm90_dsl kernels write the output in their input's type (the epilogue stores 16-bit elements "
-                f"through stmatrix), got {problem.dtype_key}")
+    if problem.output_type.value != OUTPUT_ELEMENTS[problem.input_type.value]:
+        return (f"sm90_dsl kernels write the output in their input's type, or f16 from e4m3 (the epilogue stores "
+                f"16-bit elements through stmatrix), got {problem.dtype_key}")
     if problem.k % CHANNEL_MULTIPLE and problem.c < GATHER_BELOW_CHANNELS:
         return (f"sm90_dsl stores K={problem.k} (not a multiple of {CHANNEL_MULTIPLE}) element by element, which its "
                 f"gathering kernel for C={problem.c} does not")
@@ -308,8 +309,8 @@ def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     if n > 16 and n % 32:
         return (f"tile N={n}: above 16 it must be a multiple of 32, the epilogue's store steps (the last 16 columns "
                 "of a 48- or 80-column tile would not be stored)")
-    if k not in (32, 64):
-        return f"tile K={k} must be 32 or 64 (one 64- or 128-byte swizzled row of 16-bit elements)"
+    if (reason := tile_k_problem(k, config.input_type.value)):
+        return reason
     if config.accumulators_per_thread > MAX_ACCUMULATORS:
         return (f"tile {m}x{n} with {consumers} consumer warpgroup(s) and the {config.schedule.value} schedule holds "
                 f"{config.accumulators_per_thread} accumulators a thread (> {MAX_ACCUMULATORS}): it spills")

@@ -15,7 +15,14 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
 EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (tile_n where narrower)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
-ELEMENTS = ("f16", "bf16")  # the 16-bit element of x, w, y and the residual (tuner/core/dtypes.py DataType's names)
+# the element of x and w (tuner/core/dtypes.py DataType's names): a 16-bit one is y's and the residual's too; e4m3
+# kernels write f16 and take the operands' per-tensor scales
+ELEMENTS = ("f16", "bf16", "e4m3")
+OUTPUT_ELEMENTS = {"f16": "f16", "bf16": "bf16", "e4m3": "f16"}
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
+TMA_ROW_BYTES = 16         # a TMA box's inner dimension: C and K rows are multiples of it
+MMA_K = 32                 # tile_k is a multiple of it: two 16-bit wgmmas (K 16), one fp8 wgmma (K 32)
+SWIZZLE_ROW_BYTES = (32, 64, 128)  # a stage's row of A or B, tile_k elements, is one swizzle's row
 MAX_TMA_BOX = 256          # elements along any dimension of a TMA box
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 
@@ -126,6 +133,21 @@ class BuildSpec:
     version: int = SPEC_VERSION
     element: str = "f16"
 
+    @property
+    def output_element(self) -> str:
+        """The element of y and the residual."""
+        return OUTPUT_ELEMENTS[self.element]
+
+    @property
+    def scaled(self) -> bool:
+        """An fp8 kernel: its epilogue multiplies by the input's and the filter's per-tensor scales."""
+        return self.element == "e4m3"
+
+    @property
+    def channel_multiple(self) -> int:
+        """C of a TMA-loaded input is a multiple of this: 16-byte rows of the element."""
+        return TMA_ROW_BYTES // ELEMENT_BYTES[self.element]
+
     def to_json(self) -> str:
         document = asdict(self)
         if self.element == "f16":  # written as before the field existed: f16 kernels keep their cache keys
@@ -161,6 +183,9 @@ class BuildSpec:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
         if p.c % 8 and not p.gathers:
             raise SpecError("C must be a multiple of 8 (16-byte TMA rows of 16-bit elements) unless under 8 (gathered)")
+        if self.scaled and p.c % self.channel_multiple:
+            raise SpecError(f"C must be a multiple of {self.channel_multiple} in {self.element} (16-byte TMA rows; its "
+                            "kernels gather none)")
         if p.stores_elements and (p.gathers or self.epilogue.residual):
             raise SpecError(f"K={p.k} (not a multiple of 8) is stored element by element: not with a gathered C or a "
                             "residual (both need TMA rows of K)")
@@ -172,6 +197,17 @@ class BuildSpec:
             raise SpecError("a gathering kernel (C < 8) has no residual load: its producer warps all gather")
         if not isinstance(t.split_k, int) or t.split_k < 1:
             raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1")
+
+
+def tile_k_problem(tile_k: int, element: str) -> str | None:
+    """Why a stage cannot be tile_k elements deep, or None: the one statement of the rule, raised by
+    geometry.geometry and reported by the family's static checks."""
+    if tile_k % MMA_K == 0 and tile_k * ELEMENT_BYTES[element] in SWIZZLE_ROW_BYTES:
+        return None
+    if ELEMENT_BYTES[element] == 2:
+        return f"tile K={tile_k} must be 32 or 64 (one 64- or 128-byte swizzled row of 16-bit elements)"
+    return (f"tile K={tile_k} must be 32, 64 or 128 in {element} (fp8 wgmma's K is 32; a swizzled row is 128 bytes "
+            "at most)")
 
 
 def split_k_range(k_tiles: int, splits: int, split: int) -> tuple[int, int]:
