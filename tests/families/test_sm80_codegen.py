@@ -104,7 +104,8 @@ def test_every_enum_value_has_a_tag():
     assert set(ITERATOR_TAGS) == set(IteratorAlgorithm)
     assert set(SWIZZLE_TAGS) == set(SWIZZLES)
     assert ELEMENT_TAGS == {DataType.f16: "cutlass::half_t", DataType.bf16: "cutlass::bfloat16_t",
-                            DataType.f32: "float", DataType.tf32: "cutlass::tfloat32_t"}
+                            DataType.f32: "float", DataType.tf32: "cutlass::tfloat32_t",
+                            DataType.e4m3: "cutlass::float_e4m3_t"}
     assert ITERATOR_TAGS[IteratorAlgorithm.optimized] == "cutlass::conv::IteratorAlgorithm::kOptimized"
     assert ITERATOR_TAGS[IteratorAlgorithm.analytic] == "cutlass::conv::IteratorAlgorithm::kAnalytic"
     assert ITERATOR_TAGS[IteratorAlgorithm.few_channels] == "cutlass::conv::IteratorAlgorithm::kFewChannels"
