@@ -50,6 +50,7 @@ def test_faster_ceilings_predict_faster(layers, h100):
     assert predicted_us(config, problem, h100, Ceilings(1400, 6000)) < predicted_us(config, problem, h100)
 
 
+@pytest.mark.slow
 def test_prior_picks_are_valid_distinct_and_varied(conv_1, sm80_space, h100):
     picks = prior_picks(sm80_space, conv_1, h100, 8)
     assert len(picks) == len(set(picks)) == 8
@@ -57,6 +58,7 @@ def test_prior_picks_are_valid_distinct_and_varied(conv_1, sm80_space, h100):
     assert picks[0] == prior_candidates(sm80_space, conv_1, h100)[0]
 
 
+@pytest.mark.slow
 def test_prior_keeps_the_knobs_the_model_cannot_see_at_the_fitted_values(conv_1, sm80_space, h100):
     picks = prior_picks(sm80_space, conv_1, h100, 8)
     assert all(p.stages in PRIOR_STAGES and p.swizzle == PRIOR_SWIZZLE for p in picks)
@@ -121,6 +123,7 @@ def test_joint_prior_picks_for_a_1x1_layer_take_every_family(one_by_one_picks, h
     assert_picks_are_sound(picks, problem, h100)
 
 
+@pytest.mark.slow
 def test_joint_prior_picks_for_a_3x3_layer_have_no_gemm(layers, joint_space, h100):
     problem = layers["r50_s3_3x3_b32"].problem
     picks = joint_prior_picks(joint_space, problem, h100, 8)

@@ -274,6 +274,7 @@ def _defined_globals(archive: Path) -> list[str]:
 
 
 @needs_dsl
+@pytest.mark.slow
 def test_export_writes_the_header_and_one_object_per_dsl_layer(exported):
     header = (exported / HEADER_FILE).read_text()
     assert header == render_header(read_best(exported))
@@ -286,6 +287,7 @@ def test_export_writes_the_header_and_one_object_per_dsl_layer(exported):
 
 
 @needs_dsl
+@pytest.mark.slow
 def test_export_again_gives_the_same_bytes(exported):
     before = (exported / HEADER_FILE).read_text(), (exported / LIBRARY).read_bytes()
     export_header(exported, cache_dir=exported.parents[1] / "cache")  # from the compile cache
@@ -322,6 +324,7 @@ def _runtime_library() -> Path:
 
 
 @needs_dsl
+@pytest.mark.slow
 def test_a_dsl_only_header_passes_gcc_syntax_check(exported, tmp_path):
     from tuner.families.sm90_dsl.build import CUDA_HOME
 

@@ -49,6 +49,7 @@ def test_the_same_config_on_an_h100_fits_two_blocks_per_sm(conv_1):
     assert waste.facts.sm_count == 132 and waste.occupancy.blocks_per_sm == 2
 
 
+@pytest.mark.slow
 def test_ranking_holds_only_valid_configs_of_the_families_the_gpu_runs(conv_1):
     joint, device, ranked = ranked_for("rtx3060", conv_1)
     assert joint.families == ("sm80",)  # compute capability 8.6: no sm90 family
@@ -103,6 +104,7 @@ def test_predict_command_on_the_reference_example():
     assert "x the time of this configuration's)" in out
 
 
+@pytest.mark.slow
 def test_predict_command_with_a_shape_and_an_impossible_config():
     result = run_predict("--gpu", "a100-40gb", "--shape", "32,56,56,64,64,3,3,1", "--config",
                          "256x128x64,w4x2x1,s4", "--top", "2")
@@ -223,6 +225,7 @@ def test_a_gpu_without_results_is_the_model_alone(tmp_path):
     assert times == sorted(times)
 
 
+@pytest.mark.slow
 def test_the_table_says_what_is_measured(h100_results):
     result = run_predict("--gpu", "h100", "--layer", MEASURED_LAYER, "--family", "sm80", "--top", "3",
                          "--results-dir", str(h100_results.parent))
@@ -230,6 +233,7 @@ def test_the_table_says_what_is_measured(h100_results):
     assert "measured" in result.stdout and "landscape/sm80" in result.stdout and "x faster" not in result.stdout
 
 
+@pytest.mark.slow
 def test_a_measured_config_shows_its_measurement_and_no_contradicted_alternative(h100_results):
     """The landscape measured the reference at 29.48 µs, sm80's best at 28.09: the model's 18.53 µs was shown as
     the configuration's figure, and its 14.87 µs recommended."""

@@ -70,6 +70,7 @@ def copy_results(tmp_path: Path) -> Path:
     return results
 
 
+@pytest.mark.slow
 def test_bench_summary_writes_the_document_and_the_readme_block(tmp_path):
     results = copy_results(tmp_path)
     readme = tmp_path / "README.md"

@@ -48,6 +48,7 @@ HEADER = {"device": {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.parent.name)
+@pytest.mark.slow
 def test_the_committed_best_yaml_reads_back_and_writes_out_unchanged(tmp_path, path):
     shutil.copy(path, tmp_path / BEST_FILE)
     header, layers = best_records(tmp_path)

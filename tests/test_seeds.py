@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import optuna
+import pytest
 
 from tuner.search.costmodel import PRIOR_PICKS, Ceilings, prior_picks
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
@@ -13,6 +14,7 @@ from tuner.search.study import open_study
 from tuner.search.seeds import landscape_seeds, seed_study, twin_seeds
 
 
+@pytest.mark.slow
 def test_seed_study_queues_reference_and_prior_once(conv_1, sm80_space, h100):
     study = open_study("seed", optuna.storages.InMemoryStorage(), seed=0)
     joint = JointSpace((sm80_space,))

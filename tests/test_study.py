@@ -408,6 +408,7 @@ def test_interrupt_in_a_progress_callback_propagates(conv_1, sm80_space, h100):
     assert states == [TrialState.COMPLETE, TrialState.FAIL]
 
 
+@pytest.mark.slow
 def test_a_small_space_is_exhausted(conv_1, h100):
     space = JointSpace((SearchSpace("sm80", (("tile", ("64x64x32",)), ("warps", ("2x2x1", "1x8x1")), ("stages", (3,)),
                                              ("swizzle", (1,)), ("iterator", ("optimized", "few_channels")),

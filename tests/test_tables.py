@@ -86,6 +86,7 @@ def test_json_without_list_layers_is_a_one_line_error():
     assert "--list-layers" in result.stderr
 
 
+@pytest.mark.slow
 def test_report_json_csv_and_its_table_at_100_columns(tmp_path):
     model = long_named_model(tmp_path)
     common = ("report", "--onnx", str(model), "--batch", "32", "--gpu", "h100", "--png", str(tmp_path / "r.png"))
@@ -111,6 +112,7 @@ def test_bench_replay_json_and_only_the_chosen_layers(tmp_path):
                 [f"{document['layers'][0]['cudnn_us']:.2f}"])
 
 
+@pytest.mark.slow
 def test_predict_csv_and_its_table_at_100_columns():
     common = ("predict", "--gpu", "rtx3060", "--layer", "conv_1", "--top", "3")
     document = json.loads(tune(*common, "--json").stdout)

@@ -119,6 +119,7 @@ def test_another_input_shape_runs_the_same_layers_in_pytorch(tmp_path):
     assert sum(k.launches for k in source.loaded.values()) == launches  # no kernel met a shape it was not built for
 
 
+@pytest.mark.slow
 def test_the_optimized_model_compiles_whole(tmp_path):
     """torch.compile traces the custom op through its fake implementation: one graph, no break."""
     model, x = net(), example()

@@ -59,6 +59,7 @@ def test_the_dgrad_family_refuses_what_it_cannot_run(problem, words):
 
 @pytest.mark.parametrize("problem", [UNET_UP, DCGAN_UP, PADDED_UP, STRIDE_ONE,
                                      dataclasses.replace(STRIDE_ONE, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)], ids=lambda p: p.key)
+@pytest.mark.slow
 def test_each_transposed_layer_has_valid_kernels(problem):
     valid = valid_configs(SPACE, problem, H100)
     assert valid
@@ -117,6 +118,7 @@ def test_config_names_and_params_round_trip():
     assert config in set(all_configs(SPACE, UNET_UP))
 
 
+@pytest.mark.slow
 def test_the_cost_model_prefers_the_strided_kernel_where_it_must():
     from tuner.search.costmodel import prior_candidates
 

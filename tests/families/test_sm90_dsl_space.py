@@ -34,6 +34,7 @@ def params(**changes) -> dict:
     return {**base, **changes}
 
 
+@pytest.mark.slow
 def test_the_space_file_parses_and_offers_valid_kernels_for_a_gemm_and_a_conv():
     space = load_space(SPACE_FILE)
     assert isinstance(space, SearchSpace) and space.family == "sm90_dsl"
