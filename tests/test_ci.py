@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FULL = 'python -m pytest -q -m "not gpu"'
+FULL = 'python -m pytest -q -m "not gpu" -n auto --dist loadfile'
 
 
 def test_ci_runs_the_readmes_full_command():
@@ -35,4 +35,5 @@ def test_the_full_command_runs_what_the_quick_one_leaves_out():
         return run.stdout.strip().splitlines()[-1]
 
     assert collected().startswith("no tests collected (2 deselected)")
-    assert collected(*shlex.split(FULL)[-2:]).startswith("2 tests collected")
+    marker = shlex.split(FULL).index("-m")
+    assert collected(*shlex.split(FULL)[marker:marker + 2]).startswith("2 tests collected")

@@ -185,7 +185,8 @@ def test_a_conv_transpose_is_a_transposed_layer_beside_the_convs(tmp_path):
                                                                                     (("up",), True)]
 
 
-def test_a_model_of_only_transposed_convolutions_lists_them(tmp_path, capsys):
+def test_a_model_of_only_transposed_convolutions_lists_them(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # the listing's width; at 80 the layer's name wraps
     model = onnx_model(tmp_path / "m.onnx", [conv_node("up", "x", "wt", "out", op="ConvTranspose")],
                        {"wt": (16, 16, 3, 3)})
     assert cli.main(["--onnx", str(model), "--list-layers"]) == 0
