@@ -8,16 +8,14 @@ import yaml
 
 from conftest import H100, REPO
 from tuner.families.base import SearchSpace, Shape3, SpaceError
-from tuner.families.sm90_common.space import EpilogueSchedule
+from tuner.families.sm90_common.space import SMEM_CAPACITY, EpilogueSchedule, kernel_problem
 from tuner.families.sm90_gemm.space import (
     AUTO_STAGES,
     MAX_ACCUMULATORS,
-    SMEM_CAPACITY,
     Schedule,
     Scheduler,
     Sm90GemmConfig,
     k_steps,
-    kernel_problem,
     launch_args,
     layer_problem,
     make_config,

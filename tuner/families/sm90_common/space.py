@@ -21,7 +21,8 @@ CONV_KERNEL = "sm90_conv"  # how reasons name the conv kernel, whichever family 
 # cutlass/gemm/collective/builders/sm90_common.inl:57: the shared memory a CTA may opt into on sm90.
 SMEM_CAPACITY = 232448
 # Channels are zero-padded to a multiple of this: TMA needs 16-byte aligned strides of A and B
-# (conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:352-354), 8 f16 elements.
+# (conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp:352-354, and for sm90_gemm, where the channels
+# are the GEMM's K, gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp:244-255), 8 f16 elements.
 CHANNEL_MULTIPLE = 8
 # One consumer warpgroup holds the whole tile's f32 accumulators: M*N/128 registers a thread. 128x128
 # and 64x256 compile to 154 registers; 128x256 and 256x128 reach 255 and spill 2.5-4.6 KB.

@@ -35,7 +35,7 @@ FAMILY = Family(
                             "split_k", "swap_ab", "epilogue_n"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=space.static_problems, layer_problem=space.layer_problem,
-                     launch_args=space.launch_args, kernel_problem=space.kernel_problem),
+                     launch_args=space.launch_args, kernel_problem=common.kernel_problem),
     emitter=CppEmitter(arch_flags=sm90a_arch_flags, kernel_alias=codegen.kernel_alias, cpp=codegen.cpp_pieces,
                        groupable=True),
     model=PerformanceModel(cost_terms=costmodel.cost_terms, launch_shape=costmodel.launch_shape,

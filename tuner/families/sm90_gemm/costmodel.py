@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
 from tuner.families.base import CostTerms, LaunchShape
+from tuner.families.sm90_common.space import kernel_problem
 from tuner.families.sm90_gemm.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, THREADS, EpilogueSchedule, Schedule,
-                                            Scheduler, Sm90GemmConfig, k_steps, kernel_problem)
+                                            Scheduler, Sm90GemmConfig, k_steps)
 from tuner.core.problem import ConvProblem
 
 # The tensor rate of a CTA with a 128x256 tile, by schedule, relative to the model's matrix ceiling, and

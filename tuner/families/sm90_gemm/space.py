@@ -10,17 +10,16 @@ from dataclasses import dataclass, replace
 
 from tuner.core.device import DeviceFacts
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, flag, flag_list, int_list,
-                                 output_alignment, pad_channels, param, shape_list, types_problem, whole)
+                                 output_alignment, param, shape_list, types_problem, whole)
 from tuner.core.epilogue import Epilogue
 # The sm90 epilogue schedules (the TMA one matched to the kernel schedule here: codegen.epilogue_tag).
-from tuner.families.sm90_common.space import INPUT_TYPES, EpilogueSchedule, fusion_problem
+from tuner.families.sm90_common.space import (INPUT_TYPES, SMEM_CAPACITY, EpilogueSchedule, fusion_problem,
+                                             kernel_problem)
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_gemm"
-SMEM_CAPACITY = 232448   # gemm/collective/builders/sm90_common.inl:57
-CHANNEL_MULTIPLE = 8     # A and B: 16-byte TMA strides (sm90_mma_tma_gmma_ss_warpspecialized.hpp:244-255)
 MAX_ACCUMULATORS = 128   # f32 accumulators a consumer thread holds before the tile spills (pingpong 128x256: 4.7 KB)
 MAX_CLUSTER_SIZE = 8     # the portable cluster size
 AUTO_STAGES = 0
@@ -177,11 +176,6 @@ def parse_space(document: object) -> SearchSpace:
         ("epilogue_n", int_list(FAMILY, "epilogue_n", document["epilogue_n"], lambda v: v == 0 or 16 <= v <= 256,
                                 "0 for CUTLASS's choice, or 16 to 256 columns")),
     ))
-
-
-def kernel_problem(problem: ConvProblem) -> ConvProblem:
-    """Channels (the GEMM's K) zero-padded to a multiple of 8: TMA's 16-byte strides."""
-    return pad_channels(problem, CHANNEL_MULTIPLE)
 
 
 def make_config(problem: ConvProblem, params: dict) -> Sm90GemmConfig:
