@@ -55,6 +55,16 @@ H100 = DeviceFacts(
 )
 
 
+@pytest.fixture(scope="module")
+def worker():
+    """The GPU tests' evaluation worker, one process a test module (a hang in one module's test ends only it)."""
+    from tuner.measure.evaluate import WorkerProcess
+
+    process = WorkerProcess(timeout_s=120)
+    yield process
+    process.close()
+
+
 @pytest.fixture
 def h100() -> DeviceFacts:
     return H100

@@ -52,13 +52,6 @@ def compiled(device, tmp_path_factory):
     return results
 
 
-@pytest.fixture(scope="module")
-def worker():
-    process = WorkerProcess(timeout_s=120)
-    yield process
-    process.close()
-
-
 def evaluate_request(binary: KernelBinary | Path, kernel_view: ConvProblem | None = None,
                      problem: ConvProblem = CONV_1, launch: LaunchArgs | None = None) -> dict:
     binary = binary if isinstance(binary, KernelBinary) else KernelBinary(binary)

@@ -17,7 +17,7 @@ gpu_cupy()
 from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
-from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
@@ -85,13 +85,6 @@ def compiled(device, tmp_path_factory):
                .compile_many(list(configs.values()))}
     assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
     return {key: results[config] for key, config in configs.items()}
-
-
-@pytest.fixture(scope="module")
-def worker():
-    process = WorkerProcess(timeout_s=120)
-    yield process
-    process.close()
 
 
 @pytest.mark.parametrize("case, dtype", CASES)

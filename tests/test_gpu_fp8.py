@@ -27,7 +27,7 @@ from tuner.core.status import Status  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
 from tuner.measure.baseline import CUDNN_FP8_ABSENT  # noqa: E402
-from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.measure.validate import tolerance  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
@@ -79,13 +79,6 @@ def compiled(device, tmp_path_factory):
                .compile_many(list(configs.values()))}
     assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
     return {case: results[config] for case, config in configs.items()}
-
-
-@pytest.fixture(scope="module")
-def worker():
-    process = WorkerProcess(timeout_s=120)
-    yield process
-    process.close()
 
 
 def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None) -> dict:

@@ -19,7 +19,7 @@ gpu_cupy()
 from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
-from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.core.dtypes import dtype_fields  # noqa: E402
@@ -79,13 +79,6 @@ def device():
     if (why := registry.get("sm80_group").device_problem(device)):
         pytest.skip(why)
     return device
-
-
-@pytest.fixture(scope="module")
-def worker():
-    process = WorkerProcess(timeout_s=120)
-    yield process
-    process.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ if GPU_COUNT == 0:
 
 from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
-from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
@@ -65,13 +65,6 @@ def config_of(case: str):
 @pytest.fixture(scope="module")
 def device():
     return query_device()
-
-
-@pytest.fixture(scope="module")
-def worker():
-    process = WorkerProcess(timeout_s=120)
-    yield process
-    process.close()
 
 
 def runnable(case: str, device) -> str | None:

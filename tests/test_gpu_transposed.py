@@ -17,7 +17,7 @@ gpu_cupy()  # skips the module without CuPy or a GPU
 
 from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
-from tuner.measure.evaluate import GpuEvaluator, WorkerProcess  # noqa: E402
+from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.core.dtypes import DataType, dtype_fields  # noqa: E402
@@ -66,13 +66,6 @@ def device():
     if (why := registry.get("sm80_dgrad").device_problem(found)):
         pytest.skip(why)
     return found
-
-
-@pytest.fixture(scope="module")
-def worker():
-    process = WorkerProcess(timeout_s=120)
-    yield process
-    process.close()
 
 
 @pytest.fixture(scope="module")
