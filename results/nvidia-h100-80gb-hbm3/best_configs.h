@@ -24,8 +24,6 @@
 #include "cutlass/conv/device/conv_universal_adapter.hpp"
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
-#include "cutlass/epilogue/threadblock/epilogue_with_visitor_callbacks.h"
-#include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -715,285 +713,6 @@ class Sm90ConvRunner {
 
   Conv op_;
 };
-
-// The sm80 family's fused-epilogue kernel: CUTLASS 2.x implicit-GEMM conv2d fprop whose epilogue is an
-// sm80 Epilogue Visitor Tree (EVT) computing y = act(scale[k] * acc + bias[k] + beta * residual).
-// CUTLASS 4.2 has the sm80 EVT nodes (cutlass/epilogue/threadblock/fusion/visitors.hpp) and a GEMM kernel
-// that takes them (cutlass/gemm/kernel/gemm_universal_with_visitor.h), but no conv kernel that does; its
-// 2.x conv epilogues (cutlass/conv/kernel/default_conv2d_fprop_with_broadcast.h) take at most one broadcast
-// vector besides the source tensor, too few for a per-channel scale, a bias and a residual.
-// ImplicitGemmConvolutionWithVisitor is cutlass/conv/kernel/implicit_gemm_convolution.h's main loop with
-// GemmWithEpilogueVisitor's epilogue (EpilogueWithVisitorCallbacks), driven by the stock device adapter
-// cutlass::conv::device::ImplicitGemmConvolution. The family's includes (tuner/families/sm80/codegen.py)
-// bring in the CUTLASS headers it needs.
-namespace sm80_fusion {
-
-template <typename Mma_, typename Epilogue_, typename ThreadblockSwizzle_, typename Fusion_, typename ElementC_,
-          typename ElementCompute_, cutlass::conv::GroupMode GroupMode_ = cutlass::conv::GroupMode::kNone>
-struct ImplicitGemmConvolutionWithVisitor {
-  using Mma = Mma_;
-  using Epilogue = Epilogue_;  // EpilogueWithVisitorCallbacks
-  using EpilogueOutputOp = typename Epilogue::OutputOp;
-  using FusionCallbacks = typename Epilogue::FusionCallbacks;
-  using Fusion = Fusion_;      // the ConvFusedEpilogue that built FusionCallbacks: the runner binds through it
-  using ThreadblockSwizzle = ThreadblockSwizzle_;
-  // Only fprop: its output NPQK, packed, is the row-major (N*P*Q) x K matrix the visitors address.
-  static cutlass::conv::Operator const kConvolutionalOperator = cutlass::conv::Operator::kFprop;
-
-  using ElementA = typename Mma::IteratorA::Element;
-  using LayoutA = typename Mma::IteratorA::Layout;
-  using ElementB = typename Mma::IteratorB::Element;
-  using LayoutB = typename Mma::IteratorB::Layout;
-  using ElementC = ElementC_;
-  using LayoutC = LayoutA;
-  using ElementAccumulator = typename Epilogue::ElementAccumulator;
-  using ElementCompute = ElementCompute_;
-
-  using WarpMmaOperator = typename Mma::Policy::Operator;
-  using ArchMmaOperator = typename WarpMmaOperator::ArchMmaOperator;
-  using MathOperator = typename ArchMmaOperator::Operator;
-  using OperatorClass = typename WarpMmaOperator::OperatorClass;
-  using ArchTag = typename WarpMmaOperator::ArchTag;
-  using ThreadblockShape = typename Mma::Shape;
-  using WarpShape = typename WarpMmaOperator::Shape;
-  using InstructionShape = typename ArchMmaOperator::Shape;
-
-  static int const kStages = Mma::kStages;
-  static cutlass::conv::IteratorAlgorithm const kIteratorAlgorithm = Mma::IteratorA::kIteratorAlgorithm;
-  static cutlass::conv::StrideSupport const kStrideSupport = Mma::IteratorA::kStrideSupport;
-
-  using WarpCount = typename Mma::WarpCount;
-  static int const kThreadCount = 32 * WarpCount::kCount;
-
-  using TensorRefA = typename Mma::IteratorA::TensorRef;
-  using TensorRefB = typename Mma::IteratorB::TensorRef;
-
-  static int const kConvDim = Mma::IteratorA::kConvDim;
-  using ConvProblemSize = cutlass::conv::Conv2dProblemSize;
-  static cutlass::conv::GroupMode const kGroupMode = GroupMode_;  // a grouped main loop (sm80_group) or none
-
-  using ProblemShape = cute::Shape<int32_t, int32_t, int32_t>;  // (M, N, L) = (N*P*Q, K, 1)
-
-  struct Arguments {
-    ConvProblemSize problem_size;
-    TensorRefA ref_A;
-    TensorRefB ref_B;
-    typename FusionCallbacks::Arguments output_op;  // the visitor tree's arguments: it also holds y
-    cutlass::conv::SplitKMode split_k_mode = cutlass::conv::SplitKMode::kSerial;
-
-    Arguments() {}
-    Arguments(ConvProblemSize const &problem_size, TensorRefA const &ref_A, TensorRefB const &ref_B,
-              typename FusionCallbacks::Arguments const &output_op,
-              cutlass::conv::SplitKMode split_k_mode = cutlass::conv::SplitKMode::kSerial)
-        : problem_size(problem_size), ref_A(ref_A), ref_B(ref_B), output_op(output_op), split_k_mode(split_k_mode) {}
-  };
-
-  struct Params {
-    ConvProblemSize problem_size;
-    cutlass::gemm::GemmCoord grid_tiled_shape;
-    cutlass::gemm::GemmCoord implicit_gemm_problem_size;
-    int swizzle_log_tile;
-    int gemm_k_iterations;
-    int gemm_k_iterations_per_channel;
-    typename Mma::IteratorA::Params iterator_A;
-    typename Mma::IteratorA::Element const *ptr_A;
-    typename Mma::IteratorB::Params iterator_B;
-    typename Mma::IteratorB::Element const *ptr_B;
-    ProblemShape problem_shape;
-    typename FusionCallbacks::Params output_op;
-    int *semaphore;
-    cutlass::conv::SplitKMode split_k_mode;
-
-    CUTLASS_HOST_DEVICE
-    Params() : swizzle_log_tile(0), gemm_k_iterations(0) {}
-
-    CUTLASS_HOST_DEVICE
-    Params(Arguments const &args, int *semaphore = nullptr)
-        : problem_size(args.problem_size),
-          implicit_gemm_problem_size(
-              cutlass::conv::implicit_gemm_problem_size(kConvolutionalOperator, args.problem_size)),
-          iterator_A(Mma::IteratorA::getParams(args.problem_size, args.ref_A.layout())),
-          ptr_A(args.ref_A.data()),
-          iterator_B(args.problem_size, args.ref_B.layout()),
-          ptr_B(args.ref_B.data()),
-          problem_shape(implicit_gemm_problem_size.m(), implicit_gemm_problem_size.n(), 1),
-          output_op(FusionCallbacks::to_underlying_arguments(problem_shape, args.output_op, nullptr)),
-          semaphore(semaphore),
-          split_k_mode(args.split_k_mode) {
-      gemm_k_iterations = cutlass::conv::implicit_gemm_k_iterations(
-          kConvolutionalOperator, ThreadblockShape::kK, args.problem_size, kIteratorAlgorithm, kGroupMode,
-          ThreadblockShape::kN);
-      gemm_k_iterations_per_channel = cutlass::conv::implicit_gemm_k_iterations_per_channel(
-          kConvolutionalOperator, args.problem_size, kIteratorAlgorithm);
-      ThreadblockSwizzle threadblock_swizzle;
-      grid_tiled_shape = threadblock_swizzle.get_tiled_shape(
-          implicit_gemm_problem_size, {ThreadblockShape::kM, ThreadblockShape::kN, ThreadblockShape::kK},
-          args.problem_size.split_k_slices);
-      swizzle_log_tile = threadblock_swizzle.get_log_tile(grid_tiled_shape);
-    }
-  };
-
-  union SharedStorage {
-    typename Mma::SharedStorage main_loop;
-    typename Epilogue::SharedStorage epilogue;
-  };
-
-  // The visitors have no set_k_partition, so split-K slices cannot be reduced (the sm80 GEMM's EVT kernel,
-  // gemm_universal_with_visitor.h, refuses them too); the device adapter's can_implement does not know this.
-  static cutlass::Status can_implement_epilogue(Arguments const &args) {
-    return args.problem_size.split_k_slices == 1 ? cutlass::Status::kSuccess : cutlass::Status::kErrorNotSupported;
-  }
-
-  CUTLASS_HOST_DEVICE
-  ImplicitGemmConvolutionWithVisitor() {}
-
-  CUTLASS_DEVICE
-  void operator()(Params const &params, SharedStorage &shared_storage) {
-    ThreadblockSwizzle threadblock_swizzle;
-    cutlass::gemm::GemmCoord threadblock_tile_idx = threadblock_swizzle.get_tile_offset(params.swizzle_log_tile);
-    if (params.grid_tiled_shape.m() <= threadblock_tile_idx.m() ||
-        params.grid_tiled_shape.n() <= threadblock_tile_idx.n()) {
-      return;
-    }
-    int thread_idx = threadIdx.x;
-    int column_A = threadblock_tile_idx.k() * Mma::Shape::kK;
-    if constexpr (kGroupMode != cutlass::conv::GroupMode::kNone) {
-      // The first input channel of the tile's first group, as kernel/implicit_gemm_convolution.h finds it.
-      int k_per_group = params.problem_size.K / params.problem_size.groups;
-      int group = threadblock_tile_idx.n() * Mma::Shape::kN / k_per_group;
-      column_A += group * (params.problem_size.C / params.problem_size.groups);
-    }
-    typename Mma::IteratorA iterator_A(
-        params.iterator_A, params.problem_size, params.ptr_A, thread_idx,
-        cutlass::MatrixCoord(threadblock_tile_idx.m() * Mma::Shape::kM, column_A));
-    typename Mma::IteratorB iterator_B(
-        params.iterator_B, params.problem_size, params.ptr_B, thread_idx,
-        cutlass::MatrixCoord(threadblock_tile_idx.k() * Mma::Shape::kK, threadblock_tile_idx.n() * Mma::Shape::kN));
-    int warp_idx = cutlass::canonical_warp_idx_sync();
-    int lane_idx = threadIdx.x % 32;
-
-    Mma mma(shared_storage.main_loop, thread_idx, warp_idx, lane_idx);
-    typename Mma::FragmentC accumulators;
-    accumulators.clear();
-    mma(params.gemm_k_iterations, accumulators, iterator_A, iterator_B, accumulators,
-        params.gemm_k_iterations_per_channel);
-
-    // Recomputed rather than kept live through the main loop, as ImplicitGemmConvolution does. The visitors
-    // load and store global memory themselves, guarded against problem_shape; the tile's k() is their L
-    // coordinate, 0 without split-K.
-    threadblock_tile_idx = threadblock_swizzle.get_tile_offset(params.swizzle_log_tile);
-    Epilogue epilogue(params.output_op, shared_storage.epilogue, thread_idx, warp_idx, lane_idx);
-    epilogue(accumulators, threadblock_tile_idx, params.problem_shape, thread_idx);
-  }
-};
-
-// A base kernel's main loop (and group mode) with the visitor tree of a ConvFusedEpilogue as its epilogue.
-template <typename Base, typename Fusion, typename ThreadblockSwizzle, typename ElementC,
-          cutlass::conv::GroupMode GroupMode = cutlass::conv::GroupMode::kNone>
-struct WithVisitor {
-  static_assert(cutlass::platform::is_base_of<typename Base::Epilogue::OutputTileIterator::ThreadMap,
-                                              typename Fusion::ThreadMap>::value,
-                "the visitors' OutputTileThreadLayout must be the base epilogue's thread map");
-  using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorCallbacks<
-      typename Base::Epilogue, typename Fusion::EVT, Fusion::ThreadMap::Stages>;
-  using Kernel = ImplicitGemmConvolutionWithVisitor<typename Base::Mma, Epilogue, ThreadblockSwizzle, Fusion,
-                                                    ElementC, typename Fusion::ElementCompute, GroupMode>;
-};
-
-// DefaultConv2dFprop's knobs, its output op replaced by a ConvFusedEpilogue, plus the output alignment. The
-// base kernel's epilogue (of a LinearCombination) supplies the accumulator-to-shared-memory path and the
-// thread map, which the visitors' thread map must equal.
-template <typename ElementA, typename LayoutA, typename ElementB, typename LayoutB, typename ElementC,
-          typename LayoutC, typename ElementAccumulator, typename OperatorClass, typename ArchTag,
-          typename ThreadblockShape, typename WarpShape, typename InstructionShape, typename Fusion,
-          typename ThreadblockSwizzle, int Stages, typename MathOperatorTag,
-          cutlass::conv::IteratorAlgorithm IteratorAlgorithm, cutlass::conv::StrideSupport StrideSupport,
-          int AlignmentA, int AlignmentB, int AlignmentC>
-struct DefaultConv2dFpropWithVisitor {
-  using ElementCompute = typename Fusion::ElementCompute;
-  using Base = typename cutlass::conv::kernel::DefaultConv2dFprop<
-      ElementA, LayoutA, ElementB, LayoutB, ElementC, LayoutC, ElementAccumulator, OperatorClass, ArchTag,
-      ThreadblockShape, WarpShape, InstructionShape,
-      cutlass::epilogue::thread::LinearCombination<ElementC, AlignmentC, ElementAccumulator, ElementCompute>,
-      ThreadblockSwizzle, Stages, MathOperatorTag, IteratorAlgorithm, StrideSupport, AlignmentA, AlignmentB>::Kernel;
-  using Kernel = typename WithVisitor<Base, Fusion, ThreadblockSwizzle, ElementC>::Kernel;
-};
-
-// y = act(scale[k] * acc + bias[k] + beta * residual) as a visitor tree. kScale and kBias compile the
-// per-channel vectors in; ElementResidual is void where the kernel reads no residual. Act is one of
-// cutlass/epilogue/thread/activation.h's functors, applied to Array<ElementCompute, N>.
-template <class ThreadMap_, class ElementD_, class ElementResidual_, class ElementVector_, class ElementCompute_,
-          bool kScale_, bool kBias_, template <class> class Act>
-struct ConvFusedEpilogue {
-  using ThreadMap = ThreadMap_;  // an OutputTileThreadLayout
-  using ElementD = ElementD_;
-  using ElementResidual = ElementResidual_;
-  using ElementVector = ElementVector_;
-  using ElementCompute = ElementCompute_;
-  static constexpr bool kScale = kScale_;
-  static constexpr bool kBias = kBias_;
-  static constexpr bool kResidual = !cute::is_void_v<ElementResidual>;
-  // Bytes of one access of each operand (visitor_load.hpp, visitor_store.hpp: up to 16): its pointer
-  // must be aligned to them.
-  static constexpr int kOutputAccessBytes = cute::min(16, ThreadMap::kElementsPerAccess * int(sizeof(ElementD)));
-  static constexpr int kVectorAccessBytes =
-      cute::min(16, ThreadMap::kElementsPerAccess * int(sizeof(ElementVector)));
-
-  using StrideTensor = cute::Stride<int64_t, cute::_1, int64_t>;   // (K, 1, M*K): packed NPQK
-  using StrideVector = cute::Stride<cute::_0, cute::_1, int32_t>;  // one value per output channel
-  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-
-  using Accum = cutlass::epilogue::threadblock::VisitorAccFetch;
-  // EnableNullptr (the default): a null vector reads as its null_default and is not loaded.
-  using Vector = cutlass::epilogue::threadblock::VisitorRowBroadcast<ThreadMap, ElementVector, StrideVector>;
-  using Beta = cutlass::epilogue::threadblock::VisitorScalarBroadcast<ElementCompute>;
-  template <template <class> class Op>
-  using Compute = cutlass::epilogue::threadblock::VisitorCompute<Op, ElementCompute, ElementCompute, kRound>;
-  using Store = cutlass::epilogue::threadblock::VisitorAuxStore<ThreadMap, ElementD, kRound, StrideTensor>;
-  template <class Node, class... Children>
-  using Tree = cutlass::epilogue::threadblock::Sm80EVT<Node, Children...>;
-
-  // scale * acc + bias, scale * acc, acc + bias or acc
-  using Affine = cute::conditional_t<
-      kScale,
-      cute::conditional_t<kBias, Tree<Compute<cutlass::homogeneous_multiply_add>, Vector, Accum, Vector>,
-                          Tree<Compute<cutlass::multiplies>, Vector, Accum>>,
-      cute::conditional_t<kBias, Tree<Compute<cutlass::plus>, Accum, Vector>, Accum>>;
-  using Residual = cutlass::epilogue::threadblock::VisitorAuxLoad<ThreadMap, ElementResidual, StrideTensor>;
-  // beta * residual + Affine, or Affine. The residual is read whatever beta is: VisitorAuxLoad has no null check.
-  using Sum = cute::conditional_t<kResidual, Tree<Compute<cutlass::homogeneous_multiply_add>, Beta, Residual, Affine>,
-                                  Affine>;
-  using EVT = Tree<Store, Tree<Compute<Act>, Sum>>;
-  using Arguments = typename EVT::Arguments;
-
-  // Arguments in the tree's order, children before their node. A null scale reads as 1 and a null bias as 0.
-  static Arguments arguments(int64_t gemm_m, int64_t gemm_n, ElementVector const *scale, ElementVector const *bias,
-                             void const *residual, ElementCompute beta, ElementD *y) {
-    StrideTensor stride{gemm_n, cute::_1{}, gemm_m * gemm_n};
-    typename Vector::Arguments scale_args{scale, ElementVector(1), {cute::_0{}, cute::_1{}, int32_t(0)}};
-    typename Vector::Arguments bias_args{bias, ElementVector(0), {cute::_0{}, cute::_1{}, int32_t(0)}};
-    typename Affine::Arguments affine = [&]() -> typename Affine::Arguments {
-      if constexpr (kScale && kBias) return {scale_args, {}, bias_args, {}};
-      else if constexpr (kScale) return {scale_args, {}, {}};
-      else if constexpr (kBias) return {{}, bias_args, {}};
-      else return {};
-    }();
-    typename Sum::Arguments sum = [&]() -> typename Sum::Arguments {
-      if constexpr (kResidual) {
-        using Element = ElementResidual;
-        typename Beta::Arguments beta_args{{beta}, {}, {}};
-        typename Residual::Arguments residual_args{
-            const_cast<Element *>(static_cast<Element const *>(residual)), Element(0), stride};
-        return {beta_args, residual_args, affine, {}};
-      } else {
-        return affine;
-      }
-    }();
-    return Arguments{{sum, {}}, {y, stride}};
-  }
-};
-
-}  // namespace sm80_fusion
 
 // A kernel of templates/conv2d_fprop_evt.h names the fused epilogue it was built with; CUTLASS's does not.
 template <class Kernel, class = void> struct Sm80FusesEpilogue : std::false_type {};
@@ -2818,49 +2537,10 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using r50_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s3_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_s3_down_s2_b32_runner = DslRunner<r50_s3_down_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
-namespace r50_s4_1x1_1024to256_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s4_1x1_1024to256_b1_detail
-using r50_s4_1x1_1024to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s4_1x1_1024to256_b1_detail::Kernel>;
-
-using r50_s4_1x1_1024to256_b1_runner = Sm90ConvRunner<r50_s4_1x1_1024to256_b1>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s4_1x1_1024to256_b1;
+using r50_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s4_1x1_1024to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s4_1x1_1024to256_b1_runner = DslRunner<r50_s4_1x1_1024to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -3380,49 +3060,10 @@ using r50_s5_1x1_1024to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50
 
 using r50_s5_1x1_1024to512_b32_runner = Sm90GemmRunner<r50_s5_1x1_1024to512_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
-namespace r50_s5_1x1_2048to512_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50_s5_1x1_2048to512_b1_detail
-using r50_s5_1x1_2048to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_1x1_2048to512_b1_detail::Kernel>;
-
-using r50_s5_1x1_2048to512_b1_runner = Sm90ConvRunner<r50_s5_1x1_2048to512_b1>;
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object r50_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s5_1x1_2048to512_b1;
+using r50_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_s5_1x1_2048to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50_s5_1x1_2048to512_b1_runner = DslRunner<r50_s5_1x1_2048to512_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -3747,127 +3388,20 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using r50_stem_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50_stem_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_stem_b32_runner = DslRunner<r50_stem_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s2_1x1_256to64_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_1x1_256to64_b1_detail
-using r50f_s2_1x1_256to64_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s2_1x1_256to64_b1_detail::Kernel>;
+// Config: dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_256to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_256to64_b1;
+using r50f_s2_1x1_256to64_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_256to64_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_256to64_b1_runner = DslRunner<r50f_s2_1x1_256to64_b1>;
 
-using r50f_s2_1x1_256to64_b1_runner = Sm90ConvRunner<r50f_s2_1x1_256to64_b1>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_256to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_256to64_b32;
+using r50f_s2_1x1_256to64_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_256to64_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_256to64_b32_runner = DslRunner<r50f_s2_1x1_256to64_b32>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s2_1x1_256to64_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_1x1_256to64_b32_detail
-using r50f_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s2_1x1_256to64_b32_detail::GemmKernel>;
-
-using r50f_s2_1x1_256to64_b32_runner = Sm90GemmRunner<r50f_s2_1x1_256to64_b32>;
-
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s2_1x1_64to256_b1_detail {
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecialized
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::TunerEarlyResidual<cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler>> {};
-}  // namespace r50f_s2_1x1_64to256_b1_detail
-using r50f_s2_1x1_64to256_b1 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s2_1x1_64to256_b1_detail::GemmKernel>;
-
-using r50f_s2_1x1_64to256_b1_runner = Sm90GemmRunner<r50f_s2_1x1_64to256_b1>;
+// Config: dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_64to256_b1;
+using r50f_s2_1x1_64to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_64to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to256_b1_runner = DslRunner<r50f_s2_1x1_64to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -3908,176 +3442,30 @@ using r50f_s2_1x1_64to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f
 
 using r50f_s2_1x1_64to256_b32_runner = Sm90GemmRunner<r50f_s2_1x1_64to256_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s2_1x1_64to64_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_1x1_64to64_b1_detail
-using r50f_s2_1x1_64to64_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s2_1x1_64to64_b1_detail::Kernel>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_64to64_b1;
+using r50f_s2_1x1_64to64_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_64to64_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to64_b1_runner = DslRunner<r50f_s2_1x1_64to64_b1>;
 
-using r50f_s2_1x1_64to64_b1_runner = Sm90ConvRunner<r50f_s2_1x1_64to64_b1>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_64to64_b32;
+using r50f_s2_1x1_64to64_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_1x1_64to64_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to64_b32_runner = DslRunner<r50f_s2_1x1_64to64_b32>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s2_1x1_64to64_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_1x1_64to64_b32_detail
-using r50f_s2_1x1_64to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s2_1x1_64to64_b32_detail::GemmKernel>;
-
-using r50f_s2_1x1_64to64_b32_runner = Sm90GemmRunner<r50f_s2_1x1_64to64_b32>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s2_3x3_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_3x3_b1_detail
-using r50f_s2_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s2_3x3_b1_detail::Kernel>;
-
-using r50f_s2_3x3_b1_runner = Sm90ConvRunner<r50f_s2_3x3_b1>;
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object r50f_s2_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_3x3_b1;
+using r50f_s2_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_3x3_b1_runner = DslRunner<r50f_s2_3x3_b1>;
 
 // Config: dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object r50f_s2_3x3_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_3x3_b32;
 using r50f_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s2_3x3_b32_runner = DslRunner<r50f_s2_3x3_b32>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb
-namespace r50f_s2_down_b1_detail {
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::Identity, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecialized
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s2_down_b1_detail
-using r50f_s2_down_b1 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s2_down_b1_detail::GemmKernel>;
-
-using r50f_s2_down_b1_runner = Sm90GemmRunner<r50f_s2_down_b1>;
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object r50f_s2_down_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_down_b1;
+using r50f_s2_down_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s2_down_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_down_b1_runner = DslRunner<r50f_s2_down_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -4128,572 +3516,80 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using r50f_s3_1x1_128to512_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_128to512_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s3_1x1_128to512_b32_runner = DslRunner<r50f_s3_1x1_128to512_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_1x1_256to128_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<2>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_1x1_256to128_b1_detail
-using r50f_s3_1x1_256to128_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_1x1_256to128_b1_detail::Kernel>;
+// Config: dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_256to128_b1;
+using r50f_s3_1x1_256to128_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_256to128_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_256to128_b1_runner = DslRunner<r50f_s3_1x1_256to128_b1>;
 
-using r50f_s3_1x1_256to128_b1_runner = Sm90ConvRunner<r50f_s3_1x1_256to128_b1>;
+// Config: dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c256k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_256to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_256to128_b32;
+using r50f_s3_1x1_256to128_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_256to128_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_256to128_b32_runner = DslRunner<r50f_s3_1x1_256to128_b32>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_1x1_256to128_b32_detail {
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_1x1_256to128_b32_detail
-using r50f_s3_1x1_256to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s3_1x1_256to128_b32_detail::GemmKernel>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_512to128_b1;
+using r50f_s3_1x1_512to128_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_512to128_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_512to128_b1_runner = DslRunner<r50f_s3_1x1_512to128_b1>;
 
-using r50f_s3_1x1_256to128_b32_runner = Sm90GemmRunner<r50f_s3_1x1_256to128_b32>;
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_512to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_512to128_b32;
+using r50f_s3_1x1_512to128_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_1x1_512to128_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_512to128_b32_runner = DslRunner<r50f_s3_1x1_512to128_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_1x1_512to128_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_1x1_512to128_b1_detail
-using r50f_s3_1x1_512to128_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_1x1_512to128_b1_detail::Kernel>;
+// Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object r50f_s3_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_b1;
+using r50f_s3_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_b1_runner = DslRunner<r50f_s3_3x3_b1>;
 
-using r50f_s3_1x1_512to128_b1_runner = Sm90ConvRunner<r50f_s3_1x1_512to128_b1>;
+// Config: dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c128k128r3s3p1u1d1 (CuTe DSL; object r50f_s3_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_b32;
+using r50f_s3_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_b32_runner = DslRunner<r50f_s3_3x3_b32>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_1x1_512to128_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_1x1_512to128_b32_detail
-using r50f_s3_1x1_512to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s3_1x1_512to128_b32_detail::GemmKernel>;
+// Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object r50f_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_s2_b1;
+using r50f_s3_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_s2_b1_runner = DslRunner<r50f_s3_3x3_s2_b1>;
 
-using r50f_s3_1x1_512to128_b32_runner = Sm90GemmRunner<r50f_s3_1x1_512to128_b32>;
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c128k128r3s3p1u2d1 (CuTe DSL; object r50f_s3_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_s2_b32;
+using r50f_s3_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_3x3_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_s2_b32_runner = DslRunner<r50f_s3_3x3_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_3x3_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_3x3_b1_detail
-using r50f_s3_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_3x3_b1_detail::Kernel>;
-
-using r50f_s3_3x3_b1_runner = Sm90ConvRunner<r50f_s3_3x3_b1>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_3x3_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_3x3_b32_detail
-using r50f_s3_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_3x3_b32_detail::Kernel>;
-
-using r50f_s3_3x3_b32_runner = Sm90ConvRunner<r50f_s3_3x3_b32>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_3x3_s2_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_3x3_s2_b1_detail
-using r50f_s3_3x3_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_3x3_s2_b1_detail::Kernel>;
-
-using r50f_s3_3x3_s2_b1_runner = Sm90ConvRunner<r50f_s3_3x3_s2_b1>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s3_3x3_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<192>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_3x3_s2_b32_detail
-using r50f_s3_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_3x3_s2_b32_detail::Kernel>;
-
-using r50f_s3_3x3_s2_b32_runner = Sm90ConvRunner<r50f_s3_3x3_s2_b32>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb
-namespace r50f_s3_down_s2_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::Identity, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s3_down_s2_b1_detail
-using r50f_s3_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s3_down_s2_b1_detail::Kernel>;
-
-using r50f_s3_down_s2_b1_runner = Sm90ConvRunner<r50f_s3_down_s2_b1>;
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esb_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object r50f_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_down_s2_b1;
+using r50f_s3_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_down_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_down_s2_b1_runner = DslRunner<r50f_s3_down_s2_b1>;
 
 // Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object r50f_s3_down_s2_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_down_s2_b32;
 using r50f_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s3_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s3_down_s2_b32_runner = DslRunner<r50f_s3_down_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s4_1x1_1024to256_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_1x1_1024to256_b1_detail
-using r50f_s4_1x1_1024to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_1x1_1024to256_b1_detail::Kernel>;
-
-using r50f_s4_1x1_1024to256_b1_runner = Sm90ConvRunner<r50f_s4_1x1_1024to256_b1>;
+// Config: dsl_64x16x64_c2x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_1024to256_b1;
+using r50f_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_1024to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_1024to256_b1_runner = DslRunner<r50f_s4_1x1_1024to256_b1>;
 
 // Config: dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_1024to256_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_1024to256_b32;
 using r50f_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_1024to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s4_1x1_1024to256_b32_runner = DslRunner<r50f_s4_1x1_1024to256_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s4_1x1_256to1024_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::gemm::kernel::TunerEarlyResidual<cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler>> {};
-}  // namespace r50f_s4_1x1_256to1024_b1_detail
-using r50f_s4_1x1_256to1024_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_1x1_256to1024_b1_detail::Kernel>;
+// Config: dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrrelu_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_256to1024_b1;
+using r50f_s4_1x1_256to1024_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_256to1024_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_256to1024_b1_runner = DslRunner<r50f_s4_1x1_256to1024_b1>;
 
-using r50f_s4_1x1_256to1024_b1_runner = Sm90ConvRunner<r50f_s4_1x1_256to1024_b1>;
+// Config: dsl_128x128x64_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_256to1024_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_256to1024_b32;
+using r50f_s4_1x1_256to1024_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_256to1024_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_256to1024_b32_runner = DslRunner<r50f_s4_1x1_256to1024_b32>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s4_1x1_256to1024_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<128>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::half_t, cutlass::layout::RowMajor, 8,
-    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_1x1_256to1024_b32_detail
-using r50f_s4_1x1_256to1024_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50f_s4_1x1_256to1024_b32_detail::GemmKernel>;
-
-using r50f_s4_1x1_256to1024_b32_runner = Sm90GemmRunner<r50f_s4_1x1_256to1024_b32>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s4_1x1_512to256_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_1x1_512to256_b1_detail
-using r50f_s4_1x1_512to256_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_1x1_512to256_b1_detail::Kernel>;
-
-using r50f_s4_1x1_512to256_b1_runner = Sm90ConvRunner<r50f_s4_1x1_512to256_b1>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_512to256_b1;
+using r50f_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_1x1_512to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_512to256_b1_runner = DslRunner<r50f_s4_1x1_512to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -4778,49 +3674,10 @@ using r50f_s4_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_3x3_b
 
 using r50f_s4_3x3_b1_runner = Sm90ConvRunner<r50f_s4_3x3_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x256x64_c1x1x1_s5_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s4_3x3_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<256>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<5>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_3x3_b32_detail
-using r50f_s4_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_3x3_b32_detail::Kernel>;
-
-using r50f_s4_3x3_b32_runner = Sm90ConvRunner<r50f_s4_3x3_b32>;
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c256k256r3s3p1u1d1 (CuTe DSL; object r50f_s4_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_3x3_b32;
+using r50f_s4_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_3x3_b32_runner = DslRunner<r50f_s4_3x3_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4910,98 +3767,20 @@ using r50f_s4_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_3
 
 using r50f_s4_3x3_s2_b32_runner = Sm90ConvRunner<r50f_s4_3x3_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb
-namespace r50f_s4_down_s2_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::Identity, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s4_down_s2_b1_detail
-using r50f_s4_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s4_down_s2_b1_detail::Kernel>;
-
-using r50f_s4_down_s2_b1_runner = Sm90ConvRunner<r50f_s4_down_s2_b1>;
+// Config: dsl_64x64x64_q16_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esb_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object r50f_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_down_s2_b1;
+using r50f_s4_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_down_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_down_s2_b1_runner = DslRunner<r50f_s4_down_s2_b1>;
 
 // Config: dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object r50f_s4_down_s2_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_down_s2_b32;
 using r50f_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s4_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s4_down_s2_b32_runner = DslRunner<r50f_s4_down_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s5_1x1_1024to512_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_1x1_1024to512_b1_detail
-using r50f_s5_1x1_1024to512_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_1x1_1024to512_b1_detail::Kernel>;
-
-using r50f_s5_1x1_1024to512_b1_runner = Sm90ConvRunner<r50f_s5_1x1_1024to512_b1>;
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_1024to512_b1;
+using r50f_s5_1x1_1024to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_1024to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_1024to512_b1_runner = DslRunner<r50f_s5_1x1_1024to512_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -5086,98 +3865,20 @@ using r50f_s5_1x1_2048to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<r5
 
 using r50f_s5_1x1_2048to512_b32_runner = Sm90GemmRunner<r50f_s5_1x1_2048to512_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu
-namespace r50f_s5_1x1_512to2048_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, cutlass::half_t, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::gemm::kernel::TunerEarlyResidual<cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler>> {};
-}  // namespace r50f_s5_1x1_512to2048_b1_detail
-using r50f_s5_1x1_512to2048_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_1x1_512to2048_b1_detail::Kernel>;
-
-using r50f_s5_1x1_512to2048_b1_runner = Sm90ConvRunner<r50f_s5_1x1_512to2048_b1>;
+// Config: dsl_64x64x64_c1x1_single_sauto_rm_sw4_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_512to2048_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_512to2048_b1;
+using r50f_s5_1x1_512to2048_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_512to2048_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_512to2048_b1_runner = DslRunner<r50f_s5_1x1_512to2048_b1>;
 
 // Config: dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_512to2048_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_512to2048_b32;
 using r50f_s5_1x1_512to2048_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_1x1_512to2048_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s5_1x1_512to2048_b32_runner = DslRunner<r50f_s5_1x1_512to2048_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s5_3x3_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_3x3_b1_detail
-using r50f_s5_3x3_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_3x3_b1_detail::Kernel>;
-
-using r50f_s5_3x3_b1_runner = Sm90ConvRunner<r50f_s5_3x3_b1>;
+// Config: dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object r50f_s5_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_3x3_b1;
+using r50f_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_3x3_b1_runner = DslRunner<r50f_s5_3x3_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5223,49 +3924,10 @@ using r50f_s5_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_3x3_
 
 using r50f_s5_3x3_b32_runner = Sm90ConvRunner<r50f_s5_3x3_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
-namespace r50f_s5_3x3_s2_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_3x3_s2_b1_detail
-using r50f_s5_3x3_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_3x3_s2_b1_detail::Kernel>;
-
-using r50f_s5_3x3_s2_b1_runner = Sm90ConvRunner<r50f_s5_3x3_s2_b1>;
+// Config: dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw2_sk8_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object r50f_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_3x3_s2_b1;
+using r50f_s5_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_3x3_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_3x3_s2_b1_runner = DslRunner<r50f_s5_3x3_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5311,49 +3973,10 @@ using r50f_s5_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_3
 
 using r50f_s5_3x3_s2_b32_runner = Sm90ConvRunner<r50f_s5_3x3_s2_b32>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb
-namespace r50f_s5_down_s2_b1_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<64>, cute::Int<32>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::Identity, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace r50f_s5_down_s2_b1_detail
-using r50f_s5_down_s2_b1 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_down_s2_b1_detail::Kernel>;
-
-using r50f_s5_down_s2_b1_runner = Sm90ConvRunner<r50f_s5_down_s2_b1>;
+// Config: dsl_64x64x64_q16_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object r50f_s5_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_down_s2_b1;
+using r50f_s5_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_down_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_down_s2_b1_runner = DslRunner<r50f_s5_down_s2_b1>;
 
 // Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object r50f_s5_down_s2_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_r50f_s5_down_s2_b32;
@@ -5475,46 +4098,10 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400f_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b8>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration with the layer's epilogue fused:
-// y = act(scale[k] * acc + bias[k] + beta * residual), through templates/conv2d_fprop_evt.h.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel_evt.h.in: do not edit.
-// Config: 64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu
-namespace vgg11_b32_features_0_detail {
-using Fusion = sm80_fusion::ConvFusedEpilogue<
-    cutlass::epilogue::threadblock::OutputTileThreadLayout<
-      cutlass::gemm::GemmShape<64, 64, 32>,
-      cutlass::gemm::GemmShape<32, 64, 32>,
-      cutlass::half_t, 8, 1>,
-    cutlass::half_t,
-    void,
-    float,
-    float,
-    false, true,
-    cutlass::epilogue::thread::ReLu>;
-}  // namespace vgg11_b32_features_0_detail
-using vgg11_b32_features_0 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename sm80_fusion::DefaultConv2dFpropWithVisitor<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 64, 32>,
-    cutlass::gemm::GemmShape<32, 64, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    vgg11_b32_features_0_detail::Fusion,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kFixedChannels,
-    cutlass::conv::StrideSupport::kStrided,
-    4,
-    4,
-    8
-  >::Kernel>;
-
-using vgg11_b32_features_0_runner = Sm80Runner<vgg11_b32_features_0>;
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_0;
+using vgg11_b32_features_0 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_0_runner = DslRunner<vgg11_b32_features_0>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -5648,137 +4235,20 @@ using vgg11_b32_features_16 = cutlass::conv::device::ConvUniversalAdapter<vgg11_
 
 using vgg11_b32_features_16_runner = Sm90ConvRunner<vgg11_b32_features_16>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu
-namespace vgg11_b32_features_3_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCount<5>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace vgg11_b32_features_3_detail
-using vgg11_b32_features_3 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b32_features_3_detail::Kernel>;
+// Config: dsl_128x128x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h112w112c64k128r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_3;
+using vgg11_b32_features_3 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_3_runner = DslRunner<vgg11_b32_features_3>;
 
-using vgg11_b32_features_3_runner = Sm90ConvRunner<vgg11_b32_features_3>;
+// Config: dsl_128x128x64_q8_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c128k256r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_6.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_6;
+using vgg11_b32_features_6 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_6, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_6_runner = DslRunner<vgg11_b32_features_6>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu
-namespace vgg11_b32_features_6_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace vgg11_b32_features_6_detail
-using vgg11_b32_features_6 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b32_features_6_detail::Kernel>;
-
-using vgg11_b32_features_6_runner = Sm90ConvRunner<vgg11_b32_features_6>;
-
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu
-namespace vgg11_b32_features_8_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace vgg11_b32_features_8_detail
-using vgg11_b32_features_8 = cutlass::conv::device::ConvUniversalAdapter<vgg11_b32_features_8_detail::Kernel>;
-
-using vgg11_b32_features_8_runner = Sm90ConvRunner<vgg11_b32_features_8>;
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_8;
+using vgg11_b32_features_8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_8_runner = DslRunner<vgg11_b32_features_8>;
 
 // Config: dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c128k256r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_10.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg16_b1_features_10;
@@ -6103,7 +4573,7 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.922, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-25T00:50:38+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 3.677, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:17:02+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.252, "dsl_128x128x64_q8_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:49:49+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.439, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:25+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.334, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-27T12:05:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 9.542, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.580, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:39+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 9.611, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:19:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -6117,7 +4587,7 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 192, 64, 13.530, "sm90g_128x192x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.231, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:13:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.034, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-27T12:05:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -6129,51 +4599,51 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 256, 64, 17.594, "sm90c_64x256x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:23:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.564, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c3k64r7s7p3u2d1", "2026-11-25T03:49:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 72.672, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r7s7p3u2d1", "2026-11-25T03:49:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.589, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 64, 64, 25.599, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:21:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 5.291, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:15:27+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.467, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1", "2026-11-27T12:09:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 24.390, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1", "2026-11-27T12:08:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.267, "dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1", "2026-11-27T12:10:43+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 44.478, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:21:11+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.917, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 64, 64, 13.006, "sm90g_128x64x64_c2x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:20:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.766, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:47:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.950, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1", "2026-11-27T12:08:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 11.248, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1", "2026-11-27T12:11:14+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.086, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1", "2026-11-27T12:10:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 22.812, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-25T00:52:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 4.402, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T04:47:51+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.436, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n1h56w56c64k256r1s1p0u1d1", "2026-11-27T12:11:07+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 256, 128, 64, 23.726, "sm90g_256x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esb", "2026-11-23T03:21:33+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.576, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-25T00:52:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.407, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-25T00:51:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.034, "sm90c_64x64x64_c2x1x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 64, 128, 64, 29.701, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.635, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 64, 64, 14.480, "sm90g_128x64x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 18.893, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.642, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:48:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 192, 64, 64, 21.420, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:22:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 64, 64, 4.830, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:48:34+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.877, "dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k128r1s1p0u1d1", "2026-11-27T12:10:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 28.656, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c256k128r1s1p0u1d1", "2026-11-27T12:10:52+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.761, "dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c512k128r1s1p0u1d1", "2026-11-27T12:09:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.636, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k128r1s1p0u1d1", "2026-11-27T12:08:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.884, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c128k128r3s3p1u1d1", "2026-11-27T12:10:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 17.290, "dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c128k128r3s3p1u1d1", "2026-11-27T12:07:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.952, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c128k128r3s3p1u2d1", "2026-11-27T12:09:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.133, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c128k128r3s3p1u2d1", "2026-11-27T12:06:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.488, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esb_n1h56w56c256k512r1s1p0u2d1", "2026-11-27T12:09:56+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.837, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-25T00:51:55+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.372, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:13+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.419, "dsl_64x16x64_c2x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h14w14c1024k256r1s1p0u1d1", "2026-11-27T12:09:24+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.021, "dsl_128x128x64_c1x2_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-25T00:52:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.725, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:17:57+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 128, 14.854, "sm90g_128x128x128_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T03:36:20+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.822, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.471, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrrelu_n1h14w14c256k1024r1s1p0u1d1", "2026-11-27T12:07:45+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.460, "dsl_128x128x64_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c256k1024r1s1p0u1d1", "2026-11-27T12:07:14+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.934, "dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c512k256r1s1p0u1d1", "2026-11-27T12:09:47+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 16.797, "sm90g_128x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:49+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.511, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 15.496, "sm90c_64x256x64_c1x1x1_s5_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:38:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.524, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c256k256r3s3p1u1d1", "2026-11-27T12:08:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 7.532, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 192, 64, 64, 15.807, "sm90c_192x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T03:23:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 64, 64, 5.278, "sm90c_64x64x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:49:39+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.872, "dsl_64x64x64_q16_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esb_n1h28w28c512k1024r1s1p0u2d1", "2026-11-27T12:09:03+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.511, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-25T00:52:08+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.530, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.735, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1", "2026-11-27T12:10:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 64, 128, 64, 14.573, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.491, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-25T00:52:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 9.702, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 5.027, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrrelu", "2026-11-23T08:18:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.283, "dsl_64x64x64_c1x1_single_sauto_rm_sw4_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1", "2026-11-27T12:07:21+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.870, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-25T00:51:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.555, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:51:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.708, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1", "2026-11-27T12:06:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.999, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 11.545, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:50:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 128, 32, 64, 9.287, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw2_sk8_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1", "2026-11-27T12:06:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 16.413, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-23T04:45:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 6.168, "sm90c_64x32x64_c1x1x1_sauto_tma_a8_f16_f16_f16_f32_esb", "2026-11-23T04:50:51+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 64, 64, 5.373, "dsl_64x64x64_q16_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-27T12:09:18+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.600, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-25T00:52:29+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.824, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1", "2026-11-25T03:50:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 74.095, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1", "2026-11-25T03:49:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -6198,13 +4668,13 @@ constexpr TunedLayer kLayers[] = {
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.732, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:13:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 4, "sm80", 1, 0, 1, 64, 64, 32, 335.951, "64x64x32_w2x1x1_s3_sw1_fixed_channels_sk1_a4x8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:19:18+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 104.802, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1", "2026-11-27T12:14:02+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_16", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 192, 64, 64, 51.886, "sm90c_192x64x64_c1x2x1_s3_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:48:07+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 168.365, "sm90c_256x64x64_c1x2x1_s5_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T05:21:59+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 64, 120.732, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:28:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 205.968, "sm90c_128x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:29:34+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 97.861, "dsl_128x128x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h112w112c64k128r3s3p1u1d1", "2026-11-27T12:14:10+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 89.511, "dsl_128x128x64_q8_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c128k256r3s3p1u1d1", "2026-11-27T12:14:20+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 173.175, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-27T12:14:31+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_10", 1, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.867, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c128k256r3s3p1u1d1", "2026-11-27T09:24:49+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_17", 1, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 8.989, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_ebrelu_n1h28w28c256k512r3s3p1u1d1", "2026-11-27T09:25:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_19", 1, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 15.525, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_ebrelu_n1h28w28c512k512r3s3p1u1d1", "2026-11-27T09:25:12+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
