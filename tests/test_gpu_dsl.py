@@ -104,6 +104,26 @@ CASES = {
                                                 {**BASE, "split_k": 4, "tile_q": 16}),
     "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
                             {**BASE, "tile_q": 0, "split_k": 2}),
+    # 256-row cooperative tiles (two 64-row wgmma blocks a consumer warpgroup, the warpgroups on alternate blocks),
+    # as cuDNN runs VGG's C=64 3x3 layers: 196 to 512 tiles, so that CTAs run two or more; with the residual ring in
+    # a cluster, with split-K, and stride 2
+    "conv_256x64_bias_relu": (with_epilogue(ConvProblem(n=16, h=56, w=56, c=64, k=64, r=3, s=3, pad=1), "bias+relu"),
+                              {**BASE, "tile": "256x64x64", "tile_q": 16}),
+    "gemm_ring_256x128_cluster_2x1": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
+                                      {**BASE, "tile": "256x128x64", "cluster": "2x1x1", "tile_q": 0}),
+    "gemm_256x128_small_grid_split4": (LATE_GEMM_B1, {**BASE, "tile": "256x128x64", "tile_q": 0, "split_k": 4}),
+    "conv_256x64_stride2_bn_silu": (with_epilogue(ConvProblem(n=16, h=56, w=56, c=64, k=128, r=3, s=3, pad=1,
+                                                              stride=2), "scale+bias+silu"),
+                                    {**BASE, "tile": "256x64x64", "tile_q": 0}),
+    # tile N any multiple of 16 (16-column epilogue subtiles where 32 do not divide it): RegNetY's K=48 and K=104
+    # layers, a 3x3 conv of K=80; 196 to 392 tiles, so that CTAs run two or more
+    "gemm_k48_256x48_bn_relu": (with_epilogue(ConvProblem(n=8, h=112, w=112, c=32, k=48, r=1, s=1), "scale+bias+relu"),
+                                {**BASE, "tile": "256x48x32", "tile_q": 0}),
+    "gemm_k104_128x112_bn_residual_relu": (with_epilogue(ConvProblem(n=32, h=28, w=28, c=104, k=104, r=1, s=1),
+                                                         "scale+bias+residual+relu"),
+                                           {**BASE, "tile": "128x112x64", "tile_q": 0}),
+    "conv_n80_pingpong": (ConvProblem(n=32, h=32, w=32, c=64, k=80, r=3, s=3, pad=1),
+                          {**BASE, "tile": "128x80x64", "schedule": "pingpong", "tile_q": 16}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
     "conv_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), BASE),
     # C < 8 (the stems): the producer warpgroup gathers A and B with K over (r, s, c); all but the first with more
@@ -210,6 +230,8 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     ("conv_ring_pingpong_64x256", "scale+bias+residual+silu", 2),
     ("stem_gather_3x3_bias_relu_single", "bias", 10),    # a ReLU the gathered stem does not have
     ("conv_k20_bn_relu", "scale+bias", 10),              # a ReLU the element-stored layer does not have
+    ("conv_256x64_bias_relu", "bias", 10),               # a ReLU the 256-row tile's layer does not have
+    ("gemm_k104_128x112_bn_residual_relu", "scale+bias+residual", 10),  # ... nor the 112-column tile's
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]

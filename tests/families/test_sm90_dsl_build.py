@@ -138,7 +138,7 @@ def test_abi_answers_without_a_gpu(built):
     (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(256, 64, 64, schedule="pingpong")).to_json(), "pingpong"),
     (BuildSpec(ProblemSpec.symmetric(1, 9, 9, 64, 64, 3, 3, 1, 3, 1), EpilogueSpec(),
                TileSpec(128, 64, 64, tile_q=8)).to_json(), "stride"),
-    (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="single")).to_json(), "tile_m"),
+    (BuildSpec(GEMM.problem, GEMM.epilogue, TileSpec(128, 128, 64, schedule="single")).to_json(), "tile M=128"),
     (BuildSpec(GEMM.problem, GEMM.epilogue, GEMM.tile, element="f32").to_json(), "element"),
     (BuildSpec(ProblemSpec.symmetric(1, 14, 14, 24, 64, 3, 3, 1, 1, 1), EpilogueSpec(),
                TileSpec(128, 64, 64, tile_q=8), element="e4m3").to_json(), "multiple of 16"),
@@ -352,3 +352,20 @@ def test_an_e4m3_candidate_must_be_handed_its_scales(built):
     assert status(None) == 35
     assert status(ScaledEpilogueOperands(bare, 0x9000, None)) == 35
     assert status(ScaledEpilogueOperands(bare, 0x9000, 0x9004)) not in (30, 31, 32, 33, 35)
+
+
+@pytest.mark.slow
+def test_a_256_row_cooperative_tile_issues_two_row_blocks_a_warpgroup(tmp_path):
+    """Each consumer warpgroup of a 256-row tile holds two 64-row wgmma blocks: twice the wgmma a k tile of the
+    128-row tile's, of the same instruction."""
+    import re
+    problem = ProblemSpec.symmetric(8, 56, 56, 64, 64, 3, 3, 1, 1, 1)
+    counts = {}
+    for tile_m in (128, 256):
+        spec = BuildSpec(problem, EpilogueSpec(bias=True, activation="relu"),
+                         TileSpec(tile_m, 64, 64, schedule="cooperative", tile_q=16))
+        (folder := tmp_path / str(tile_m)).mkdir()
+        ptx = compiled_ptx(spec, folder)
+        assert set(re.findall(r"wgmma\.mma_async\S*", ptx)) == {"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"}
+        counts[tile_m] = ptx.count("wgmma.mma_async")
+    assert counts[256] == 2 * counts[128]

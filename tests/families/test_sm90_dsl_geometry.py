@@ -77,3 +77,32 @@ def test_the_space_counts_the_ring_as_the_kernel_does():
     bare = make_config(replace(problem, epilogue=parse_epilogue("scale+bias+relu")), params)
     g = geometry(fused.build_spec())
     assert fused.epilogue_bytes() - bare.epilogue_bytes() == g.smem_bytes(0) - replace(g, res_stages=0).smem_bytes(0)
+
+
+def test_a_256_row_cooperative_tile_gives_each_warpgroup_two_row_blocks_and_the_kernel_states_the_rule_once():
+    from tuner.families.sm90_dsl.spec import SpecError, tile_m_problem
+
+    tall = gemm(256, 64, "cooperative", BARE)
+    assert (tall.tile_m, tall.consumers, tall.tile_q) == (256, 2, 256) and tall.stages >= 2
+    assert tall.smem_bytes() <= 232448
+    for tile_m, tile_n, schedule in [(256, 256, "cooperative"), (512, 64, "cooperative"), (256, 64, "pingpong"),
+                                     (128, 64, "single")]:
+        with pytest.raises(SpecError) as raised:
+            gemm(tile_m, tile_n, schedule)
+        assert str(raised.value) == tile_m_problem(tile_m, tile_n, schedule, False)
+
+
+@pytest.mark.parametrize("tile_m, tile_n, schedule", [(64, 128, "single"), (128, 256, "cooperative"),
+                                                      (256, 64, "cooperative"), (256, 128, "cooperative"),
+                                                      (128, 128, "pingpong"), (64, 256, "pingpong"),
+                                                      (128, 48, "cooperative"), (256, 48, "cooperative"),
+                                                      (128, 112, "pingpong"), (64, 80, "single")])
+def test_the_epilogue_reads_each_accumulator_of_a_warpgroup_once(tile_m, tile_n, schedule):
+    """The subtiles' registers (acc_index) cover a thread's accumulators exactly once: tile_n / 2 a 64-row wgmma
+    block, times the blocks a warpgroup holds (two in a 128-row pingpong tile and a 256-row cooperative one)."""
+    kernel = ConvKernel(gemm(tile_m, tile_n, schedule, BARE))
+    g = kernel.g
+    blocks = tile_m // (64 * (1 if g.pingpong else g.consumers))
+    n_sub = 8 * blocks * (g.epi_n // 16)
+    read = [kernel.acc_index(sub, v, n_sub) for sub in range(g.epi_count) for v in range(n_sub)]
+    assert sorted(read) == list(range(tile_n // 2 * blocks))

@@ -72,6 +72,12 @@ def test_an_unknown_knob_or_value_is_refused():
     ({"schedule": "pingpong", "tile": "64x256x64", "tile_q": 8}, None),
     ({"schedule": "pingpong", "tile": "128x256x64"}, "accumulators"),
     ({"schedule": "pingpong", "tile": "256x64x64"}, "64 or 128"),
+    # two 64-row wgmma blocks a cooperative warpgroup: 256 rows, as cuDNN's 256x64 kernels
+    ({"tile": "256x64x64"}, None),
+    ({"tile": "256x128x64"}, None),
+    ({"tile": "256x256x64"}, "accumulators"),
+    ({"tile": "512x64x64"}, "must be 128 or 256"),
+    ({"tile": "256x64x64", "schedule": "single"}, "must be 64"),
     ({"tile": "128x32x64"}, None),
     ({"tile": "64x16x64", "schedule": "single", "tile_q": 8}, None),
     ({"cluster": "4x1x1"}, "cluster"),
@@ -138,6 +144,7 @@ STEM = ConvProblem(n=32, h=224, w=224, c=3, k=64, r=7, s=7, pad=3, stride=2)
     ({"split_k": 2}, "no split-K"),
     ({"schedule": "pingpong", "tile": "128x64x64"}, "single and cooperative"),
     ({"tile": "128x32x64"}, "must hold all K=64"),
+    ({"tile": "256x64x64"}, "one tile row a producer thread"),
 ])
 def test_a_stem_of_three_channels_is_gathered(changes, reason):
     config = make_config(STEM, params(**{"tile": "128x64x64", **changes}))
@@ -451,7 +458,13 @@ def test_pingpong_with_a_residual_in_a_cluster_is_refused_until_its_race_is_foun
     assert static_problems(make_config(GEMM, params(schedule="pingpong", cluster="1x2x1")), GEMM, H100) == []
 
 
-def test_a_tile_n_the_epilogue_cannot_store_whole_is_refused():
-    for n, refused in ((16, False), (32, False), (48, True), (80, True), (96, False), (192, False)):
+def test_a_tile_n_is_any_multiple_of_16_and_its_epilogue_subtiles_divide_it():
+    """48, 80, 112 (RegNet's K=48 and K=104 layers; cuBLAS runs the latter with a 104-column tile) store 16-column
+    subtiles; the multiples of 32, 32-column ones."""
+    from tuner.families.sm90_dsl.spec import epilogue_columns
+    for n, refused in ((16, False), (24, True), (32, False), (48, False), (80, False), (96, False), (112, False),
+                       (192, False), (272, True)):
         reasons = static_problems(make_config(GEMM, params(tile=f"128x{n}x64")), GEMM, H100)
-        assert any("store steps" in r for r in reasons) == refused, (n, reasons)
+        assert any("multiple of 16 up to 256" in r for r in reasons) == refused, (n, reasons)
+        if not refused:
+            assert n % epilogue_columns(n) == 0 and epilogue_columns(n) == (32 if n % 32 == 0 else 16)

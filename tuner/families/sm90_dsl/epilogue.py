@@ -57,13 +57,14 @@ class EpilogueSteps:
         """The accumulator register (flat index into r2s.retile(acc)) of value v of epilogue sub-tile `sub`.
 
         r2s.retile(acc) is ((8, tile_n/16), m_rep, 1): 8 values (one stmatrix x4: 16 columns of the thread's
-        rows) per 16-column group, the groups of one 64-row wgmma block, then the m_rep = tile_m/64 row blocks a
-        warpgroup holds (2 in a 128-row pingpong tile, else 1). A sub-tile's registers rD are
+        rows) per 16-column group, the groups of one 64-row wgmma block, then the m_rep row blocks a warpgroup
+        holds (2 in a 128-row pingpong tile and in a 256-row cooperative one, whose two warpgroups take alternate
+        64-row blocks; else 1). A sub-tile's registers rD are
         ((8), m_rep, epi_n/16) in that order (value, row block, column group): v = a + 8 (m + m_rep j).
         (The earlier formula took the row block as the outer index of rD, swapping row blocks and column groups
         of 128-row pingpong tiles.)"""
         g = self.g
-        m_rep = g.tile_m // 64 if g.pingpong else 1
+        m_rep = g.tile_m // (64 * (1 if g.pingpong else g.consumers))
         groups = g.epi_n // 16
         assert n_sub == 8 * m_rep * groups, (n_sub, m_rep, groups)
         a, m, j = v % 8, (v // 8) % m_rep, v // (8 * m_rep)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import (ELEMENT_BYTES, BuildSpec, SpecError, box_problem, conv_box, epilogue_columns, residual_ring_slots,
-                   scheduled_tiles, split_k_workspace_bytes, tile_k_problem)
+from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, BuildSpec, SpecError, box_problem, conv_box, epilogue_columns,
+                   residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, tile_k_problem, tile_m_problem,
+                   tile_n_problem)
 
 SM_COUNT = 132                 # H100 SXM
-SMEM_CAPACITY = 232448         # sm_90 opt-in shared memory per block (227 KiB)
 
 
 @dataclass(frozen=True)
@@ -223,18 +223,10 @@ def geometry(spec: BuildSpec) -> Geometry:
     p, t, e = spec.problem, spec.tile, spec.epilogue
     consumers = 1 if t.schedule == "single" else 2
     pingpong = t.schedule == "pingpong"
-    if pingpong:
-        # each consumer warpgroup holds a whole tile's accumulators: 64 or 128 rows, at most 128 f32 a thread
-        if t.tile_m not in (64, 128):
-            raise SpecError(f"schedule 'pingpong' needs tile_m 64 or 128 (one warpgroup's tile), got {t.tile_m}")
-        if t.tile_m * t.tile_n > 128 * 128:
-            raise SpecError(f"pingpong tile {t.tile_m}x{t.tile_n}: one warpgroup holds at most 128x128 accumulators")
-    elif t.tile_m != 64 * consumers:
-        raise SpecError(f"schedule {t.schedule!r} needs tile_m {64 * consumers} (64 per consumer warpgroup), "
-                        f"got {t.tile_m}")
-    if t.tile_n != 16 and not (t.tile_n % 32 == 0 and 32 <= t.tile_n <= 256):
-        # the epilogue stores 32-column subtiles: a 48-column tile would leave its last 16 columns unstored
-        raise SpecError(f"tile_n {t.tile_n} must be 16 or a multiple of 32 in 32..256")
+    if (reason := tile_n_problem(t.tile_n)):
+        raise SpecError(reason)
+    if (reason := tile_m_problem(t.tile_m, t.tile_n, t.schedule, p.gathers)):
+        raise SpecError(reason)
     operand_bytes = ELEMENT_BYTES[spec.element]
     if (reason := tile_k_problem(t.tile_k, spec.element)):
         raise SpecError(reason)

@@ -12,19 +12,18 @@ from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
-from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, TMA_ROW_BYTES, BuildSpec, ConvBox,
-                                          EpilogueSpec, ProblemSpec, TileSpec, box_problem, conv_box, epilogue_columns,
-                                          phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes,
-                                          tile_k_problem)
+from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, SMEM_CAPACITY, TMA_ROW_BYTES,
+                                          BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, box_problem,
+                                          conv_box, epilogue_columns, phase_extents, residual_ring_slots,
+                                          scheduled_tiles, split_k_workspace_bytes, tile_k_problem, tile_m_problem,
+                                          tile_n_problem)
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_dsl"
-SMEM_CAPACITY = 232448    # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
 CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in 16-bit elements
 INPUT_TYPES = (DataType.f16, DataType.bf16, DataType.e4m3)  # spec.ELEMENTS: the element of x and w
-MAX_ACCUMULATORS = 128    # f32 accumulators a consumer thread holds before the tile spills
 AUTO_STAGES = 0
 # mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: geometry.Geometry.smem_bytes's
 # slack, so that a configuration these checks pass is one the kernel builds (with 1 KB, a pingpong 128x128
@@ -150,11 +149,6 @@ class Sm90DslConfig:
         if self.shape.gathers:
             return -(-self.shape.gemm_k // self.tile.k)
         return self.shape.r * self.shape.s * -(-self.shape.c // self.tile.k)
-
-    @property
-    def accumulators_per_thread(self) -> int:
-        per_warpgroup = self.tile.m * self.tile.n // (2 if self.schedule is Schedule.cooperative else 1)
-        return per_warpgroup // 128
 
     @property
     def stage_bytes(self) -> int:
@@ -297,23 +291,12 @@ def layer_problem(problem: ConvProblem) -> str | None:
 # Each rule returns why the configuration cannot run, or None.
 def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     m, n, k = config.tile.m, config.tile.n, config.tile.k
-    consumers = CONSUMER_WARPGROUPS[config.schedule]
-    if config.schedule is Schedule.pingpong:
-        if m not in (64, 128):
-            return f"tile M={m} must be 64 or 128 with the pingpong schedule: each consumer warpgroup has a whole tile"
-    elif m != 64 * consumers:
-        return (f"tile M={m} must be {64 * consumers} with the {config.schedule.value} schedule: the kernel gives "
-                "each consumer warpgroup 64 rows (one wgmma)")
-    if n % 16 or not 16 <= n <= 256:
-        return f"tile N={n} must be a multiple of 16 up to 256 (a wgmma's N; the TMA box is at most 256)"
-    if n > 16 and n % 32:
-        return (f"tile N={n}: above 16 it must be a multiple of 32, the epilogue's store steps (the last 16 columns "
-                "of a 48- or 80-column tile would not be stored)")
+    if (reason := tile_n_problem(n)):
+        return reason
+    if (reason := tile_m_problem(m, n, config.schedule.value, config.shape.gathers)):
+        return reason
     if (reason := tile_k_problem(k, config.input_type.value)):
         return reason
-    if config.accumulators_per_thread > MAX_ACCUMULATORS:
-        return (f"tile {m}x{n} with {consumers} consumer warpgroup(s) and the {config.schedule.value} schedule holds "
-                f"{config.accumulators_per_thread} accumulators a thread (> {MAX_ACCUMULATORS}): it spills")
     return None
 
 

@@ -13,7 +13,7 @@ SPEC_VERSION = 2  # 2: pad, stride and dilation per axis
 SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two on one tile, two alternating
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
-EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (tile_n where narrower)
+EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (16 where 32 do not divide tile_n)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
 # the element of x and w (tuner/core/dtypes.py DataType's names): a 16-bit one is y's and the residual's too; e4m3
 # kernels write f16 and take the operands' per-tensor scales
@@ -24,6 +24,7 @@ TMA_ROW_BYTES = 16         # a TMA box's inner dimension: C and K rows are multi
 MMA_K = 32                 # tile_k is a multiple of it: two 16-bit wgmmas (K 16), one fp8 wgmma (K 32)
 SWIZZLE_ROW_BYTES = (32, 64, 128)  # a stage's row of A or B, tile_k elements, is one swizzle's row
 MAX_TMA_BOX = 256          # elements along any dimension of a TMA box
+SMEM_CAPACITY = 232448      # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 
 
@@ -199,6 +200,32 @@ class BuildSpec:
             raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1")
 
 
+# rows of a tile each consumer warpgroup may hold, by schedule: one 64-row wgmma block, or two (a pingpong group's
+# whole 128-row tile; a cooperative warpgroup's half of a 256-row tile, as cuDNN's 256x64 xmma kernels run the
+# C=64 3x3 layers)
+WARPGROUP_ROWS = {"single": (64,), "cooperative": (64, 128), "pingpong": (64, 128)}
+MAX_WARPGROUP_TILE = 128 * 128  # f32 accumulators of one warpgroup: 128 a thread
+GATHER_MAX_TILE_M = 128         # the gathering producer writes a tile row a thread, with its warpgroup's 128
+
+
+def tile_m_problem(tile_m: int, tile_n: int, schedule: str, gathers: bool) -> str | None:
+    """Why a tile of tile_m rows cannot run with `schedule`, or None: the one statement of the rule, raised by
+    geometry.geometry and reported by the family's static checks."""
+    per_group = 2 if schedule == "cooperative" else 1  # warpgroups that share one tile
+    rows = tile_m // per_group
+    allowed = WARPGROUP_ROWS[schedule]
+    if tile_m % per_group or rows not in allowed:
+        sizes = " or ".join(str(r * per_group) for r in allowed)
+        blocks = "one 64-row wgmma block" if allowed == (64,) else "one or two 64-row wgmma blocks"
+        return f"tile M={tile_m} must be {sizes} with the {schedule} schedule: a consumer warpgroup holds {blocks}"
+    if rows * tile_n > MAX_WARPGROUP_TILE:
+        return (f"tile {tile_m}x{tile_n} with the {schedule} schedule gives a consumer warpgroup {rows}x{tile_n} "
+                f"accumulators, {rows * tile_n // 128} a thread (more than {MAX_WARPGROUP_TILE // 128}): it spills")
+    if gathers and tile_m > GATHER_MAX_TILE_M:
+        return f"tile M={tile_m}: a gathering kernel writes one tile row a producer thread, {GATHER_MAX_TILE_M} at most"
+    return None
+
+
 def tile_k_problem(tile_k: int, element: str) -> str | None:
     """Why a stage cannot be tile_k elements deep, or None: the one statement of the rule, raised by
     geometry.geometry and reported by the family's static checks."""
@@ -240,7 +267,18 @@ def split_k_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -
 
 
 def epilogue_columns(tile_n: int) -> int:
-    return min(EPILOGUE_COLUMNS, tile_n)
+    """The columns of an epilogue subtile: 32, or 16 where they would not divide tile_n (16, 48, 80 ...; a
+    subtile's columns are whole stmatrix groups of 16)."""
+    return EPILOGUE_COLUMNS if tile_n % EPILOGUE_COLUMNS == 0 else 16
+
+
+def tile_n_problem(tile_n: int) -> str | None:
+    """Why a tile cannot be tile_n output channels wide, or None: the one statement of the rule, raised by
+    geometry.geometry and reported by the family's static checks."""
+    if tile_n % 16 or not 16 <= tile_n <= MAX_TMA_BOX:
+        return (f"tile N={tile_n} must be a multiple of 16 up to {MAX_TMA_BOX} (the epilogue's stmatrix groups of 16 "
+                "columns; a TMA box spans at most 256)")
+    return None
 
 
 def residual_ring_slots(tile_n: int) -> int:
