@@ -228,7 +228,8 @@ def test_the_gpu_steps_keep_earlier_layers_and_write_bench_yaml_from_the_record(
     folder = tmp_path / device.slug
     earlier = BenchRecord(device, measured.ceilings, {"conv_1": 9.0, "older": 8.0},
                           product_search={"older": GpuTunerRun(1.0, "k", 32, 30, 4.5)},
-                          one_run={"older": OneRunLayer("k", "sm80", tuned_us=1.0)})
+                          one_run={"older": OneRunLayer("k", "sm80", tuned_us=1.0)},
+                          eager={"older_fused": 30.0}, compiled={"older_fused": 20.0})
     write_bench(folder, earlier)
     requests = []
 
@@ -260,6 +261,7 @@ def test_the_gpu_steps_keep_earlier_layers_and_write_bench_yaml_from_the_record(
     assert record.ceilings.matmul_tflops == 600.0 and record.cudnn_version == 91901
     assert record.cudnn == {"conv_1": 7.0, "older": 8.0, "r50_s4_3x3_b32": 7.0}
     assert record.product_search == earlier.product_search and record.one_run == earlier.one_run
+    assert (record.eager, record.compiled) == (earlier.eager, earlier.compiled)  # PyTorch's figures are kept too
 
 
 def test_an_e4m3_layers_cudnn_figure_says_it_is_f16s():

@@ -113,8 +113,8 @@ def measured_ceilings(worker) -> MeasuredCeilings:
 def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace],
                    product_spaces: tuple[SearchSpace, ...], settings: GpuSteps,
                    emit: Callable[[BenchEvent], None]) -> tuple[DeviceFacts, BenchRecord]:
-    """Steps that need the GPU, all through one worker; earlier layers' figures in bench.yaml are kept (all
-    but the top-level eager and torch.compile maps, which are measured anew)."""
+    """Steps that need the GPU, all through one worker; earlier layers' figures in bench.yaml are kept, each
+    library's map among them (a run that times some layers must not drop the others' PyTorch figures)."""
     from tuner.build.compile import Compiler
     from tuner.measure.evaluate import GpuEvaluator, WorkerProcess, query_device_facts
 
@@ -123,7 +123,8 @@ def measure_on_gpu(layers: list[Layer], landscape_spaces: dict[str, SearchSpace]
     folder = gpu_dir(settings.results_dir, device.slug)
     kept = read_bench(folder)
     record = BenchRecord(device, measured_ceilings(worker), dict(kept.cudnn), dict(kept.cublas),
-                         dict(kept.product_search), dict(kept.one_run), kept.cudnn_version)
+                         dict(kept.product_search), dict(kept.one_run), kept.cudnn_version, dict(kept.eager),
+                         dict(kept.compiled))
     ceilings = bench_ceilings(record)
     evaluator = GpuEvaluator(device.l2_bytes, worker, repeats=LANDSCAPE_REPEATS)
     steps = settings.steps
