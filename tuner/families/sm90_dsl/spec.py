@@ -24,7 +24,7 @@ TMA_ROW_BYTES = 16         # a TMA box's inner dimension: C and K rows are multi
 MMA_K = 32                 # tile_k is a multiple of it: two 16-bit wgmmas (K 16), one fp8 wgmma (K 32)
 SWIZZLE_ROW_BYTES = (32, 64, 128)  # a stage's row of A or B, tile_k elements, is one swizzle's row
 MAX_TMA_BOX = 256          # elements along any dimension of a TMA box
-SMEM_CAPACITY = 232448      # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
+SMEM_CAPACITY = 232448     # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 
 
