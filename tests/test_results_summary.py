@@ -55,12 +55,16 @@ def test_summary_lines_group_fused_layers_by_name_and_compare_them_with_pytorch(
             row("net_b32_conv", 32, 3.0, "bias+relu", eager=3.0)]
     lines = results_doc.summary_lines(rows)
     assert lines[0].startswith("- conv_1, r50_x_b32 (2 layers: 1 at batch 32, 1 at batch 1), the convolution alone")
-    assert "**0.707**" in lines[0] and "worst r50_x_b32 1.00" in lines[0]
+    assert "**0.707**" in lines[0] and "worst r50_x_b32 1.00" in lines[0] and "0 slower than cuDNN" in lines[0]
     assert "1 of 1 within 5 % at batch 32 (worst r50_x_b32 0.909)" in lines[1]
     assert lines[2] == ("- net_b32_conv (1 layer, batch 32) with their epilogues, the fused kernel / PyTorch eager: "
                         "1.000 at batch 32")
     assert "r50f_x_b32 (1 layer, batch 32)" in lines[3] and "/ PyTorch eager: 0.500 at batch 32" in lines[3]
     assert "/ torch.compile: 1.000 at batch 32; / the same kernel without its epilogue: 1.200" in lines[3]
+    # the fused layers of every group together against torch.compile (one group alone has no such line)
+    assert lines[4] == ("- all 1 layers with their epilogues, the fused kernel / torch.compile: **1.000** (1.000 at "
+                        "batch 32); 1 above 0.90 (worst r50f_x_b32 1.00)")
+    assert len(results_doc.summary_lines(rows[:3])) == 3
 
 
 def copy_results(tmp_path: Path) -> Path:
