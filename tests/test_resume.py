@@ -68,7 +68,11 @@ def _wait_for_lines(log: Path, count: int, timeout: float = 60) -> None:
 def _check_resumed(journal: str, logs: list[Path], in_flight_lost: int = 0) -> None:
     study = optuna.load_study(study_name="resume", storage=JournalStorage(JournalFileBackend(journal)))
     assert counted_in_run(study, RUN) == TRIALS
-    assert not study.get_trials(states=(TrialState.RUNNING,))
+    # A SIGKILL between a trial's ask and its worker tag leaves it RUNNING and untagged: nobody can tell it from a
+    # live host's until UNTAGGED_GRACE has passed (fail_orphans), so the resume may find it there (seen once in 3
+    # full runs on a loaded 2-core machine: trial 27, no attributes). A tagged one of a dead worker is never left.
+    running = study.get_trials(states=(TrialState.RUNNING,))
+    assert len(running) <= in_flight_lost and not any("worker" in trial.user_attrs for trial in running), running
     recorded = Counter(t.user_attrs["config"] for t in study.trials
                        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "compile_s" in t.user_attrs
                        and "from_record" not in t.user_attrs)
