@@ -11,6 +11,8 @@ import warnings
 
 import repository  # noqa: F401 - puts the repository on sys.path
 
+from tuner.core.dtypes import DTYPE_CHOICES
+from tuner.importers.frontend import NetworkError
 from tuner.importers.torch_import import from_torchvision
 from tuner.pipeline.network_report import NOT_TUNABLE, TOTAL, TUNABLE, coverage
 
@@ -33,12 +35,19 @@ def main() -> int:
         parser.error(f"--batch takes whole numbers separated by commas, got {args.batch!r}")
     if min(batches) < 1:
         parser.error(f"--batch sizes must be at least 1, got {args.batch}")
+    dtypes = args.dtype.split(",")
+    if unknown := [dtype for dtype in dtypes if dtype not in DTYPE_CHOICES]:
+        parser.error(f"--dtype {', '.join(unknown)} is not one of {', '.join(DTYPE_CHOICES)}")
     all_flops = tunable_flops = all_convs = tunable_convs = 0
     print(f"{'network':30} {'batch':>5} {'dtype':>5} {'convs':>6} {'tunable':>7} {'FLOPs tunable':>13}  not tunable")
     for name in args.names or NETWORKS:
         for batch in batches:
-            for dtype in args.dtype.split(","):
-                rows = coverage(from_torchvision(name, batch, dtype=dtype))
+            for dtype in dtypes:
+                try:
+                    rows = coverage(from_torchvision(name, batch, dtype=dtype))
+                except NetworkError as error:  # no such model, or torchvision missing: one line, as tune.py says it
+                    print(f"coverage_networks.py: {error}", file=sys.stderr)
+                    return 2
                 total = next(row for row in rows if row.state == TOTAL)
                 tunable = next(row for row in rows if row.state == TUNABLE)
                 missing = [f"{row.reason} x{row.convolutions}"

@@ -115,8 +115,8 @@ def summary_lines(rows: list[OneRunRow]) -> list[str]:
     fused = [row for row in rows if row.epilogue]
     compiled = ratio_summary(fused, "compiled_us")
     if compiled and len({row.group for row in fused}) > 1:
-        slow = sorted(((row.ratio("compiled_us"), row.layer) for row in fused
-                       if (row.ratio("compiled_us") or 0) > FUSED_BAR), reverse=True)
+        ratios = ((row.ratio("compiled_us"), row.layer) for row in fused)
+        slow = sorted(((ratio, layer) for ratio, layer in ratios if ratio and ratio > FUSED_BAR), reverse=True)
         over = (f"{len(slow)} above {FUSED_BAR:.2f} (worst {slow[0][1]} {slow[0][0]:.2f})" if slow
                 else f"none above {FUSED_BAR:.2f}")
         lines.append(f"- all {compiled.layers} layers with their epilogues, the fused kernel / torch.compile: "
