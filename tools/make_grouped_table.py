@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: the tuner package is the repository's
 
 from tuner.core.epilogue import Epilogue  # noqa: E402
+from tuner.importers.frontend import NetworkError  # noqa: E402
 from tuner.importers.network import LAYERS_DEFAULTS, layer_entry, layer_name  # noqa: E402
 from tuner.importers.torch_import import from_torchvision  # noqa: E402
 from tuner.store.results import atomic_write  # noqa: E402
@@ -50,7 +51,12 @@ def main() -> int:
     if args.batch < 1:
         parser.error(f"--batch must be at least 1, got {args.batch}")
     output = args.output or REPO / "search_spaces" / "networks" / f"grouped_b{args.batch}.yaml"
-    atomic_write(output, table(args.batch))
+    try:
+        text = table(args.batch)
+    except NetworkError as error:  # torch or torchvision missing: one line, as tune.py says it
+        print(f"make_grouped_table.py: {error}", file=sys.stderr)
+        return 2
+    atomic_write(output, text)
     print(f"wrote {output}")
     return 0
 
