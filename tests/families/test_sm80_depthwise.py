@@ -86,6 +86,31 @@ def test_warp_shapes_are_cutlass_s():
     assert any("25 pixels a warp over 4 thread(s)" in reason for reason in reasons)
 
 
+def test_the_epilogues_shared_loads_stay_inside_the_kernels_shared_memory():
+    # 8x4 pixels x 16 channels are 64 vectors; 8 warps' 256 threads read 8 KB of accumulators from the last of 2
+    # stages of 4 KB: an illegal address on every layer of an H200 tune
+    mb1 = ConvProblem(n=8, h=112, w=112, c=32, k=32, r=3, s=3, pad=1, groups=32)
+    faulting = config(mb1, output_tile="8x4", channels=16, warps=8, stages=2, split=4)
+    assert (space.activation_load_bytes(faulting), space.epilogue_read_bytes(faulting)) == (4096, 8192)
+    reasons = FAMILY.rules.static_problems(faulting, mb1, H100)
+    assert any("threads read 8192 bytes from the last stage on, past the kernel's shared memory" in reason
+               for reason in reasons), reasons
+    # 4x4 x 32 channels over 4 warps reads past its tile too, but inside the allocation: it ran exactly
+    assert FAMILY.rules.static_problems(
+        config(mb1, output_tile="4x4", channels=32, warps=4, stages=4, split=4), mb1, H100) == []
+    # the iterator's loads of the window, as the compiled kernels report kActivationSize
+    assert space.activation_load_bytes(config(DW3)) == 14336
+    assert space.activation_load_bytes(config(mb1, channels=16, warps=4)) == 4096
+    assert space.activation_load_bytes(config(mb1, output_tile="16x8", channels=32, warps=8)) == 12288
+    assert space.activation_load_bytes(config(mb1, output_tile="4x4", channels=32, warps=1)) == 2560
+
+
+def test_the_epilogue_waits_for_every_warp_before_the_next_tile_overwrites_its_stage():
+    text = (REPO / "tuner" / "families" / "sm80_depthwise" / "templates" / "direct_conv_fused.h").read_text()
+    body = text[text.index("shared_load_iterator_.load(aligned_accumulators);"):]
+    assert body.index("__syncthreads();") < body.index("destination_iterator.store(output);")
+
+
 def test_a_thread_of_too_many_values_spills():
     # 8x8 pixels, 64 channels, 4 warps: a thread's 4x4 patch of 2 channels reads a 10x10 window of a 7x7 filter
     too_many = config(DW7)

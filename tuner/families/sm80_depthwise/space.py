@@ -202,11 +202,28 @@ def activation_bytes(config: Sm80DepthwiseConfig) -> int:
     return rows * cols * config.channels * config.input_type.bytes
 
 
+def activation_load_bytes(config: Sm80DepthwiseConfig) -> int:
+    """One stage of the input window as the iterator loads it (kActivationSize): whole rounds of every thread's
+    16-byte vector."""
+    vectors = -(-activation_bytes(config) // (ALIGNMENT * config.input_type.bytes))
+    return -(-vectors // config.threads) * config.threads * ALIGNMENT * config.input_type.bytes
+
+
+def epilogue_bytes(config: Sm80DepthwiseConfig) -> int:
+    """The epilogue's accumulator tile in shared memory."""
+    return config.output_tile.pixels * config.channels * config.accumulator_type.bytes
+
+
+def epilogue_read_bytes(config: Sm80DepthwiseConfig) -> int:
+    """What the epilogue's shared loads span: whole rounds of every thread's vector of accumulators."""
+    vectors = config.output_tile.pixels * config.channels // ALIGNMENT
+    return -(-vectors // config.threads) * config.threads * ALIGNMENT * config.accumulator_type.bytes
+
+
 def smem_bytes(config: Sm80DepthwiseConfig) -> int:
     """DirectConvolutionParams::get_smem_size: each stage one input window, and the CTA's filter once."""
     filter_bytes = config.filter[0] * config.filter[1] * config.channels * config.filter_type.bytes
-    epilogue = config.output_tile.pixels * config.channels * config.accumulator_type.bytes
-    return config.stages * max(activation_bytes(config), epilogue) + filter_bytes
+    return config.stages * max(activation_load_bytes(config), epilogue_bytes(config)) + filter_bytes
 
 
 def _check_layer(config, problem, device) -> str | None:
@@ -243,6 +260,20 @@ def _check_warps(config: Sm80DepthwiseConfig, problem: ConvProblem, device: Devi
     return None
 
 
+def _check_epilogue_reads(config: Sm80DepthwiseConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    """The epilogue's shared loads of the last stage stay inside the kernel's shared memory. Threads beyond the
+    output tile's vectors still load (only their global stores are guarded, predicated_tile_iterator_direct_conv.h),
+    from the stage's offset on: past the allocation that is an illegal address (8x4 pixels, 16 channels, 8 warps
+    on every layer of an H200 tune)."""
+    last_stage = (config.stages - 1) * activation_load_bytes(config)
+    if last_stage + epilogue_read_bytes(config) > config.stages * max(activation_load_bytes(config),
+                                                                      epilogue_bytes(config)):
+        return (f"the epilogue's {config.threads} threads read {epilogue_read_bytes(config)} bytes from the last "
+                f"stage on, past the kernel's shared memory ({config.output_tile.text} pixels x {config.channels} "
+                f"channels are {config.output_tile.pixels * config.channels // ALIGNMENT} vectors)")
+    return None
+
+
 def _check_shared_memory(config: Sm80DepthwiseConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
     needed = smem_bytes(config)
     if needed > device.smem_optin_per_block:
@@ -266,7 +297,8 @@ def _check_stages(config: Sm80DepthwiseConfig, problem: ConvProblem, device: Dev
     return None
 
 
-STATIC_RULES = (_check_layer, _check_compiled_for, _check_stages, _check_warps, _check_shared_memory, _check_split)
+STATIC_RULES = (_check_layer, _check_compiled_for, _check_stages, _check_warps, _check_epilogue_reads,
+                _check_shared_memory, _check_split)
 
 
 def static_problems(config: Sm80DepthwiseConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:

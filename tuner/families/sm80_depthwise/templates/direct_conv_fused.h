@@ -78,6 +78,11 @@ class ChannelEpilogue {
     __syncthreads();
     typename SharedLoadIterator::Fragment aligned_accumulators;
     shared_load_iterator_.load(aligned_accumulators);
+    // The next tile's cp.async (DepthwiseFpropDirectConvMultipleStage, at its first warp_mma_k) writes into the
+    // stage this epilogue just read (smem_base_offset is the stage of `iterations % kStages`), and the main loop
+    // has no barrier before it: without this one a fast warp overwrites what a slow warp has yet to load. On an
+    // H200 that race made about one trial in six of the direct kernels wrong, some only on a second launch.
+    __syncthreads();
     typename OutputTileIterator::Fragment output;
     auto *output_access = reinterpret_cast<OutputAccess *>(&output);
     auto const *accumulator_access = reinterpret_cast<AccumulatorAccess const *>(&aligned_accumulators);
