@@ -783,7 +783,8 @@ class ChannelEpilogue {
     // The next tile's cp.async (DepthwiseFpropDirectConvMultipleStage, at its first warp_mma_k) writes into the
     // stage this epilogue just read (smem_base_offset is the stage of `iterations % kStages`), and the main loop
     // has no barrier before it: without this one a fast warp overwrites what a slow warp has yet to load. On an
-    // H200 that race made about one trial in six of the direct kernels wrong, some only on a second launch.
+    // H200 43 of 736 trials of the direct kernels were wrong (with this race among the causes), some only on a
+    // second launch.
     __syncthreads();
     typename OutputTileIterator::Fragment output;
     auto *output_access = reinterpret_cast<OutputAccess *>(&output);
