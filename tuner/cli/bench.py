@@ -129,8 +129,11 @@ def budget_list(text: str) -> tuple[int, ...]:
 
 
 def recorded_measurements(results_dir: Path, gpu: str | None) -> tuple[DeviceFacts, BenchRecord]:
-    """--replay-only: the bench record of the GPU named, or of the only one with a bench.yaml."""
+    """--replay-only: the bench record of the GPU named, or of the only one with a bench.yaml, or of the only one of
+    those with landscapes to replay."""
     slugs = [gpu] if gpu else gpu_slugs(results_dir, BENCH_FILE)
+    if len(slugs) > 1:
+        slugs = [slug for slug in slugs if (gpu_dir(results_dir, slug) / "landscape").is_dir()] or slugs
     if len(slugs) != 1:
         raise ResultsError(f"--replay-only needs one results/<gpu>/{BENCH_FILE}; found {slugs or 'none'} (pass --gpu)")
     folder = gpu_dir(results_dir, slugs[0])
