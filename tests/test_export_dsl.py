@@ -107,7 +107,7 @@ def test_an_e4m3_layer_gets_the_scaled_runner_and_its_types():
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_a_header_with_an_e4m3_layer_passes_gcc_syntax_check(tmp_path):
-    from tuner.families.sm90_dsl.build import CUDA_HOME
+    from tuner.families.dsl_common.build_tools import CUDA_HOME
 
     if not (CUDA_HOME / "include" / "cuda_runtime.h").exists():
         pytest.skip("needs the CUDA headers")
@@ -318,15 +318,15 @@ int main() {
 
 
 def _runtime_library() -> Path:
-    from tuner.families.sm90_dsl.build import _dsl_lib_dir
+    from tuner.families.dsl_common.build_tools import dsl_lib_dir
 
-    return _dsl_lib_dir() / "libcuda_dialect_runtime_static.a"
+    return dsl_lib_dir() / "libcuda_dialect_runtime_static.a"
 
 
 @needs_dsl
 @pytest.mark.slow
 def test_a_dsl_only_header_passes_gcc_syntax_check(exported, tmp_path):
-    from tuner.families.sm90_dsl.build import CUDA_HOME
+    from tuner.families.dsl_common.build_tools import CUDA_HOME
 
     header = tmp_path / HEADER_FILE
     header.write_text(render_header(document(**{"dsl-layer": dsl_entry()})))

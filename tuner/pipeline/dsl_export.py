@@ -118,7 +118,7 @@ def _tools() -> tuple[str, str, str]:
 
 
 def _cuda_include() -> Path:
-    from tuner.families.sm90_dsl.build import CUDA_HOME
+    from tuner.families.dsl_common.build_tools import CUDA_HOME
 
     include = CUDA_HOME / "include"
     if not (include / "cuda_runtime.h").exists():

@@ -10,91 +10,18 @@ Exit 0 on success; 1 with a one-line reason as the last stderr line when the ker
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import string
-import struct
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tuner.families.dsl_common.build_tools import (BuildError, cubin_resources, dsl_lib_dir, dsl_version_text,
+                                                   first_line, link_candidate, preload_runtime)
+
 HERE = Path(__file__).resolve().parent
-CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 PREFIX = "k0"
-
-
-class BuildError(RuntimeError):
-    """A kernel that cannot be built, with the reason in one line."""
-
-
-def _dsl_lib_dir() -> Path:
-    import nvidia_cutlass_dsl
-    root = Path(nvidia_cutlass_dsl.__path__[0])
-    for flavour in ("cu13", "cu12"):
-        if (root / flavour / "lib" / "libcuda_dialect_runtime_static.a").exists():
-            return root / flavour / "lib"
-    raise BuildError(f"no DSL runtime library under {root}")
-
-
-def _cudart_shared() -> Path:
-    for candidate in (CUDA_HOME / "lib64" / "libcudart.so", CUDA_HOME / "lib" / "libcudart.so"):
-        if candidate.exists():
-            return candidate
-    raise BuildError(f"libcudart.so not found under {CUDA_HOME} (set CUDA_HOME)")
-
-
-def _preload_runtime(lib_dir: Path) -> None:
-    """4.8.1's export resolves the host code's CUDA symbols in-process: load them globally first."""
-    ctypes.CDLL(str(_cudart_shared()), mode=ctypes.RTLD_GLOBAL)
-    runtime = lib_dir / "libcute_dsl_runtime.so"
-    if runtime.exists():
-        ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
-
-
-def cubin_resources(cubin: bytes) -> dict:
-    """Registers, static shared memory and stack of the (single) kernel, read from the cubin's ELF sections:
-    .nv.info's EIATTR_REGCOUNT (0x2f) and EIATTR_FRAME_SIZE / MIN_STACK_SIZE (0x11, 0x12) records, and the
-    size of .nv.shared.<kernel> (cuobjdump -res-usage reads the same records; it is not on every host)."""
-    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
-        raise BuildError("the cubin is not a 64-bit ELF")
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = []
-    for i in range(shnum):
-        name, kind, flags, addr, offset, size, link, info, align, entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", cubin, shoff + i * shentsize)
-        sections.append((name, offset, size, info))
-    strtab_offset = sections[shstrndx][1]
-
-    def name_of(index: int) -> str:
-        end = cubin.index(b"\0", strtab_offset + index)
-        return cubin[strtab_offset + index:end].decode()
-
-    out = {"registers": 0, "static_smem": 0, "stack": 0, "kernel": ""}
-    for name, offset, size, info in sections:
-        section = name_of(name)
-        if section.startswith(".text."):
-            out["kernel"] = section[len(".text."):]
-        elif section.startswith(".nv.shared.") and not section.startswith(".nv.shared.reserved"):
-            out["static_smem"] += size
-        elif section.startswith(".nv.info"):
-            pos = offset
-            while pos + 4 <= offset + size:
-                fmt, attr, length = cubin[pos], cubin[pos + 1], struct.unpack_from("<H", cubin, pos + 2)[0]
-                if fmt != 0x04:  # EIFMT_NVAL/BVAL/HVAL: no payload beyond these 4 bytes
-                    pos += 4
-                    continue
-                if length == 8:  # (symbol index, value)
-                    value = struct.unpack_from("<I", cubin, pos + 8)[0]
-                    if attr == 0x2F:  # EIATTR_REGCOUNT
-                        out["registers"] = max(out["registers"], value)
-                    elif attr in (0x11, 0x12):  # EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE
-                        out["stack"] = max(out["stack"], value)
-                pos += 4 + length
-    return out
 
 
 def dynamic_smem_bytes(g) -> int:
@@ -111,8 +38,8 @@ def dynamic_smem_bytes(g) -> int:
 def import_toolchain() -> Path:
     """Load the DSL's runtime and import the DSL and the kernel module (seconds on a cold host: a
     long-lived builder does it once, before its first request). Returns the DSL's library folder."""
-    lib_dir = _dsl_lib_dir()
-    _preload_runtime(lib_dir)
+    lib_dir = dsl_lib_dir()
+    preload_runtime(lib_dir)
     import cutlass.cute  # noqa: F401
     from . import kernel  # noqa: F401
     return lib_dir
@@ -143,7 +70,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
             compiled = cute.compile(launcher, *args, cuda.CUstream(0),
                                     options=f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}")
         except Exception as error:  # the DSL raises its own error types; keep the first line
-            raise BuildError(f"DSL compile failed: {_first_line(error)}") from None
+            raise BuildError(f"DSL compile failed: {first_line(error)}") from None
         compiled_at = time.perf_counter()
         cubins = sorted(Path(dump).rglob("*.cubin"))
         if not cubins:
@@ -152,7 +79,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     try:
         compiled.export_to_c(file_path=str(out_dir), file_name="kernel", function_prefix=PREFIX)
     except Exception as error:
-        raise BuildError(f"export_to_c failed: {_first_line(error)}") from None
+        raise BuildError(f"export_to_c failed: {first_line(error)}") from None
     exported = time.perf_counter()
 
     p = spec.problem
@@ -174,19 +101,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     }
     entry = string.Template((HERE / "entry.c.in").read_text()).substitute(fields)
     (out_dir / "entry.c").write_text(entry)
-    cc = os.environ.get("CC", "gcc")
-    command = [cc, "-shared", "-fPIC", "-O2", "-o", str(out_dir / "candidate.so"), "-I", str(out_dir),
-               "-I", str(CUDA_HOME / "include"), str(out_dir / "entry.c"), str(out_dir / "kernel.o"),
-               str(lib_dir / "libcuda_dialect_runtime_static.a"), str(CUDA_HOME / "lib64" / "libcudart_static.a"),
-               "-ldl", "-lrt", "-lpthread"]
-    # -lcuda: the driver's library at load time; here, CUDA's stub, or a stand-in with its soname so that
-    # candidate.so records DT_NEEDED libcuda.so.1 (this machine may have neither driver nor stub)
-    with tempfile.TemporaryDirectory(prefix="dsl_link_") as scratch:
-        stub = _find_libcuda_stub() or _make_libcuda_standin(Path(scratch), cc)
-        command += [f"-L{stub.parent}", "-lcuda"]
-        result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        raise BuildError(f"linking candidate.so failed: {_first_line(result.stderr)}")
+    link_candidate(out_dir, lib_dir)
     linked = time.perf_counter()
 
     (out_dir / "ptxas.txt").write_text(
@@ -197,7 +112,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
         f"{resources['static_smem']} bytes smem\n")
     info = {
         "spec": json.loads(spec.to_json()),
-        "dsl_version": _dsl_version(),
+        "dsl_version": dsl_version_text(),
         "kernel_symbol": resources["kernel"],
         "entry_prefix": PREFIX,
         "grid_rule": "grid = (cluster_m, cluster_n, min(tiles * split_k, 132) // cluster clusters); tiles rounded "
@@ -213,45 +128,6 @@ def build(spec_text: str, out_dir: Path) -> dict:
     }
     (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
-
-
-def _find_libcuda_stub() -> Path | None:
-    for candidate in (CUDA_HOME / "lib64" / "stubs" / "libcuda.so", CUDA_HOME / "lib" / "stubs" / "libcuda.so",
-                      CUDA_HOME / "targets" / "x86_64-linux" / "lib" / "stubs" / "libcuda.so"):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def _make_libcuda_standin(scratch: Path, cc: str) -> Path:
-    (scratch / "empty.c").write_text("")
-    target = scratch / "libcuda.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target), str(scratch / "empty.c")],
-                   check=True, capture_output=True)
-    return target
-
-
-def _dsl_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("nvidia-cutlass-dsl")
-    except Exception:
-        return "unknown"
-
-
-def _first_line(error) -> str:
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    # the DSL prefixes its messages with ANSI colours and a banner; keep the most specific line
-    for line in lines:
-        if "error:" in line and "internal DSL problem" not in line:
-            return _strip_ansi(line)[:300]
-    return _strip_ansi(lines[0])[:300] if lines else type(error).__name__
-
-
-def _strip_ansi(text: str) -> str:
-    import re
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,7 +153,7 @@ def run_build(spec_text: str, out_dir: Path) -> tuple[int, str]:
     except BuildError as error:
         return 1, f"build failed: {error}"
     except Exception as error:  # a DSL failure outside compile: still one line
-        return 1, f"build failed: {type(error).__name__}: {_first_line(error)}"
+        return 1, f"build failed: {type(error).__name__}: {first_line(error)}"
     return 0, json.dumps(info["seconds"])
 
 

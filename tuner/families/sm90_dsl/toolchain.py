@@ -14,7 +14,7 @@ from tuner.families.sm90_dsl.space import FAMILY, Sm90DslConfig
 INSTALL_HINT = "pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
 # What the compiled kernel depends on besides its build spec: a change to any of them is a new kernel.
 BUILDER_SOURCES = ("kernel.py", "mainloop.py", "consumers.py", "producers.py", "epilogue.py", "geometry.py", "build.py",
-                   "spec.py", "entry.c.in", "serve.py")
+                   "spec.py", "entry.c.in", "serve.py", "../dsl_common/build_tools.py")
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,1 @@
+"""What the CuTe DSL families share (not a family: no FAMILY)."""

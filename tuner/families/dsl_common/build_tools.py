@@ -1,0 +1,141 @@
+"""What the CuTe DSL families' builders share: the DSL's runtime libraries, a cubin's resource records, the link of
+the exported kernel with the tuner's C entry points into candidate.so, and the one-line reasons a failed build gives.
+A family's build.py compiles its own kernel and renders its own entry.c; the rest is here."""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+
+
+class BuildError(RuntimeError):
+    """A kernel that cannot be built, with the reason in one line."""
+
+
+def dsl_lib_dir() -> Path:
+    import nvidia_cutlass_dsl
+    root = Path(nvidia_cutlass_dsl.__path__[0])
+    for flavour in ("cu13", "cu12"):
+        if (root / flavour / "lib" / "libcuda_dialect_runtime_static.a").exists():
+            return root / flavour / "lib"
+    raise BuildError(f"no DSL runtime library under {root}")
+
+
+def cudart_shared() -> Path:
+    for candidate in (CUDA_HOME / "lib64" / "libcudart.so", CUDA_HOME / "lib" / "libcudart.so"):
+        if candidate.exists():
+            return candidate
+    raise BuildError(f"libcudart.so not found under {CUDA_HOME} (set CUDA_HOME)")
+
+
+def preload_runtime(lib_dir: Path) -> None:
+    """4.8.1's export resolves the host code's CUDA symbols in-process: load them globally first."""
+    ctypes.CDLL(str(cudart_shared()), mode=ctypes.RTLD_GLOBAL)
+    runtime = lib_dir / "libcute_dsl_runtime.so"
+    if runtime.exists():
+        ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
+
+
+def cubin_resources(cubin: bytes) -> dict:
+    """Registers, static shared memory and stack of the (single) kernel, read from the cubin's ELF sections:
+    .nv.info's EIATTR_REGCOUNT (0x2f) and EIATTR_FRAME_SIZE / MIN_STACK_SIZE (0x11, 0x12) records, and the
+    size of .nv.shared.<kernel> (cuobjdump -res-usage reads the same records; it is not on every host)."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise BuildError("the cubin is not a 64-bit ELF")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = []
+    for i in range(shnum):
+        name, kind, flags, addr, offset, size, link, info, align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", cubin, shoff + i * shentsize)
+        sections.append((name, offset, size, info))
+    strtab_offset = sections[shstrndx][1]
+
+    def name_of(index: int) -> str:
+        end = cubin.index(b"\0", strtab_offset + index)
+        return cubin[strtab_offset + index:end].decode()
+
+    out = {"registers": 0, "static_smem": 0, "stack": 0, "kernel": ""}
+    for name, offset, size, info in sections:
+        section = name_of(name)
+        if section.startswith(".text."):
+            out["kernel"] = section[len(".text."):]
+        elif section.startswith(".nv.shared.") and not section.startswith(".nv.shared.reserved"):
+            out["static_smem"] += size
+        elif section.startswith(".nv.info"):
+            pos = offset
+            while pos + 4 <= offset + size:
+                fmt, attr, length = cubin[pos], cubin[pos + 1], struct.unpack_from("<H", cubin, pos + 2)[0]
+                if fmt != 0x04:  # EIFMT_NVAL/BVAL/HVAL: no payload beyond these 4 bytes
+                    pos += 4
+                    continue
+                if length == 8:  # (symbol index, value)
+                    value = struct.unpack_from("<I", cubin, pos + 8)[0]
+                    if attr == 0x2F:  # EIATTR_REGCOUNT
+                        out["registers"] = max(out["registers"], value)
+                    elif attr in (0x11, 0x12):  # EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE
+                        out["stack"] = max(out["stack"], value)
+                pos += 4 + length
+    return out
+
+
+def link_candidate(out_dir: Path, lib_dir: Path) -> None:
+    """candidate.so from out_dir's entry.c and kernel.o (the DSL's export), the DSL's static runtime and static
+    cudart."""
+    cc = os.environ.get("CC", "gcc")
+    command = [cc, "-shared", "-fPIC", "-O2", "-o", str(out_dir / "candidate.so"), "-I", str(out_dir),
+               "-I", str(CUDA_HOME / "include"), str(out_dir / "entry.c"), str(out_dir / "kernel.o"),
+               str(lib_dir / "libcuda_dialect_runtime_static.a"), str(CUDA_HOME / "lib64" / "libcudart_static.a"),
+               "-ldl", "-lrt", "-lpthread"]
+    # -lcuda: the driver's library at load time; here, CUDA's stub, or a stand-in with its soname so that
+    # candidate.so records DT_NEEDED libcuda.so.1 (this machine may have neither driver nor stub)
+    with tempfile.TemporaryDirectory(prefix="dsl_link_") as scratch:
+        stub = _find_libcuda_stub() or _make_libcuda_standin(Path(scratch), cc)
+        command += [f"-L{stub.parent}", "-lcuda"]
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise BuildError(f"linking candidate.so failed: {first_line(result.stderr)}")
+
+
+def _find_libcuda_stub() -> Path | None:
+    for candidate in (CUDA_HOME / "lib64" / "stubs" / "libcuda.so", CUDA_HOME / "lib" / "stubs" / "libcuda.so",
+                      CUDA_HOME / "targets" / "x86_64-linux" / "lib" / "stubs" / "libcuda.so"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _make_libcuda_standin(scratch: Path, cc: str) -> Path:
+    (scratch / "empty.c").write_text("")
+    target = scratch / "libcuda.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target), str(scratch / "empty.c")],
+                   check=True, capture_output=True)
+    return target
+
+
+def dsl_version_text() -> str:
+    try:
+        from importlib.metadata import version
+        return version("nvidia-cutlass-dsl")
+    except Exception:
+        return "unknown"
+
+
+def first_line(error) -> str:
+    text = str(error).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # the DSL prefixes its messages with ANSI colours and a banner; keep the most specific line
+    for line in lines:
+        if "error:" in line and "internal DSL problem" not in line:
+            return strip_ansi(line)[:300]
+    return strip_ansi(lines[0])[:300] if lines else type(error).__name__
+
+
+def strip_ansi(text: str) -> str:
+    import re
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
