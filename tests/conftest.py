@@ -183,3 +183,25 @@ def gpu_cupy():
     if count == 0:
         pytest.skip("no CUDA GPU", allow_module_level=True)
     return cupy
+
+
+def compile_cases(device, folder: Path, configs: dict) -> dict:
+    """A GPU test's kernels, compiled once through the compile cache: case -> CompileResult (every one built)."""
+    from tuner.build.compile import Compiler
+
+    compiler = Compiler(device, folder)
+    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
+    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
+    return {case: results[config] for case, config in configs.items()}
+
+
+def evaluate_request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None) -> dict:
+    """The worker's request to validate and time a compiled kernel on `problem` (built for `kernel_view`, where a
+    planted kernel was built for another problem)."""
+    from tuner.families import registry
+    from tuner.measure.protocol import EvaluateRequest
+
+    config = result.config
+    launch = registry.family_of(config).rules.launch_args(config, problem)
+    return EvaluateRequest(str(result.binary.path), result.binary.index, problem, launch, seed=7, l2_bytes=50 << 20,
+                           repeats=5, kernel_problem=kernel_view).to_dict()

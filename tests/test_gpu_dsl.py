@@ -17,13 +17,12 @@ except cupy.cuda.runtime.CUDARuntimeError:
 if GPU_COUNT == 0:
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from tuner.build.compile import Compiler  # noqa: E402
+from conftest import compile_cases, evaluate_request  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
-from tuner.measure.protocol import EvaluateRequest  # noqa: E402
 from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
 from tuner.core.status import Status  # noqa: E402
@@ -168,18 +167,7 @@ def device():
 
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
-    compiler = Compiler(device, tmp_path_factory.mktemp("cache_dsl"))
-    configs = {case: case_config(case)[1] for case in CASES}
-    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
-    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
-    return {case: results[config] for case, config in configs.items()}
-
-
-def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None) -> dict:
-    config = result.config
-    launch = registry.family_of(config).rules.launch_args(config, problem)
-    return EvaluateRequest(str(result.binary.path), result.binary.index, problem, launch, seed=7, l2_bytes=50 << 20,
-                           repeats=5, kernel_problem=kernel_view).to_dict()
+    return compile_cases(device, tmp_path_factory.mktemp("cache_dsl"), {case: case_config(case)[1] for case in CASES})
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c not in ("conv_dilated", "stem_gather_dilated")])
@@ -202,9 +190,9 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     """A kernel built for dilation 2 writes every output of the dilation-1 layer, with the wrong pixels."""
     wrong = CASES["conv_dilated"][0]
     assert (wrong.p, wrong.q) == (CONV.p, CONV.q)
-    rejected = worker.request(request(compiled["conv_dilated"], CONV, kernel_view=wrong))
+    rejected = worker.request(evaluate_request(compiled["conv_dilated"], CONV, kernel_view=wrong))
     assert rejected["status"] == Status.wrong_result.value, rejected
-    accepted = worker.request(request(compiled["conv"], CONV))
+    accepted = worker.request(evaluate_request(compiled["conv"], CONV))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 
@@ -212,9 +200,9 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     """A gathering kernel built for dilation 2 writes every output of the dilation-1 stem, from the wrong pixels."""
     wrong = CASES["stem_gather_dilated"][0]
     assert (wrong.p, wrong.q) == (STEM.p, STEM.q) and wrong.c == 3
-    rejected = worker.request(request(compiled["stem_gather_dilated"], STEM, kernel_view=wrong))
+    rejected = worker.request(evaluate_request(compiled["stem_gather_dilated"], STEM, kernel_view=wrong))
     assert rejected["status"] == Status.wrong_result.value, rejected
-    accepted = worker.request(request(compiled["stem_gather_7x7_s2"], STEM))
+    accepted = worker.request(evaluate_request(compiled["stem_gather_7x7_s2"], STEM))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 
@@ -236,7 +224,7 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
     layer = with_epilogue(kernel_problem, layer_epilogue)
-    answer = worker.request(request(compiled[kernel_case], layer))
+    answer = worker.request(evaluate_request(compiled[kernel_case], layer))
     assert answer["status"] == Status.wrong_result.value, (layer_epilogue, answer)
     assert answer["error"] > margin * tolerance(layer)
 

@@ -135,8 +135,10 @@ def test_a_family_refuses_its_own_bad_values_through_load_space(tmp_path):
 
 def test_joint_space(spaces):
     joint = JointSpace(tuple(spaces.values()))
-    assert joint.families == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
-    assert joint.key == "families=sm80+sm80_depthwise+sm80_dgrad+sm80_group+sm90_conv+sm90_dsl+sm90_gemm+sm90_s2d"
+    assert joint.families == ("dsl_direct", "sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv",
+                              "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert joint.key == ("families=dsl_direct+sm80+sm80_depthwise+sm80_dgrad+sm80_group+sm90_conv+sm90_dsl+sm90_gemm"
+                         "+sm90_s2d")
     assert joint.size == sum(s.size for s in spaces.values())
     for family, space in spaces.items():
         assert joint.space(family) is space

@@ -27,7 +27,7 @@ THREE_BY_THREE = ConvProblem(n=32, h=28, w=28, c=128, k=128, r=3, s=3, pad=1)
 
 
 def test_names():
-    assert registry.names() == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert registry.names() == ("dsl_direct", "sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
     assert tuple(registry.families()) == registry.names()
 
 
@@ -48,8 +48,8 @@ def test_get_unknown_family():
 
 
 def test_eligible_on_h100():
-    assert tuple(registry.eligible(H100)) == ("sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group", "sm90_conv",
-                                              "sm90_dsl", "sm90_gemm", "sm90_s2d")
+    assert tuple(registry.eligible(H100)) == ("dsl_direct", "sm80", "sm80_depthwise", "sm80_dgrad", "sm80_group",
+                                              "sm90_conv", "sm90_dsl", "sm90_gemm", "sm90_s2d")
 
 
 def test_eligible_on_a100():
@@ -104,6 +104,7 @@ PARAMS = {
     "sm80_group": {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "analytic",
                    "group_mode": "multiple"},
     "sm80_depthwise": {"output_tile": "8x8", "channels": 64, "warps": 4, "stages": 3, "split": 1},
+    "dsl_direct": {"tile": "8x8", "channels": 8, "columns": 1},
 }
 
 
@@ -126,6 +127,7 @@ DEPTHWISE = ConvProblem(n=8, h=28, w=28, c=128, k=128, r=3, s=3, pad=1, groups=1
 
 # The grouped families' reasons for an ungrouped problem.
 UNGROUPED = {"sm80_group": "groups > 1", "sm80_depthwise": "depthwise convolutions only",
+             "dsl_direct": "depthwise convolutions and groups of 8 channels",
              "sm80_dgrad": "transposed convolutions (ConvTranspose2d) only"}
 
 
@@ -160,11 +162,12 @@ def test_the_families_that_run_a_per_axis_problem_have_valid_kernels_for_it(prob
     assert any(not family.rules.static_problems(config, problem, H100) for config in configs)  # stops at the first
 
 
-GROUPED_FAMILIES = {"sm80_group", "sm80_depthwise"}
+GROUPED_FAMILIES = {"sm80_group", "sm80_depthwise", "dsl_direct"}
 
 
-@pytest.mark.parametrize("problem, kind, runs", [(GROUPED, "a grouped one, groups=32", "sm80_group"),
-                                                 (DEPTHWISE, "a depthwise one, groups=128", "sm80_depthwise")])
+@pytest.mark.parametrize("problem, kind, runs", [(GROUPED, "a grouped one, groups=32", {"sm80_group"}),
+                                                 (DEPTHWISE, "a depthwise one, groups=128",
+                                                  {"sm80_depthwise", "dsl_direct"})])
 def test_only_the_grouped_families_run_grouped_convolutions(problem, kind, runs):
     reasons = registry.problem_reasons(problem)
     for name, reason in reasons.items():
@@ -172,7 +175,7 @@ def test_only_the_grouped_families_run_grouped_convolutions(problem, kind, runs)
             assert reason == f"{name} runs transposed convolutions (ConvTranspose2d) only"
         elif name in GROUPED_FAMILIES:
             assert registry.get(name).runs_groups
-            assert (reason is None) == (name == runs), (name, reason)
+            assert (reason is None) == (name in runs), (name, reason)
         else:
             assert reason == f"{name} runs ungrouped convolutions only (groups=1); this is {kind}"
             assert registry.why_not(registry.get(name), problem, H100) is not None

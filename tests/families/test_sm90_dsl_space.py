@@ -188,7 +188,7 @@ def test_the_kernel_name_says_its_knobs_and_problem():
 
 
 def test_the_build_request_and_its_cache_key(monkeypatch):
-    monkeypatch.setattr("tuner.families.sm90_dsl.toolchain.dsl_version", lambda: "4.8.1")
+    monkeypatch.setattr("tuner.families.dsl_common.toolchain.dsl_version", lambda: "4.8.1")
     one, two = (make_config(CONV, params(tile=t)) for t in ("128x128x64", "128x256x64"))
     first, second = FAMILY.emitter.build_request(one), FAMILY.emitter.build_request(two)
     assert first.source_file == "spec.json" and "tuner.families.sm90_dsl.build" in first.command
@@ -197,7 +197,7 @@ def test_the_build_request_and_its_cache_key(monkeypatch):
 
 
 def test_without_the_dsl_the_family_is_skipped_with_one_line(monkeypatch):
-    monkeypatch.setattr("tuner.families.sm90_dsl.toolchain.dsl_version", lambda: None)
+    monkeypatch.setattr("tuner.families.dsl_common.toolchain.dsl_version", lambda: None)
     assert "pip install -e '.[dsl]'" in FAMILY.emitter.toolchain_problem()
     with pytest.raises(SpaceError, match=r"\[dsl\]"):
         FAMILY.emitter.build_request(make_config(CONV, params()))

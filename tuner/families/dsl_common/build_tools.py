@@ -139,3 +139,76 @@ def first_line(error) -> str:
 def strip_ansi(text: str) -> str:
     import re
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def compile_and_export(launcher, args, out_dir: Path, prefix: str) -> tuple[dict, float, float]:
+    """cute.compile of the launcher for sm_90a, keeping the cubin to read its resources, then export_to_c of
+    kernel.h and kernel.o into out_dir. Returns the cubin's resources and the moments compiled and exported."""
+    import time
+
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dsl_cubin_") as dump:
+        try:
+            compiled = cute.compile(launcher, *args, cuda.CUstream(0),
+                                    options=f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}")
+        except Exception as error:  # the DSL raises its own error types; keep the first line
+            raise BuildError(f"DSL compile failed: {first_line(error)}") from None
+        compiled_at = time.perf_counter()
+        cubins = sorted(Path(dump).rglob("*.cubin"))
+        if not cubins:
+            raise BuildError("the DSL kept no cubin")
+        resources = cubin_resources(cubins[0].read_bytes())
+    try:
+        compiled.export_to_c(file_path=str(out_dir), file_name="kernel", function_prefix=prefix)
+    except Exception as error:
+        raise BuildError(f"export_to_c failed: {first_line(error)}") from None
+    return resources, compiled_at, time.perf_counter()
+
+
+def ptxas_report(resources: dict) -> str:
+    """ptxas.txt: the cubin's resource records as ptxas's own lines, which tuner/build/nvcc.py parses."""
+    return (f"ptxas info    : Compiling entry function '{resources['kernel']}' for 'sm_90a'\n"
+            f"ptxas info    : Function properties for {resources['kernel']}\n"
+            f"    {resources['stack']} bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+            f"ptxas info    : Used {resources['registers']} registers, used 1 barriers, "
+            f"{resources['static_smem']} bytes smem\n")
+
+
+def answer_build(build, spec_text: str, out_dir: Path) -> tuple[int, str]:
+    """build(spec_text, out_dir), as a process answers it: 0 and the seconds spent, or 1 and one line saying why
+    (the command line and the long-lived builder both answer so)."""
+    import json
+    try:
+        info = build(spec_text, out_dir)
+    except BuildError as error:
+        return 1, f"build failed: {error}"
+    except Exception as error:  # a DSL failure outside compile: still one line
+        return 1, f"build failed: {type(error).__name__}: {first_line(error)}"
+    return 0, json.dumps(info["seconds"])
+
+
+def build_main(argv: list[str] | None, prog: str, description: str, run_build) -> int:
+    """`python -m <family>.build SPEC.json OUT_DIR`."""
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("spec", type=Path, help="the build spec, a JSON file")
+    parser.add_argument("out_dir", type=Path, help="directory for kernel.h/.o, entry.c, candidate.so, ptxas.txt, build.json")
+    args = parser.parse_args(argv)
+    try:
+        text = args.spec.read_text()
+    except OSError as error:
+        print(f"cannot read {args.spec}: {error.strerror}", file=sys.stderr)
+        return 1
+    rc, log = run_build(text, args.out_dir)
+    print(log, file=sys.stderr if rc else sys.stdout)
+    return rc
+
+
+def stage_seconds(started: float, imported: float, compiled: float, exported: float, linked: float) -> dict:
+    """build.json's seconds: the DSL's import, its compile, export_to_c, the link, and all of it."""
+    return {"import": round(imported - started, 3), "compile": round(compiled - imported, 3),
+            "export": round(exported - compiled, 3), "link": round(linked - exported, 3),
+            "total": round(linked - started, 3)}

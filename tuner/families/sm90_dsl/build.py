@@ -9,16 +9,15 @@ entry.c.in), candidate.so (linked with gcc against the DSL's static runtime and 
 Exit 0 on success; 1 with a one-line reason as the last stderr line when the kernel cannot be built."""
 from __future__ import annotations
 
-import argparse
 import json
 import string
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from tuner.families.dsl_common.build_tools import (BuildError, cubin_resources, dsl_lib_dir, dsl_version_text,
-                                                   first_line, link_candidate, preload_runtime)
+from tuner.families.dsl_common.build_tools import (BuildError, answer_build, build_main, compile_and_export,
+                                                   dsl_lib_dir, dsl_version_text, link_candidate, preload_runtime,
+                                                   ptxas_report, stage_seconds)
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "k0"
@@ -55,8 +54,6 @@ def build(spec_text: str, out_dir: Path) -> dict:
     except SpecError as error:
         raise BuildError(str(error)) from None
     lib_dir = import_toolchain()
-    import cuda.bindings.driver as cuda
-    import cutlass.cute as cute
     from .kernel import build_launcher
     imported = time.perf_counter()
     try:
@@ -64,23 +61,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     except SpecError as error:
         raise BuildError(str(error)) from None
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="dsl_cubin_") as dump:
-        try:
-            compiled = cute.compile(launcher, *args, cuda.CUstream(0),
-                                    options=f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}")
-        except Exception as error:  # the DSL raises its own error types; keep the first line
-            raise BuildError(f"DSL compile failed: {first_line(error)}") from None
-        compiled_at = time.perf_counter()
-        cubins = sorted(Path(dump).rglob("*.cubin"))
-        if not cubins:
-            raise BuildError("the DSL kept no cubin")
-        resources = cubin_resources(cubins[0].read_bytes())
-    try:
-        compiled.export_to_c(file_path=str(out_dir), file_name="kernel", function_prefix=PREFIX)
-    except Exception as error:
-        raise BuildError(f"export_to_c failed: {first_line(error)}") from None
-    exported = time.perf_counter()
+    resources, compiled_at, exported = compile_and_export(launcher, args, out_dir, PREFIX)
 
     p = spec.problem
     dyn_smem = getattr(launcher, "smem_bytes", None) or dynamic_smem_bytes(g)
@@ -104,12 +85,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     link_candidate(out_dir, lib_dir)
     linked = time.perf_counter()
 
-    (out_dir / "ptxas.txt").write_text(
-        f"ptxas info    : Compiling entry function '{resources['kernel']}' for 'sm_90a'\n"
-        f"ptxas info    : Function properties for {resources['kernel']}\n"
-        f"    {resources['stack']} bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
-        f"ptxas info    : Used {resources['registers']} registers, used 1 barriers, "
-        f"{resources['static_smem']} bytes smem\n")
+    (out_dir / "ptxas.txt").write_text(ptxas_report(resources))
     info = {
         "spec": json.loads(spec.to_json()),
         "dsl_version": dsl_version_text(),
@@ -122,39 +98,18 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "static_smem_bytes": resources["static_smem"], "stages": g.stages,
         "m_box": [g.tile_q, g.bp, g.bn], "tiles_mn": [g.m_tiles, g.n_tiles],
         "split_k": g.split_k, "workspace_bytes": g.workspace_bytes,
-        "seconds": {"import": round(imported - started, 3), "compile": round(compiled_at - imported, 3),
-                    "export": round(exported - compiled_at, 3), "link": round(linked - exported, 3),
-                    "total": round(linked - started, 3)},
+        "seconds": stage_seconds(started, imported, compiled_at, exported, linked),
     }
     (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuner.families.sm90_dsl.build", description=__doc__.split("\n")[0])
-    parser.add_argument("spec", type=Path, help="BuildSpec JSON file")
-    parser.add_argument("out_dir", type=Path, help="directory for kernel.h/.o, entry.c, candidate.so, ptxas.txt, build.json")
-    args = parser.parse_args(argv)
-    try:
-        text = args.spec.read_text()
-    except OSError as error:
-        print(f"cannot read {args.spec}: {error.strerror}", file=sys.stderr)
-        return 1
-    rc, log = run_build(text, args.out_dir)
-    print(log, file=sys.stderr if rc else sys.stdout)
-    return rc
-
-
 def run_build(spec_text: str, out_dir: Path) -> tuple[int, str]:
-    """build(), as a process answers it: 0 and the seconds spent, or 1 and one line saying why (the
-    command line above and the long-lived builder, serve.py, both answer so)."""
-    try:
-        info = build(spec_text, out_dir)
-    except BuildError as error:
-        return 1, f"build failed: {error}"
-    except Exception as error:  # a DSL failure outside compile: still one line
-        return 1, f"build failed: {type(error).__name__}: {first_line(error)}"
-    return 0, json.dumps(info["seconds"])
+    return answer_build(build, spec_text, out_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return build_main(argv, "python -m tuner.families.sm90_dsl.build", __doc__.split("\n")[0], run_build)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,174 @@
+"""The dsl_direct kernel: a direct (not implicit-GEMM) convolution of depthwise layers and of groups of 8 channels,
+on CUDA cores, written in the CuTe DSL. One kernel per problem: every extent is static.
+
+    x[n, h, w, c] * w[k, r, s, g] -> y[n, p, q, k],  y = act(scale[k] * acc + bias[k]),  k = c, g in {1, 8}
+
+A CTA computes tile_p x tile_q output pixels of one image for `channels` channels (a slice of whole groups). It
+stages the tile's input window once in shared memory, zero-filled where it falls outside the image (the padding),
+in 16-byte vectors of 8 channels, and its channels' filter as f32, tap-major ([tap][k] depthwise, [tap][k][g]
+grouped). Each thread then owns one vector of 8 output channels (a group, when g is 8) and `columns` consecutive
+output pixels of one row: for each filter row it loads the input vectors its outputs read into registers (as f32)
+and adds every tap of that row to its f32 accumulators, so a loaded input vector serves all of the row's taps
+that read it. The epilogue scales, adds the bias, applies the activation and stores each pixel's vector.
+Where CUTLASS's direct kernel (sm80_depthwise) reloads each tile's window per stage and its epilogue goes through
+shared memory, here there is one barrier a CTA and none in the loop."""
+from __future__ import annotations
+
+import math
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils as utils
+
+from .spec import VECTOR, DirectBuildSpec
+
+SQRT_HALF = 1 / math.sqrt(2.0)
+
+
+class DirectKernel:
+    def __init__(self, spec: DirectBuildSpec, element):
+        self.spec = spec
+        self.element = element
+        self.threads = spec.tile.threads()
+        self.smem_bytes = spec.smem_bytes()
+        self.window = spec.window()
+        self.grid = spec.grid()
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, w: cute.Tensor, y: cute.Tensor, scale: cute.Tensor, bias: cute.Tensor,
+                 stream: cuda.CUstream):
+        self.kernel(x, w, y, scale, bias).launch(grid=list(self.grid), block=[self.threads, 1, 1],
+                                                 smem=self.smem_bytes, stream=stream)
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor, mScale: cute.Tensor, mBias: cute.Tensor):
+        spec = self.spec
+        pr, t, e = spec.problem, spec.tile, spec.epilogue
+        el, f32 = self.element, cutlass.Float32
+        gw = pr.group_width
+        lanes = t.channels // VECTOR
+        win_h, win_w = self.window
+        tiles_q = -(-pr.q // t.tile_q)
+        tiles_p = -(-pr.p // t.tile_p)
+        taps = pr.r * pr.s
+
+        tidx, _, _ = cute.arch.thread_idx()
+        bx, by, _ = cute.arch.block_idx()
+        q0 = (bx % tiles_q) * t.tile_q
+        rest = bx // tiles_q
+        p0 = (rest % tiles_p) * t.tile_p
+        n = rest // tiles_p
+        c0 = by * t.channels
+        h0 = p0 * pr.stride_h - pr.pad_h
+        w0 = q0 * pr.stride_w - pr.pad_w
+
+        smem = utils.SmemAllocator()
+        s_win = smem.allocate_tensor(el, cute.make_layout(win_h * win_w * t.channels), 16)
+        s_fil = smem.allocate_tensor(f32, cute.make_layout(taps * t.channels * gw), 16)
+        win_vectors = cute.zipped_divide(s_win, (VECTOR,))
+        x_vectors = cute.zipped_divide(mX, (VECTOR,))
+        y_vectors = cute.zipped_divide(mY, (VECTOR,))
+        copy16 = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), el, num_bits_per_copy=128)
+        chunk = cute.make_rmem_tensor((VECTOR,), el)
+
+        # the window: a 16-byte vector a thread a round; outside the image it reads vector 0 and writes zeros
+        n_vectors = win_h * win_w * lanes
+        for i in cutlass.range_constexpr(-(-n_vectors // self.threads)):
+            vector = tidx + i * self.threads
+            if vector < n_vectors:
+                pixel = vector // lanes
+                lane = vector - pixel * lanes
+                row = pixel // win_w
+                hh = h0 + row
+                ww = w0 + pixel - row * win_w
+                inside = (cutlass.Int32(hh >= 0) * cutlass.Int32(hh < pr.h) * cutlass.Int32(ww >= 0)
+                          * cutlass.Int32(ww < pr.w))
+                source = (((n * pr.h + hh) * pr.w + ww) * pr.c + c0) // VECTOR + lane
+                cute.copy(copy16, x_vectors[(None, source * inside)], chunk)
+                chunk.store(chunk.load() * el(inside))
+                cute.copy(copy16, chunk, win_vectors[(None, vector)])
+        # the filter, f32, tap-major: element (tap, k, g) of the CTA at (tap * channels + k) * gw + g
+        per_tap = t.channels * gw
+        for i in cutlass.range_constexpr(-(-(taps * per_tap) // self.threads)):
+            index = tidx + i * self.threads
+            if index < taps * per_tap:
+                tap = index // per_tap
+                kg = index - tap * per_tap
+                s_fil[index] = f32(mW[((c0 + kg // gw) * taps + tap) * gw + kg % gw])
+        cute.arch.barrier()
+
+        lane = tidx % lanes
+        group = tidx // lanes
+        segments = t.tile_q // t.columns
+        row = group // segments
+        segment = group - row * segments
+        cols = spec.window_columns_a_thread()
+        acc = cute.make_rmem_tensor((t.columns * VECTOR,), f32)
+        acc.fill(0.0)
+        xin = cute.make_rmem_tensor((cols * VECTOR,), f32)
+        taps_row = cute.make_rmem_tensor((VECTOR * gw,), f32)
+        for r in cutlass.range_constexpr(pr.r):
+            first = ((row * pr.stride_h + r * pr.dilation_h) * win_w + segment * t.columns * pr.stride_w) * lanes + lane
+            for j in cutlass.range_constexpr(cols):
+                cute.copy(copy16, win_vectors[(None, first + j * lanes)], chunk)
+                for i in cutlass.range_constexpr(VECTOR):
+                    xin[j * VECTOR + i] = f32(chunk[i])
+            for s in cutlass.range_constexpr(pr.s):
+                for i in cutlass.range_constexpr(VECTOR * gw):
+                    taps_row[i] = s_fil[((r * pr.s + s) * t.channels + lane * VECTOR) * gw + i]
+                for o in cutlass.range_constexpr(t.columns):
+                    column = o * pr.stride_w + s * pr.dilation_w
+                    for i in cutlass.range_constexpr(VECTOR):
+                        for g in cutlass.range_constexpr(gw):
+                            # depthwise: channel i by its own tap; a group of 8: output i sums the group's 8 inputs
+                            xi = xin[column * VECTOR + (i if gw == 1 else g)]
+                            acc[o * VECTOR + i] = acc[o * VECTOR + i] + xi * taps_row[i * gw + g]
+
+        scales = cute.make_rmem_tensor((VECTOR,), f32)
+        biases = cute.make_rmem_tensor((VECTOR,), f32)
+        for i in cutlass.range_constexpr(VECTOR):
+            if cutlass.const_expr(e.scale):
+                scales[i] = mScale[c0 + lane * VECTOR + i]
+            if cutlass.const_expr(e.bias):
+                biases[i] = mBias[c0 + lane * VECTOR + i]
+        p = p0 + row
+        for o in cutlass.range_constexpr(t.columns):
+            q = q0 + segment * t.columns + o
+            if p < pr.p:
+                if q < pr.q:
+                    for i in cutlass.range_constexpr(VECTOR):
+                        value = acc[o * VECTOR + i]
+                        if cutlass.const_expr(e.scale):
+                            value = value * scales[i]
+                        if cutlass.const_expr(e.bias):
+                            value = value + biases[i]
+                        chunk[i] = el(self.activate(value))
+                    target = (((n * pr.p + p) * pr.q + q) * pr.c + c0) // VECTOR + lane
+                    cute.copy(copy16, chunk, y_vectors[(None, target)])
+
+    @cute.jit
+    def activate(self, v):
+        f32 = cutlass.Float32
+        activation = self.spec.epilogue.activation
+        if cutlass.const_expr(activation == "relu"):
+            v = cute.math.max(v, f32(0.0))
+        elif cutlass.const_expr(activation == "silu"):
+            v = v / (f32(1.0) + cute.math.exp(-v, fastmath=True))
+        elif cutlass.const_expr(activation == "gelu"):
+            v = f32(0.5) * v * (f32(1.0) + cute.math.erf(v * f32(SQRT_HALF)))
+        return v
+
+
+def build_launcher(spec: DirectBuildSpec):
+    """The (jit function, fake arguments) that cute.compile takes for one spec."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+    p = spec.problem
+    element = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16}[spec.element]
+    f32 = cutlass.Float32
+    x = make_fake_compact_tensor(element, (p.n * p.h * p.w * p.c,), assumed_align=16)
+    w = make_fake_compact_tensor(element, (p.c * p.r * p.s * p.group_width,), assumed_align=16)
+    y = make_fake_compact_tensor(element, (p.n * p.p * p.q * p.c,), assumed_align=16)
+    scale = make_fake_compact_tensor(f32, (p.c,), assumed_align=16)
+    bias = make_fake_compact_tensor(f32, (p.c,), assumed_align=16)
+    return DirectKernel(spec, element), (x, w, y, scale, bias)
