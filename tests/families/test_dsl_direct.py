@@ -93,8 +93,9 @@ def test_config_names_hold_every_compiled_fact():
 def test_cost_terms_count_a_groups_eight_inputs():
     dw = FAMILY.model.cost_terms(config(DW7, channels=32), DW7, H100)
     grouped = FAMILY.model.cost_terms(config(REGNET), REGNET, H100)
-    assert dw.block_k_steps == 49 and dw.memory_bound
-    assert grouped.block_k_steps == 9 * 8 and not grouped.memory_bound
+    # one step a tile: the taps are register FMAs, not pipeline iterations
+    assert (dw.block_k_steps, dw.flops_per_k_step) == (1, 2 * 64 * 32 * 49) and dw.memory_bound
+    assert (grouped.block_k_steps, grouped.flops_per_k_step) == (1, 2 * 64 * 8 * 9 * 8) and not grouped.memory_bound
 
 
 def test_without_the_dsl_the_family_says_how_to_install_it(monkeypatch):

@@ -15,15 +15,16 @@ REGISTERS_PER_THREAD = 96
 
 
 def cost_terms(config: DslDirectConfig, problem: ConvProblem, device: DeviceFacts) -> CostTerms:
-    """A CTA computes one tile_p x tile_q x channels output tile in one step of all its taps; a group of 8 does 8
-    multiply-adds a tap where depthwise does one."""
+    """A CTA computes one tile_p x tile_q x channels output tile in one step: its taps are register FMAs over a
+    window staged once, not pipeline iterations that each wait on memory. A group of 8 does 8 multiply-adds a tap
+    where depthwise does one."""
     spec = config.build_spec()
     warps = -(-config.threads // 32)
     limits = block_limits(REGISTERS_PER_THREAD, spec.smem_bytes(), warps, device)
     taps = problem.r * problem.s * config.shape.group_width
     return CostTerms(
-        tile_m=config.tile_p * config.tile_q, tile_n=config.channels, block_k_steps=taps,
-        flops_per_k_step=2 * config.tile_p * config.tile_q * config.channels,
+        tile_m=config.tile_p * config.tile_q, tile_n=config.channels, block_k_steps=1,
+        flops_per_k_step=2 * config.tile_p * config.tile_q * config.channels * taps,
         blocks_per_sm=max(1, min(limits.values())), warps_per_block=warps, efficiency=SIMT_SHARE, stages=1,
         memory_bound=config.shape.group_width == 1)
 
