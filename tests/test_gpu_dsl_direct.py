@@ -76,7 +76,8 @@ def device():
 
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
-    return compile_cases(device, tmp_path_factory.mktemp("cache_direct"), {case: case_config(case)[1] for case in CASES})
+    configs = {case: case_config(case)[1] for case in CASES}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_direct"), configs)
 
 
 @pytest.mark.parametrize("case", [case for case in CASES if case not in PLANTED])

@@ -25,7 +25,8 @@ def build_export_parser() -> argparse.ArgumentParser:
         prog="tune.py export",
         description="Turn results/<gpu>/best.yaml into results/<gpu>/best_configs.h: one alias per layer of exactly "
                     "the CUTLASS kernel that was measured, and a constexpr table with a lookup by layer name. "
-                    "sm90_dsl layers' CuTe DSL kernels are built again into results/<gpu>/dsl/libtuned_dsl.a. "
+                    "The CuTe DSL layers' kernels (sm90_dsl, dsl_direct) are built again into "
+                    "results/<gpu>/dsl/libtuned_dsl.a. "
                     "With --onnx/--torchvision the header also maps each node of the network to its kernel, and "
                     f"goes to results/<gpu>/{NETWORK_EXPORTS}/<network>_b<batch>/ (ignored by git) unless "
                     "--output-dir says where: a network's header never rewrites the committed one.")
@@ -36,7 +37,7 @@ def build_export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write each GPU's header and its dsl/ library into DIR/<gpu>/ (default: results/<gpu>/, "
                              f"or results/<gpu>/{NETWORK_EXPORTS}/<network>_b<batch>/ for a network)")
-    parser.add_argument("--cache-dir", type=Path, help="compile cache that sm90_dsl layers' kernels are built "
+    parser.add_argument("--cache-dir", type=Path, help="compile cache that the DSL layers' kernels are built "
                                                        "through (default as for tuning)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout: for each GPU the "
                                                             "header and library written, and with a network its "

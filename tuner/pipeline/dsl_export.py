@@ -1,5 +1,5 @@
-"""The sm90_dsl layers of best_configs.h: each layer's kernel as a CuTe DSL object in results/<gpu>/dsl/libtuned_dsl.a,
-and the few lines the header declares for it.
+"""The CuTe DSL layers of best_configs.h (sm90_dsl's and dsl_direct's): each layer's kernel as an object in
+results/<gpu>/dsl/libtuned_dsl.a, and the few lines the header declares for it.
 
 A DSL kernel is not a C++ template the header could hold: `tune.py export` builds the layer's kernel again
 through the compile cache (tuner.build.compile.Compiler, so a kernel the study built is not built twice), takes the
@@ -44,7 +44,7 @@ class ObjectLayer:
 
 
 def is_object_family(config: KernelConfig) -> bool:
-    """Whether the header takes this kernel as a built object rather than as C++ (sm90_dsl's)."""
+    """Whether the header takes this kernel as a built object rather than as C++ (a CuTe DSL family's)."""
     return not registry.family_of(config).emitter.emits_cpp
 
 
@@ -84,7 +84,7 @@ def kernel_declaration(config: KernelConfig, alias: str, symbol: str) -> str:
 
 
 def installed_dsl_version() -> str:
-    from tuner.families.sm90_dsl.toolchain import dsl_version
+    from tuner.families.dsl_common.toolchain import dsl_version
 
     return dsl_version() or "not installed"
 
@@ -113,7 +113,7 @@ def _tools() -> tuple[str, str, str]:
     if not (cc and objcopy and ar):
         missing = [name for name, path in (("a C compiler ($CC or gcc)", cc), ("objcopy", objcopy), ("ar", ar))
                    if not path]
-        raise ResultsError(f"exporting sm90_dsl layers needs {', '.join(missing)} (binutils) on PATH")
+        raise ResultsError(f"exporting DSL layers needs {', '.join(missing)} (binutils) on PATH")
     return cc, objcopy, ar
 
 
@@ -122,7 +122,7 @@ def _cuda_include() -> Path:
 
     include = CUDA_HOME / "include"
     if not (include / "cuda_runtime.h").exists():
-        raise ResultsError(f"exporting sm90_dsl layers needs the CUDA headers: {include / 'cuda_runtime.h'} "
+        raise ResultsError(f"exporting DSL layers needs the CUDA headers: {include / 'cuda_runtime.h'} "
                            "not found (set CUDA_HOME)")
     return include
 

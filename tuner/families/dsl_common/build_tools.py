@@ -195,7 +195,8 @@ def build_main(argv: list[str] | None, prog: str, description: str, run_build) -
     import sys
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("spec", type=Path, help="the build spec, a JSON file")
-    parser.add_argument("out_dir", type=Path, help="directory for kernel.h/.o, entry.c, candidate.so, ptxas.txt, build.json")
+    parser.add_argument("out_dir", type=Path,
+                        help="directory for kernel.h/.o, entry.c, candidate.so, ptxas.txt, build.json")
     args = parser.parse_args(argv)
     try:
         text = args.spec.read_text()
