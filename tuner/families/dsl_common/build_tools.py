@@ -3,11 +3,16 @@ the exported kernel with the tuner's C entry points into candidate.so, and the o
 A family's build.py compiles its own kernel and renders its own entry.c; the rest is here."""
 from __future__ import annotations
 
+import argparse
 import ctypes
+import json
 import os
+import re
 import struct
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
@@ -137,15 +142,12 @@ def first_line(error) -> str:
 
 
 def strip_ansi(text: str) -> str:
-    import re
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def compile_and_export(launcher, args, out_dir: Path, prefix: str) -> tuple[dict, float, float]:
     """cute.compile of the launcher for sm_90a, keeping the cubin to read its resources, then export_to_c of
     kernel.h and kernel.o into out_dir. Returns the cubin's resources and the moments compiled and exported."""
-    import time
-
     import cuda.bindings.driver as cuda
     import cutlass.cute as cute
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -179,7 +181,6 @@ def ptxas_report(resources: dict) -> str:
 def answer_build(build, spec_text: str, out_dir: Path) -> tuple[int, str]:
     """build(spec_text, out_dir), as a process answers it: 0 and the seconds spent, or 1 and one line saying why
     (the command line and the long-lived builder both answer so)."""
-    import json
     try:
         info = build(spec_text, out_dir)
     except BuildError as error:
@@ -191,8 +192,6 @@ def answer_build(build, spec_text: str, out_dir: Path) -> tuple[int, str]:
 
 def build_main(argv: list[str] | None, prog: str, description: str, run_build) -> int:
     """`python -m <family>.build SPEC.json OUT_DIR`."""
-    import argparse
-    import sys
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("spec", type=Path, help="the build spec, a JSON file")
     parser.add_argument("out_dir", type=Path,

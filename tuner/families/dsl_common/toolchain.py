@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import sys
 from functools import lru_cache
 from pathlib import Path
+
+from tuner.families.base import BuildRequest, SpaceError
 
 INSTALL_HINT = "pip install -e '.[dsl]' (nvidia-cutlass-dsl)"
 
@@ -40,12 +43,9 @@ def toolchain_problem() -> str | None:
     return None
 
 
-def builder_request(family: str, spec_json: str, package: str, digest: str):
+def builder_request(family: str, spec_json: str, package: str, digest: str) -> BuildRequest:
     """The compile cache's request for one kernel of a DSL family: its spec, built by `python -m <package>.build`
     (or the package's long-lived serve.py), keyed by the DSL's version and the builder's sources."""
-    import sys
-
-    from tuner.families.base import BuildRequest, SpaceError
     version = dsl_version()
     if version is None:
         raise SpaceError(f"{family} kernels need the CuTe DSL: {INSTALL_HINT}")

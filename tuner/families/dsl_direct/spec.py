@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from tuner.families.sm90_common.space import SMEM_CAPACITY  # the opt-in shared memory of an sm_90 CTA
+
 SPEC_VERSION = 1
 VECTOR = 8                  # 16-bit channels of one 16-byte load or store
 GROUP_WIDTHS = (1, VECTOR)  # channels a group: 1 (depthwise) or 8 (RegNet's groups), one vector either way
 ELEMENTS = ("f16", "bf16")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
-SMEM_CAPACITY = 232448      # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
 MAX_THREADS = 1024
 
 
