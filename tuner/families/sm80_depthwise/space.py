@@ -220,10 +220,15 @@ def epilogue_read_bytes(config: Sm80DepthwiseConfig) -> int:
     return -(-vectors // config.threads) * config.threads * ALIGNMENT * config.accumulator_type.bytes
 
 
+def stages_bytes(config: Sm80DepthwiseConfig) -> int:
+    """The stages' part of the kernel's shared memory: each the larger of the input window and the epilogue tile."""
+    return config.stages * max(activation_load_bytes(config), epilogue_bytes(config))
+
+
 def smem_bytes(config: Sm80DepthwiseConfig) -> int:
-    """DirectConvolutionParams::get_smem_size: each stage one input window, and the CTA's filter once."""
+    """DirectConvolutionParams::get_smem_size: the stages, and the CTA's filter once."""
     filter_bytes = config.filter[0] * config.filter[1] * config.channels * config.filter_type.bytes
-    return config.stages * max(activation_load_bytes(config), epilogue_bytes(config)) + filter_bytes
+    return stages_bytes(config) + filter_bytes
 
 
 def _check_layer(config, problem, device) -> str | None:
@@ -266,9 +271,9 @@ def _check_epilogue_reads(config: Sm80DepthwiseConfig, problem: ConvProblem, dev
     from the stage's offset on: past the allocation that is an illegal address (8x4 pixels, 16 channels, 8 warps
     on every layer of an H200 tune)."""
     last_stage = (config.stages - 1) * activation_load_bytes(config)
-    if last_stage + epilogue_read_bytes(config) > config.stages * max(activation_load_bytes(config),
-                                                                      epilogue_bytes(config)):
-        return (f"the epilogue's {config.threads} threads read {epilogue_read_bytes(config)} bytes from the last "
+    read = epilogue_read_bytes(config)
+    if last_stage + read > stages_bytes(config):
+        return (f"the epilogue's {config.threads} threads read {read} bytes from the last "
                 f"stage on, past the kernel's shared memory ({config.output_tile.text} pixels x {config.channels} "
                 f"channels are {config.output_tile.pixels * config.channels // ALIGNMENT} vectors)")
     return None
