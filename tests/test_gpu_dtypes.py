@@ -10,11 +10,10 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-from conftest import gpu_cupy  # noqa: E402
+from conftest import compile_cases, gpu_cupy  # noqa: E402
 
 gpu_cupy()
 
-from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
@@ -81,10 +80,7 @@ def compiled(device, tmp_path_factory):
               if registry.get(LAYERS[case][0]).device_problem(device) is None
               and (LAYERS[case][0] != "sm90_dsl" or dsl_version() is not None)]
     configs = {key: case_config(*key)[1] for key in wanted}
-    results = {r.config: r for r in Compiler(device, tmp_path_factory.mktemp("cache_types"), jobs=4)
-               .compile_many(list(configs.values()))}
-    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
-    return {key: results[config] for key, config in configs.items()}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_types"), configs, jobs=4)
 
 
 @pytest.mark.parametrize("case, dtype", CASES)

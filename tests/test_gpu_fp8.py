@@ -12,11 +12,10 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-from conftest import gpu_cupy  # noqa: E402
+from conftest import compile_cases, gpu_cupy  # noqa: E402
 
 cupy = gpu_cupy()
 
-from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.core.dtypes import dtype_fields  # noqa: E402
 from tuner.core.elements import OperandScales  # noqa: E402
@@ -75,10 +74,7 @@ def device():
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
     configs = {case: case_config(case)[1] for case in CASES}
-    results = {r.config: r for r in Compiler(device, tmp_path_factory.mktemp("cache_fp8"))
-               .compile_many(list(configs.values()))}
-    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
-    return {case: results[config] for case, config in configs.items()}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_fp8"), configs)
 
 
 def request(result, problem: ConvProblem, kernel_view: ConvProblem | None = None) -> dict:

@@ -12,11 +12,10 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-from conftest import gpu_cupy  # noqa: E402
+from conftest import compile_cases, gpu_cupy  # noqa: E402
 
 gpu_cupy()
 
-from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
@@ -89,11 +88,7 @@ def device():
 
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
-    compiler = Compiler(device, tmp_path_factory.mktemp("cache_grouped"))
-    configs = {case: config_of(case) for case in CASES}
-    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
-    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
-    return {case: results[config] for case, config in configs.items()}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_grouped"), {case: config_of(case) for case in CASES})
 
 
 def evaluate(compiled, case: str, problem: ConvProblem, device, worker):

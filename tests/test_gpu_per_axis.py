@@ -16,7 +16,7 @@ except cupy.cuda.runtime.CUDARuntimeError:
 if GPU_COUNT == 0:
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from tuner.build.compile import Compiler  # noqa: E402
+from conftest import compile_cases  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
@@ -77,11 +77,8 @@ def runnable(case: str, device) -> str | None:
 
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
-    compiler = Compiler(device, tmp_path_factory.mktemp("cache_per_axis"))
     configs = {case: config_of(case)[1] for case in CASES if runnable(case, device) is None}
-    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
-    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
-    return {case: results[config] for case, config in configs.items()}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_per_axis"), configs)
 
 
 @pytest.mark.parametrize("case", [case for case in CASES if case != "sm90_dsl_built_swapped"])

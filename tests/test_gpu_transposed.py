@@ -10,12 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import gpu_cupy
+from conftest import compile_cases, gpu_cupy
 
 pytestmark = pytest.mark.gpu
 gpu_cupy()  # skips the module without CuPy or a GPU
 
-from tuner.build.compile import Compiler  # noqa: E402
 from tuner.core.device import query_device  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
@@ -70,11 +69,8 @@ def device():
 
 @pytest.fixture(scope="module")
 def compiled(device, tmp_path_factory):
-    compiler = Compiler(device, tmp_path_factory.mktemp("cache_transposed"))
     configs = {case: config_of(case)[1] for case in CASES}
-    results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
-    assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
-    return {case: results[config] for case, config in configs.items()}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_transposed"), configs)
 
 
 @pytest.mark.parametrize("case", list(CASES))
