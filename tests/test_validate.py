@@ -59,6 +59,8 @@ PER_AXIS_PROBLEMS = [
 GROUPED_PROBLEMS = [
     ConvProblem(n=1, h=6, w=6, c=4, k=6, r=3, s=3, pad=1, groups=2),                   # grouped
     ConvProblem(n=2, h=7, w=5, c=3, k=3, r=3, s=1, pad_h=1, pad_w=0, stride=2, groups=3),  # depthwise, per axis
+    ConvProblem(n=2, h=6, w=5, c=16, k=16, r=3, s=3, pad=1, groups=2),                 # groups of 8 (RegNet)
+    ConvProblem(n=1, h=7, w=7, c=3, k=6, r=5, s=5, pad=2, dilation=2, groups=3),       # depthwise, 2 outputs each
 ]
 
 

@@ -70,9 +70,9 @@ class Validation:
 
 def reference_fprop(x, w, problem: ConvProblem):
     """y[n,p,q,k] = sum_{r,s,c} x[n, p*stride_h - pad_h + r*dil_h, q*stride_w - pad_w + s*dil_w, c] * w[k,r,s,c]
-    over the channels c of k's group (w is K x R x S x C/groups), in float64: one matrix product per filter
-    tap and group, sharing no code with CUTLASS. x and w are elements of the problem's input and filter types
-    (tuner/core/elements.py)."""
+    over the channels c of k's group (w is K x R x S x C/groups), in float64: per filter tap, one matrix
+    product, or one batch of them with a product per group, sharing no code with CUTLASS. x and w are elements
+    of the problem's input and filter types (tuner/core/elements.py)."""
     xm = array_module(x)
     rows, cols = problem.axis_h, problem.axis_w
     xp = xm.pad(decode(x, problem.input_type), ((0, 0), (rows.pad, rows.pad), (cols.pad, cols.pad), (0, 0)))
@@ -80,14 +80,18 @@ def reference_fprop(x, w, problem: ConvProblem):
     out = xm.zeros((problem.n, problem.p, problem.q, problem.k), dtype=xm.float64)
     row_span = rows.stride * (problem.p - 1) + 1
     col_span = cols.stride * (problem.q - 1) + 1
-    c_group, k_group = problem.channels_per_group, problem.k // problem.groups
-    for g in range(problem.groups):
-        channels, outputs = slice(g * c_group, (g + 1) * c_group), slice(g * k_group, (g + 1) * k_group)
-        for r in range(problem.r):
-            for s in range(problem.s):
-                top, left = r * rows.dilation, s * cols.dilation
-                window = xp[:, top:top + row_span:rows.stride, left:left + col_span:cols.stride, channels]
-                out[..., outputs] += window @ w64[outputs, r, s, :].T
+    groups, c_group, k_group = problem.groups, problem.channels_per_group, problem.k // problem.groups
+    pixels = problem.n * problem.p * problem.q
+    for r in range(problem.r):
+        for s in range(problem.s):
+            top, left = r * rows.dilation, s * cols.dilation
+            window = xp[:, top:top + row_span:rows.stride, left:left + col_span:cols.stride, :]
+            if groups == 1:
+                out += window @ w64[:, r, s, :].T
+            else:  # a batch of products, one a group (not a Python loop over hundreds of depthwise channels)
+                by_group = window.reshape(pixels, groups, c_group).transpose(1, 0, 2)
+                taps = w64[:, r, s, :].reshape(groups, k_group, c_group).transpose(0, 2, 1)
+                out += (by_group @ taps).transpose(1, 0, 2).reshape(out.shape)
     return out
 
 
