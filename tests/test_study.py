@@ -408,17 +408,29 @@ def test_interrupt_in_a_progress_callback_propagates(conv_1, sm80_space, h100):
     assert states == [TrialState.COMPLETE, TrialState.FAIL]
 
 
-@pytest.mark.slow
-def test_a_small_space_is_exhausted(conv_1, h100):
+def tiny_study(conv_1, h100) -> tuple[StudyRunner, optuna.Study, FakeCompiler]:
     space = JointSpace((SearchSpace("sm80", (("tile", ("64x64x32",)), ("warps", ("2x2x1", "1x8x1")), ("stages", (3,)),
                                              ("swizzle", (1,)), ("iterator", ("optimized", "few_channels")),
                                              ("split_k", (1, 2)))),))
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(study_name="tiny", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
     compiler = FakeCompiler()
-    tuner = StudyRunner(study, conv_1, space, h100, compiler, FakeEvaluator(compiler), run_id="tiny")
-    assert tuner.run(10) == 2  # only optimized, 2x2x1 warps, split-K 1 or 2 can run
+    return StudyRunner(study, conv_1, space, h100, compiler, FakeEvaluator(compiler), run_id="tiny"), study, compiler
+
+
+def test_a_small_space_ends_once_each_runnable_configuration_has_an_outcome(conv_1, h100):
+    tuner, study, compiler = tiny_study(conv_1, h100)
+    assert tuner.space_size == 2  # only optimized, 2x2x1 warps, split-K 1 or 2 can run
+    assert tuner.run(10) == 2
     assert sorted(c.split_k for c in compiler.compiled) == [1, 2]
+    assert len(study.trials) < 40  # no more asks once both were measured (it was EXHAUSTED_AFTER_ASKS)
+
+
+@pytest.mark.slow
+def test_a_sampler_that_only_proposes_what_is_known_ends_the_study(conv_1, h100):
+    tuner, study, compiler = tiny_study(conv_1, h100)
+    tuner.space_size = 3  # a configuration the sampler can never propose: the idle asks end the study
+    assert tuner.run(10) == 2
     assert len(study.trials) >= EXHAUSTED_AFTER_ASKS
 
 

@@ -25,10 +25,10 @@ from tuner.families.base import KernelConfig, LaunchArgs, SpaceError
 from tuner.families.candidate import Candidate
 from tuner.measure.evaluate import Evaluation
 from tuner.search.measurements import MeasurementDB
-from tuner.search.space import FAMILY_PARAM, JointSpace, config_from_params, static_problems
-from tuner.search.trials import (FROM_RECORD, TrialRecord, compile_attrs, counted_in_run, evaluation_attrs, fits,
-                                 in_flight_in_run, joint_distributions, label_values, params_key, problem_of_study,
-                                 recorded_trials, set_trial_attrs)
+from tuner.search.space import FAMILY_PARAM, JointSpace, config_from_params, joint_valid_configs, static_problems
+from tuner.search.trials import (FINISHED, FROM_RECORD, TrialRecord, compile_attrs, counted_in_run, evaluation_attrs,
+                                 fits, in_flight_in_run, joint_distributions, label_values, params_key,
+                                 problem_of_study, readable, record_of, set_trial_attrs)
 from tuner.search.workers import Heartbeat, worker_id
 
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
@@ -174,12 +174,19 @@ class StudyRunner:
         # and copies them past L2 once, not once a candidate (0.2-0.4 s each on the H100). The finalists are
         # validated again on fresh inputs in each confirmation round.
         self.inputs_seed = (1 << 30) | zlib.crc32(self.run_id.encode()) >> 2  # apart from the evaluator's 1, 2, ...
+        # The study's record, kept up to date a newly finished trial at a time: rebuilt on every ask, it took
+        # most of a small space's study once the study held thousands of trials (40 s of 41 on the H100).
+        self.records: dict[tuple, TrialRecord] = {}
+        self.seen: set[int] = set()
+        self.tried: set[KernelConfig] = set()  # configurations that passed the static checks and have an outcome
+        self.space_size = len(joint_valid_configs(joint, problem, device))
 
     def run(self, candidates: int, batch_size: int | None = None) -> int:
         """Ask until `candidates` configurations have been compiled and evaluated under this run id,
         by this worker or any other on the study (impossible and already-recorded ones do not count);
         a run resumed under the same id only does what is left. Returns how many this call did.
-        Stops early once the sampler only proposes what the study already knows."""
+        Stops early once every configuration that passes the static checks has an outcome or is in hand, or
+        the sampler only proposes what the study already knows."""
         try:
             return self._run(candidates, max(1, batch_size or self.compiler.jobs))
         finally:
@@ -199,6 +206,8 @@ class StudyRunner:
                     stop_if_requested()
                     if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
                         optuna.storages.fail_stale_trials(self.study)
+                    if self.space_covered([config for _, config in compiling.values()]):
+                        idle_asks = EXHAUSTED_AFTER_ASKS
                     if len(untold) < batch_size and idle_asks < EXHAUSTED_AFTER_ASKS:
                         asked = time.monotonic()
                         batch, idle = self._fill_batch(self._fill_size(batch_size, len(untold)), candidates)
@@ -282,8 +291,10 @@ class StudyRunner:
         batch: list[tuple[optuna.Trial, KernelConfig]] = []
         idle = 0
         while len(batch) < size and idle < EXHAUSTED_AFTER_ASKS and self._remaining(candidates) > 0:
+            if self.space_covered([config for _, config in batch]):
+                break
             trial = self._ask()
-            record = recorded_trials(self.study, self.problem)  # fresh: other workers finish trials too
+            record = self.recorded()  # fresh: other workers finish trials too
             key = params_key(trial.params)
             try:
                 config = config_from_params(self.problem, trial.params)
@@ -304,6 +315,23 @@ class StudyRunner:
                 continue
             idle += 1
         return batch, idle
+
+    def recorded(self) -> dict[tuple, TrialRecord]:
+        """recorded_trials(study), read a trial once: a finished trial's outcome does not change."""
+        for trial in self.study.get_trials(deepcopy=False, states=FINISHED):
+            if trial.number in self.seen:
+                continue
+            self.seen.add(trial.number)
+            if readable(trial):
+                record = self.records[params_key(trial.params)] = record_of(trial, self.problem)
+                if record.status is not Status.invalid:
+                    self.tried.add(record.config)
+        return self.records
+
+    def space_covered(self, in_hand: list[KernelConfig]) -> bool:
+        """Whether every configuration that passes the static checks has an outcome or is being compiled."""
+        self.recorded()
+        return len(self.tried.union(in_hand)) >= self.space_size
 
     def _answer_from_record(self, trial: optuna.Trial, recorded: TrialRecord) -> None:
         attrs = {k: v for k, v in recorded.attrs.items() if k not in (FROM_RECORD, "run", "worker")}
