@@ -18,6 +18,7 @@ from tuner.core.epilogue import parse_epilogue
 from tuner.core.problem import ConvProblem
 from tuner.families import registry
 from tuner.families.base import LaunchArgs
+from tuner.families.dsl_common.build_tools import sm90_blocks_per_sm
 from tuner.families.dsl_direct.spec import DirectBuildSpec, SpecError
 from tuner.measure.run import problem_array
 from tuner.search.space import load_space, valid_configs
@@ -98,6 +99,14 @@ def test_cost_terms_count_a_groups_eight_inputs():
     assert (grouped.block_k_steps, grouped.flops_per_k_step) == (1, 2 * 64 * 8 * 9 * 8) and not grouped.memory_bound
 
 
+def test_the_ctas_an_sm_holds_come_from_the_scarcest_resource():
+    assert sm90_blocks_per_sm(32, 10 << 10, 64) == 20       # shared memory: 233472 // (10240 + 1024)
+    assert sm90_blocks_per_sm(128, 1 << 10, 256) == 2       # registers: 65536 // (128 * 256)
+    assert sm90_blocks_per_sm(32, 1 << 10, 32) == 32        # the SM's 32 blocks
+    assert sm90_blocks_per_sm(40, 1 << 10, 1024) == 1       # registers: 65536 // (40 * 1024)
+    assert sm90_blocks_per_sm(255, 200 << 10, 1024) == 0    # fits no SM
+
+
 def test_without_the_dsl_the_family_says_how_to_install_it(monkeypatch):
     from tuner.families.dsl_common import toolchain
     monkeypatch.setattr(toolchain, "dsl_version", lambda: None)
@@ -135,6 +144,11 @@ def test_a_kernel_builds_and_its_entry_points_answer_without_a_gpu(problem, para
     assert lib.tuner_k0_can_implement(array) == 0
     array[2] += 1  # another W: not the compiled problem
     assert lib.tuner_k0_can_implement(array) != 0
+    attributes = (ctypes.c_int32 * 6)()
+    assert lib.tuner_k0_kernel_attributes(attributes) == 0
+    # the CTAs an SM holds, from the kernel's own registers, shared memory and warps (the occupancy diagnosis)
+    smem = attributes[1] + attributes[2]
+    assert attributes[5] == sm90_blocks_per_sm(report.registers, smem, cfg.threads) > 1
 
 
 def test_a_bad_spec_is_one_line_and_exit_1(tmp_path):

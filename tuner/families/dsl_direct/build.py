@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tuner.families.dsl_common.build_tools import (BuildError, answer_build, build_main, compile_and_export,
                                                    dsl_lib_dir, dsl_version_text, link_candidate, preload_runtime,
-                                                   ptxas_report, stage_seconds)
+                                                   ptxas_report, sm90_blocks_per_sm, stage_seconds)
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "k0"
@@ -47,8 +47,10 @@ def build(spec_text: str, out_dir: Path) -> dict:
 
     p, t, e = spec.problem, spec.tile, spec.epilogue
     grid = (*spec.grid(), 1, 1, 1)
+    blocks_per_sm = sm90_blocks_per_sm(resources["registers"], resources["static_smem"] + spec.smem_bytes(),
+                                       t.threads())
     attributes = (resources["registers"], resources["static_smem"], spec.smem_bytes(), resources["stack"],
-                  t.threads(), 1)
+                  t.threads(), blocks_per_sm)
     fields = {
         "name": f"dsl_direct {t.tile_p}x{t.tile_q} c{t.channels} x{t.columns} g{p.group_width}",
         "prefix": PREFIX,
