@@ -31,7 +31,8 @@ from tuner.families.sm80.space import reference_config
 from tuner.families.sm80_common.space import IteratorAlgorithm
 from tuner.search.space import JointSpace, config_from_params, static_problems
 from tuner.core.status import Status
-from tuner.search.study import EXHAUSTED_AFTER_ASKS, StudyProgress, StudyRunner, ask_config, open_study, request_stop
+from tuner.search.study import (EXHAUSTED_AFTER_ASKS, QUEUE_UNTRIED_AFTER_ASKS, StudyProgress, StudyRunner, ask_config,
+                                open_study, request_stop)
 from tuner.search.trials import (DETAIL_ATTR, DETAIL_KEYS, counted_in_run, in_flight_in_run, params_key, ranked,
                                  recorded_trials, study_name, trial_attrs)
 from tuner.search.workers import UNTAGGED_GRACE, fail_orphans
@@ -424,6 +425,16 @@ def test_a_small_space_ends_once_each_runnable_configuration_has_an_outcome(conv
     assert tuner.run(10) == 2
     assert sorted(c.split_k for c in compiler.compiled) == [1, 2]
     assert len(study.trials) < 40  # no more asks once both were measured (it was EXHAUSTED_AFTER_ASKS)
+
+
+def test_configurations_the_sampler_never_proposes_are_queued(conv_1, h100):
+    tuner, study, compiler = tiny_study(conv_1, h100)
+    fixed = {"family": "sm80", "sm80.tile": "64x64x32", "sm80.warps": "2x2x1", "sm80.stages": 3, "sm80.swizzle": 1,
+             "sm80.iterator": "optimized", "sm80.split_k": 1}
+    study.sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
+    assert tuner.run(10) == 2  # split-K 2, which the sampler never proposes, is measured too
+    assert sorted(c.split_k for c in compiler.compiled) == [1, 2]
+    assert len(study.trials) < 40 + QUEUE_UNTRIED_AFTER_ASKS
 
 
 @pytest.mark.slow
