@@ -70,9 +70,14 @@ class DirectKernel:
         x_vectors = cute.zipped_divide(mX, (VECTOR,))
         y_vectors = cute.zipped_divide(mY, (VECTOR,))
         copy16 = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), el, num_bits_per_copy=128)
+        copy_async = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), el, num_bits_per_copy=128)
         chunk = cute.make_rmem_tensor((VECTOR,), el)
+        zeros = cute.make_rmem_tensor((VECTOR,), el)
+        zeros.fill(0.0)
 
-        # the window: a 16-byte vector a thread a round; outside the image it reads vector 0 and writes zeros
+        # The window: a 16-byte vector a thread a round, by cp.async so that every round's load is in flight at
+        # once (synchronous loads cost a memory latency a round: most of a one-warp CTA's time); zeros where the
+        # window falls outside the image.
         n_vectors = win_h * win_w * lanes
         for i in cutlass.range_constexpr(-(-n_vectors // self.threads)):
             vector = tidx + i * self.threads
@@ -84,18 +89,29 @@ class DirectKernel:
                 ww = w0 + pixel - row * win_w
                 inside = (cutlass.Int32(hh >= 0) * cutlass.Int32(hh < pr.h) * cutlass.Int32(ww >= 0)
                           * cutlass.Int32(ww < pr.w))
-                source = (((n * pr.h + hh) * pr.w + ww) * pr.c + c0) // VECTOR + lane
-                cute.copy(copy16, x_vectors[(None, source * inside)], chunk)
-                chunk.store(chunk.load() * el(inside))
-                cute.copy(copy16, chunk, win_vectors[(None, vector)])
-        # the filter, f32, tap-major: element (tap, k, g) of the CTA at (tap * channels + k) * gw + g
+                if inside > 0:
+                    source = (((n * pr.h + hh) * pr.w + ww) * pr.c + c0) // VECTOR + lane
+                    cute.copy(copy_async, x_vectors[(None, source)], win_vectors[(None, vector)])
+                else:
+                    cute.copy(copy16, zeros, win_vectors[(None, vector)])
+        cute.arch.cp_async_commit_group()
+        # The filter, f32, tap-major: element (tap, k, g) of the CTA at (tap * channels + k) * gw + g. Every round
+        # loads (the last from a clamped index) before any store is predicated, so the loads issue together.
         per_tap = t.channels * gw
-        for i in cutlass.range_constexpr(-(-(taps * per_tap) // self.threads)):
+        filter_size = taps * per_tap
+        for i in cutlass.range_constexpr(-(-filter_size // self.threads)):
             index = tidx + i * self.threads
-            if index < taps * per_tap:
-                tap = index // per_tap
-                kg = index - tap * per_tap
-                s_fil[index] = f32(mW[((c0 + kg // gw) * taps + tap) * gw + kg % gw])
+            last = cutlass.const_expr((i + 1) * self.threads > filter_size)  # a round some threads sit out
+            clamped = cutlass.min(index, filter_size - 1) if last else index
+            tap = clamped // per_tap
+            kg = clamped - tap * per_tap
+            value = f32(mW[((c0 + kg // gw) * taps + tap) * gw + kg % gw])
+            if cutlass.const_expr(last):
+                if index < filter_size:
+                    s_fil[index] = value
+            else:
+                s_fil[index] = value
+        cute.arch.cp_async_wait_group(0)
         cute.arch.barrier()
 
         lane = tidx % lanes
