@@ -7,6 +7,7 @@ from tuner.analysis.diagnose import (
     LaunchFacts,
     Thresholds,
     diagnose,
+    kernel_facts,
     occupancy,
 )
 from tuner.analysis.explain import diagnose_report, from_launch_stats, inferred_sm_count
@@ -466,3 +467,23 @@ def test_a_device_name_in_the_report_identifies_the_gpu_and_its_sm_count(tmp_pat
     assert (diagnosis.gpu.gpu.slug, diagnosis.gpu.how) == ("rtx4090", "the report's device name")
     assert diagnosis.kernels[0].limiter.startswith("small grid: 8 blocks on 128 SMs")
     assert "sm_count_inferred" not in [flag.code for flag in diagnosis.kernels[0].flags]
+
+
+def test_a_block_of_a_warp_and_a_half_counts_as_two_warps(h100):
+    """48 threads hold two warps' registers and scheduler slots: the limits kernel_facts derives agree with the
+    CTAs an SM holds as the DSL builder works them out, so the diagnosis names the binding limit."""
+    from tuner.core.problem import ConvProblem
+    from tuner.families import registry
+    from tuner.families.dsl_common.build_tools import sm90_blocks_per_sm
+    from tuner.measure.run import KernelAttributes
+
+    problem = ConvProblem(n=8, h=56, w=56, c=144, k=144, r=3, s=3, pad=1, stride=2, groups=144)
+    config = registry.get("dsl_direct").rules.make_config(problem, {"tile": "4x4", "channels": 24, "columns": 1})
+    assert config.threads == 48
+    smem = config.build_spec().smem_bytes()
+    attributes = KernelAttributes(registers_per_thread=72, static_smem_bytes=0, dynamic_smem_bytes=smem,
+                                  local_bytes_per_thread=0, threads_per_block=48,
+                                  max_active_blocks_per_sm=sm90_blocks_per_sm(72, smem, 48))
+    facts = kernel_facts(config, problem, h100, 2352, attributes, 0)
+    assert facts.block_limit_warps == 32
+    assert occupancy(facts).limited_by != ()

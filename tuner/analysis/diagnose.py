@@ -137,7 +137,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     """What the compiled kernel and the problem say about a launch, before any profiler runs."""
     family = registry.family_of(config)
     smem = attributes.dynamic_smem_bytes + attributes.static_smem_bytes
-    warps = attributes.threads_per_block // 32
+    warps = -(-attributes.threads_per_block // 32)  # a partial warp holds a whole warp's registers and slot
     limits = block_limits(attributes.registers_per_thread, smem, warps, device)
     shape = family.model.launch_shape(config, problem, device)
     cluster = shape.cluster
