@@ -1156,6 +1156,66 @@ using conv_1 = cutlass::conv::device::ConvUniversalAdapter<conv_1_detail::Kernel
 
 using conv_1_runner = Sm90ConvRunner<conv_1>;
 
+// Config: direct_16x8_c16_x4_f16_f16_f16_f32_n8h56w56c96r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_1_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_1_0_block_0_b8;
+using convnext_t_features_1_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_1_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_1_0_block_0_b8_runner = DslRunner<convnext_t_features_1_0_block_0_b8>;
+
+// Config: direct_16x16_c8_x4_f16_f16_f16_f32_n8h28w28c192r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_3_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_3_0_block_0_b8;
+using convnext_t_features_3_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_3_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_3_0_block_0_b8_runner = DslRunner<convnext_t_features_3_0_block_0_b8>;
+
+// Config: direct_8x16_c16_x2_f16_f16_f16_f32_n8h14w14c384r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_5_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_5_0_block_0_b8;
+using convnext_t_features_5_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_5_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_5_0_block_0_b8_runner = DslRunner<convnext_t_features_5_0_block_0_b8>;
+
+// Config: direct_8x8_c16_x2_f16_f16_f16_f32_n8h7w7c768r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_7_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_7_0_block_0_b8;
+using convnext_t_features_7_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_t_features_7_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_7_0_block_0_b8_runner = DslRunner<convnext_t_features_7_0_block_0_b8>;
+
+// Config: dsl_128x128x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h224w224c3k96r4s4p0u4d1 (CuTe DSL; object convnext_tiny_b8_features_0_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_0_0;
+using convnext_tiny_b8_features_0_0 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_0_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_0_0_runner = DslRunner<convnext_tiny_b8_features_0_0>;
+
+// Config: direct_16x8_c16_x4_f16_f16_f16_f32_eb_n8h56w56c96r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_1_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_1_0_block_0;
+using convnext_tiny_b8_features_1_0_block_0 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_1_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_1_0_block_0_runner = DslRunner<convnext_tiny_b8_features_1_0_block_0>;
+
+// Config: dsl_256x48x32_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h56w56c96k192r2s2p0u2d1 (CuTe DSL; object convnext_tiny_b8_features_2_1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_2_1;
+using convnext_tiny_b8_features_2_1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_2_1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_2_1_runner = DslRunner<convnext_tiny_b8_features_2_1>;
+
+// Config: direct_8x32_c24_x4_f16_f16_f16_f32_eb_n8h28w28c192r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_3_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_3_0_block_0;
+using convnext_tiny_b8_features_3_0_block_0 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_3_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_3_0_block_0_runner = DslRunner<convnext_tiny_b8_features_3_0_block_0>;
+
+// Config: dsl_128x48x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h28w28c192k384r2s2p0u2d1 (CuTe DSL; object convnext_tiny_b8_features_4_1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_4_1;
+using convnext_tiny_b8_features_4_1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_4_1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_4_1_runner = DslRunner<convnext_tiny_b8_features_4_1>;
+
+// Config: direct_8x16_c16_x2_f16_f16_f16_f32_eb_n8h14w14c384r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_5_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_5_0_block_0;
+using convnext_tiny_b8_features_5_0_block_0 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_5_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_5_0_block_0_runner = DslRunner<convnext_tiny_b8_features_5_0_block_0>;
+
+// Config: dsl_128x32x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h14w14c384k768r2s2p0u2d1 (CuTe DSL; object convnext_tiny_b8_features_6_1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_6_1;
+using convnext_tiny_b8_features_6_1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_6_1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_6_1_runner = DslRunner<convnext_tiny_b8_features_6_1>;
+
+// Config: direct_8x8_c8_x2_f16_f16_f16_f32_eb_n8h7w7c768r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_7_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_7_0_block_0;
+using convnext_tiny_b8_features_7_0_block_0 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_convnext_tiny_b8_features_7_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_7_0_block_0_runner = DslRunner<convnext_tiny_b8_features_7_0_block_0>;
+
 // Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b1;
 using deeplabv3_backbone_conv1_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_deeplabv3_backbone_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1663,6 +1723,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using effnetb0_features_2_0_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_2_0_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_2_0_block_0_0_b8_runner = DslRunner<effnetb0_features_2_0_block_0_0_b8>;
 
+// Config: direct_4x16_c16_x1_f16_f16_f16_f32_n8h56w56c144r5s5p2x2u2x2d1x1g1 (CuTe DSL; object effnetb0_features_3_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_3_0_block_1_0_b8;
+using effnetb0_features_3_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_3_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_3_0_block_1_0_b8_runner = DslRunner<effnetb0_features_3_0_block_1_0_b8>;
+
+// Config: direct_8x16_c24_x4_f16_f16_f16_f32_n8h28w28c240r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_3_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_3_1_block_1_0_b8;
+using effnetb0_features_3_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_3_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_3_1_block_1_0_b8_runner = DslRunner<effnetb0_features_3_1_block_1_0_b8>;
+
+// Config: direct_4x8_c24_x2_f16_f16_f16_f32_n8h28w28c240r3s3p1x1u2x2d1x1g1 (CuTe DSL; object effnetb0_features_4_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_0_block_1_0_b8;
+using effnetb0_features_4_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_0_block_1_0_b8_runner = DslRunner<effnetb0_features_4_0_block_1_0_b8>;
+
 // Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b1;
 using effnetb0_features_4_1_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -1677,6 +1752,36 @@ using effnetb0_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0_features_4
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b8;
 using effnetb0_features_4_1_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_4_1_block_0_0_b8_runner = DslRunner<effnetb0_features_4_1_block_0_0_b8>;
+
+// Config: direct_8x8_c24_x4_f16_f16_f16_f32_n8h14w14c480r3s3p1x1u1x1d1x1g1 (CuTe DSL; object effnetb0_features_4_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_1_0_b8;
+using effnetb0_features_4_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_4_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_1_0_b8_runner = DslRunner<effnetb0_features_4_1_block_1_0_b8>;
+
+// Config: direct_4x16_c16_x2_f16_f16_f16_f32_n8h14w14c480r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_5_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_5_0_block_1_0_b8;
+using effnetb0_features_5_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_5_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_5_0_block_1_0_b8_runner = DslRunner<effnetb0_features_5_0_block_1_0_b8>;
+
+// Config: direct_4x16_c32_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_5_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_5_1_block_1_0_b8;
+using effnetb0_features_5_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_5_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_5_1_block_1_0_b8_runner = DslRunner<effnetb0_features_5_1_block_1_0_b8>;
+
+// Config: direct_4x8_c96_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u2x2d1x1g1 (CuTe DSL; object effnetb0_features_6_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_6_0_block_1_0_b8;
+using effnetb0_features_6_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_6_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_6_0_block_1_0_b8_runner = DslRunner<effnetb0_features_6_0_block_1_0_b8>;
+
+// Config: direct_4x8_c16_x1_f16_f16_f16_f32_n8h7w7c1152r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_6_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_6_1_block_1_0_b8;
+using effnetb0_features_6_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_6_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_6_1_block_1_0_b8_runner = DslRunner<effnetb0_features_6_1_block_1_0_b8>;
+
+// Config: direct_4x8_c32_x2_f16_f16_f16_f32_n8h7w7c1152r3s3p1x1u1x1d1x1g1 (CuTe DSL; object effnetb0_features_7_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_7_0_block_1_0_b8;
+using effnetb0_features_7_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_7_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_7_0_block_1_0_b8_runner = DslRunner<effnetb0_features_7_0_block_1_0_b8>;
 
 // Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_effnetb0_features_8_0_b1;
@@ -1842,6 +1947,56 @@ using inception3f_Mixed_5b_branch5x5_2_conv_b32_runner = DslRunner<inception3f_M
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b8;
 using inception3f_Mixed_5b_branch5x5_2_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3f_Mixed_5b_branch5x5_2_conv_b8_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b8>;
+
+// Config: direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_12_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_12_conv_1_0_b8;
+using mbv2_features_12_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_12_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_12_conv_1_0_b8_runner = DslRunner<mbv2_features_12_conv_1_0_b8>;
+
+// Config: direct_4x4_c64_x2_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u2x2d1x1g1 (CuTe DSL; object mbv2_features_14_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_14_conv_1_0_b8;
+using mbv2_features_14_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_14_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_14_conv_1_0_b8_runner = DslRunner<mbv2_features_14_conv_1_0_b8>;
+
+// Config: direct_4x8_c32_x2_f16_f16_f16_f32_n8h7w7c960r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_15_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_15_conv_1_0_b8;
+using mbv2_features_15_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_15_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_15_conv_1_0_b8_runner = DslRunner<mbv2_features_15_conv_1_0_b8>;
+
+// Config: direct_8x8_c32_x4_f16_f16_f16_f32_n8h112w112c32r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_1_conv_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_1_conv_0_0_b8;
+using mbv2_features_1_conv_0_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_1_conv_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_1_conv_0_0_b8_runner = DslRunner<mbv2_features_1_conv_0_0_b8>;
+
+// Config: direct_4x4_c96_x2_f16_f16_f16_f32_n8h112w112c96r3s3p1x1u2x2d1x1g1 (CuTe DSL; object mbv2_features_2_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_2_conv_1_0_b8;
+using mbv2_features_2_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_2_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_2_conv_1_0_b8_runner = DslRunner<mbv2_features_2_conv_1_0_b8>;
+
+// Config: direct_16x16_c16_x8_f16_f16_f16_f32_n8h56w56c144r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_3_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_3_conv_1_0_b8;
+using mbv2_features_3_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_3_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_3_conv_1_0_b8_runner = DslRunner<mbv2_features_3_conv_1_0_b8>;
+
+// Config: direct_4x4_c16_x1_f16_f16_f16_f32_n8h56w56c144r3s3p1x1u2x2d1x1g1 (CuTe DSL; object mbv2_features_4_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_4_conv_1_0_b8;
+using mbv2_features_4_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_4_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_4_conv_1_0_b8_runner = DslRunner<mbv2_features_4_conv_1_0_b8>;
+
+// Config: direct_4x16_c32_x8_f16_f16_f16_f32_n8h28w28c192r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_5_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_5_conv_1_0_b8;
+using mbv2_features_5_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_5_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_5_conv_1_0_b8_runner = DslRunner<mbv2_features_5_conv_1_0_b8>;
+
+// Config: direct_2x16_c96_x2_f16_f16_f16_f32_n8h28w28c192r3s3p1x1u2x2d1x1g1 (CuTe DSL; object mbv2_features_7_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_7_conv_1_0_b8;
+using mbv2_features_7_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_7_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_7_conv_1_0_b8_runner = DslRunner<mbv2_features_7_conv_1_0_b8>;
+
+// Config: direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c384r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_8_conv_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_8_conv_1_0_b8;
+using mbv2_features_8_conv_1_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_8_conv_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using mbv2_features_8_conv_1_0_b8_runner = DslRunner<mbv2_features_8_conv_1_0_b8>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4008,6 +4163,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400_trunk_output_block1_block1_0_f_a_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b8>;
 
+// Config: direct_8x8_c16_x4_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_b_0_b8;
+using regnety400_trunk_output_block1_block1_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_b_0_b8>;
+
+// Config: direct_16x8_c8_x4_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_0_f_b_0_b8;
+using regnety400_trunk_output_block2_block2_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_0_f_b_0_b8>;
+
+// Config: direct_4x16_c8_x2_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_b_0_b8;
+using regnety400_trunk_output_block2_block2_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_b_0_b8>;
+
 // Config: dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b1;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -4023,6 +4193,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400_trunk_output_block2_block2_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b8>;
 
+// Config: direct_16x16_c8_x2_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_0_f_b_0_b8;
+using regnety400_trunk_output_block3_block3_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block3_block3_0_f_b_0_b8>;
+
+// Config: direct_8x16_c8_x2_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_1_f_b_0_b8;
+using regnety400_trunk_output_block3_block3_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block3_block3_1_f_b_0_b8>;
+
+// Config: direct_4x8_c8_x1_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_f_b_0_b8;
+using regnety400_trunk_output_block4_block4_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_f_b_0_b8>;
+
 // Config: dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b1;
 using regnety400_trunk_output_block4_block4_0_proj_0_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -4037,6 +4222,11 @@ using regnety400_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regn
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b8;
 using regnety400_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b8>;
+
+// Config: direct_8x8_c8_x2_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_b_0_b8;
+using regnety400_trunk_output_block4_block4_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_b_0_b8>;
 
 // Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_c_0_b1;
@@ -4420,6 +4610,18 @@ struct TunedLayer {
 
 constexpr TunedLayer kLayers[] = {
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05, false, 0, 0},
+    {"convnext_t_features_1_0_block_0_b8", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "dsl_direct", 1, 0, 1, 128, 16, 49, 16.343, "direct_16x8_c16_x4_f16_f16_f16_f32_n8h56w56c96r7s7p3x3u1x1d1x1g1", "2026-11-27T18:29:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_3_0_block_0_b8", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 256, 8, 49, 10.625, "direct_16x16_c8_x4_f16_f16_f16_f32_n8h28w28c192r7s7p3x3u1x1d1x1g1", "2026-11-27T18:29:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_5_0_block_0_b8", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "dsl_direct", 1, 0, 1, 128, 16, 49, 7.226, "direct_8x16_c16_x2_f16_f16_f16_f32_n8h14w14c384r7s7p3x3u1x1d1x1g1", "2026-11-27T18:29:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_7_0_block_0_b8", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "dsl_direct", 1, 0, 1, 64, 16, 49, 4.805, "direct_8x8_c16_x2_f16_f16_f16_f32_n8h7w7c768r7s7p3x3u1x1d1x1g1", "2026-11-27T18:29:51+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_0_0", 8, 224, 224, 3, 96, 4, 4, 0, 0, 4, 4, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 64, 7.886, "dsl_128x128x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h224w224c3k96r4s4p0u4d1", "2026-11-27T18:31:48+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_1_0_block_0", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "dsl_direct", 1, 0, 1, 128, 16, 49, 16.444, "direct_16x8_c16_x4_f16_f16_f16_f32_eb_n8h56w56c96r7s7p3x3u1x1d1x1g1", "2026-11-27T18:32:03+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_2_1", 8, 56, 56, 96, 192, 2, 2, 0, 0, 2, 2, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 256, 48, 32, 6.479, "dsl_256x48x32_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h56w56c96k192r2s2p0u2d1", "2026-11-27T18:32:15+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_3_0_block_0", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 256, 24, 49, 10.283, "direct_8x32_c24_x4_f16_f16_f16_f32_eb_n8h28w28c192r7s7p3x3u1x1d1x1g1", "2026-11-27T18:32:27+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_4_1", 8, 28, 28, 192, 384, 2, 2, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 48, 64, 5.698, "dsl_128x48x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h28w28c192k384r2s2p0u2d1", "2026-11-27T18:32:38+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_5_0_block_0", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "dsl_direct", 1, 0, 1, 128, 16, 49, 7.215, "direct_8x16_c16_x2_f16_f16_f16_f32_eb_n8h14w14c384r7s7p3x3u1x1d1x1g1", "2026-11-27T18:32:51+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_6_1", 8, 14, 14, 384, 768, 2, 2, 0, 0, 2, 2, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 128, 32, 64, 7.368, "dsl_128x32x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h14w14c384k768r2s2p0u2d1", "2026-11-27T18:33:03+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_7_0_block_0", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "dsl_direct", 1, 0, 1, 64, 8, 49, 5.057, "direct_8x8_c8_x2_f16_f16_f16_f32_eb_n8h7w7c768r7s7p3x3u1x1d1x1g1", "2026-11-27T18:33:13+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"deeplabv3_backbone_conv1_b1", 1, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 16.852, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"deeplabv3_backbone_conv1_b32", 32, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 375.424, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"deeplabv3_backbone_conv1_b8", 8, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 97.665, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1", "2026-11-25T03:55:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4517,9 +4719,18 @@ constexpr TunedLayer kLayers[] = {
     {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 4.111, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-25T03:08:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 44.125, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-25T03:09:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 13.783, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-25T03:14:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_3_0_block_1_0_b8", 8, 56, 56, 144, 144, 5, 5, 2, 2, 2, 2, 1, 1, 144, 144, "dsl_direct", 1, 0, 1, 64, 16, 25, 10.522, "direct_4x16_c16_x1_f16_f16_f16_f32_n8h56w56c144r5s5p2x2u2x2d1x1g1", "2026-11-27T18:28:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_3_1_block_1_0_b8", 8, 28, 28, 240, 240, 5, 5, 2, 2, 1, 1, 1, 1, 240, 240, "dsl_direct", 1, 0, 1, 128, 24, 25, 8.445, "direct_8x16_c24_x4_f16_f16_f16_f32_n8h28w28c240r5s5p2x2u1x1d1x1g1", "2026-11-27T18:28:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_0_block_1_0_b8", 8, 28, 28, 240, 240, 3, 3, 1, 1, 2, 2, 1, 1, 240, 240, "dsl_direct", 1, 0, 1, 32, 24, 9, 4.298, "direct_4x8_c24_x2_f16_f16_f16_f32_n8h28w28c240r3s3p1x1u2x2d1x1g1", "2026-11-27T18:28:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.689, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1", "2026-11-25T03:12:49+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.517, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-25T00:17:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 64, 3.576, "dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1", "2026-11-25T03:08:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_1_block_1_0_b8", 8, 14, 14, 480, 480, 3, 3, 1, 1, 1, 1, 1, 1, 480, 480, "dsl_direct", 1, 0, 1, 64, 24, 9, 4.166, "direct_8x8_c24_x4_f16_f16_f16_f32_n8h14w14c480r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:43+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_5_0_block_1_0_b8", 8, 14, 14, 480, 480, 5, 5, 2, 2, 1, 1, 1, 1, 480, 480, "dsl_direct", 1, 0, 1, 64, 16, 25, 5.888, "direct_4x16_c16_x2_f16_f16_f16_f32_n8h14w14c480r5s5p2x2u1x1d1x1g1", "2026-11-27T18:28:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_5_1_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 1, 1, 1, 1, 672, 672, "dsl_direct", 1, 0, 1, 64, 32, 25, 6.903, "direct_4x16_c32_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u1x1d1x1g1", "2026-11-27T18:28:54+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_6_0_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 2, 2, 1, 1, 672, 672, "dsl_direct", 1, 0, 1, 32, 96, 25, 4.639, "direct_4x8_c96_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u2x2d1x1g1", "2026-11-27T18:28:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_6_1_block_1_0_b8", 8, 7, 7, 1152, 1152, 5, 5, 2, 2, 1, 1, 1, 1, 1152, 1152, "dsl_direct", 1, 0, 1, 32, 16, 25, 4.678, "direct_4x8_c16_x1_f16_f16_f16_f32_n8h7w7c1152r5s5p2x2u1x1d1x1g1", "2026-11-27T18:29:04+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_7_0_block_1_0_b8", 8, 7, 7, 1152, 1152, 3, 3, 1, 1, 1, 1, 1, 1, 1152, 1152, "dsl_direct", 1, 0, 1, 32, 32, 9, 3.430, "direct_4x8_c32_x2_f16_f16_f16_f32_n8h7w7c1152r3s3p1x1u1x1d1x1g1", "2026-11-27T18:29:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.091, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:48:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 5.757, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-25T03:10:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.052, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-25T00:31:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4553,6 +4764,16 @@ constexpr TunedLayer kLayers[] = {
     {"inception3f_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.751, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T03:14:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.438, "dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T03:10:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_12_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 1, 1, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 32, 64, 9, 4.123, "direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_14_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 2, 2, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 16, 64, 9, 3.405, "direct_4x4_c64_x2_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u2x2d1x1g1", "2026-11-27T18:28:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_15_conv_1_0_b8", 8, 7, 7, 960, 960, 3, 3, 1, 1, 1, 1, 1, 1, 960, 960, "dsl_direct", 1, 0, 1, 32, 32, 9, 3.123, "direct_4x8_c32_x2_f16_f16_f16_f32_n8h7w7c960r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_1_conv_0_0_b8", 8, 112, 112, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, 32, "dsl_direct", 1, 0, 1, 64, 32, 9, 7.228, "direct_8x8_c32_x4_f16_f16_f16_f32_n8h112w112c32r3s3p1x1u1x1d1x1g1", "2026-11-27T18:27:51+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_2_conv_1_0_b8", 8, 112, 112, 96, 96, 3, 3, 1, 1, 2, 2, 1, 1, 96, 96, "dsl_direct", 1, 0, 1, 16, 96, 9, 11.936, "direct_4x4_c96_x2_f16_f16_f16_f32_n8h112w112c96r3s3p1x1u2x2d1x1g1", "2026-11-27T18:27:55+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_3_conv_1_0_b8", 8, 56, 56, 144, 144, 3, 3, 1, 1, 1, 1, 1, 1, 144, 144, "dsl_direct", 1, 0, 1, 256, 16, 9, 9.331, "direct_16x16_c16_x8_f16_f16_f16_f32_n8h56w56c144r3s3p1x1u1x1d1x1g1", "2026-11-27T18:27:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_4_conv_1_0_b8", 8, 56, 56, 144, 144, 3, 3, 1, 1, 2, 2, 1, 1, 144, 144, "dsl_direct", 1, 0, 1, 16, 16, 9, 6.310, "direct_4x4_c16_x1_f16_f16_f16_f32_n8h56w56c144r3s3p1x1u2x2d1x1g1", "2026-11-27T18:28:02+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_5_conv_1_0_b8", 8, 28, 28, 192, 192, 3, 3, 1, 1, 1, 1, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 64, 32, 9, 4.897, "direct_4x16_c32_x8_f16_f16_f16_f32_n8h28w28c192r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_7_conv_1_0_b8", 8, 28, 28, 192, 192, 3, 3, 1, 1, 2, 2, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 32, 96, 9, 3.834, "direct_2x16_c96_x2_f16_f16_f16_f32_n8h28w28c192r3s3p1x1u2x2d1x1g1", "2026-11-27T18:28:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"mbv2_features_8_conv_1_0_b8", 8, 14, 14, 384, 384, 3, 3, 1, 1, 1, 1, 1, 1, 384, 384, "dsl_direct", 1, 0, 1, 32, 64, 9, 3.628, "direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c384r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 32, 64, 3.840, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:20:29+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 23.899, "dsl_64x64x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-25T00:50:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 64, 128, 64, 3.513, "sm90g_64x128x64_c1x1x1_ws_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T23:23:08+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4650,12 +4871,19 @@ constexpr TunedLayer kLayers[] = {
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.564, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-25T03:08:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 31.969, "dsl_128x128x32_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-25T00:17:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.497, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-25T03:09:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "dsl_direct", 1, 0, 1, 64, 16, 9, 12.829, "direct_8x8_c16_x4_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8", "2026-11-27T18:29:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 128, 8, 9, 10.598, "direct_16x8_c8_x4_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8", "2026-11-27T18:30:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_1_f_b_0_b8", 8, 28, 28, 104, 104, 3, 3, 1, 1, 1, 1, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 64, 8, 9, 7.120, "direct_4x16_c8_x2_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8", "2026-11-27T18:30:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.773, "dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:08:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 8.776, "dsl_128x64x64_c2x1_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-25T00:17:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.282, "dsl_128x32x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T03:09:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block3_block3_0_f_b_0_b8", 8, 28, 28, 208, 208, 3, 3, 1, 1, 2, 2, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 256, 8, 9, 6.787, "direct_16x16_c8_x2_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8", "2026-11-27T18:30:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 128, 8, 9, 4.938, "direct_8x16_c8_x2_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8", "2026-11-27T18:30:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_0_f_b_0_b8", 8, 14, 14, 440, 440, 3, 3, 1, 1, 2, 2, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 32, 8, 9, 4.847, "direct_4x8_c8_x1_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8", "2026-11-27T18:30:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.809, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T03:07:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.340, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:08:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_1_f_b_0_b8", 8, 7, 7, 440, 440, 3, 3, 1, 1, 1, 1, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 64, 8, 9, 3.734, "direct_8x8_c8_x2_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8", "2026-11-27T18:30:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.645, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-25T03:08:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.590, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-25T03:09:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4703,293 +4931,331 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 283;
+constexpr int kLayerCount = 321;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
   X(conv_1_runner, 0) \
-  X(deeplabv3_backbone_conv1_b1_runner, 1) \
-  X(deeplabv3_backbone_conv1_b32_runner, 2) \
-  X(deeplabv3_backbone_conv1_b8_runner, 3) \
-  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 4) \
-  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 5) \
-  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 6) \
-  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 7) \
-  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 8) \
-  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 9) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 10) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 11) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 12) \
-  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 13) \
-  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 14) \
-  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 15) \
-  X(densenet121_b32_features_denseblock1_denselayer1_conv1_runner, 16) \
-  X(densenet121_b32_features_denseblock1_denselayer3_conv1_runner, 17) \
-  X(densenet121_b32_features_denseblock1_denselayer4_conv1_runner, 18) \
-  X(densenet121_b32_features_denseblock1_denselayer5_conv1_runner, 19) \
-  X(densenet121_b32_features_denseblock1_denselayer6_conv1_runner, 20) \
-  X(densenet121_b32_features_denseblock2_denselayer10_conv1_runner, 21) \
-  X(densenet121_b32_features_denseblock2_denselayer11_conv1_runner, 22) \
-  X(densenet121_b32_features_denseblock2_denselayer12_conv1_runner, 23) \
-  X(densenet121_b32_features_denseblock2_denselayer1_conv1_runner, 24) \
-  X(densenet121_b32_features_denseblock2_denselayer1_conv2_runner, 25) \
-  X(densenet121_b32_features_denseblock2_denselayer2_conv1_runner, 26) \
-  X(densenet121_b32_features_denseblock2_denselayer3_conv1_runner, 27) \
-  X(densenet121_b32_features_denseblock2_denselayer4_conv1_runner, 28) \
-  X(densenet121_b32_features_denseblock2_denselayer5_conv1_runner, 29) \
-  X(densenet121_b32_features_denseblock2_denselayer6_conv1_runner, 30) \
-  X(densenet121_b32_features_denseblock2_denselayer7_conv1_runner, 31) \
-  X(densenet121_b32_features_denseblock2_denselayer8_conv1_runner, 32) \
-  X(densenet121_b32_features_denseblock2_denselayer9_conv1_runner, 33) \
-  X(densenet121_b32_features_denseblock3_denselayer10_conv1_runner, 34) \
-  X(densenet121_b32_features_denseblock3_denselayer11_conv1_runner, 35) \
-  X(densenet121_b32_features_denseblock3_denselayer12_conv1_runner, 36) \
-  X(densenet121_b32_features_denseblock3_denselayer13_conv1_runner, 37) \
-  X(densenet121_b32_features_denseblock3_denselayer14_conv1_runner, 38) \
-  X(densenet121_b32_features_denseblock3_denselayer15_conv1_runner, 39) \
-  X(densenet121_b32_features_denseblock3_denselayer17_conv1_runner, 40) \
-  X(densenet121_b32_features_denseblock3_denselayer18_conv1_runner, 41) \
-  X(densenet121_b32_features_denseblock3_denselayer19_conv1_runner, 42) \
-  X(densenet121_b32_features_denseblock3_denselayer1_conv1_runner, 43) \
-  X(densenet121_b32_features_denseblock3_denselayer20_conv1_runner, 44) \
-  X(densenet121_b32_features_denseblock3_denselayer21_conv1_runner, 45) \
-  X(densenet121_b32_features_denseblock3_denselayer22_conv1_runner, 46) \
-  X(densenet121_b32_features_denseblock3_denselayer23_conv1_runner, 47) \
-  X(densenet121_b32_features_denseblock3_denselayer24_conv1_runner, 48) \
-  X(densenet121_b32_features_denseblock3_denselayer2_conv1_runner, 49) \
-  X(densenet121_b32_features_denseblock3_denselayer3_conv1_runner, 50) \
-  X(densenet121_b32_features_denseblock3_denselayer4_conv1_runner, 51) \
-  X(densenet121_b32_features_denseblock3_denselayer5_conv1_runner, 52) \
-  X(densenet121_b32_features_denseblock3_denselayer6_conv1_runner, 53) \
-  X(densenet121_b32_features_denseblock3_denselayer7_conv1_runner, 54) \
-  X(densenet121_b32_features_denseblock3_denselayer8_conv1_runner, 55) \
-  X(densenet121_b32_features_denseblock3_denselayer9_conv1_runner, 56) \
-  X(densenet121_b32_features_denseblock4_denselayer10_conv1_runner, 57) \
-  X(densenet121_b32_features_denseblock4_denselayer11_conv1_runner, 58) \
-  X(densenet121_b32_features_denseblock4_denselayer12_conv1_runner, 59) \
-  X(densenet121_b32_features_denseblock4_denselayer13_conv1_runner, 60) \
-  X(densenet121_b32_features_denseblock4_denselayer14_conv1_runner, 61) \
-  X(densenet121_b32_features_denseblock4_denselayer15_conv1_runner, 62) \
-  X(densenet121_b32_features_denseblock4_denselayer16_conv1_runner, 63) \
-  X(densenet121_b32_features_denseblock4_denselayer1_conv1_runner, 64) \
-  X(densenet121_b32_features_denseblock4_denselayer1_conv2_runner, 65) \
-  X(densenet121_b32_features_denseblock4_denselayer2_conv1_runner, 66) \
-  X(densenet121_b32_features_denseblock4_denselayer3_conv1_runner, 67) \
-  X(densenet121_b32_features_denseblock4_denselayer4_conv1_runner, 68) \
-  X(densenet121_b32_features_denseblock4_denselayer5_conv1_runner, 69) \
-  X(densenet121_b32_features_denseblock4_denselayer6_conv1_runner, 70) \
-  X(densenet121_b32_features_denseblock4_denselayer7_conv1_runner, 71) \
-  X(densenet121_b32_features_denseblock4_denselayer8_conv1_runner, 72) \
-  X(densenet121_b32_features_denseblock4_denselayer9_conv1_runner, 73) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 74) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 75) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 76) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 77) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 78) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 79) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 80) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 81) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 82) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 83) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 84) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 85) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 86) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 87) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 88) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 89) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 90) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 91) \
-  X(effnetb0_features_0_0_b1_runner, 92) \
-  X(effnetb0_features_0_0_b32_runner, 93) \
-  X(effnetb0_features_0_0_b8_runner, 94) \
-  X(effnetb0_features_2_0_block_0_0_b1_runner, 95) \
-  X(effnetb0_features_2_0_block_0_0_b32_runner, 96) \
-  X(effnetb0_features_2_0_block_0_0_b8_runner, 97) \
-  X(effnetb0_features_4_1_block_0_0_b1_runner, 98) \
-  X(effnetb0_features_4_1_block_0_0_b32_runner, 99) \
-  X(effnetb0_features_4_1_block_0_0_b8_runner, 100) \
-  X(effnetb0_features_8_0_b1_runner, 101) \
-  X(effnetb0_features_8_0_b32_runner, 102) \
-  X(effnetb0_features_8_0_b8_runner, 103) \
-  X(effnetb0f_features_0_0_b1_runner, 104) \
-  X(effnetb0f_features_0_0_b32_runner, 105) \
-  X(effnetb0f_features_0_0_b8_runner, 106) \
-  X(effnetb0f_features_2_0_block_0_0_b1_runner, 107) \
-  X(effnetb0f_features_2_0_block_0_0_b32_runner, 108) \
-  X(effnetb0f_features_2_0_block_0_0_b8_runner, 109) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 110) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 111) \
-  X(effnetb0f_features_4_1_block_0_0_b8_runner, 112) \
-  X(effnetb0f_features_8_0_b1_runner, 113) \
-  X(effnetb0f_features_8_0_b32_runner, 114) \
-  X(effnetb0f_features_8_0_b8_runner, 115) \
-  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 116) \
-  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 117) \
-  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 118) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 119) \
-  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 120) \
-  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 121) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 122) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 123) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 124) \
-  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 125) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 126) \
-  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 127) \
-  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 128) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 129) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 130) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 131) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 132) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 133) \
-  X(r50_s2_1x1_256to64_b1_runner, 134) \
-  X(r50_s2_1x1_256to64_b32_runner, 135) \
-  X(r50_s2_1x1_64to256_b1_runner, 136) \
-  X(r50_s2_1x1_64to256_b32_runner, 137) \
-  X(r50_s2_1x1_64to64_b1_runner, 138) \
-  X(r50_s2_1x1_64to64_b32_runner, 139) \
-  X(r50_s2_3x3_b1_runner, 140) \
-  X(r50_s2_3x3_b32_runner, 141) \
-  X(r50_s3_1x1_128to512_b1_runner, 142) \
-  X(r50_s3_1x1_128to512_b32_runner, 143) \
-  X(r50_s3_1x1_256to128_b1_runner, 144) \
-  X(r50_s3_1x1_256to128_b32_runner, 145) \
-  X(r50_s3_1x1_512to128_b1_runner, 146) \
-  X(r50_s3_1x1_512to128_b32_runner, 147) \
-  X(r50_s3_3x3_b1_runner, 148) \
-  X(r50_s3_3x3_b32_runner, 149) \
-  X(r50_s3_3x3_s2_b1_runner, 150) \
-  X(r50_s3_3x3_s2_b32_runner, 151) \
-  X(r50_s3_down_s2_b1_runner, 152) \
-  X(r50_s3_down_s2_b32_runner, 153) \
-  X(r50_s4_1x1_1024to256_b1_runner, 154) \
-  X(r50_s4_1x1_1024to256_b32_runner, 155) \
-  X(r50_s4_1x1_256to1024_b1_runner, 156) \
-  X(r50_s4_1x1_256to1024_b32_runner, 157) \
-  X(r50_s4_1x1_512to256_b1_runner, 158) \
-  X(r50_s4_1x1_512to256_b32_runner, 159) \
-  X(r50_s4_3x3_b1_runner, 160) \
-  X(r50_s4_3x3_b32_runner, 161) \
-  X(r50_s4_3x3_s2_b1_runner, 162) \
-  X(r50_s4_3x3_s2_b32_runner, 163) \
-  X(r50_s4_down_s2_b1_runner, 164) \
-  X(r50_s4_down_s2_b32_runner, 165) \
-  X(r50_s5_1x1_1024to512_b1_runner, 166) \
-  X(r50_s5_1x1_1024to512_b32_runner, 167) \
-  X(r50_s5_1x1_2048to512_b1_runner, 168) \
-  X(r50_s5_1x1_2048to512_b32_runner, 169) \
-  X(r50_s5_1x1_512to2048_b1_runner, 170) \
-  X(r50_s5_1x1_512to2048_b32_runner, 171) \
-  X(r50_s5_3x3_b1_runner, 172) \
-  X(r50_s5_3x3_b32_runner, 173) \
-  X(r50_s5_3x3_s2_b1_runner, 174) \
-  X(r50_s5_3x3_s2_b32_runner, 175) \
-  X(r50_s5_down_s2_b1_runner, 176) \
-  X(r50_s5_down_s2_b32_runner, 177) \
-  X(r50_stem_b1_runner, 178) \
-  X(r50_stem_b32_runner, 179) \
-  X(r50f_s2_1x1_256to64_b1_runner, 180) \
-  X(r50f_s2_1x1_256to64_b32_runner, 181) \
-  X(r50f_s2_1x1_64to256_b1_runner, 182) \
-  X(r50f_s2_1x1_64to256_b32_runner, 183) \
-  X(r50f_s2_1x1_64to64_b1_runner, 184) \
-  X(r50f_s2_1x1_64to64_b32_runner, 185) \
-  X(r50f_s2_3x3_b1_runner, 186) \
-  X(r50f_s2_3x3_b32_runner, 187) \
-  X(r50f_s2_down_b1_runner, 188) \
-  X(r50f_s2_down_b32_runner, 189) \
-  X(r50f_s3_1x1_128to512_b1_runner, 190) \
-  X(r50f_s3_1x1_128to512_b32_runner, 191) \
-  X(r50f_s3_1x1_256to128_b1_runner, 192) \
-  X(r50f_s3_1x1_256to128_b32_runner, 193) \
-  X(r50f_s3_1x1_512to128_b1_runner, 194) \
-  X(r50f_s3_1x1_512to128_b32_runner, 195) \
-  X(r50f_s3_3x3_b1_runner, 196) \
-  X(r50f_s3_3x3_b32_runner, 197) \
-  X(r50f_s3_3x3_s2_b1_runner, 198) \
-  X(r50f_s3_3x3_s2_b32_runner, 199) \
-  X(r50f_s3_down_s2_b1_runner, 200) \
-  X(r50f_s3_down_s2_b32_runner, 201) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 202) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 203) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 204) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 205) \
-  X(r50f_s4_1x1_512to256_b1_runner, 206) \
-  X(r50f_s4_1x1_512to256_b32_runner, 207) \
-  X(r50f_s4_3x3_b1_runner, 208) \
-  X(r50f_s4_3x3_b32_runner, 209) \
-  X(r50f_s4_3x3_s2_b1_runner, 210) \
-  X(r50f_s4_3x3_s2_b32_runner, 211) \
-  X(r50f_s4_down_s2_b1_runner, 212) \
-  X(r50f_s4_down_s2_b32_runner, 213) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 214) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 215) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 216) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 217) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 218) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 219) \
-  X(r50f_s5_3x3_b1_runner, 220) \
-  X(r50f_s5_3x3_b32_runner, 221) \
-  X(r50f_s5_3x3_s2_b1_runner, 222) \
-  X(r50f_s5_3x3_s2_b32_runner, 223) \
-  X(r50f_s5_down_s2_b1_runner, 224) \
-  X(r50f_s5_down_s2_b32_runner, 225) \
-  X(r50f_stem_b1_runner, 226) \
-  X(r50f_stem_b32_runner, 227) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 228) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 229) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 230) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 231) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 232) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 233) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 234) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 235) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 236) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 237) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 238) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 239) \
-  X(regnety400f_stem_0_b1_runner, 240) \
-  X(regnety400f_stem_0_b32_runner, 241) \
-  X(regnety400f_stem_0_b8_runner, 242) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 243) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 244) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 245) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 246) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 247) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 248) \
-  X(vgg11_b32_features_0_runner, 249) \
-  X(vgg11_b32_features_11_runner, 250) \
-  X(vgg11_b32_features_13_runner, 251) \
-  X(vgg11_b32_features_16_runner, 252) \
-  X(vgg11_b32_features_3_runner, 253) \
-  X(vgg11_b32_features_6_runner, 254) \
-  X(vgg11_b32_features_8_runner, 255) \
-  X(vgg16_b1_features_10_runner, 256) \
-  X(vgg16_b1_features_17_runner, 257) \
-  X(vgg16_b1_features_19_runner, 258) \
-  X(vgg16_b1_features_2_runner, 259) \
-  X(vgg16_b1_features_24_runner, 260) \
-  X(vgg16_b1_features_5_runner, 261) \
-  X(vgg16_b1_features_7_runner, 262) \
-  X(vgg16_b32_features_2_runner, 263) \
-  X(vgg16_b32_features_7_runner, 264) \
-  X(vgg16_features_0_b1_runner, 265) \
-  X(vgg16_features_0_b32_runner, 266) \
-  X(vgg16_features_0_b8_runner, 267) \
-  X(vgg16_features_12_b1_runner, 268) \
-  X(vgg16_features_12_b32_runner, 269) \
-  X(vgg16_features_12_b8_runner, 270) \
-  X(vgg16_features_24_b1_runner, 271) \
-  X(vgg16_features_24_b32_runner, 272) \
-  X(vgg16_features_24_b8_runner, 273) \
-  X(vgg16_features_2_b1_runner, 274) \
-  X(vgg16_features_2_b32_runner, 275) \
-  X(vgg16_features_2_b8_runner, 276) \
-  X(vgg16f_features_0_b1_runner, 277) \
-  X(vgg16f_features_0_b32_runner, 278) \
-  X(vgg16f_features_0_b8_runner, 279) \
-  X(vgg16f_features_12_b1_runner, 280) \
-  X(vgg16f_features_12_b32_runner, 281) \
-  X(vgg16f_features_12_b8_runner, 282)
+  X(convnext_t_features_1_0_block_0_b8_runner, 1) \
+  X(convnext_t_features_3_0_block_0_b8_runner, 2) \
+  X(convnext_t_features_5_0_block_0_b8_runner, 3) \
+  X(convnext_t_features_7_0_block_0_b8_runner, 4) \
+  X(convnext_tiny_b8_features_0_0_runner, 5) \
+  X(convnext_tiny_b8_features_1_0_block_0_runner, 6) \
+  X(convnext_tiny_b8_features_2_1_runner, 7) \
+  X(convnext_tiny_b8_features_3_0_block_0_runner, 8) \
+  X(convnext_tiny_b8_features_4_1_runner, 9) \
+  X(convnext_tiny_b8_features_5_0_block_0_runner, 10) \
+  X(convnext_tiny_b8_features_6_1_runner, 11) \
+  X(convnext_tiny_b8_features_7_0_block_0_runner, 12) \
+  X(deeplabv3_backbone_conv1_b1_runner, 13) \
+  X(deeplabv3_backbone_conv1_b32_runner, 14) \
+  X(deeplabv3_backbone_conv1_b8_runner, 15) \
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 16) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 17) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 18) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 19) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 20) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 21) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 22) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 23) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 24) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 25) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 26) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 27) \
+  X(densenet121_b32_features_denseblock1_denselayer1_conv1_runner, 28) \
+  X(densenet121_b32_features_denseblock1_denselayer3_conv1_runner, 29) \
+  X(densenet121_b32_features_denseblock1_denselayer4_conv1_runner, 30) \
+  X(densenet121_b32_features_denseblock1_denselayer5_conv1_runner, 31) \
+  X(densenet121_b32_features_denseblock1_denselayer6_conv1_runner, 32) \
+  X(densenet121_b32_features_denseblock2_denselayer10_conv1_runner, 33) \
+  X(densenet121_b32_features_denseblock2_denselayer11_conv1_runner, 34) \
+  X(densenet121_b32_features_denseblock2_denselayer12_conv1_runner, 35) \
+  X(densenet121_b32_features_denseblock2_denselayer1_conv1_runner, 36) \
+  X(densenet121_b32_features_denseblock2_denselayer1_conv2_runner, 37) \
+  X(densenet121_b32_features_denseblock2_denselayer2_conv1_runner, 38) \
+  X(densenet121_b32_features_denseblock2_denselayer3_conv1_runner, 39) \
+  X(densenet121_b32_features_denseblock2_denselayer4_conv1_runner, 40) \
+  X(densenet121_b32_features_denseblock2_denselayer5_conv1_runner, 41) \
+  X(densenet121_b32_features_denseblock2_denselayer6_conv1_runner, 42) \
+  X(densenet121_b32_features_denseblock2_denselayer7_conv1_runner, 43) \
+  X(densenet121_b32_features_denseblock2_denselayer8_conv1_runner, 44) \
+  X(densenet121_b32_features_denseblock2_denselayer9_conv1_runner, 45) \
+  X(densenet121_b32_features_denseblock3_denselayer10_conv1_runner, 46) \
+  X(densenet121_b32_features_denseblock3_denselayer11_conv1_runner, 47) \
+  X(densenet121_b32_features_denseblock3_denselayer12_conv1_runner, 48) \
+  X(densenet121_b32_features_denseblock3_denselayer13_conv1_runner, 49) \
+  X(densenet121_b32_features_denseblock3_denselayer14_conv1_runner, 50) \
+  X(densenet121_b32_features_denseblock3_denselayer15_conv1_runner, 51) \
+  X(densenet121_b32_features_denseblock3_denselayer17_conv1_runner, 52) \
+  X(densenet121_b32_features_denseblock3_denselayer18_conv1_runner, 53) \
+  X(densenet121_b32_features_denseblock3_denselayer19_conv1_runner, 54) \
+  X(densenet121_b32_features_denseblock3_denselayer1_conv1_runner, 55) \
+  X(densenet121_b32_features_denseblock3_denselayer20_conv1_runner, 56) \
+  X(densenet121_b32_features_denseblock3_denselayer21_conv1_runner, 57) \
+  X(densenet121_b32_features_denseblock3_denselayer22_conv1_runner, 58) \
+  X(densenet121_b32_features_denseblock3_denselayer23_conv1_runner, 59) \
+  X(densenet121_b32_features_denseblock3_denselayer24_conv1_runner, 60) \
+  X(densenet121_b32_features_denseblock3_denselayer2_conv1_runner, 61) \
+  X(densenet121_b32_features_denseblock3_denselayer3_conv1_runner, 62) \
+  X(densenet121_b32_features_denseblock3_denselayer4_conv1_runner, 63) \
+  X(densenet121_b32_features_denseblock3_denselayer5_conv1_runner, 64) \
+  X(densenet121_b32_features_denseblock3_denselayer6_conv1_runner, 65) \
+  X(densenet121_b32_features_denseblock3_denselayer7_conv1_runner, 66) \
+  X(densenet121_b32_features_denseblock3_denselayer8_conv1_runner, 67) \
+  X(densenet121_b32_features_denseblock3_denselayer9_conv1_runner, 68) \
+  X(densenet121_b32_features_denseblock4_denselayer10_conv1_runner, 69) \
+  X(densenet121_b32_features_denseblock4_denselayer11_conv1_runner, 70) \
+  X(densenet121_b32_features_denseblock4_denselayer12_conv1_runner, 71) \
+  X(densenet121_b32_features_denseblock4_denselayer13_conv1_runner, 72) \
+  X(densenet121_b32_features_denseblock4_denselayer14_conv1_runner, 73) \
+  X(densenet121_b32_features_denseblock4_denselayer15_conv1_runner, 74) \
+  X(densenet121_b32_features_denseblock4_denselayer16_conv1_runner, 75) \
+  X(densenet121_b32_features_denseblock4_denselayer1_conv1_runner, 76) \
+  X(densenet121_b32_features_denseblock4_denselayer1_conv2_runner, 77) \
+  X(densenet121_b32_features_denseblock4_denselayer2_conv1_runner, 78) \
+  X(densenet121_b32_features_denseblock4_denselayer3_conv1_runner, 79) \
+  X(densenet121_b32_features_denseblock4_denselayer4_conv1_runner, 80) \
+  X(densenet121_b32_features_denseblock4_denselayer5_conv1_runner, 81) \
+  X(densenet121_b32_features_denseblock4_denselayer6_conv1_runner, 82) \
+  X(densenet121_b32_features_denseblock4_denselayer7_conv1_runner, 83) \
+  X(densenet121_b32_features_denseblock4_denselayer8_conv1_runner, 84) \
+  X(densenet121_b32_features_denseblock4_denselayer9_conv1_runner, 85) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 86) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 87) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 88) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 89) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 90) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 91) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 92) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 93) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 94) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 95) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 96) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 97) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 98) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 99) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 100) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 101) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 102) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 103) \
+  X(effnetb0_features_0_0_b1_runner, 104) \
+  X(effnetb0_features_0_0_b32_runner, 105) \
+  X(effnetb0_features_0_0_b8_runner, 106) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 107) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 108) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 109) \
+  X(effnetb0_features_3_0_block_1_0_b8_runner, 110) \
+  X(effnetb0_features_3_1_block_1_0_b8_runner, 111) \
+  X(effnetb0_features_4_0_block_1_0_b8_runner, 112) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 113) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 114) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 115) \
+  X(effnetb0_features_4_1_block_1_0_b8_runner, 116) \
+  X(effnetb0_features_5_0_block_1_0_b8_runner, 117) \
+  X(effnetb0_features_5_1_block_1_0_b8_runner, 118) \
+  X(effnetb0_features_6_0_block_1_0_b8_runner, 119) \
+  X(effnetb0_features_6_1_block_1_0_b8_runner, 120) \
+  X(effnetb0_features_7_0_block_1_0_b8_runner, 121) \
+  X(effnetb0_features_8_0_b1_runner, 122) \
+  X(effnetb0_features_8_0_b32_runner, 123) \
+  X(effnetb0_features_8_0_b8_runner, 124) \
+  X(effnetb0f_features_0_0_b1_runner, 125) \
+  X(effnetb0f_features_0_0_b32_runner, 126) \
+  X(effnetb0f_features_0_0_b8_runner, 127) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 128) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 129) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 130) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 131) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 132) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 133) \
+  X(effnetb0f_features_8_0_b1_runner, 134) \
+  X(effnetb0f_features_8_0_b32_runner, 135) \
+  X(effnetb0f_features_8_0_b8_runner, 136) \
+  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 137) \
+  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 138) \
+  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 139) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 140) \
+  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 141) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 142) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 143) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 144) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 145) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 146) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 147) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 148) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 149) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 150) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 151) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 152) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 153) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 154) \
+  X(mbv2_features_12_conv_1_0_b8_runner, 155) \
+  X(mbv2_features_14_conv_1_0_b8_runner, 156) \
+  X(mbv2_features_15_conv_1_0_b8_runner, 157) \
+  X(mbv2_features_1_conv_0_0_b8_runner, 158) \
+  X(mbv2_features_2_conv_1_0_b8_runner, 159) \
+  X(mbv2_features_3_conv_1_0_b8_runner, 160) \
+  X(mbv2_features_4_conv_1_0_b8_runner, 161) \
+  X(mbv2_features_5_conv_1_0_b8_runner, 162) \
+  X(mbv2_features_7_conv_1_0_b8_runner, 163) \
+  X(mbv2_features_8_conv_1_0_b8_runner, 164) \
+  X(r50_s2_1x1_256to64_b1_runner, 165) \
+  X(r50_s2_1x1_256to64_b32_runner, 166) \
+  X(r50_s2_1x1_64to256_b1_runner, 167) \
+  X(r50_s2_1x1_64to256_b32_runner, 168) \
+  X(r50_s2_1x1_64to64_b1_runner, 169) \
+  X(r50_s2_1x1_64to64_b32_runner, 170) \
+  X(r50_s2_3x3_b1_runner, 171) \
+  X(r50_s2_3x3_b32_runner, 172) \
+  X(r50_s3_1x1_128to512_b1_runner, 173) \
+  X(r50_s3_1x1_128to512_b32_runner, 174) \
+  X(r50_s3_1x1_256to128_b1_runner, 175) \
+  X(r50_s3_1x1_256to128_b32_runner, 176) \
+  X(r50_s3_1x1_512to128_b1_runner, 177) \
+  X(r50_s3_1x1_512to128_b32_runner, 178) \
+  X(r50_s3_3x3_b1_runner, 179) \
+  X(r50_s3_3x3_b32_runner, 180) \
+  X(r50_s3_3x3_s2_b1_runner, 181) \
+  X(r50_s3_3x3_s2_b32_runner, 182) \
+  X(r50_s3_down_s2_b1_runner, 183) \
+  X(r50_s3_down_s2_b32_runner, 184) \
+  X(r50_s4_1x1_1024to256_b1_runner, 185) \
+  X(r50_s4_1x1_1024to256_b32_runner, 186) \
+  X(r50_s4_1x1_256to1024_b1_runner, 187) \
+  X(r50_s4_1x1_256to1024_b32_runner, 188) \
+  X(r50_s4_1x1_512to256_b1_runner, 189) \
+  X(r50_s4_1x1_512to256_b32_runner, 190) \
+  X(r50_s4_3x3_b1_runner, 191) \
+  X(r50_s4_3x3_b32_runner, 192) \
+  X(r50_s4_3x3_s2_b1_runner, 193) \
+  X(r50_s4_3x3_s2_b32_runner, 194) \
+  X(r50_s4_down_s2_b1_runner, 195) \
+  X(r50_s4_down_s2_b32_runner, 196) \
+  X(r50_s5_1x1_1024to512_b1_runner, 197) \
+  X(r50_s5_1x1_1024to512_b32_runner, 198) \
+  X(r50_s5_1x1_2048to512_b1_runner, 199) \
+  X(r50_s5_1x1_2048to512_b32_runner, 200) \
+  X(r50_s5_1x1_512to2048_b1_runner, 201) \
+  X(r50_s5_1x1_512to2048_b32_runner, 202) \
+  X(r50_s5_3x3_b1_runner, 203) \
+  X(r50_s5_3x3_b32_runner, 204) \
+  X(r50_s5_3x3_s2_b1_runner, 205) \
+  X(r50_s5_3x3_s2_b32_runner, 206) \
+  X(r50_s5_down_s2_b1_runner, 207) \
+  X(r50_s5_down_s2_b32_runner, 208) \
+  X(r50_stem_b1_runner, 209) \
+  X(r50_stem_b32_runner, 210) \
+  X(r50f_s2_1x1_256to64_b1_runner, 211) \
+  X(r50f_s2_1x1_256to64_b32_runner, 212) \
+  X(r50f_s2_1x1_64to256_b1_runner, 213) \
+  X(r50f_s2_1x1_64to256_b32_runner, 214) \
+  X(r50f_s2_1x1_64to64_b1_runner, 215) \
+  X(r50f_s2_1x1_64to64_b32_runner, 216) \
+  X(r50f_s2_3x3_b1_runner, 217) \
+  X(r50f_s2_3x3_b32_runner, 218) \
+  X(r50f_s2_down_b1_runner, 219) \
+  X(r50f_s2_down_b32_runner, 220) \
+  X(r50f_s3_1x1_128to512_b1_runner, 221) \
+  X(r50f_s3_1x1_128to512_b32_runner, 222) \
+  X(r50f_s3_1x1_256to128_b1_runner, 223) \
+  X(r50f_s3_1x1_256to128_b32_runner, 224) \
+  X(r50f_s3_1x1_512to128_b1_runner, 225) \
+  X(r50f_s3_1x1_512to128_b32_runner, 226) \
+  X(r50f_s3_3x3_b1_runner, 227) \
+  X(r50f_s3_3x3_b32_runner, 228) \
+  X(r50f_s3_3x3_s2_b1_runner, 229) \
+  X(r50f_s3_3x3_s2_b32_runner, 230) \
+  X(r50f_s3_down_s2_b1_runner, 231) \
+  X(r50f_s3_down_s2_b32_runner, 232) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 233) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 234) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 235) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 236) \
+  X(r50f_s4_1x1_512to256_b1_runner, 237) \
+  X(r50f_s4_1x1_512to256_b32_runner, 238) \
+  X(r50f_s4_3x3_b1_runner, 239) \
+  X(r50f_s4_3x3_b32_runner, 240) \
+  X(r50f_s4_3x3_s2_b1_runner, 241) \
+  X(r50f_s4_3x3_s2_b32_runner, 242) \
+  X(r50f_s4_down_s2_b1_runner, 243) \
+  X(r50f_s4_down_s2_b32_runner, 244) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 245) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 246) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 247) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 248) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 249) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 250) \
+  X(r50f_s5_3x3_b1_runner, 251) \
+  X(r50f_s5_3x3_b32_runner, 252) \
+  X(r50f_s5_3x3_s2_b1_runner, 253) \
+  X(r50f_s5_3x3_s2_b32_runner, 254) \
+  X(r50f_s5_down_s2_b1_runner, 255) \
+  X(r50f_s5_down_s2_b32_runner, 256) \
+  X(r50f_stem_b1_runner, 257) \
+  X(r50f_stem_b32_runner, 258) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 259) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 260) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 261) \
+  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 262) \
+  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 263) \
+  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 264) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 265) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 266) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 267) \
+  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 268) \
+  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 269) \
+  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 270) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 271) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 272) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 273) \
+  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 274) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 275) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 276) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 277) \
+  X(regnety400f_stem_0_b1_runner, 278) \
+  X(regnety400f_stem_0_b32_runner, 279) \
+  X(regnety400f_stem_0_b8_runner, 280) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 281) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 282) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 283) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 284) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 285) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 286) \
+  X(vgg11_b32_features_0_runner, 287) \
+  X(vgg11_b32_features_11_runner, 288) \
+  X(vgg11_b32_features_13_runner, 289) \
+  X(vgg11_b32_features_16_runner, 290) \
+  X(vgg11_b32_features_3_runner, 291) \
+  X(vgg11_b32_features_6_runner, 292) \
+  X(vgg11_b32_features_8_runner, 293) \
+  X(vgg16_b1_features_10_runner, 294) \
+  X(vgg16_b1_features_17_runner, 295) \
+  X(vgg16_b1_features_19_runner, 296) \
+  X(vgg16_b1_features_2_runner, 297) \
+  X(vgg16_b1_features_24_runner, 298) \
+  X(vgg16_b1_features_5_runner, 299) \
+  X(vgg16_b1_features_7_runner, 300) \
+  X(vgg16_b32_features_2_runner, 301) \
+  X(vgg16_b32_features_7_runner, 302) \
+  X(vgg16_features_0_b1_runner, 303) \
+  X(vgg16_features_0_b32_runner, 304) \
+  X(vgg16_features_0_b8_runner, 305) \
+  X(vgg16_features_12_b1_runner, 306) \
+  X(vgg16_features_12_b32_runner, 307) \
+  X(vgg16_features_12_b8_runner, 308) \
+  X(vgg16_features_24_b1_runner, 309) \
+  X(vgg16_features_24_b32_runner, 310) \
+  X(vgg16_features_24_b8_runner, 311) \
+  X(vgg16_features_2_b1_runner, 312) \
+  X(vgg16_features_2_b32_runner, 313) \
+  X(vgg16_features_2_b8_runner, 314) \
+  X(vgg16f_features_0_b1_runner, 315) \
+  X(vgg16f_features_0_b32_runner, 316) \
+  X(vgg16f_features_0_b8_runner, 317) \
+  X(vgg16f_features_12_b1_runner, 318) \
+  X(vgg16f_features_12_b32_runner, 319) \
+  X(vgg16f_features_12_b8_runner, 320)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
