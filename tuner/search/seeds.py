@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
 
 from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
@@ -17,7 +16,7 @@ from tuner.families.base import KernelConfig, SpaceError
 from tuner.search.costmodel import Ceilings, joint_prior_picks
 from tuner.search.measurements import MeasurementDB, Source
 from tuner.search.space import JointSpace, joint_params, make_config, static_problems
-from tuner.search.trials import params_key, recorded_trials
+from tuner.search.trials import params_key, queued_keys, recorded_trials
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
 LANDSCAPE_SEEDS = 2
@@ -89,9 +88,7 @@ def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFac
     picks, each unless the study has measured it or holds it queued: a
     study made before the model (or before a change to it) gets the current picks on its next run, and
     a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
-    known = set(recorded_trials(study, problem))
-    known |= {params_key(t.params or t.system_attrs.get("fixed_params", {}))
-              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+    known = set(recorded_trials(study, problem)) | queued_keys(study)
     for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins):
         params = joint_params(config)
         if params_key(params) not in known:

@@ -29,7 +29,7 @@ from tuner.search.space import (FAMILY_PARAM, JointSpace, config_from_params, jo
                                 static_problems)
 from tuner.search.trials import (FINISHED, FROM_RECORD, TrialRecord, compile_attrs, counted_in_run, evaluation_attrs,
                                  fits, in_flight_in_run, joint_distributions, label_values, params_key,
-                                 problem_of_study, readable, record_of, set_trial_attrs)
+                                 problem_of_study, queued_keys, readable, record_of, set_trial_attrs)
 from tuner.search.workers import Heartbeat, worker_id
 
 # Asks that may pass without a new candidate (all impossible or already recorded) before the
@@ -213,6 +213,7 @@ class StudyRunner:
                     stop_if_requested()
                     if storage is not None:  # a dead host's trials: FAIL, and re-queued by the storage's callback
                         optuna.storages.fail_stale_trials(self.study)
+                    self.recorded()
                     if self.space_covered([config for _, config in compiling.values()]):
                         idle_asks = EXHAUSTED_AFTER_ASKS
                     if len(untold) < batch_size and idle_asks < EXHAUSTED_AFTER_ASKS:
@@ -338,16 +339,15 @@ class StudyRunner:
         return self.records
 
     def space_covered(self, in_hand: list[KernelConfig]) -> bool:
-        """Whether every configuration that passes the static checks has an outcome or is being compiled."""
-        self.recorded()
+        """Whether every configuration that passes the static checks has an outcome (as of the last read of the
+        record: _run reads it before each batch, _fill_batch after each ask) or is being compiled."""
         return len(self.tried.union(in_hand)) >= self.space_size
 
     def _queue_untried(self, in_hand: list[KernelConfig], budget: int) -> None:
         """Queue up to `budget` of the runnable configurations that have no outcome and are not in hand, in the
         space's order (once a run)."""
         self.queued_untried = True
-        waiting = {params_key(t.params or t.system_attrs.get("fixed_params", {}))
-                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+        waiting = queued_keys(self.study)
         untried = [c for c in self.runnable if c not in self.tried and c not in in_hand
                    and params_key(joint_params(c)) not in waiting]
         for config in untried[:max(0, budget)]:

@@ -114,6 +114,12 @@ def readable(trial: FrozenTrial) -> bool:
     return "status" in trial.user_attrs and FAMILY_PARAM in trial.params
 
 
+def queued_keys(study: optuna.Study) -> set[tuple]:
+    """The parameters of the trials queued (enqueue_trial's, kept as fixed params until asked) or running."""
+    return {params_key(t.params or t.system_attrs.get("fixed_params", {}))
+            for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+
+
 def recorded_trials(study: optuna.Study, problem: ConvProblem) -> dict[tuple, TrialRecord]:
     """Finished trials that carry an outcome (FAIL means interrupted: those are tried again)."""
     finished = study.get_trials(deepcopy=False, states=FINISHED)
