@@ -189,7 +189,7 @@ def compile_cases(device, folder: Path, configs: dict, jobs: int | None = None) 
     """A GPU test's kernels, compiled once through the compile cache: case -> CompileResult (every one built)."""
     from tuner.build.compile import Compiler
 
-    compiler = Compiler(device, folder) if jobs is None else Compiler(device, folder, jobs=jobs)
+    compiler = Compiler(device, folder, jobs=jobs)  # None: the compiler's default
     results = {r.config: r for r in compiler.compile_many(list(configs.values()))}
     assert all(r.ok for r in results.values()), [r.error for r in results.values() if not r.ok]
     return {case: results[config] for case, config in configs.items()}

@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 
 from tuner.core.device import DeviceFacts, block_limits
+from tuner.families.sm90_common.space import SMEM_CAPACITY
 
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 
 
 # sm_90's per-SM limits (compute capability 9.0). The DSL families build for sm_90a alone, and the kernel they
 # export gives the CUDA occupancy API no handle, so the builder works out from these how many CTAs an SM holds.
-SM90 = DeviceFacts(name="sm_90", cc_major=9, cc_minor=0, sm_count=0, smem_optin_per_block=232448,
+SM90 = DeviceFacts(name="sm_90", cc_major=9, cc_minor=0, sm_count=0, smem_optin_per_block=SMEM_CAPACITY,
                    smem_per_sm=233472, registers_per_sm=65536, l2_bytes=0, max_threads_per_sm=2048,
                    max_blocks_per_sm=32)
 
