@@ -1112,6 +1112,211 @@ class DslRunner {
   void *handle_ = nullptr;
 };
 
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object bf_r50_s2_1x1_256to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_256to64_b1;
+using bf_r50_s2_1x1_256to64_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_256to64_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_1x1_256to64_b1_runner = DslRunner<bf_r50_s2_1x1_256to64_b1>;
+
+// Config: dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c256k64r1s1p0u1d1 (CuTe DSL; object bf_r50_s2_1x1_256to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_256to64_b32;
+using bf_r50_s2_1x1_256to64_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_256to64_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_1x1_256to64_b32_runner = DslRunner<bf_r50_s2_1x1_256to64_b32>;
+
+// Config: dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to256_b1;
+using bf_r50_s2_1x1_64to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to256_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_1x1_64to256_b1_runner = DslRunner<bf_r50_s2_1x1_64to256_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s2_1x1_64to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to256_b32;
+using bf_r50_s2_1x1_64to256_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to256_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_1x1_64to256_b32_runner = DslRunner<bf_r50_s2_1x1_64to256_b32>;
+
+// Config: dsl_64x16x64_c1x1_single_s4_rm_sw4_bf16_bf16_bf16_f32_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object bf_r50_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to64_b1;
+using bf_r50_s2_1x1_64to64_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to64_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_1x1_64to64_b1_runner = DslRunner<bf_r50_s2_1x1_64to64_b1>;
+
+// Config: dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k64r1s1p0u1d1 (CuTe DSL; object bf_r50_s2_1x1_64to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to64_b32;
+using bf_r50_s2_1x1_64to64_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_1x1_64to64_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_1x1_64to64_b32_runner = DslRunner<bf_r50_s2_1x1_64to64_b32>;
+
+// Config: dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object bf_r50_s2_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_3x3_b1;
+using bf_r50_s2_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_3x3_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_3x3_b1_runner = DslRunner<bf_r50_s2_3x3_b1>;
+
+// Config: dsl_256x64x64_q8_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object bf_r50_s2_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_3x3_b32;
+using bf_r50_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s2_3x3_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s2_3x3_b32_runner = DslRunner<bf_r50_s2_3x3_b32>;
+
+// Config: dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object bf_r50_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_128to512_b1;
+using bf_r50_s3_1x1_128to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_128to512_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_1x1_128to512_b1_runner = DslRunner<bf_r50_s3_1x1_128to512_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c128k512r1s1p0u1d1 (CuTe DSL; object bf_r50_s3_1x1_128to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_128to512_b32;
+using bf_r50_s3_1x1_128to512_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_128to512_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_1x1_128to512_b32_runner = DslRunner<bf_r50_s3_1x1_128to512_b32>;
+
+// Config: dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object bf_r50_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_256to128_b1;
+using bf_r50_s3_1x1_256to128_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_256to128_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_1x1_256to128_b1_runner = DslRunner<bf_r50_s3_1x1_256to128_b1>;
+
+// Config: dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c256k128r1s1p0u1d1 (CuTe DSL; object bf_r50_s3_1x1_256to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_256to128_b32;
+using bf_r50_s3_1x1_256to128_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_256to128_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_1x1_256to128_b32_runner = DslRunner<bf_r50_s3_1x1_256to128_b32>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object bf_r50_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_512to128_b1;
+using bf_r50_s3_1x1_512to128_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_512to128_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_1x1_512to128_b1_runner = DslRunner<bf_r50_s3_1x1_512to128_b1>;
+
+// Config: dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k128r1s1p0u1d1 (CuTe DSL; object bf_r50_s3_1x1_512to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_512to128_b32;
+using bf_r50_s3_1x1_512to128_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_1x1_512to128_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_1x1_512to128_b32_runner = DslRunner<bf_r50_s3_1x1_512to128_b32>;
+
+// Config: dsl_64x32x64_q8_c1x1_pingpong_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object bf_r50_s3_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_b1;
+using bf_r50_s3_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_3x3_b1_runner = DslRunner<bf_r50_s3_3x3_b1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c128k128r3s3p1u1d1 (CuTe DSL; object bf_r50_s3_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_b32;
+using bf_r50_s3_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_3x3_b32_runner = DslRunner<bf_r50_s3_3x3_b32>;
+
+// Config: dsl_64x32x64_q8_c1x1_pingpong_sauto_rn_sw4_bf16_bf16_bf16_f32_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object bf_r50_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_s2_b1;
+using bf_r50_s3_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_3x3_s2_b1_runner = DslRunner<bf_r50_s3_3x3_s2_b1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c128k128r3s3p1u2d1 (CuTe DSL; object bf_r50_s3_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_s2_b32;
+using bf_r50_s3_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_3x3_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_3x3_s2_b32_runner = DslRunner<bf_r50_s3_3x3_s2_b32>;
+
+// Config: dsl_128x32x64_q32_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object bf_r50_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_down_s2_b1;
+using bf_r50_s3_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_down_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_down_s2_b1_runner = DslRunner<bf_r50_s3_down_s2_b1>;
+
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object bf_r50_s3_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_down_s2_b32;
+using bf_r50_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s3_down_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s3_down_s2_b32_runner = DslRunner<bf_r50_s3_down_s2_b32>;
+
+// Config: dsl_64x16x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_1024to256_b1;
+using bf_r50_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_1024to256_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_1x1_1024to256_b1_runner = DslRunner<bf_r50_s4_1x1_1024to256_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_1024to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_1024to256_b32;
+using bf_r50_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_1024to256_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_1x1_1024to256_b32_runner = DslRunner<bf_r50_s4_1x1_1024to256_b32>;
+
+// Config: dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_256to1024_b1;
+using bf_r50_s4_1x1_256to1024_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_256to1024_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_1x1_256to1024_b1_runner = DslRunner<bf_r50_s4_1x1_256to1024_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_256to1024_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_256to1024_b32;
+using bf_r50_s4_1x1_256to1024_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_256to1024_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_1x1_256to1024_b32_runner = DslRunner<bf_r50_s4_1x1_256to1024_b32>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_512to256_b1;
+using bf_r50_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_512to256_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_1x1_512to256_b1_runner = DslRunner<bf_r50_s4_1x1_512to256_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_512to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_512to256_b32;
+using bf_r50_s4_1x1_512to256_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_1x1_512to256_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_1x1_512to256_b32_runner = DslRunner<bf_r50_s4_1x1_512to256_b32>;
+
+// Config: dsl_128x32x64_q16_c2x1_cooperative_sauto_rm_sw1_sk4_bf16_bf16_bf16_f32_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object bf_r50_s4_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_b1;
+using bf_r50_s4_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_3x3_b1_runner = DslRunner<bf_r50_s4_3x3_b1>;
+
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c256k256r3s3p1u1d1 (CuTe DSL; object bf_r50_s4_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_b32;
+using bf_r50_s4_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_3x3_b32_runner = DslRunner<bf_r50_s4_3x3_b32>;
+
+// Config: dsl_64x32x64_q8_c2x1_single_sauto_rn_sw4_sk2_bf16_bf16_bf16_f32_n1h28w28c256k256r3s3p1u2d1 (CuTe DSL; object bf_r50_s4_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_s2_b1;
+using bf_r50_s4_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_3x3_s2_b1_runner = DslRunner<bf_r50_s4_3x3_s2_b1>;
+
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c256k256r3s3p1u2d1 (CuTe DSL; object bf_r50_s4_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_s2_b32;
+using bf_r50_s4_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_3x3_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_3x3_s2_b32_runner = DslRunner<bf_r50_s4_3x3_s2_b32>;
+
+// Config: dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object bf_r50_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_down_s2_b1;
+using bf_r50_s4_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_down_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_down_s2_b1_runner = DslRunner<bf_r50_s4_down_s2_b1>;
+
+// Config: dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object bf_r50_s4_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_down_s2_b32;
+using bf_r50_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s4_down_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s4_down_s2_b32_runner = DslRunner<bf_r50_s4_down_s2_b32>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_1024to512_b1;
+using bf_r50_s5_1x1_1024to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_1024to512_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_1x1_1024to512_b1_runner = DslRunner<bf_r50_s5_1x1_1024to512_b1>;
+
+// Config: dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_1024to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_1024to512_b32;
+using bf_r50_s5_1x1_1024to512_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_1024to512_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_1x1_1024to512_b32_runner = DslRunner<bf_r50_s5_1x1_1024to512_b32>;
+
+// Config: dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_bf16_bf16_bf16_f32_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_2048to512_b1;
+using bf_r50_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_2048to512_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_1x1_2048to512_b1_runner = DslRunner<bf_r50_s5_1x1_2048to512_b1>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_512to2048_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_512to2048_b1;
+using bf_r50_s5_1x1_512to2048_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_512to2048_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_1x1_512to2048_b1_runner = DslRunner<bf_r50_s5_1x1_512to2048_b1>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object bf_r50_s5_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_b1;
+using bf_r50_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_3x3_b1_runner = DslRunner<bf_r50_s5_3x3_b1>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object bf_r50_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_s2_b1;
+using bf_r50_s5_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_3x3_s2_b1_runner = DslRunner<bf_r50_s5_3x3_s2_b1>;
+
+// Config: dsl_64x16x64_q8_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object bf_r50_s5_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_down_s2_b1;
+using bf_r50_s5_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_down_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_down_s2_b1_runner = DslRunner<bf_r50_s5_down_s2_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h224w224c3k64r7s7p3u2d1 (CuTe DSL; object bf_r50_stem_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_stem_b1;
+using bf_r50_stem_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_stem_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_stem_b1_runner = DslRunner<bf_r50_stem_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_bf16_bf16_bf16_f32_n32h224w224c3k64r7s7p3u2d1 (CuTe DSL; object bf_r50_stem_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_stem_b32;
+using bf_r50_stem_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_stem_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_stem_b32_runner = DslRunner<bf_r50_stem_b32>;
+
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
 // per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
@@ -1947,6 +2152,221 @@ using inception3f_Mixed_5b_branch5x5_2_conv_b32_runner = DslRunner<inception3f_M
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b8;
 using inception3f_Mixed_5b_branch5x5_2_conv_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception3f_Mixed_5b_branch5x5_2_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3f_Mixed_5b_branch5x5_2_conv_b8_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b8>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Conv2d_1a_3x3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_1a_3x3_conv;
+using inception_v3_b8_Conv2d_1a_3x3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_1a_3x3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Conv2d_1a_3x3_conv_runner = DslRunner<inception_v3_b8_Conv2d_1a_3x3_conv>;
+
+// Config: dsl_256x48x32_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h149w149c32k32r3s3p0u1d1 (CuTe DSL; object inception_v3_b8_Conv2d_2a_3x3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_2a_3x3_conv;
+using inception_v3_b8_Conv2d_2a_3x3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_2a_3x3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Conv2d_2a_3x3_conv_runner = DslRunner<inception_v3_b8_Conv2d_2a_3x3_conv>;
+
+// Config: dsl_256x64x32_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h147w147c32k64r3s3p1u1d1 (CuTe DSL; object inception_v3_b8_Conv2d_2b_3x3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_2b_3x3_conv;
+using inception_v3_b8_Conv2d_2b_3x3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_2b_3x3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Conv2d_2b_3x3_conv_runner = DslRunner<inception_v3_b8_Conv2d_2b_3x3_conv>;
+
+// Config: dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c64k80r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Conv2d_3b_1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_3b_1x1_conv;
+using inception_v3_b8_Conv2d_3b_1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_3b_1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Conv2d_3b_1x1_conv_runner = DslRunner<inception_v3_b8_Conv2d_3b_1x1_conv>;
+
+// Config: dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception_v3_b8_Conv2d_4a_3x3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_4a_3x3_conv;
+using inception_v3_b8_Conv2d_4a_3x3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Conv2d_4a_3x3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Conv2d_4a_3x3_conv_runner = DslRunner<inception_v3_b8_Conv2d_4a_3x3_conv>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c192k64r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5b_branch1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch1x1_conv;
+using inception_v3_b8_Mixed_5b_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5b_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_5b_branch1x1_conv>;
+
+// Config: dsl_128x112x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c64k96r3s3p1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv;
+using inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner = DslRunner<inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv>;
+
+// Config: dsl_256x48x32_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c96k96r3s3p1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv;
+using inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner = DslRunner<inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv>;
+
+// Config: dsl_128x48x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c192k48r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5b_branch5x5_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch5x5_1_conv;
+using inception_v3_b8_Mixed_5b_branch5x5_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch5x5_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner = DslRunner<inception_v3_b8_Mixed_5b_branch5x5_1_conv>;
+
+// Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5b_branch5x5_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch5x5_2_conv;
+using inception_v3_b8_Mixed_5b_branch5x5_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch5x5_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner = DslRunner<inception_v3_b8_Mixed_5b_branch5x5_2_conv>;
+
+// Config: dsl_64x16x64_c1x1_pingpong_sauto_rm_sw2_f16_f16_f16_f32_esbrelu_n8h35w35c192k32r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5b_branch_pool_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch_pool_conv;
+using inception_v3_b8_Mixed_5b_branch_pool_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5b_branch_pool_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5b_branch_pool_conv_runner = DslRunner<inception_v3_b8_Mixed_5b_branch_pool_conv>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c256k64r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5c_branch1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5c_branch1x1_conv;
+using inception_v3_b8_Mixed_5c_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5c_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5c_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_5c_branch1x1_conv>;
+
+// Config: dsl_128x48x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c256k48r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5c_branch5x5_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5c_branch5x5_1_conv;
+using inception_v3_b8_Mixed_5c_branch5x5_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5c_branch5x5_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner = DslRunner<inception_v3_b8_Mixed_5c_branch5x5_1_conv>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k64r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5d_branch1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5d_branch1x1_conv;
+using inception_v3_b8_Mixed_5d_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5d_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5d_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_5d_branch1x1_conv>;
+
+// Config: dsl_128x48x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k48r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_5d_branch5x5_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5d_branch5x5_1_conv;
+using inception_v3_b8_Mixed_5d_branch5x5_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5d_branch5x5_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner = DslRunner<inception_v3_b8_Mixed_5d_branch5x5_1_conv>;
+
+// Config: dsl_128x192x64_q8_c2x1_cooperative_sauto_rn_sw2_sk2_f16_f16_f16_f32_esbrelu_n8h35w35c288k384r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_6a_branch3x3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6a_branch3x3_conv;
+using inception_v3_b8_Mixed_6a_branch3x3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6a_branch3x3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6a_branch3x3_conv_runner = DslRunner<inception_v3_b8_Mixed_6a_branch3x3_conv>;
+
+// Config: dsl_128x32x64_q8_c2x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c96k96r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv;
+using inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner = DslRunner<inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6b_branch1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch1x1_conv;
+using inception_v3_b8_Mixed_6b_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6b_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_6b_branch1x1_conv>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k128r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6b_branch7x7_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7_1_conv;
+using inception_v3_b8_Mixed_6b_branch7x7_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner = DslRunner<inception_v3_b8_Mixed_6b_branch7x7_1_conv>;
+
+// Config: dsl_128x32x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k128r1s7p0x3u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6b_branch7x7_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7_2_conv;
+using inception_v3_b8_Mixed_6b_branch7x7_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner = DslRunner<inception_v3_b8_Mixed_6b_branch7x7_2_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k192r7s1p3x0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6b_branch7x7_3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7_3_conv;
+using inception_v3_b8_Mixed_6b_branch7x7_3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7_3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner = DslRunner<inception_v3_b8_Mixed_6b_branch7x7_3_conv>;
+
+// Config: dsl_128x32x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k128r7s1p3x0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv;
+using inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner = DslRunner<inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k192r1s7p0x3u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv;
+using inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner = DslRunner<inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k160r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6c_branch7x7_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7_1_conv;
+using inception_v3_b8_Mixed_6c_branch7x7_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner = DslRunner<inception_v3_b8_Mixed_6c_branch7x7_1_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k160r1s7p0x3u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6c_branch7x7_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7_2_conv;
+using inception_v3_b8_Mixed_6c_branch7x7_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner = DslRunner<inception_v3_b8_Mixed_6c_branch7x7_2_conv>;
+
+// Config: dsl_128x48x32_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k192r7s1p3x0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6c_branch7x7_3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7_3_conv;
+using inception_v3_b8_Mixed_6c_branch7x7_3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7_3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner = DslRunner<inception_v3_b8_Mixed_6c_branch7x7_3_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k160r7s1p3x0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv;
+using inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner = DslRunner<inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k192r1s7p0x3u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv;
+using inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner = DslRunner<inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r1s7p0x3u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6e_branch7x7_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6e_branch7x7_2_conv;
+using inception_v3_b8_Mixed_6e_branch7x7_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6e_branch7x7_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner = DslRunner<inception_v3_b8_Mixed_6e_branch7x7_2_conv>;
+
+// Config: dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r7s1p3x0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_6e_branch7x7_3_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6e_branch7x7_3_conv;
+using inception_v3_b8_Mixed_6e_branch7x7_3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6e_branch7x7_3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner = DslRunner<inception_v3_b8_Mixed_6e_branch7x7_3_conv>;
+
+// Config: dsl_128x80x64_qauto_c1x2_cooperative_s4_rn_sw4_sk4_f16_f16_f16_f32_esbrelu_n8h17w17c192k320r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_7a_branch3x3_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7a_branch3x3_2_conv;
+using inception_v3_b8_Mixed_7a_branch3x3_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7a_branch3x3_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner = DslRunner<inception_v3_b8_Mixed_7a_branch3x3_2_conv>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_7a_branch7x7x3_4_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7a_branch7x7x3_4_conv;
+using inception_v3_b8_Mixed_7a_branch7x7x3_4_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7a_branch7x7x3_4_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner = DslRunner<inception_v3_b8_Mixed_7a_branch7x7x3_4_conv>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c1280k320r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch1x1_conv;
+using inception_v3_b8_Mixed_7b_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch1x1_conv>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c1280k384r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_1_conv;
+using inception_v3_b8_Mixed_7b_branch3x3_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3_1_conv>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r1s3p0x1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3_2a_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_2a_conv;
+using inception_v3_b8_Mixed_7b_branch3x3_2a_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_2a_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3_2a_conv>;
+
+// Config: dsl_64x16x64_q16_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r3s1p1x0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3_2b_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_2b_conv;
+using inception_v3_b8_Mixed_7b_branch3x3_2b_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_2b_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3_2b_conv>;
+
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h8w8c1280k448r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv;
+using inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv>;
+
+// Config: dsl_128x48x64_q16_c1x2_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c448k384r3s3p1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv;
+using inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv>;
+
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c1280k192r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch_pool_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch_pool_conv;
+using inception_v3_b8_Mixed_7b_branch_pool_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch_pool_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7b_branch_pool_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch_pool_conv>;
+
+// Config: dsl_128x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch1x1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch1x1_conv;
+using inception_v3_b8_Mixed_7c_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7c_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch1x1_conv>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch3x3_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3_1_conv;
+using inception_v3_b8_Mixed_7c_branch3x3_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch3x3_1_conv>;
+
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv;
+using inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv>;
+
+// Config: dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch_pool_conv.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch_pool_conv;
+using inception_v3_b8_Mixed_7c_branch_pool_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch_pool_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception_v3_b8_Mixed_7c_branch_pool_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch_pool_conv>;
 
 // Config: direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u1x1d1x1g1 (CuTe DSL; object mbv2_features_12_conv_1_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_mbv2_features_12_conv_1_0_b8;
@@ -4609,6 +5029,47 @@ struct TunedLayer {
 };
 
 constexpr TunedLayer kLayers[] = {
+    {"bf_r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.483, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h56w56c256k64r1s1p0u1d1", "2026-11-27T21:01:23+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 80, 64, 25.576, "dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-27T21:08:25+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 80, 64, 3.562, "dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c64k256r1s1p0u1d1", "2026-11-27T21:01:13+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 23.653, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k256r1s1p0u1d1", "2026-11-27T21:08:17+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.737, "dsl_64x16x64_c1x1_single_s4_rm_sw4_bf16_bf16_bf16_f32_n1h56w56c64k64r1s1p0u1d1", "2026-11-27T21:00:50+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 80, 64, 12.238, "dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k64r1s1p0u1d1", "2026-11-27T21:05:12+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.758, "dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h56w56c64k64r3s3p1u1d1", "2026-11-27T21:01:05+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 256, 64, 64, 22.178, "dsl_256x64x64_q8_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-27T21:08:07+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 80, 64, 3.093, "dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h28w28c128k512r1s1p0u1d1", "2026-11-27T21:02:07+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 12.327, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c128k512r1s1p0u1d1", "2026-11-27T21:09:12+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 80, 64, 3.780, "dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c256k128r1s1p0u1d1", "2026-11-27T21:01:32+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 28.961, "dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c256k128r1s1p0u1d1", "2026-11-27T21:08:34+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.433, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h28w28c512k128r1s1p0u1d1", "2026-11-27T21:02:15+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.186, "dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k128r1s1p0u1d1", "2026-11-27T21:09:20+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.775, "dsl_64x32x64_q8_c1x1_pingpong_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h28w28c128k128r3s3p1u1d1", "2026-11-27T21:02:35+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 17.307, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c128k128r3s3p1u1d1", "2026-11-27T21:09:37+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.733, "dsl_64x32x64_q8_c1x1_pingpong_sauto_rn_sw4_bf16_bf16_bf16_f32_n1h56w56c128k128r3s3p1u2d1", "2026-11-27T21:01:46+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.699, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-27T21:08:48+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.595, "dsl_128x32x64_q32_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-27T21:02:00+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.664, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-27T21:09:03+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.227, "dsl_64x16x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-27T21:03:32+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.647, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k256r1s1p0u1d1", "2026-11-27T21:10:36+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 80, 64, 3.344, "dsl_64x80x64_c1x1_single_s4_rm_sw1_bf16_bf16_bf16_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-27T21:03:23+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 10.521, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c256k1024r1s1p0u1d1", "2026-11-27T21:10:24+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.757, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-27T21:02:43+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.016, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-27T21:09:46+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 4, 0, 1, 128, 32, 64, 7.336, "dsl_128x32x64_q16_c2x1_cooperative_sauto_rm_sw1_sk4_bf16_bf16_bf16_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-27T21:03:45+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.942, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c256k256r3s3p1u1d1", "2026-11-27T21:10:54+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 2, 0, 1, 64, 32, 64, 7.227, "dsl_64x32x64_q8_c2x1_single_sauto_rn_sw4_sk2_bf16_bf16_bf16_f32_n1h28w28c256k256r3s3p1u2d1", "2026-11-27T21:03:01+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.375, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c256k256r3s3p1u2d1", "2026-11-27T21:10:03+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.223, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-27T21:03:14+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.442, "dsl_128x256x64_q16_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k1024r1s1p0u2d1", "2026-11-27T21:10:16+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.484, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-27T21:03:53+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.530, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-27T21:11:04+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 4, 0, 1, 128, 32, 64, 7.725, "dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_bf16_bf16_bf16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-27T21:04:38+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.939, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-27T21:04:27+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.537, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-27T21:04:50+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.668, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h14w14c512k512r3s3p1u2d1", "2026-11-27T21:04:06+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.913, "dsl_64x16x64_q8_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-27T21:04:18+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.451, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h224w224c3k64r7s7p3u2d1", "2026-11-27T21:00:41+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 73.356, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_bf16_bf16_bf16_f32_n32h224w224c3k64r7s7p3u2d1", "2026-11-27T21:05:02+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05, false, 0, 0},
     {"convnext_t_features_1_0_block_0_b8", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "dsl_direct", 1, 0, 1, 128, 16, 49, 16.343, "direct_16x8_c16_x4_f16_f16_f16_f32_n8h56w56c96r7s7p3x3u1x1d1x1g1", "2026-11-27T18:29:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_t_features_3_0_block_0_b8", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 256, 8, 49, 10.625, "direct_16x16_c8_x4_f16_f16_f16_f32_n8h28w28c192r7s7p3x3u1x1d1x1g1", "2026-11-27T18:29:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4764,6 +5225,49 @@ constexpr TunedLayer kLayers[] = {
     {"inception3f_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.751, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1", "2026-11-25T03:14:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 34.490, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-25T00:40:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 12.438, "dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-25T03:10:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Conv2d_1a_3x3_conv", 8, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.728, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h299w299c3k32r3s3p0u2d1", "2026-11-27T20:44:02+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Conv2d_2a_3x3_conv", 8, 149, 149, 32, 32, 3, 3, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 256, 48, 32, 26.784, "dsl_256x48x32_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h149w149c32k32r3s3p0u1d1", "2026-11-27T20:44:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Conv2d_2b_3x3_conv", 8, 147, 147, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 256, 64, 32, 28.039, "dsl_256x64x32_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h147w147c32k64r3s3p1u1d1", "2026-11-27T20:44:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Conv2d_3b_1x1_conv", 8, 73, 73, 64, 80, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 7.838, "dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c64k80r1s1p0u1d1", "2026-11-27T20:44:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Conv2d_4a_3x3_conv", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 41.852, "dsl_128x192x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-27T20:44:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5b_branch1x1_conv", 8, 35, 35, 192, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.181, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c192k64r1s1p0u1d1", "2026-11-27T20:45:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv", 8, 35, 35, 64, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 112, 64, 7.096, "dsl_128x112x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c64k96r3s3p1u1d1", "2026-11-27T20:45:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv", 8, 35, 35, 96, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 256, 48, 32, 9.287, "dsl_256x48x32_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c96k96r3s3p1u1d1", "2026-11-27T20:45:58+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5b_branch5x5_1_conv", 8, 35, 35, 192, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 48, 32, 4.658, "dsl_128x48x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c192k48r1s1p0u1d1", "2026-11-27T20:45:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5b_branch5x5_2_conv", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.196, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-27T20:45:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5b_branch_pool_conv", 8, 35, 35, 192, 32, 1, 1, 0, 0, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.380, "dsl_64x16x64_c1x1_pingpong_sauto_rm_sw2_f16_f16_f16_f32_esbrelu_n8h35w35c192k32r1s1p0u1d1", "2026-11-27T20:46:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5c_branch1x1_conv", 8, 35, 35, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.664, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c256k64r1s1p0u1d1", "2026-11-27T20:46:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5c_branch5x5_1_conv", 8, 35, 35, 256, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 48, 32, 5.163, "dsl_128x48x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c256k48r1s1p0u1d1", "2026-11-27T20:46:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5d_branch1x1_conv", 8, 35, 35, 288, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 288, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.586, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k64r1s1p0u1d1", "2026-11-27T20:46:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_5d_branch5x5_1_conv", 8, 35, 35, 288, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 288, "sm90_dsl", 1, 0, 1, 128, 48, 64, 5.390, "dsl_128x48x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k48r1s1p0u1d1", "2026-11-27T20:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6a_branch3x3_conv", 8, 35, 35, 288, 384, 3, 3, 0, 0, 2, 2, 1, 1, 1, 288, "sm90_dsl", 2, 0, 1, 128, 192, 64, 21.618, "dsl_128x192x64_q8_c2x1_cooperative_sauto_rn_sw2_sk2_f16_f16_f16_f32_esbrelu_n8h35w35c288k384r3s3p0u2d1", "2026-11-27T20:46:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv", 8, 35, 35, 96, 96, 3, 3, 0, 0, 2, 2, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 32, 64, 7.064, "dsl_128x32x64_q8_c2x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c96k96r3s3p0u2d1", "2026-11-27T20:47:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6b_branch1x1_conv", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.356, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k192r1s1p0u1d1", "2026-11-27T20:47:23+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6b_branch7x7_1_conv", 8, 17, 17, 768, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.314, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k128r1s1p0u1d1", "2026-11-27T20:47:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6b_branch7x7_2_conv", 8, 17, 17, 128, 128, 1, 7, 0, 3, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.692, "dsl_128x32x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k128r1s7p0x3u1d1", "2026-11-27T20:47:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6b_branch7x7_3_conv", 8, 17, 17, 128, 192, 7, 1, 3, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 48, 64, 6.028, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k192r7s1p3x0u1d1", "2026-11-27T20:48:05+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv", 8, 17, 17, 128, 128, 7, 1, 3, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.860, "dsl_128x32x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k128r7s1p3x0u1d1", "2026-11-27T20:48:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv", 8, 17, 17, 128, 192, 1, 7, 0, 3, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 48, 64, 6.305, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c128k192r1s7p0x3u1d1", "2026-11-27T20:48:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6c_branch7x7_1_conv", 8, 17, 17, 768, 160, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.350, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k160r1s1p0u1d1", "2026-11-27T20:48:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6c_branch7x7_2_conv", 8, 17, 17, 160, 160, 1, 7, 0, 3, 1, 1, 1, 1, 1, 160, "sm90_dsl", 1, 0, 1, 128, 48, 64, 8.916, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k160r1s7p0x3u1d1", "2026-11-27T20:49:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6c_branch7x7_3_conv", 8, 17, 17, 160, 192, 7, 1, 3, 0, 1, 1, 1, 1, 1, 160, "sm90_dsl", 1, 0, 1, 128, 48, 32, 8.512, "dsl_128x48x32_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k192r7s1p3x0u1d1", "2026-11-27T20:49:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv", 8, 17, 17, 160, 160, 7, 1, 3, 0, 1, 1, 1, 1, 1, 160, "sm90_dsl", 1, 0, 1, 128, 48, 64, 9.071, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k160r7s1p3x0u1d1", "2026-11-27T20:49:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv", 8, 17, 17, 160, 192, 1, 7, 0, 3, 1, 1, 1, 1, 1, 160, "sm90_dsl", 1, 0, 1, 128, 48, 64, 8.656, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k192r1s7p0x3u1d1", "2026-11-27T20:49:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6e_branch7x7_2_conv", 8, 17, 17, 192, 192, 1, 7, 0, 3, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 48, 64, 8.089, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r1s7p0x3u1d1", "2026-11-27T20:50:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6e_branch7x7_3_conv", 8, 17, 17, 192, 192, 7, 1, 3, 0, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 48, 64, 7.866, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r7s1p3x0u1d1", "2026-11-27T20:50:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7a_branch3x3_2_conv", 8, 17, 17, 192, 320, 3, 3, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 4, 0, 1, 128, 80, 64, 10.427, "dsl_128x80x64_qauto_c1x2_cooperative_s4_rn_sw4_sk4_f16_f16_f16_f32_esbrelu_n8h17w17c192k320r3s3p0u2d1", "2026-11-27T20:50:38+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7a_branch7x7x3_4_conv", 8, 17, 17, 192, 192, 3, 3, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 64, 16, 64, 9.030, "dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r3s3p0u2d1", "2026-11-27T20:50:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch1x1_conv", 8, 8, 8, 1280, 320, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.235, "dsl_64x32x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c1280k320r1s1p0u1d1", "2026-11-27T20:51:08+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3_1_conv", 8, 8, 8, 1280, 384, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.378, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c1280k384r1s1p0u1d1", "2026-11-27T20:51:20+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3_2a_conv", 8, 8, 8, 384, 384, 1, 3, 0, 1, 1, 1, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 16, 64, 9.725, "dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r1s3p0x1u1d1", "2026-11-27T20:51:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3_2b_conv", 8, 8, 8, 384, 384, 3, 1, 1, 0, 1, 1, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 16, 64, 9.869, "dsl_64x16x64_q16_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r3s1p1x0u1d1", "2026-11-27T20:51:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv", 8, 8, 8, 1280, 448, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.345, "dsl_64x32x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h8w8c1280k448r1s1p0u1d1", "2026-11-27T20:52:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv", 8, 8, 8, 448, 384, 3, 3, 1, 1, 1, 1, 1, 1, 1, 448, "sm90_dsl", 4, 0, 1, 128, 48, 64, 17.729, "dsl_128x48x64_q16_c1x2_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c448k384r3s3p1u1d1", "2026-11-27T20:52:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch_pool_conv", 8, 8, 8, 1280, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.007, "dsl_64x32x64_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c1280k192r1s1p0u1d1", "2026-11-27T20:57:03+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch1x1_conv", 8, 8, 8, 2048, 320, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 32, 64, 7.113, "dsl_128x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1", "2026-11-27T20:57:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch3x3_1_conv", 8, 8, 8, 2048, 384, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 2, 0, 1, 64, 64, 64, 7.812, "dsl_64x64x64_c1x1_single_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1", "2026-11-27T20:57:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv", 8, 8, 8, 2048, 448, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.651, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1", "2026-11-27T20:57:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch_pool_conv", 8, 8, 8, 2048, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 4, 0, 1, 128, 32, 64, 7.406, "dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1", "2026-11-27T20:57:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_12_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 1, 1, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 32, 64, 9, 4.123, "direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_14_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 2, 2, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 16, 64, 9, 3.405, "direct_4x4_c64_x2_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u2x2d1x1g1", "2026-11-27T18:28:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_15_conv_1_0_b8", 8, 7, 7, 960, 960, 3, 3, 1, 1, 1, 1, 1, 1, 960, 960, "dsl_direct", 1, 0, 1, 32, 32, 9, 3.123, "direct_4x8_c32_x2_f16_f16_f16_f32_n8h7w7c960r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4931,331 +5435,415 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 321;
+constexpr int kLayerCount = 405;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
-  X(conv_1_runner, 0) \
-  X(convnext_t_features_1_0_block_0_b8_runner, 1) \
-  X(convnext_t_features_3_0_block_0_b8_runner, 2) \
-  X(convnext_t_features_5_0_block_0_b8_runner, 3) \
-  X(convnext_t_features_7_0_block_0_b8_runner, 4) \
-  X(convnext_tiny_b8_features_0_0_runner, 5) \
-  X(convnext_tiny_b8_features_1_0_block_0_runner, 6) \
-  X(convnext_tiny_b8_features_2_1_runner, 7) \
-  X(convnext_tiny_b8_features_3_0_block_0_runner, 8) \
-  X(convnext_tiny_b8_features_4_1_runner, 9) \
-  X(convnext_tiny_b8_features_5_0_block_0_runner, 10) \
-  X(convnext_tiny_b8_features_6_1_runner, 11) \
-  X(convnext_tiny_b8_features_7_0_block_0_runner, 12) \
-  X(deeplabv3_backbone_conv1_b1_runner, 13) \
-  X(deeplabv3_backbone_conv1_b32_runner, 14) \
-  X(deeplabv3_backbone_conv1_b8_runner, 15) \
-  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 16) \
-  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 17) \
-  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 18) \
-  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 19) \
-  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 20) \
-  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 21) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 22) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 23) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 24) \
-  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 25) \
-  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 26) \
-  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 27) \
-  X(densenet121_b32_features_denseblock1_denselayer1_conv1_runner, 28) \
-  X(densenet121_b32_features_denseblock1_denselayer3_conv1_runner, 29) \
-  X(densenet121_b32_features_denseblock1_denselayer4_conv1_runner, 30) \
-  X(densenet121_b32_features_denseblock1_denselayer5_conv1_runner, 31) \
-  X(densenet121_b32_features_denseblock1_denselayer6_conv1_runner, 32) \
-  X(densenet121_b32_features_denseblock2_denselayer10_conv1_runner, 33) \
-  X(densenet121_b32_features_denseblock2_denselayer11_conv1_runner, 34) \
-  X(densenet121_b32_features_denseblock2_denselayer12_conv1_runner, 35) \
-  X(densenet121_b32_features_denseblock2_denselayer1_conv1_runner, 36) \
-  X(densenet121_b32_features_denseblock2_denselayer1_conv2_runner, 37) \
-  X(densenet121_b32_features_denseblock2_denselayer2_conv1_runner, 38) \
-  X(densenet121_b32_features_denseblock2_denselayer3_conv1_runner, 39) \
-  X(densenet121_b32_features_denseblock2_denselayer4_conv1_runner, 40) \
-  X(densenet121_b32_features_denseblock2_denselayer5_conv1_runner, 41) \
-  X(densenet121_b32_features_denseblock2_denselayer6_conv1_runner, 42) \
-  X(densenet121_b32_features_denseblock2_denselayer7_conv1_runner, 43) \
-  X(densenet121_b32_features_denseblock2_denselayer8_conv1_runner, 44) \
-  X(densenet121_b32_features_denseblock2_denselayer9_conv1_runner, 45) \
-  X(densenet121_b32_features_denseblock3_denselayer10_conv1_runner, 46) \
-  X(densenet121_b32_features_denseblock3_denselayer11_conv1_runner, 47) \
-  X(densenet121_b32_features_denseblock3_denselayer12_conv1_runner, 48) \
-  X(densenet121_b32_features_denseblock3_denselayer13_conv1_runner, 49) \
-  X(densenet121_b32_features_denseblock3_denselayer14_conv1_runner, 50) \
-  X(densenet121_b32_features_denseblock3_denselayer15_conv1_runner, 51) \
-  X(densenet121_b32_features_denseblock3_denselayer17_conv1_runner, 52) \
-  X(densenet121_b32_features_denseblock3_denselayer18_conv1_runner, 53) \
-  X(densenet121_b32_features_denseblock3_denselayer19_conv1_runner, 54) \
-  X(densenet121_b32_features_denseblock3_denselayer1_conv1_runner, 55) \
-  X(densenet121_b32_features_denseblock3_denselayer20_conv1_runner, 56) \
-  X(densenet121_b32_features_denseblock3_denselayer21_conv1_runner, 57) \
-  X(densenet121_b32_features_denseblock3_denselayer22_conv1_runner, 58) \
-  X(densenet121_b32_features_denseblock3_denselayer23_conv1_runner, 59) \
-  X(densenet121_b32_features_denseblock3_denselayer24_conv1_runner, 60) \
-  X(densenet121_b32_features_denseblock3_denselayer2_conv1_runner, 61) \
-  X(densenet121_b32_features_denseblock3_denselayer3_conv1_runner, 62) \
-  X(densenet121_b32_features_denseblock3_denselayer4_conv1_runner, 63) \
-  X(densenet121_b32_features_denseblock3_denselayer5_conv1_runner, 64) \
-  X(densenet121_b32_features_denseblock3_denselayer6_conv1_runner, 65) \
-  X(densenet121_b32_features_denseblock3_denselayer7_conv1_runner, 66) \
-  X(densenet121_b32_features_denseblock3_denselayer8_conv1_runner, 67) \
-  X(densenet121_b32_features_denseblock3_denselayer9_conv1_runner, 68) \
-  X(densenet121_b32_features_denseblock4_denselayer10_conv1_runner, 69) \
-  X(densenet121_b32_features_denseblock4_denselayer11_conv1_runner, 70) \
-  X(densenet121_b32_features_denseblock4_denselayer12_conv1_runner, 71) \
-  X(densenet121_b32_features_denseblock4_denselayer13_conv1_runner, 72) \
-  X(densenet121_b32_features_denseblock4_denselayer14_conv1_runner, 73) \
-  X(densenet121_b32_features_denseblock4_denselayer15_conv1_runner, 74) \
-  X(densenet121_b32_features_denseblock4_denselayer16_conv1_runner, 75) \
-  X(densenet121_b32_features_denseblock4_denselayer1_conv1_runner, 76) \
-  X(densenet121_b32_features_denseblock4_denselayer1_conv2_runner, 77) \
-  X(densenet121_b32_features_denseblock4_denselayer2_conv1_runner, 78) \
-  X(densenet121_b32_features_denseblock4_denselayer3_conv1_runner, 79) \
-  X(densenet121_b32_features_denseblock4_denselayer4_conv1_runner, 80) \
-  X(densenet121_b32_features_denseblock4_denselayer5_conv1_runner, 81) \
-  X(densenet121_b32_features_denseblock4_denselayer6_conv1_runner, 82) \
-  X(densenet121_b32_features_denseblock4_denselayer7_conv1_runner, 83) \
-  X(densenet121_b32_features_denseblock4_denselayer8_conv1_runner, 84) \
-  X(densenet121_b32_features_denseblock4_denselayer9_conv1_runner, 85) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 86) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 87) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 88) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 89) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 90) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 91) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 92) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 93) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 94) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 95) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 96) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 97) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 98) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 99) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 100) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 101) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 102) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 103) \
-  X(effnetb0_features_0_0_b1_runner, 104) \
-  X(effnetb0_features_0_0_b32_runner, 105) \
-  X(effnetb0_features_0_0_b8_runner, 106) \
-  X(effnetb0_features_2_0_block_0_0_b1_runner, 107) \
-  X(effnetb0_features_2_0_block_0_0_b32_runner, 108) \
-  X(effnetb0_features_2_0_block_0_0_b8_runner, 109) \
-  X(effnetb0_features_3_0_block_1_0_b8_runner, 110) \
-  X(effnetb0_features_3_1_block_1_0_b8_runner, 111) \
-  X(effnetb0_features_4_0_block_1_0_b8_runner, 112) \
-  X(effnetb0_features_4_1_block_0_0_b1_runner, 113) \
-  X(effnetb0_features_4_1_block_0_0_b32_runner, 114) \
-  X(effnetb0_features_4_1_block_0_0_b8_runner, 115) \
-  X(effnetb0_features_4_1_block_1_0_b8_runner, 116) \
-  X(effnetb0_features_5_0_block_1_0_b8_runner, 117) \
-  X(effnetb0_features_5_1_block_1_0_b8_runner, 118) \
-  X(effnetb0_features_6_0_block_1_0_b8_runner, 119) \
-  X(effnetb0_features_6_1_block_1_0_b8_runner, 120) \
-  X(effnetb0_features_7_0_block_1_0_b8_runner, 121) \
-  X(effnetb0_features_8_0_b1_runner, 122) \
-  X(effnetb0_features_8_0_b32_runner, 123) \
-  X(effnetb0_features_8_0_b8_runner, 124) \
-  X(effnetb0f_features_0_0_b1_runner, 125) \
-  X(effnetb0f_features_0_0_b32_runner, 126) \
-  X(effnetb0f_features_0_0_b8_runner, 127) \
-  X(effnetb0f_features_2_0_block_0_0_b1_runner, 128) \
-  X(effnetb0f_features_2_0_block_0_0_b32_runner, 129) \
-  X(effnetb0f_features_2_0_block_0_0_b8_runner, 130) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 131) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 132) \
-  X(effnetb0f_features_4_1_block_0_0_b8_runner, 133) \
-  X(effnetb0f_features_8_0_b1_runner, 134) \
-  X(effnetb0f_features_8_0_b32_runner, 135) \
-  X(effnetb0f_features_8_0_b8_runner, 136) \
-  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 137) \
-  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 138) \
-  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 139) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 140) \
-  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 141) \
-  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 142) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 143) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 144) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 145) \
-  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 146) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 147) \
-  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 148) \
-  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 149) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 150) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 151) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 152) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 153) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 154) \
-  X(mbv2_features_12_conv_1_0_b8_runner, 155) \
-  X(mbv2_features_14_conv_1_0_b8_runner, 156) \
-  X(mbv2_features_15_conv_1_0_b8_runner, 157) \
-  X(mbv2_features_1_conv_0_0_b8_runner, 158) \
-  X(mbv2_features_2_conv_1_0_b8_runner, 159) \
-  X(mbv2_features_3_conv_1_0_b8_runner, 160) \
-  X(mbv2_features_4_conv_1_0_b8_runner, 161) \
-  X(mbv2_features_5_conv_1_0_b8_runner, 162) \
-  X(mbv2_features_7_conv_1_0_b8_runner, 163) \
-  X(mbv2_features_8_conv_1_0_b8_runner, 164) \
-  X(r50_s2_1x1_256to64_b1_runner, 165) \
-  X(r50_s2_1x1_256to64_b32_runner, 166) \
-  X(r50_s2_1x1_64to256_b1_runner, 167) \
-  X(r50_s2_1x1_64to256_b32_runner, 168) \
-  X(r50_s2_1x1_64to64_b1_runner, 169) \
-  X(r50_s2_1x1_64to64_b32_runner, 170) \
-  X(r50_s2_3x3_b1_runner, 171) \
-  X(r50_s2_3x3_b32_runner, 172) \
-  X(r50_s3_1x1_128to512_b1_runner, 173) \
-  X(r50_s3_1x1_128to512_b32_runner, 174) \
-  X(r50_s3_1x1_256to128_b1_runner, 175) \
-  X(r50_s3_1x1_256to128_b32_runner, 176) \
-  X(r50_s3_1x1_512to128_b1_runner, 177) \
-  X(r50_s3_1x1_512to128_b32_runner, 178) \
-  X(r50_s3_3x3_b1_runner, 179) \
-  X(r50_s3_3x3_b32_runner, 180) \
-  X(r50_s3_3x3_s2_b1_runner, 181) \
-  X(r50_s3_3x3_s2_b32_runner, 182) \
-  X(r50_s3_down_s2_b1_runner, 183) \
-  X(r50_s3_down_s2_b32_runner, 184) \
-  X(r50_s4_1x1_1024to256_b1_runner, 185) \
-  X(r50_s4_1x1_1024to256_b32_runner, 186) \
-  X(r50_s4_1x1_256to1024_b1_runner, 187) \
-  X(r50_s4_1x1_256to1024_b32_runner, 188) \
-  X(r50_s4_1x1_512to256_b1_runner, 189) \
-  X(r50_s4_1x1_512to256_b32_runner, 190) \
-  X(r50_s4_3x3_b1_runner, 191) \
-  X(r50_s4_3x3_b32_runner, 192) \
-  X(r50_s4_3x3_s2_b1_runner, 193) \
-  X(r50_s4_3x3_s2_b32_runner, 194) \
-  X(r50_s4_down_s2_b1_runner, 195) \
-  X(r50_s4_down_s2_b32_runner, 196) \
-  X(r50_s5_1x1_1024to512_b1_runner, 197) \
-  X(r50_s5_1x1_1024to512_b32_runner, 198) \
-  X(r50_s5_1x1_2048to512_b1_runner, 199) \
-  X(r50_s5_1x1_2048to512_b32_runner, 200) \
-  X(r50_s5_1x1_512to2048_b1_runner, 201) \
-  X(r50_s5_1x1_512to2048_b32_runner, 202) \
-  X(r50_s5_3x3_b1_runner, 203) \
-  X(r50_s5_3x3_b32_runner, 204) \
-  X(r50_s5_3x3_s2_b1_runner, 205) \
-  X(r50_s5_3x3_s2_b32_runner, 206) \
-  X(r50_s5_down_s2_b1_runner, 207) \
-  X(r50_s5_down_s2_b32_runner, 208) \
-  X(r50_stem_b1_runner, 209) \
-  X(r50_stem_b32_runner, 210) \
-  X(r50f_s2_1x1_256to64_b1_runner, 211) \
-  X(r50f_s2_1x1_256to64_b32_runner, 212) \
-  X(r50f_s2_1x1_64to256_b1_runner, 213) \
-  X(r50f_s2_1x1_64to256_b32_runner, 214) \
-  X(r50f_s2_1x1_64to64_b1_runner, 215) \
-  X(r50f_s2_1x1_64to64_b32_runner, 216) \
-  X(r50f_s2_3x3_b1_runner, 217) \
-  X(r50f_s2_3x3_b32_runner, 218) \
-  X(r50f_s2_down_b1_runner, 219) \
-  X(r50f_s2_down_b32_runner, 220) \
-  X(r50f_s3_1x1_128to512_b1_runner, 221) \
-  X(r50f_s3_1x1_128to512_b32_runner, 222) \
-  X(r50f_s3_1x1_256to128_b1_runner, 223) \
-  X(r50f_s3_1x1_256to128_b32_runner, 224) \
-  X(r50f_s3_1x1_512to128_b1_runner, 225) \
-  X(r50f_s3_1x1_512to128_b32_runner, 226) \
-  X(r50f_s3_3x3_b1_runner, 227) \
-  X(r50f_s3_3x3_b32_runner, 228) \
-  X(r50f_s3_3x3_s2_b1_runner, 229) \
-  X(r50f_s3_3x3_s2_b32_runner, 230) \
-  X(r50f_s3_down_s2_b1_runner, 231) \
-  X(r50f_s3_down_s2_b32_runner, 232) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 233) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 234) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 235) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 236) \
-  X(r50f_s4_1x1_512to256_b1_runner, 237) \
-  X(r50f_s4_1x1_512to256_b32_runner, 238) \
-  X(r50f_s4_3x3_b1_runner, 239) \
-  X(r50f_s4_3x3_b32_runner, 240) \
-  X(r50f_s4_3x3_s2_b1_runner, 241) \
-  X(r50f_s4_3x3_s2_b32_runner, 242) \
-  X(r50f_s4_down_s2_b1_runner, 243) \
-  X(r50f_s4_down_s2_b32_runner, 244) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 245) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 246) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 247) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 248) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 249) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 250) \
-  X(r50f_s5_3x3_b1_runner, 251) \
-  X(r50f_s5_3x3_b32_runner, 252) \
-  X(r50f_s5_3x3_s2_b1_runner, 253) \
-  X(r50f_s5_3x3_s2_b32_runner, 254) \
-  X(r50f_s5_down_s2_b1_runner, 255) \
-  X(r50f_s5_down_s2_b32_runner, 256) \
-  X(r50f_stem_b1_runner, 257) \
-  X(r50f_stem_b32_runner, 258) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 259) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 260) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 261) \
-  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 262) \
-  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 263) \
-  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 264) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 265) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 266) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 267) \
-  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 268) \
-  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 269) \
-  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 270) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 271) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 272) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 273) \
-  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 274) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 275) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 276) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 277) \
-  X(regnety400f_stem_0_b1_runner, 278) \
-  X(regnety400f_stem_0_b32_runner, 279) \
-  X(regnety400f_stem_0_b8_runner, 280) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 281) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 282) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 283) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 284) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 285) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 286) \
-  X(vgg11_b32_features_0_runner, 287) \
-  X(vgg11_b32_features_11_runner, 288) \
-  X(vgg11_b32_features_13_runner, 289) \
-  X(vgg11_b32_features_16_runner, 290) \
-  X(vgg11_b32_features_3_runner, 291) \
-  X(vgg11_b32_features_6_runner, 292) \
-  X(vgg11_b32_features_8_runner, 293) \
-  X(vgg16_b1_features_10_runner, 294) \
-  X(vgg16_b1_features_17_runner, 295) \
-  X(vgg16_b1_features_19_runner, 296) \
-  X(vgg16_b1_features_2_runner, 297) \
-  X(vgg16_b1_features_24_runner, 298) \
-  X(vgg16_b1_features_5_runner, 299) \
-  X(vgg16_b1_features_7_runner, 300) \
-  X(vgg16_b32_features_2_runner, 301) \
-  X(vgg16_b32_features_7_runner, 302) \
-  X(vgg16_features_0_b1_runner, 303) \
-  X(vgg16_features_0_b32_runner, 304) \
-  X(vgg16_features_0_b8_runner, 305) \
-  X(vgg16_features_12_b1_runner, 306) \
-  X(vgg16_features_12_b32_runner, 307) \
-  X(vgg16_features_12_b8_runner, 308) \
-  X(vgg16_features_24_b1_runner, 309) \
-  X(vgg16_features_24_b32_runner, 310) \
-  X(vgg16_features_24_b8_runner, 311) \
-  X(vgg16_features_2_b1_runner, 312) \
-  X(vgg16_features_2_b32_runner, 313) \
-  X(vgg16_features_2_b8_runner, 314) \
-  X(vgg16f_features_0_b1_runner, 315) \
-  X(vgg16f_features_0_b32_runner, 316) \
-  X(vgg16f_features_0_b8_runner, 317) \
-  X(vgg16f_features_12_b1_runner, 318) \
-  X(vgg16f_features_12_b32_runner, 319) \
-  X(vgg16f_features_12_b8_runner, 320)
+  X(bf_r50_s2_1x1_256to64_b1_runner, 0) \
+  X(bf_r50_s2_1x1_256to64_b32_runner, 1) \
+  X(bf_r50_s2_1x1_64to256_b1_runner, 2) \
+  X(bf_r50_s2_1x1_64to256_b32_runner, 3) \
+  X(bf_r50_s2_1x1_64to64_b1_runner, 4) \
+  X(bf_r50_s2_1x1_64to64_b32_runner, 5) \
+  X(bf_r50_s2_3x3_b1_runner, 6) \
+  X(bf_r50_s2_3x3_b32_runner, 7) \
+  X(bf_r50_s3_1x1_128to512_b1_runner, 8) \
+  X(bf_r50_s3_1x1_128to512_b32_runner, 9) \
+  X(bf_r50_s3_1x1_256to128_b1_runner, 10) \
+  X(bf_r50_s3_1x1_256to128_b32_runner, 11) \
+  X(bf_r50_s3_1x1_512to128_b1_runner, 12) \
+  X(bf_r50_s3_1x1_512to128_b32_runner, 13) \
+  X(bf_r50_s3_3x3_b1_runner, 14) \
+  X(bf_r50_s3_3x3_b32_runner, 15) \
+  X(bf_r50_s3_3x3_s2_b1_runner, 16) \
+  X(bf_r50_s3_3x3_s2_b32_runner, 17) \
+  X(bf_r50_s3_down_s2_b1_runner, 18) \
+  X(bf_r50_s3_down_s2_b32_runner, 19) \
+  X(bf_r50_s4_1x1_1024to256_b1_runner, 20) \
+  X(bf_r50_s4_1x1_1024to256_b32_runner, 21) \
+  X(bf_r50_s4_1x1_256to1024_b1_runner, 22) \
+  X(bf_r50_s4_1x1_256to1024_b32_runner, 23) \
+  X(bf_r50_s4_1x1_512to256_b1_runner, 24) \
+  X(bf_r50_s4_1x1_512to256_b32_runner, 25) \
+  X(bf_r50_s4_3x3_b1_runner, 26) \
+  X(bf_r50_s4_3x3_b32_runner, 27) \
+  X(bf_r50_s4_3x3_s2_b1_runner, 28) \
+  X(bf_r50_s4_3x3_s2_b32_runner, 29) \
+  X(bf_r50_s4_down_s2_b1_runner, 30) \
+  X(bf_r50_s4_down_s2_b32_runner, 31) \
+  X(bf_r50_s5_1x1_1024to512_b1_runner, 32) \
+  X(bf_r50_s5_1x1_1024to512_b32_runner, 33) \
+  X(bf_r50_s5_1x1_2048to512_b1_runner, 34) \
+  X(bf_r50_s5_1x1_512to2048_b1_runner, 35) \
+  X(bf_r50_s5_3x3_b1_runner, 36) \
+  X(bf_r50_s5_3x3_s2_b1_runner, 37) \
+  X(bf_r50_s5_down_s2_b1_runner, 38) \
+  X(bf_r50_stem_b1_runner, 39) \
+  X(bf_r50_stem_b32_runner, 40) \
+  X(conv_1_runner, 41) \
+  X(convnext_t_features_1_0_block_0_b8_runner, 42) \
+  X(convnext_t_features_3_0_block_0_b8_runner, 43) \
+  X(convnext_t_features_5_0_block_0_b8_runner, 44) \
+  X(convnext_t_features_7_0_block_0_b8_runner, 45) \
+  X(convnext_tiny_b8_features_0_0_runner, 46) \
+  X(convnext_tiny_b8_features_1_0_block_0_runner, 47) \
+  X(convnext_tiny_b8_features_2_1_runner, 48) \
+  X(convnext_tiny_b8_features_3_0_block_0_runner, 49) \
+  X(convnext_tiny_b8_features_4_1_runner, 50) \
+  X(convnext_tiny_b8_features_5_0_block_0_runner, 51) \
+  X(convnext_tiny_b8_features_6_1_runner, 52) \
+  X(convnext_tiny_b8_features_7_0_block_0_runner, 53) \
+  X(deeplabv3_backbone_conv1_b1_runner, 54) \
+  X(deeplabv3_backbone_conv1_b32_runner, 55) \
+  X(deeplabv3_backbone_conv1_b8_runner, 56) \
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 57) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 58) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 59) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 60) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 61) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 62) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 63) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 64) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 65) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 66) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 67) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 68) \
+  X(densenet121_b32_features_denseblock1_denselayer1_conv1_runner, 69) \
+  X(densenet121_b32_features_denseblock1_denselayer3_conv1_runner, 70) \
+  X(densenet121_b32_features_denseblock1_denselayer4_conv1_runner, 71) \
+  X(densenet121_b32_features_denseblock1_denselayer5_conv1_runner, 72) \
+  X(densenet121_b32_features_denseblock1_denselayer6_conv1_runner, 73) \
+  X(densenet121_b32_features_denseblock2_denselayer10_conv1_runner, 74) \
+  X(densenet121_b32_features_denseblock2_denselayer11_conv1_runner, 75) \
+  X(densenet121_b32_features_denseblock2_denselayer12_conv1_runner, 76) \
+  X(densenet121_b32_features_denseblock2_denselayer1_conv1_runner, 77) \
+  X(densenet121_b32_features_denseblock2_denselayer1_conv2_runner, 78) \
+  X(densenet121_b32_features_denseblock2_denselayer2_conv1_runner, 79) \
+  X(densenet121_b32_features_denseblock2_denselayer3_conv1_runner, 80) \
+  X(densenet121_b32_features_denseblock2_denselayer4_conv1_runner, 81) \
+  X(densenet121_b32_features_denseblock2_denselayer5_conv1_runner, 82) \
+  X(densenet121_b32_features_denseblock2_denselayer6_conv1_runner, 83) \
+  X(densenet121_b32_features_denseblock2_denselayer7_conv1_runner, 84) \
+  X(densenet121_b32_features_denseblock2_denselayer8_conv1_runner, 85) \
+  X(densenet121_b32_features_denseblock2_denselayer9_conv1_runner, 86) \
+  X(densenet121_b32_features_denseblock3_denselayer10_conv1_runner, 87) \
+  X(densenet121_b32_features_denseblock3_denselayer11_conv1_runner, 88) \
+  X(densenet121_b32_features_denseblock3_denselayer12_conv1_runner, 89) \
+  X(densenet121_b32_features_denseblock3_denselayer13_conv1_runner, 90) \
+  X(densenet121_b32_features_denseblock3_denselayer14_conv1_runner, 91) \
+  X(densenet121_b32_features_denseblock3_denselayer15_conv1_runner, 92) \
+  X(densenet121_b32_features_denseblock3_denselayer17_conv1_runner, 93) \
+  X(densenet121_b32_features_denseblock3_denselayer18_conv1_runner, 94) \
+  X(densenet121_b32_features_denseblock3_denselayer19_conv1_runner, 95) \
+  X(densenet121_b32_features_denseblock3_denselayer1_conv1_runner, 96) \
+  X(densenet121_b32_features_denseblock3_denselayer20_conv1_runner, 97) \
+  X(densenet121_b32_features_denseblock3_denselayer21_conv1_runner, 98) \
+  X(densenet121_b32_features_denseblock3_denselayer22_conv1_runner, 99) \
+  X(densenet121_b32_features_denseblock3_denselayer23_conv1_runner, 100) \
+  X(densenet121_b32_features_denseblock3_denselayer24_conv1_runner, 101) \
+  X(densenet121_b32_features_denseblock3_denselayer2_conv1_runner, 102) \
+  X(densenet121_b32_features_denseblock3_denselayer3_conv1_runner, 103) \
+  X(densenet121_b32_features_denseblock3_denselayer4_conv1_runner, 104) \
+  X(densenet121_b32_features_denseblock3_denselayer5_conv1_runner, 105) \
+  X(densenet121_b32_features_denseblock3_denselayer6_conv1_runner, 106) \
+  X(densenet121_b32_features_denseblock3_denselayer7_conv1_runner, 107) \
+  X(densenet121_b32_features_denseblock3_denselayer8_conv1_runner, 108) \
+  X(densenet121_b32_features_denseblock3_denselayer9_conv1_runner, 109) \
+  X(densenet121_b32_features_denseblock4_denselayer10_conv1_runner, 110) \
+  X(densenet121_b32_features_denseblock4_denselayer11_conv1_runner, 111) \
+  X(densenet121_b32_features_denseblock4_denselayer12_conv1_runner, 112) \
+  X(densenet121_b32_features_denseblock4_denselayer13_conv1_runner, 113) \
+  X(densenet121_b32_features_denseblock4_denselayer14_conv1_runner, 114) \
+  X(densenet121_b32_features_denseblock4_denselayer15_conv1_runner, 115) \
+  X(densenet121_b32_features_denseblock4_denselayer16_conv1_runner, 116) \
+  X(densenet121_b32_features_denseblock4_denselayer1_conv1_runner, 117) \
+  X(densenet121_b32_features_denseblock4_denselayer1_conv2_runner, 118) \
+  X(densenet121_b32_features_denseblock4_denselayer2_conv1_runner, 119) \
+  X(densenet121_b32_features_denseblock4_denselayer3_conv1_runner, 120) \
+  X(densenet121_b32_features_denseblock4_denselayer4_conv1_runner, 121) \
+  X(densenet121_b32_features_denseblock4_denselayer5_conv1_runner, 122) \
+  X(densenet121_b32_features_denseblock4_denselayer6_conv1_runner, 123) \
+  X(densenet121_b32_features_denseblock4_denselayer7_conv1_runner, 124) \
+  X(densenet121_b32_features_denseblock4_denselayer8_conv1_runner, 125) \
+  X(densenet121_b32_features_denseblock4_denselayer9_conv1_runner, 126) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 127) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 128) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 129) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 130) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 131) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 132) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 133) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 134) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 135) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 136) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 137) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 138) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 139) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 140) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 141) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 142) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 143) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 144) \
+  X(effnetb0_features_0_0_b1_runner, 145) \
+  X(effnetb0_features_0_0_b32_runner, 146) \
+  X(effnetb0_features_0_0_b8_runner, 147) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 148) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 149) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 150) \
+  X(effnetb0_features_3_0_block_1_0_b8_runner, 151) \
+  X(effnetb0_features_3_1_block_1_0_b8_runner, 152) \
+  X(effnetb0_features_4_0_block_1_0_b8_runner, 153) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 154) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 155) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 156) \
+  X(effnetb0_features_4_1_block_1_0_b8_runner, 157) \
+  X(effnetb0_features_5_0_block_1_0_b8_runner, 158) \
+  X(effnetb0_features_5_1_block_1_0_b8_runner, 159) \
+  X(effnetb0_features_6_0_block_1_0_b8_runner, 160) \
+  X(effnetb0_features_6_1_block_1_0_b8_runner, 161) \
+  X(effnetb0_features_7_0_block_1_0_b8_runner, 162) \
+  X(effnetb0_features_8_0_b1_runner, 163) \
+  X(effnetb0_features_8_0_b32_runner, 164) \
+  X(effnetb0_features_8_0_b8_runner, 165) \
+  X(effnetb0f_features_0_0_b1_runner, 166) \
+  X(effnetb0f_features_0_0_b32_runner, 167) \
+  X(effnetb0f_features_0_0_b8_runner, 168) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 169) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 170) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 171) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 172) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 173) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 174) \
+  X(effnetb0f_features_8_0_b1_runner, 175) \
+  X(effnetb0f_features_8_0_b32_runner, 176) \
+  X(effnetb0f_features_8_0_b8_runner, 177) \
+  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 178) \
+  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 179) \
+  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 180) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 181) \
+  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 182) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 183) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 184) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 185) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 186) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 187) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 188) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 189) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 190) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 191) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 192) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 193) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 194) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 195) \
+  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 196) \
+  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 197) \
+  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 198) \
+  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 199) \
+  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 200) \
+  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 201) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 202) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 203) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 204) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 205) \
+  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 206) \
+  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 207) \
+  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 208) \
+  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 209) \
+  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 210) \
+  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 211) \
+  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 212) \
+  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 213) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 214) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 215) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 216) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 217) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 218) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 219) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 220) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 221) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 222) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 223) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 224) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 225) \
+  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 226) \
+  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 227) \
+  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 228) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 229) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 230) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 231) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 232) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 233) \
+  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 234) \
+  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 235) \
+  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 236) \
+  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 237) \
+  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 238) \
+  X(mbv2_features_12_conv_1_0_b8_runner, 239) \
+  X(mbv2_features_14_conv_1_0_b8_runner, 240) \
+  X(mbv2_features_15_conv_1_0_b8_runner, 241) \
+  X(mbv2_features_1_conv_0_0_b8_runner, 242) \
+  X(mbv2_features_2_conv_1_0_b8_runner, 243) \
+  X(mbv2_features_3_conv_1_0_b8_runner, 244) \
+  X(mbv2_features_4_conv_1_0_b8_runner, 245) \
+  X(mbv2_features_5_conv_1_0_b8_runner, 246) \
+  X(mbv2_features_7_conv_1_0_b8_runner, 247) \
+  X(mbv2_features_8_conv_1_0_b8_runner, 248) \
+  X(r50_s2_1x1_256to64_b1_runner, 249) \
+  X(r50_s2_1x1_256to64_b32_runner, 250) \
+  X(r50_s2_1x1_64to256_b1_runner, 251) \
+  X(r50_s2_1x1_64to256_b32_runner, 252) \
+  X(r50_s2_1x1_64to64_b1_runner, 253) \
+  X(r50_s2_1x1_64to64_b32_runner, 254) \
+  X(r50_s2_3x3_b1_runner, 255) \
+  X(r50_s2_3x3_b32_runner, 256) \
+  X(r50_s3_1x1_128to512_b1_runner, 257) \
+  X(r50_s3_1x1_128to512_b32_runner, 258) \
+  X(r50_s3_1x1_256to128_b1_runner, 259) \
+  X(r50_s3_1x1_256to128_b32_runner, 260) \
+  X(r50_s3_1x1_512to128_b1_runner, 261) \
+  X(r50_s3_1x1_512to128_b32_runner, 262) \
+  X(r50_s3_3x3_b1_runner, 263) \
+  X(r50_s3_3x3_b32_runner, 264) \
+  X(r50_s3_3x3_s2_b1_runner, 265) \
+  X(r50_s3_3x3_s2_b32_runner, 266) \
+  X(r50_s3_down_s2_b1_runner, 267) \
+  X(r50_s3_down_s2_b32_runner, 268) \
+  X(r50_s4_1x1_1024to256_b1_runner, 269) \
+  X(r50_s4_1x1_1024to256_b32_runner, 270) \
+  X(r50_s4_1x1_256to1024_b1_runner, 271) \
+  X(r50_s4_1x1_256to1024_b32_runner, 272) \
+  X(r50_s4_1x1_512to256_b1_runner, 273) \
+  X(r50_s4_1x1_512to256_b32_runner, 274) \
+  X(r50_s4_3x3_b1_runner, 275) \
+  X(r50_s4_3x3_b32_runner, 276) \
+  X(r50_s4_3x3_s2_b1_runner, 277) \
+  X(r50_s4_3x3_s2_b32_runner, 278) \
+  X(r50_s4_down_s2_b1_runner, 279) \
+  X(r50_s4_down_s2_b32_runner, 280) \
+  X(r50_s5_1x1_1024to512_b1_runner, 281) \
+  X(r50_s5_1x1_1024to512_b32_runner, 282) \
+  X(r50_s5_1x1_2048to512_b1_runner, 283) \
+  X(r50_s5_1x1_2048to512_b32_runner, 284) \
+  X(r50_s5_1x1_512to2048_b1_runner, 285) \
+  X(r50_s5_1x1_512to2048_b32_runner, 286) \
+  X(r50_s5_3x3_b1_runner, 287) \
+  X(r50_s5_3x3_b32_runner, 288) \
+  X(r50_s5_3x3_s2_b1_runner, 289) \
+  X(r50_s5_3x3_s2_b32_runner, 290) \
+  X(r50_s5_down_s2_b1_runner, 291) \
+  X(r50_s5_down_s2_b32_runner, 292) \
+  X(r50_stem_b1_runner, 293) \
+  X(r50_stem_b32_runner, 294) \
+  X(r50f_s2_1x1_256to64_b1_runner, 295) \
+  X(r50f_s2_1x1_256to64_b32_runner, 296) \
+  X(r50f_s2_1x1_64to256_b1_runner, 297) \
+  X(r50f_s2_1x1_64to256_b32_runner, 298) \
+  X(r50f_s2_1x1_64to64_b1_runner, 299) \
+  X(r50f_s2_1x1_64to64_b32_runner, 300) \
+  X(r50f_s2_3x3_b1_runner, 301) \
+  X(r50f_s2_3x3_b32_runner, 302) \
+  X(r50f_s2_down_b1_runner, 303) \
+  X(r50f_s2_down_b32_runner, 304) \
+  X(r50f_s3_1x1_128to512_b1_runner, 305) \
+  X(r50f_s3_1x1_128to512_b32_runner, 306) \
+  X(r50f_s3_1x1_256to128_b1_runner, 307) \
+  X(r50f_s3_1x1_256to128_b32_runner, 308) \
+  X(r50f_s3_1x1_512to128_b1_runner, 309) \
+  X(r50f_s3_1x1_512to128_b32_runner, 310) \
+  X(r50f_s3_3x3_b1_runner, 311) \
+  X(r50f_s3_3x3_b32_runner, 312) \
+  X(r50f_s3_3x3_s2_b1_runner, 313) \
+  X(r50f_s3_3x3_s2_b32_runner, 314) \
+  X(r50f_s3_down_s2_b1_runner, 315) \
+  X(r50f_s3_down_s2_b32_runner, 316) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 317) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 318) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 319) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 320) \
+  X(r50f_s4_1x1_512to256_b1_runner, 321) \
+  X(r50f_s4_1x1_512to256_b32_runner, 322) \
+  X(r50f_s4_3x3_b1_runner, 323) \
+  X(r50f_s4_3x3_b32_runner, 324) \
+  X(r50f_s4_3x3_s2_b1_runner, 325) \
+  X(r50f_s4_3x3_s2_b32_runner, 326) \
+  X(r50f_s4_down_s2_b1_runner, 327) \
+  X(r50f_s4_down_s2_b32_runner, 328) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 329) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 330) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 331) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 332) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 333) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 334) \
+  X(r50f_s5_3x3_b1_runner, 335) \
+  X(r50f_s5_3x3_b32_runner, 336) \
+  X(r50f_s5_3x3_s2_b1_runner, 337) \
+  X(r50f_s5_3x3_s2_b32_runner, 338) \
+  X(r50f_s5_down_s2_b1_runner, 339) \
+  X(r50f_s5_down_s2_b32_runner, 340) \
+  X(r50f_stem_b1_runner, 341) \
+  X(r50f_stem_b32_runner, 342) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 343) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 344) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 345) \
+  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 346) \
+  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 347) \
+  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 348) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 349) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 350) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 351) \
+  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 352) \
+  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 353) \
+  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 354) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 355) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 356) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 357) \
+  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 358) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 359) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 360) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 361) \
+  X(regnety400f_stem_0_b1_runner, 362) \
+  X(regnety400f_stem_0_b32_runner, 363) \
+  X(regnety400f_stem_0_b8_runner, 364) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 365) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 366) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 367) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 368) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 369) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 370) \
+  X(vgg11_b32_features_0_runner, 371) \
+  X(vgg11_b32_features_11_runner, 372) \
+  X(vgg11_b32_features_13_runner, 373) \
+  X(vgg11_b32_features_16_runner, 374) \
+  X(vgg11_b32_features_3_runner, 375) \
+  X(vgg11_b32_features_6_runner, 376) \
+  X(vgg11_b32_features_8_runner, 377) \
+  X(vgg16_b1_features_10_runner, 378) \
+  X(vgg16_b1_features_17_runner, 379) \
+  X(vgg16_b1_features_19_runner, 380) \
+  X(vgg16_b1_features_2_runner, 381) \
+  X(vgg16_b1_features_24_runner, 382) \
+  X(vgg16_b1_features_5_runner, 383) \
+  X(vgg16_b1_features_7_runner, 384) \
+  X(vgg16_b32_features_2_runner, 385) \
+  X(vgg16_b32_features_7_runner, 386) \
+  X(vgg16_features_0_b1_runner, 387) \
+  X(vgg16_features_0_b32_runner, 388) \
+  X(vgg16_features_0_b8_runner, 389) \
+  X(vgg16_features_12_b1_runner, 390) \
+  X(vgg16_features_12_b32_runner, 391) \
+  X(vgg16_features_12_b8_runner, 392) \
+  X(vgg16_features_24_b1_runner, 393) \
+  X(vgg16_features_24_b32_runner, 394) \
+  X(vgg16_features_24_b8_runner, 395) \
+  X(vgg16_features_2_b1_runner, 396) \
+  X(vgg16_features_2_b32_runner, 397) \
+  X(vgg16_features_2_b8_runner, 398) \
+  X(vgg16f_features_0_b1_runner, 399) \
+  X(vgg16f_features_0_b32_runner, 400) \
+  X(vgg16f_features_0_b8_runner, 401) \
+  X(vgg16f_features_12_b1_runner, 402) \
+  X(vgg16f_features_12_b32_runner, 403) \
+  X(vgg16f_features_12_b8_runner, 404)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
