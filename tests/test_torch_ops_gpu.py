@@ -1,7 +1,8 @@
 """The PyTorch op on the GPU: `pytest -m gpu tests/test_torch_ops_gpu.py` on a machine with an NVIDIA GPU,
-CUDA torch and nvcc. The real kernels (sm80, compiled once for the module) against F.conv2d + BatchNorm +
-ReLU in f16, eagerly, on a side stream, under CUDA graph replay and under torch.compile; a planted wrong
-kernel is caught by optimize's check against eager."""
+CUDA torch and nvcc. The real kernels (sm80, compiled once for the module; dsl_direct's for the grouped conv
+where the DSL and an sm_90 GPU are here) against F.conv2d + BatchNorm + ReLU in f16, eagerly, on a side
+stream, under CUDA graph replay and under torch.compile; a planted wrong kernel is caught by optimize's check
+against eager."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +17,7 @@ if not torch.cuda.is_available():
 
 from torch_standins import SLUG, net, write_best  # noqa: E402
 from tuner.core.epilogue import Activation  # noqa: E402
+from tuner.families.dsl_common.toolchain import dsl_version  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
 from tuner.torch_ops.eager_check import relative_l2  # noqa: E402
 from tuner.torch_ops.optimize import CompiledKernels, TunedConv2d, optimize  # noqa: E402
@@ -23,6 +25,9 @@ from tuner.importers.plan import Fallback  # noqa: E402
 
 SHAPE = (4, 3, 16, 16)
 TOLERANCE = 1e-2
+# The grouped conv's entry is dsl_direct's (tests/torch_standins.py): built where the DSL and an sm_90 GPU are.
+GROUPED_RUNS = dsl_version() is not None and torch.cuda.get_device_capability() == (9, 0)
+REPLACED = ["stem", "conv", "head"] + (["grouped"] if GROUPED_RUNS else [])
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +51,8 @@ def optimized(setting):
 def test_every_tuned_layer_is_replaced_and_matches_eager(setting, optimized):
     model, x, _, _ = setting
     decisions = {d.node: d for d in optimized.tuner_report.decisions}
-    assert [n for n, d in decisions.items() if d.replaced] == ["stem", "conv", "head"], optimized.tuner_report.lines()
-    assert sum(isinstance(m, TunedConv2d) for m in optimized.modules()) == 3
+    assert [n for n, d in decisions.items() if d.replaced] == REPLACED, optimized.tuner_report.lines()
+    assert sum(isinstance(m, TunedConv2d) for m in optimized.modules()) == len(REPLACED)
     with torch.no_grad():
         assert relative_l2(optimized(x), model(x)) < TOLERANCE
     assert optimized.tuner_report.network_error < TOLERANCE
@@ -59,6 +64,17 @@ def test_the_op_matches_conv_batch_norm_relu_in_f16(setting, optimized):
     with torch.no_grad():
         expected = torch.relu(model.bn0(model.stem(x)))
         assert relative_l2(optimized.tuned_stem(x), expected) < TOLERANCE
+
+
+@pytest.mark.skipif(not GROUPED_RUNS, reason="dsl_direct builds need nvidia-cutlass-dsl and an sm_90 GPU")
+def test_the_grouped_op_matches_a_grouped_conv2d(setting, optimized):
+    """4 groups of 8 channels with their bias: the K x C/groups x R x S filter bound as it is, not padded."""
+    model, _, _, _ = setting
+    torch.manual_seed(5)
+    z = torch.randn(SHAPE[0], 32, SHAPE[2], SHAPE[3], device="cuda", dtype=torch.float16).to(
+        memory_format=torch.channels_last)
+    with torch.no_grad():
+        assert relative_l2(optimized.tuned_grouped(z), model.grouped(z)) < TOLERANCE
 
 
 def test_it_runs_on_the_callers_stream(setting, optimized):

@@ -37,14 +37,16 @@ def test_tuned_convs_with_their_epilogues_become_one_module_each(tmp_path):
     source = CpuKernels()
     optimized = run(tmp_path, model, x, kernel_source=source)
     found = decisions(optimized)
-    assert [n for n, d in found.items() if d.replaced] == ["stem", "conv", "head"]
-    assert found["grouped"].fallback is Fallback.unsupported and "grouped" in found["grouped"].note
+    assert [n for n, d in found.items() if d.replaced] == ["stem", "conv", "head", "grouped"]
     assert "input padded from 3 to 4 channels" in found["stem"].note
+    assert found["grouped"].note.startswith("dsl_direct")
     tuned = {name: m for name, m in optimized.named_modules() if isinstance(m, TunedConv2d)}
-    assert set(tuned) == {"tuned_stem", "tuned_conv", "tuned_head"}
-    # the batch norms, the add and the activations went with their convs; the grouped conv stays
+    assert set(tuned) == {"tuned_stem", "tuned_conv", "tuned_head", "tuned_grouped"}
+    # the grouped conv's filter as the kernel reads it: K x C/groups x R x S, not padded
+    assert tuple(tuned["tuned_grouped"].weight.shape) == (32, 8, 3, 3) and tuned["tuned_grouped"].groups == 4
+    # the batch norms, the add and the activations went with their convs
     assert {n.target for n in optimized.graph.nodes if n.op == "call_module"} == \
-        {"tuned_stem", "tuned_conv", "tuned_head", "grouped", "pool"}
+        {"tuned_stem", "tuned_conv", "tuned_head", "tuned_grouped", "pool"}
     residual_call = next(n for n in optimized.graph.nodes if n.target == "tuned_conv")
     assert [a.target for a in residual_call.args] == ["tuned_stem", "tuned_stem"]  # x and the residual
     with torch.no_grad():
@@ -53,8 +55,7 @@ def test_tuned_convs_with_their_epilogues_become_one_module_each(tmp_path):
     report = optimized.tuner_report
     assert report.network_error < report.tolerance
     lines = report.lines()
-    assert lines[0].startswith("3 of 4 convolutions replaced by tuned kernels; falling back to PyTorch: 1 no family")
-    assert any(line.startswith("  grouped: no family runs it: grouped convolution: 4 groups") for line in lines)
+    assert lines[0].startswith("4 of 4 convolutions replaced by tuned kernels")
 
 
 def test_the_original_model_is_left_as_it_was(tmp_path):
@@ -86,15 +87,17 @@ def test_each_fallback_says_why(tmp_path, case, fallback, says):
     assert found[node].fallback is fallback and says in found[node].note, found[node].text
 
 
-def test_a_planted_wrong_kernel_falls_back_and_the_rest_stays(tmp_path):
+@pytest.mark.parametrize("which", ["first", "grouped"])
+def test_a_planted_wrong_kernel_falls_back_and_the_rest_stays(tmp_path, which):
     model, x = net(), example()
-    layer = next(iter(__import__("yaml").safe_load((write_best(tmp_path / "r", model, SHAPE) / "best.yaml")
-                                                   .read_text())["layers"]))
+    layers = __import__("yaml").safe_load((write_best(tmp_path / "r", model, SHAPE) / "best.yaml").read_text())["layers"]
+    layer = next(name for name, entry in layers.items() if which == "first" or entry["family"] == "dsl_direct")
     optimized = run(tmp_path, model, x, kernel_source=CpuKernels(planted=[layer]))
     found = decisions(optimized)
     wrong = [d for d in found.values() if d.fallback is Fallback.wrong_result]
     assert len(wrong) == 1 and "against eager on the example input" in wrong[0].note
-    assert sum(d.replaced for d in found.values()) == 2
+    assert (wrong[0].node == "grouped") == (which == "grouped")
+    assert sum(d.replaced for d in found.values()) == 3
     with torch.no_grad():
         assert relative_l2(optimized(x), model(x)) < 1e-2
 

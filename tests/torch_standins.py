@@ -10,19 +10,19 @@ from torch import nn
 from torch.nn import functional as F
 
 from tuner.families import registry
-from tuner.families.sm80.space import make_config
 from tuner.core.problem import problem_to_dict
 from tuner.search.space import entry_config
 from tuner.importers.torch_import import from_torch
 
 SLUG = "test-gpu"
 SM80_PARAMS = {"tile": "64x64x32", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1}
+DIRECT_PARAMS = {"tile": "8x8", "channels": 8, "columns": 1}
 DEVICE = {"name": "NVIDIA H100 80GB HBM3", "slug": SLUG, "compute_capability": "9.0", "sm_count": 132}
 
 
 class Net(nn.Module):
     """stem (C=3: padded channels; BN, ReLU) -> conv + BN + the stem's output + ReLU (residual) -> conv with
-    bias + SiLU -> grouped conv (no family) -> pool."""
+    bias + SiLU -> grouped conv (4 groups of 8 channels: dsl_direct's) -> pool."""
 
     def __init__(self):
         super().__init__()
@@ -52,16 +52,17 @@ def net(dtype=torch.float16) -> Net:
 
 
 def write_best(results: Path, module: nn.Module, shape, skip: tuple[str, ...] = ()) -> Path:
-    """results/<SLUG>/best.yaml with an sm80 entry for every problem of the module at `shape`, but those of
-    the nodes in `skip`."""
+    """results/<SLUG>/best.yaml with an entry for every problem of the module at `shape` (sm80's, dsl_direct's
+    for a grouped one), but those of the nodes in `skip`."""
     folder = results / SLUG
     folder.mkdir(parents=True, exist_ok=True)
     layers = {}
     for layer in from_torch(module, shape).layers:
         if set(layer.nodes) & set(skip):
             continue
-        config = make_config(layer.problem, SM80_PARAMS)
-        layers[layer.name] = {"problem": problem_to_dict(layer.problem), "family": "sm80", "params": dict(SM80_PARAMS),
+        family, params = ("sm80", SM80_PARAMS) if layer.problem.groups == 1 else ("dsl_direct", DIRECT_PARAMS)
+        config = registry.get(family).rules.make_config(layer.problem, params)
+        layers[layer.name] = {"problem": problem_to_dict(layer.problem), "family": family, "params": dict(params),
                               "kernel": config.name, "runtime_us": 1.0}
     (folder / "best.yaml").write_text(yaml.safe_dump({"device": DEVICE, "layer_count": len(layers),
                                                       "layers": layers}))
@@ -79,7 +80,7 @@ class CpuKernel:
 
     def launch(self, x, w, y, scale, bias, residual):
         p = self.problem
-        out = F.conv2d(x.float(), w.float(), None, p.strides, p.pads, p.dilations)
+        out = F.conv2d(x.float(), w.float(), None, p.strides, p.pads, p.dilations, p.groups)
         if scale is not None:
             out = out * scale.view(1, -1, 1, 1)
         if bias is not None:

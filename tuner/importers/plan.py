@@ -100,10 +100,6 @@ def decide(node: str, problem: ConvProblem | str, index: TunedIndex) -> Decision
         return Decision(node, problem, fallback=Fallback.not_replaceable,
                         note="a ConvTranspose2d: the PyTorch op runs Conv2d kernels only (its tuned kernel is in "
                              "best_configs.h)")
-    if problem.groups != 1:  # the op binds a filter of all C channels an output (tuner/torch_ops/kernels.py)
-        kind = "depthwise convolution" if problem.groups == problem.c else f"grouped convolution: {problem.groups} groups"
-        return Decision(node, problem, fallback=Fallback.unsupported,
-                        note=f"{kind}: the PyTorch op takes ungrouped convolutions only; the exported header runs it")
     name = index.entry_for(problem)
     if name is None:
         why, note = index.why_not(problem)

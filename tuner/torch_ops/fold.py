@@ -15,7 +15,7 @@ class NotFoldable(ValueError):
 
 @dataclass(frozen=True)
 class FoldedConv:
-    """weight [K, C, R, S] float32: the conv's filter, times the batch norm's scale where the kernel has no
+    """weight [K, C/groups, R, S] float32: the conv's filter, times the batch norm's scale where the kernel has no
     scale of its own; scale and bias float32 [K], each present exactly where the kernel reads it."""
 
     weight: torch.Tensor
@@ -59,7 +59,8 @@ def fold(conv: torch.nn.Conv2d, norm: torch.nn.BatchNorm2d | None, kernel: Epilo
 
 
 def kernel_filter(weight: torch.Tensor, channels: int, dtype: torch.dtype) -> torch.Tensor:
-    """[K, C, R, S] as the kernel reads it: zero-padded to `channels`, in `dtype`, channels_last."""
+    """[K, C/groups, R, S] as the kernel reads it: zero-padded to `channels` (those the kernel reads a filter),
+    in `dtype`, channels_last."""
     extra = channels - weight.shape[1]
     if extra:
         weight = torch.nn.functional.pad(weight, (0, 0, 0, 0, 0, extra))

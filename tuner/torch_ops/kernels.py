@@ -4,9 +4,9 @@ implementation, so that torch.compile traces it and CUDA graphs capture it.
 
 `kernel` is the index of a kernel registered here: on the GPU a `LoadedKernel`, the very candidate library the
 tuner validated (the compile cache's candidate.so, tuner/measure/run.py's KernelLibrary and problem_array), launched on
-the caller's current stream. The op's contract: x [N, C', H, W] and w [K, C', R, S] channels_last at the
-kernel's channel count C'; scale and bias f32 [K] where the kernel has them; the residual [N, K, P, Q]
-channels_last; y comes back [N, K, P, Q] channels_last. `TunedConv2d` (tuner/torch_ops/optimize.py) meets it."""
+the caller's current stream. The op's contract: x [N, C', H, W] and w [K, C'/groups, R, S] channels_last at the
+kernel's channel count C' (a grouped convolution's C' is its C: no family pads it); scale and bias f32 [K] where
+the kernel has them; the residual [N, K, P, Q] channels_last; y comes back [N, K, P, Q] channels_last. `TunedConv2d` (tuner/torch_ops/optimize.py) meets it."""
 from __future__ import annotations
 
 import collections
@@ -21,7 +21,7 @@ from tuner.families import registry
 from tuner.families.base import LaunchArgs
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
-from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, problem_array
+from tuner.measure.run import EpilogueOperands, KernelLibrary, LaunchError, padded_filter_channels, problem_array
 from tuner.build.abi import KernelBinary
 
 NAMESPACE = "cutlass_conv_tuner"
@@ -102,7 +102,7 @@ def check_operands(kernel: Kernel, x, w, scale, bias, residual) -> None:
     """The op's contract, checked before a launch: a wrong tensor is a clear error, never a wrong read."""
     p = kernel.problem
     expected = {"x": (x, (p.n, kernel.kernel_channels, p.h, p.w), p.input_type),
-                "w": (w, (p.k, kernel.kernel_channels, p.r, p.s), p.filter_type),
+                "w": (w, (p.k, padded_filter_channels(p, kernel.kernel_channels), p.r, p.s), p.filter_type),
                 "residual": (residual, (p.n, p.k, p.p, p.q), p.output_type)}
     for name, (tensor, shape, dtype) in expected.items():
         if tensor is None:

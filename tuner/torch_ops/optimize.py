@@ -26,7 +26,7 @@ from tuner.core.problem import ConvProblem
 from tuner.store.best import best_entries, read_best
 from tuner.store.results import ResultsError, gpu_slugs, recorded_gpu_dir, results_slug
 from tuner.store.schema import BestEntry
-from tuner.measure.run import LaunchError
+from tuner.measure.run import LaunchError, padded_filter_channels
 from tuner.importers.torch_import import traced_module
 from tuner.torch_ops import kernels
 from tuner.torch_ops.eager_check import TOLERANCE, check_layers, output_error
@@ -109,6 +109,7 @@ class TunedConv2d(torch.nn.Module):
         self.op = kernels.op_for(family)
         self.input_shape = (problem.n, problem.c, problem.h, problem.w)
         self.in_channels, self.extra_channels = problem.c, kernel_channels - problem.c
+        self.groups = problem.groups
         self.stride, self.padding, self.dilation = stride, padding, dilation
         self.beta = problem.epilogue.residual_scale
         self.activation = problem.epilogue.activation.value
@@ -128,8 +129,8 @@ class TunedConv2d(torch.nn.Module):
 
     def reference(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The same fused layer in PyTorch, in float32 after the convolution."""
-        weight = self.weight[:, :self.in_channels].to(x.dtype)
-        y = F.conv2d(x, weight, None, self.stride, self.padding, self.dilation).float()
+        weight = self.weight[:, :self.in_channels // self.groups].to(x.dtype)
+        y = F.conv2d(x, weight, None, self.stride, self.padding, self.dilation, self.groups).float()
         if self.scale is not None:
             y = y * self.scale.view(1, -1, 1, 1)
         if self.bias is not None:
@@ -277,16 +278,20 @@ def build_modules(fused_convs, decisions, modules, entries, source: KernelSource
         conv = modules[fused.conv.node]
         norm = modules.get(fused.norm) if fused.norm else None
         fusion = getattr(kernel, "fusion", decision.problem.epilogue)
+        problem = decision.problem
         try:
             folded = fold(conv, norm, fusion)
+            filter_channels = padded_filter_channels(problem, kernel.kernel_channels)
         except NotFoldable as error:
             decisions[position] = decision.falls_back(Fallback.not_replaceable, str(error))
             continue
+        except LaunchError as error:
+            decisions[position] = decision.falls_back(Fallback.kernel_failed, str(error))
+            continue
         family = entries[decision.entry].family
-        problem = decision.problem
         tuned[fused.conv.node] = TunedConv2d(
             kernels.register(kernel), family, problem, kernel.kernel_channels,
-            kernel_filter(folded.weight, kernel.kernel_channels, TORCH_DTYPE[problem.filter_type]).to(device),
+            kernel_filter(folded.weight, filter_channels, TORCH_DTYPE[problem.filter_type]).to(device),
             None if folded.scale is None else folded.scale.to(device),
             None if folded.bias is None else folded.bias.to(device), conv.stride, conv.padding, conv.dilation)
     return decisions, tuned
