@@ -1,7 +1,7 @@
 """The dsl_direct family on the GPU: depthwise (3x3 at stride 1 and 2, dilated, 5x5 with a fused SiLU, ConvNeXt's 7x7
-with a bias, bf16) and groups of 8 channels (RegNet's, strided and fused) validate against the float64 reference
-and are timed; a planted wrong kernel (built for dilation 2, run on the dilation-1 layer) and planted wrong epilogues
-fail. Run with `pytest -m gpu tests/test_gpu_dsl_direct.py` on a Hopper GPU where the DSL is installed."""
+with a bias, bf16) and groups of 8 channels (RegNet's, strided and fused, on CUDA cores and through the mma mapping
+on tensor cores) validate against the float64 reference and are timed; planted wrong kernels (built for dilation 2,
+run on the dilation-1 layer, in either mapping) and planted wrong epilogues fail. Run with `pytest -m gpu tests/test_gpu_dsl_direct.py` on a Hopper GPU where the DSL is installed."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,6 +42,7 @@ DW5 = ConvProblem(n=2, h=14, w=14, c=240, k=240, r=5, s=5, pad=2, groups=240)
 DW7 = ConvProblem(n=2, h=28, w=28, c=192, k=192, r=7, s=7, pad=3, groups=192)
 REGNET = ConvProblem(n=2, h=28, w=28, c=104, k=104, r=3, s=3, pad=1, groups=13)
 REGNET_S2 = ConvProblem(n=2, h=56, w=56, c=48, k=48, r=3, s=3, pad=1, stride=2, groups=6)
+REGNET_DILATED = dataclasses.replace(REGNET, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2)   # the same 28x28 output
 
 # case -> (the problem its kernel is built for, its parameters)
 CASES = {
@@ -57,8 +58,15 @@ CASES = {
     "regnet_bn_silu": (fused(REGNET, "scale+bias+silu"), {"tile": "8x16", "channels": 8, "columns": 4}),
     "regnet_s2_bn_relu_bf16": (fused(dataclasses.replace(REGNET_S2, **BF16), "scale+bias+relu"),
                                {"tile": "8x8", "channels": 16, "columns": 1}),
+    # the mma mapping: all 13 groups a CTA over partial 8x8 tiles; one group a CTA with SiLU; strided bf16
+    "regnet_mma": (REGNET, {"tile": "8x8", "channels": 104, "columns": 2, "mapping": "mma"}),
+    "regnet_mma_bn_silu": (fused(REGNET, "scale+bias+silu"), {"tile": "4x8", "channels": 8, "columns": 1,
+                                                              "mapping": "mma"}),
+    "regnet_s2_mma_bn_relu_bf16": (fused(dataclasses.replace(REGNET_S2, **BF16), "scale+bias+relu"),
+                                   {"tile": "4x8", "channels": 48, "columns": 2, "mapping": "mma"}),
+    "regnet_mma_dilated": (REGNET_DILATED, {"tile": "8x8", "channels": 104, "columns": 2, "mapping": "mma"}),
 }
-PLANTED = ("dw3_dilated",)
+PLANTED = ("dw3_dilated", "regnet_mma_dilated")
 
 
 def case_config(case: str):
@@ -91,13 +99,15 @@ def test_a_direct_kernel_is_right_and_timed(case, compiled, device, worker):
     assert evaluation.measurement.median_us > 0
 
 
-def test_planted_wrong_kernel_fails_validation(compiled, worker):
+@pytest.mark.parametrize("planted, right, layer", [("dw3_dilated", "dw3", DW3),
+                                                   ("regnet_mma_dilated", "regnet_mma", REGNET)])
+def test_planted_wrong_kernel_fails_validation(planted, right, layer, compiled, worker):
     """A kernel built for dilation 2 writes every output of the dilation-1 layer, from the wrong pixels."""
-    wrong = CASES["dw3_dilated"][0]
-    assert (wrong.p, wrong.q) == (DW3.p, DW3.q)
-    rejected = worker.request(evaluate_request(compiled["dw3_dilated"], DW3, kernel_view=wrong))
+    wrong = CASES[planted][0]
+    assert (wrong.p, wrong.q) == (layer.p, layer.q)
+    rejected = worker.request(evaluate_request(compiled[planted], layer, kernel_view=wrong))
     assert rejected["status"] == Status.wrong_result.value, rejected
-    accepted = worker.request(evaluate_request(compiled["dw3"], DW3))
+    accepted = worker.request(evaluate_request(compiled[right], layer))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 
@@ -105,6 +115,7 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     ("regnet_bn_silu", "scale+bias"),              # a SiLU the layer does not have
     ("dw3_s2_bn_relu_bf16", "scale+bias"),         # a ReLU the layer does not have
     ("dw5_bn_silu", "scale+bias+gelu"),            # SiLU where the layer has GELU
+    ("regnet_mma_bn_silu", "scale+bias"),          # the mma mapping's epilogue: a SiLU the layer does not have
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, compiled, worker):
     layer = fused(CASES[kernel_case][0], layer_epilogue)

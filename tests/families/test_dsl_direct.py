@@ -17,7 +17,7 @@ from tuner.build.nvcc import parse_ptxas
 from tuner.core.epilogue import parse_epilogue
 from tuner.core.problem import ConvProblem
 from tuner.families import registry
-from tuner.families.base import LaunchArgs
+from tuner.families.base import LaunchArgs, SpaceError
 from tuner.families.dsl_common.build_tools import sm90_blocks_per_sm
 from tuner.families.dsl_direct.spec import DirectBuildSpec, SpecError
 from tuner.measure.run import problem_array
@@ -91,6 +91,55 @@ def test_config_names_hold_every_compiled_fact():
     assert config(REGNET).name.endswith("g8")
 
 
+def mma(problem: ConvProblem, tile="8x8", channels=104, columns=2):
+    return FAMILY.rules.make_config(problem, {"tile": tile, "channels": channels, "columns": columns,
+                                              "mapping": "mma"})
+
+
+def test_the_mma_mapping_gives_a_warp_16_pixel_tiles_of_one_group():
+    cfg = mma(REGNET)
+    spec = cfg.build_spec()
+    assert spec.tile.mapping == "mma" and spec.smem_bytes() == 0
+    assert spec.tile.threads() == 32 * 13 * (64 // (16 * 2))   # 13 groups x 2 warps of 32 pixels
+    assert spec.grid() == (4 * 4 * 8, 1, 1)
+    assert DirectBuildSpec.from_json(spec.to_json()) == spec
+    assert cfg.name.startswith("direct_mma_8x8_c104_x2_") and cfg.search_params["mapping"] == "mma"
+    assert FAMILY.rules.static_problems(cfg, REGNET, H100) == []
+    assert FAMILY.model.cost_terms(cfg, REGNET, H100).efficiency > FAMILY.model.cost_terms(config(REGNET), REGNET,
+                                                                                          H100).efficiency
+
+
+def test_a_stored_entry_without_a_mapping_reads_as_simt():
+    legacy = FAMILY.rules.make_config(REGNET, {"tile": "8x8", "channels": 8, "columns": 2})
+    assert legacy.mapping == "simt" and legacy == config(REGNET)
+    assert legacy.name == "direct_8x8_c8_x2_f16_f16_f16_f32_esbsilu_n8h28w28c104r3s3p1x1u1x1d1x1g8"
+    assert DirectBuildSpec.from_json(legacy.build_spec().to_json().replace(', "mapping": "simt"', "")) == \
+        legacy.build_spec()
+
+
+def test_the_mma_mapping_refuses_what_it_cannot_run():
+    assert any("groups of 8 channels, not depthwise" in r
+               for r in FAMILY.rules.static_problems(mma(DW7, channels=32), DW7, H100))
+    assert any("tiles of 16 pixels a warp do not divide the 4x4 tile" in r
+               for r in FAMILY.rules.static_problems(mma(REGNET, tile="4x4"), REGNET, H100))
+    assert any("outside 32 to 1024" in r
+               for r in FAMILY.rules.static_problems(mma(REGNET, tile="16x16", columns=1), REGNET, H100))
+    with pytest.raises(SpecError, match="runs groups of 8 channels"):
+        DirectBuildSpec.from_json(mma(DW7, channels=32).build_spec().to_json())
+    with pytest.raises(SpaceError, match="mapping 'wmma' must be one of simt, mma"):
+        FAMILY.rules.make_config(REGNET, {"tile": "8x8", "channels": 8, "columns": 2, "mapping": "wmma"})
+
+
+def test_the_space_file_searches_both_mappings_and_an_old_one_means_simt():
+    space = load_space(REPO / "search_spaces" / "dsl_direct.yaml")
+    assert dict(space.choices)["mapping"] == ("simt", "mma")
+    mappings = {c.mapping for c in valid_configs(space, REGNET, H100)}
+    assert mappings == {"simt", "mma"}
+    assert {c.mapping for c in valid_configs(space, DW7, H100)} == {"simt"}
+    landscape = load_space(REPO / "search_spaces" / "dsl_direct_landscape.yaml")
+    assert dict(landscape.choices)["mapping"] == ("simt",)
+
+
 def test_cost_terms_count_a_groups_eight_inputs():
     dw = FAMILY.model.cost_terms(config(DW7, channels=32), DW7, H100)
     grouped = FAMILY.model.cost_terms(config(REGNET), REGNET, H100)
@@ -124,7 +173,8 @@ def build(spec: DirectBuildSpec, folder: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("problem, params", [
     (DW7, {"tile": "8x16", "channels": 32, "columns": 4}),
     (REGNET, {"tile": "8x8", "channels": 8, "columns": 2}),
-], ids=["depthwise_7x7_bias", "groups_of_8_scale_bias_silu"])
+    (REGNET, {"tile": "4x8", "channels": 104, "columns": 2, "mapping": "mma"}),
+], ids=["depthwise_7x7_bias", "groups_of_8_scale_bias_silu", "groups_of_8_on_tensor_cores"])
 def test_a_kernel_builds_and_its_entry_points_answer_without_a_gpu(problem, params, tmp_path):
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pip install -e '.[dsl]')")
     if shutil.which("gcc") is None:

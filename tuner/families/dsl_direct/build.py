@@ -27,7 +27,7 @@ def import_toolchain() -> Path:
     lib_dir = dsl_lib_dir()
     preload_runtime(lib_dir)
     import cutlass.cute  # noqa: F401
-    from . import kernel  # noqa: F401
+    from . import launcher  # noqa: F401
     return lib_dir
 
 
@@ -39,7 +39,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     except SpecError as error:
         raise BuildError(str(error)) from None
     lib_dir = import_toolchain()
-    from .kernel import build_launcher
+    from .launcher import build_launcher
     imported = time.perf_counter()
     launcher, args = build_launcher(spec)
 
@@ -52,7 +52,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
     attributes = (resources["registers"], resources["static_smem"], spec.smem_bytes(), resources["stack"],
                   t.threads(), blocks_per_sm)
     fields = {
-        "name": f"dsl_direct {t.tile_p}x{t.tile_q} c{t.channels} x{t.columns} g{p.group_width}",
+        "name": f"dsl_direct {t.mapping} {t.tile_p}x{t.tile_q} c{t.channels} x{t.columns} g{p.group_width}",
         "prefix": PREFIX,
         "problem": ", ".join(str(v) for v in (p.n, p.h, p.w, p.c, p.c, p.r, p.s, p.pad_h, p.pad_w, p.stride_h,
                                                p.stride_w, p.dilation_h, p.dilation_w, p.c // p.group_width)),

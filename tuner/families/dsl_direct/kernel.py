@@ -14,16 +14,13 @@ Where CUTLASS's direct kernel (sm80_depthwise) reloads each tile's window per st
 shared memory, here there is one barrier a CTA and none in the loop."""
 from __future__ import annotations
 
-import math
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as utils
 
+from .kernel_common import activate, cta_tile_origin
 from .spec import VECTOR, DirectBuildSpec
-
-SQRT_HALF = 1 / math.sqrt(2.0)
 
 
 class DirectKernel:
@@ -49,16 +46,11 @@ class DirectKernel:
         gw = pr.group_width
         lanes = t.channels // VECTOR
         win_h, win_w = self.window
-        tiles_q = -(-pr.q // t.tile_q)
-        tiles_p = -(-pr.p // t.tile_p)
         taps = pr.r * pr.s
 
         tidx, _, _ = cute.arch.thread_idx()
-        bx, by, _ = cute.arch.block_idx()
-        q0 = (bx % tiles_q) * t.tile_q
-        rest = bx // tiles_q
-        p0 = (rest % tiles_p) * t.tile_p
-        n = rest // tiles_p
+        _, by, _ = cute.arch.block_idx()
+        n, p0, q0 = cta_tile_origin(pr, t)
         c0 = by * t.channels
         h0 = p0 * pr.stride_h - pr.pad_h
         w0 = q0 * pr.stride_w - pr.pad_w
@@ -159,32 +151,6 @@ class DirectKernel:
                             value = value * scales[i]
                         if cutlass.const_expr(e.bias):
                             value = value + biases[i]
-                        chunk[i] = el(self.activate(value))
+                        chunk[i] = el(activate(value, e.activation))
                     target = (((n * pr.p + p) * pr.q + q) * pr.c + c0) // VECTOR + lane
                     cute.copy(copy16, chunk, y_vectors[(None, target)])
-
-    @cute.jit
-    def activate(self, v):
-        f32 = cutlass.Float32
-        activation = self.spec.epilogue.activation
-        if cutlass.const_expr(activation == "relu"):
-            v = cute.math.max(v, f32(0.0))
-        elif cutlass.const_expr(activation == "silu"):
-            v = v / (f32(1.0) + cute.math.exp(-v, fastmath=True))
-        elif cutlass.const_expr(activation == "gelu"):
-            v = f32(0.5) * v * (f32(1.0) + cute.math.erf(v * f32(SQRT_HALF)))
-        return v
-
-
-def build_launcher(spec: DirectBuildSpec):
-    """The (jit function, fake arguments) that cute.compile takes for one spec."""
-    from cutlass.cute.runtime import make_fake_compact_tensor
-    p = spec.problem
-    element = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16}[spec.element]
-    f32 = cutlass.Float32
-    x = make_fake_compact_tensor(element, (p.n * p.h * p.w * p.c,), assumed_align=16)
-    w = make_fake_compact_tensor(element, (p.c * p.r * p.s * p.group_width,), assumed_align=16)
-    y = make_fake_compact_tensor(element, (p.n * p.p * p.q * p.c,), assumed_align=16)
-    scale = make_fake_compact_tensor(f32, (p.c,), assumed_align=16)
-    bias = make_fake_compact_tensor(f32, (p.c,), assumed_align=16)
-    return DirectKernel(spec, element), (x, w, y, scale, bias)

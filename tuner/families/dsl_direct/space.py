@@ -1,6 +1,7 @@
-"""The dsl_direct family's space: a direct convolution on CUDA cores for depthwise layers and groups of 8 channels
-(kernel.py). Knobs: the CTA's output tile (rows x columns), channels a CTA, and output columns a thread; the
-problem (filter, pad, stride, dilation, groups) is compiled in."""
+"""The dsl_direct family's space: a direct convolution for depthwise layers and groups of 8 channels. Knobs: the
+CTA's output tile (rows x columns), channels a CTA, `columns`, and the mapping: "simt" on CUDA cores (kernel.py,
+`columns` output pixels of a row a thread) or, for groups of 8, "mma" on tensor cores (kernel_mma.py, `columns`
+tiles of 16 pixels a warp). The problem (filter, pad, stride, dilation, groups) is compiled in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,8 @@ from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, SpaceError, check_keys, int_list, param,
                                  types_problem, whole)
-from tuner.families.dsl_direct.spec import (GROUP_WIDTHS, MAX_THREADS, VECTOR, DirectBuildSpec, DirectEpilogue,
-                                            DirectProblem, DirectTile)
+from tuner.families.dsl_direct.spec import (GROUP_WIDTHS, MAPPINGS, MAX_THREADS, MMA_PIXELS, VECTOR, DirectBuildSpec,
+                                            DirectEpilogue, DirectProblem, DirectTile)
 
 FAMILY = "dsl_direct"
 INPUT_TYPES = (DataType.f16, DataType.bf16)
@@ -33,6 +34,7 @@ class DslDirectConfig:
     output_type: DataType
     accumulator_type: DataType
     fusion: Epilogue = Epilogue()
+    mapping: str = "simt"
 
     @property
     def family(self) -> str:
@@ -54,18 +56,20 @@ class DslDirectConfig:
     @property
     def name(self) -> str:
         s = self.shape
-        return (f"direct_{self.tile_p}x{self.tile_q}_c{self.channels}_x{self.columns}_{self.dtype_key}"
+        mapping = "" if self.mapping == "simt" else f"{self.mapping}_"  # simt's names are the ones results hold
+        return (f"direct_{mapping}{self.tile_p}x{self.tile_q}_c{self.channels}_x{self.columns}_{self.dtype_key}"
                 f"{self.fusion.short}_n{s.n}h{s.h}w{s.w}c{s.c}r{s.r}s{s.s}p{s.pad_h}x{s.pad_w}u{s.stride_h}x"
                 f"{s.stride_w}d{s.dilation_h}x{s.dilation_w}g{s.group_width}")
 
     @property
     def search_params(self) -> dict[str, str | int]:
-        return {"tile": f"{self.tile_p}x{self.tile_q}", "channels": self.channels, "columns": self.columns}
+        return {"tile": f"{self.tile_p}x{self.tile_q}", "channels": self.channels, "columns": self.columns,
+                "mapping": self.mapping}
 
     def build_spec(self) -> DirectBuildSpec:
         f = self.fusion
         return DirectBuildSpec(problem=self.shape,
-                               tile=DirectTile(self.tile_p, self.tile_q, self.channels, self.columns),
+                               tile=DirectTile(self.tile_p, self.tile_q, self.channels, self.columns, self.mapping),
                                epilogue=DirectEpilogue(scale=f.scale, bias=f.bias, activation=f.activation.value),
                                element=self.input_type.value)
 
@@ -75,6 +79,11 @@ class DslDirectConfig:
 
     @property
     def thread_values(self) -> int:
+        """32-bit values a thread holds: simt's accumulators, one filter row's input columns and one tap's weights;
+        mma's A fragments (two words a tile a tap), accumulators and one B word a tap."""
+        taps = self.shape.r * self.shape.s
+        if self.mapping == "mma":
+            return self.columns * (2 * taps + 4) + taps
         spec = self.build_spec()
         return (self.columns + spec.window_columns_a_thread()) * VECTOR + VECTOR * self.shape.group_width
 
@@ -86,8 +95,15 @@ def parse_tile(text: object) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def parse_mapping(text: object) -> str:
+    if text not in MAPPINGS:
+        raise SpaceError(f"{FAMILY} mapping {text!r} must be one of {', '.join(MAPPINGS)}")
+    return str(text)
+
+
 def parse_space(document: object) -> SearchSpace:
-    document = check_keys(FAMILY, document, {"family", "tile", "channels", "columns"})
+    keys = {"family", "tile", "channels", "columns"}
+    document = check_keys(FAMILY, document, keys | ({"mapping"} & set(document or ())))
     tiles = document["tile"]
     if not isinstance(tiles, list) or not tiles:
         raise SpaceError(f"{FAMILY} search space: 'tile' must be a non-empty list")
@@ -96,8 +112,15 @@ def parse_space(document: object) -> SearchSpace:
         ("channels", int_list(FAMILY, "channels", document["channels"], lambda v: v % VECTOR == 0 and 0 < v <= 256,
                               f"a multiple of {VECTOR} up to 256")),
         ("columns", int_list(FAMILY, "columns", document["columns"], lambda v: v in (1, 2, 4, 8), "1, 2, 4 or 8")),
+        ("mapping", _mappings(document.get("mapping", ["simt"]))),
     )
     return SearchSpace(FAMILY, choices)
+
+
+def _mappings(values: object) -> tuple[str, ...]:
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{FAMILY} search space: 'mapping' must be a non-empty list of {', '.join(MAPPINGS)}")
+    return tuple(dict.fromkeys(parse_mapping(v) for v in values))
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
@@ -131,14 +154,15 @@ def make_config(problem: ConvProblem, params: dict) -> DslDirectConfig:
         tile_p=tile_p, tile_q=tile_q, channels=param(params, "channels", whole),
         columns=param(params, "columns", whole), shape=direct_problem(problem),
         input_type=problem.input_type, filter_type=problem.filter_type, output_type=problem.output_type,
-        accumulator_type=problem.accumulator_type, fusion=problem.epilogue)
+        accumulator_type=problem.accumulator_type, fusion=problem.epilogue,
+        mapping=param(params, "mapping", parse_mapping) if "mapping" in params else "simt")
 
 
 def launch_args(config: DslDirectConfig, problem: ConvProblem) -> LaunchArgs:
     return LaunchArgs(problem.c)
 
 
-REFERENCE_PARAMS = {"tile": "8x8", "channels": 8, "columns": 1}
+REFERENCE_PARAMS = {"tile": "8x8", "channels": 8, "columns": 1, "mapping": "simt"}
 
 
 def _check_channels(config: DslDirectConfig, device: DeviceFacts) -> str | None:
@@ -147,12 +171,28 @@ def _check_channels(config: DslDirectConfig, device: DeviceFacts) -> str | None:
     return None
 
 
+def _check_mapping(config: DslDirectConfig, device: DeviceFacts) -> str | None:
+    if config.mapping != "mma":
+        return None
+    if config.shape.group_width != VECTOR:
+        return f"the mma mapping runs groups of {VECTOR} channels, not depthwise ones"
+    if (config.tile_p * config.tile_q) % (MMA_PIXELS * config.columns):
+        return (f"{config.columns} tiles of {MMA_PIXELS} pixels a warp do not divide the {config.tile_p}x"
+                f"{config.tile_q} tile's pixels")
+    return None
+
+
 def _check_threads(config: DslDirectConfig, device: DeviceFacts) -> str | None:
-    if config.tile_q % config.columns:
+    if config.mapping == "mma":
+        runs = f"{config.channels // VECTOR} groups x {config.tile_p * config.tile_q // (MMA_PIXELS * config.columns)} " \
+               "warps of pixels"
+    elif config.tile_q % config.columns:
         return f"{config.columns} output columns a thread do not divide the tile's {config.tile_q}"
+    else:
+        runs = (f"{config.channels // VECTOR} channel vectors x {config.tile_p} rows x "
+                f"{config.tile_q // config.columns} column runs")
     if not 32 <= config.threads <= MAX_THREADS:
-        return (f"{config.threads} threads a CTA ({config.channels // VECTOR} channel vectors x {config.tile_p} rows "
-                f"x {config.tile_q // config.columns} column runs), outside 32 to {MAX_THREADS}")
+        return f"{config.threads} threads a CTA ({runs}), outside 32 to {MAX_THREADS}"
     if config.thread_values > MAX_THREAD_VALUES:
         return f"a thread holds {config.thread_values} values: over {MAX_THREAD_VALUES}, a spill is likely"
     return None
@@ -174,7 +214,7 @@ def _check_shared_memory(config: DslDirectConfig, device: DeviceFacts) -> str | 
     return None
 
 
-RULES = (_check_channels, _check_threads, _check_tile_fits, _check_shared_memory)
+RULES = (_check_channels, _check_mapping, _check_threads, _check_tile_fits, _check_shared_memory)
 
 
 def static_problems(config: DslDirectConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:

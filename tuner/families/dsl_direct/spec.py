@@ -11,6 +11,11 @@ from tuner.families.sm90_common.space import SMEM_CAPACITY  # the opt-in shared 
 SPEC_VERSION = 1
 VECTOR = 8                  # 16-bit channels of one 16-byte load or store
 GROUP_WIDTHS = (1, VECTOR)  # channels a group: 1 (depthwise) or 8 (RegNet's groups), one vector either way
+# How a CTA's threads cover its tile: "simt" sweeps rows of outputs on CUDA cores (kernel.py); "mma" gives each
+# warp 16-pixel tiles of one group of 8 on tensor cores, an mma.sync.m16n8k8 a filter tap (kernel_mma.py).
+MAPPINGS = ("simt", "mma")
+MMA_PIXELS = 16             # output pixels of one m16n8k8 instruction (its M)
+WARP = 32
 ELEMENTS = ("f16", "bf16")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 MAX_THREADS = 1024
@@ -50,15 +55,19 @@ class DirectProblem:
 
 @dataclass(frozen=True)
 class DirectTile:
-    """A CTA's tile_p x tile_q output pixels of one image for `channels` channels; a thread's `columns` consecutive
-    output pixels of one row for one vector of 8 channels."""
+    """A CTA's tile_p x tile_q output pixels of one image for `channels` channels. simt: a thread's `columns`
+    consecutive output pixels of one row for one vector of 8 channels. mma: a warp's `columns` tiles of 16 of the
+    CTA's pixels (row-major) for one group of 8."""
 
     tile_p: int
     tile_q: int
     channels: int
     columns: int
+    mapping: str = "simt"
 
     def threads(self) -> int:
+        if self.mapping == "mma":
+            return WARP * (self.channels // VECTOR) * (self.tile_p * self.tile_q // (MMA_PIXELS * self.columns))
         return (self.channels // VECTOR) * self.tile_p * (self.tile_q // self.columns)
 
 
@@ -89,7 +98,10 @@ class DirectBuildSpec:
         return (self.tile.columns - 1) * p.stride_w + (p.s - 1) * p.dilation_w + 1
 
     def smem_bytes(self) -> int:
-        """The staged window (16-bit) and the CTA's filter (f32, tap-major), with alignment slack."""
+        """simt: the staged window (16-bit) and the CTA's filter (f32, tap-major), with alignment slack. mma reads
+        its operands straight from global memory into fragments: none."""
+        if self.tile.mapping == "mma":
+            return 0
         rows, cols = self.window()
         p = self.problem
         return rows * cols * self.tile.channels * 2 + p.r * p.s * self.tile.channels * p.group_width * 4 + 256
@@ -108,9 +120,17 @@ class DirectBuildSpec:
             raise SpecError(f"activation {self.epilogue.activation!r} is not one of {ACTIVATIONS}")
         if p.group_width not in GROUP_WIDTHS:
             raise SpecError(f"group width {p.group_width} is not one of {GROUP_WIDTHS}")
+        if t.mapping not in MAPPINGS:
+            raise SpecError(f"mapping {t.mapping!r} is not one of {MAPPINGS}")
         if t.channels % VECTOR or p.c % t.channels:
             raise SpecError(f"{t.channels} channels a CTA must be a multiple of {VECTOR} dividing C={p.c}")
-        if t.tile_q % t.columns:
+        if t.mapping == "mma":
+            if p.group_width != VECTOR:
+                raise SpecError(f"the mma mapping runs groups of {VECTOR} channels, not group width {p.group_width}")
+            if (t.tile_p * t.tile_q) % (MMA_PIXELS * t.columns):
+                raise SpecError(f"{t.columns} tiles of {MMA_PIXELS} pixels a warp do not divide the "
+                                f"{t.tile_p}x{t.tile_q} tile")
+        elif t.tile_q % t.columns:
             raise SpecError(f"{t.columns} columns a thread do not divide the tile's {t.tile_q}")
         if not 32 <= t.threads() <= MAX_THREADS:
             raise SpecError(f"{t.threads()} threads a CTA, outside 32 to {MAX_THREADS}")

@@ -11,8 +11,8 @@ from tuner.families.dsl_common.toolchain import dsl_version, toolchain_problem  
 from tuner.families.dsl_direct.space import FAMILY, DslDirectConfig
 
 # What the compiled kernel depends on besides its build spec: a change to any of them is a new kernel.
-BUILDER_SOURCES = ("kernel.py", "build.py", "spec.py", "entry.c.in", "serve.py", "../dsl_common/build_tools.py",
-                   "../dsl_common/serve.py")
+BUILDER_SOURCES = ("kernel.py", "kernel_mma.py", "kernel_common.py", "launcher.py", "build.py", "spec.py", "entry.c.in",
+                   "serve.py", "../dsl_common/build_tools.py", "../dsl_common/serve.py")
 
 
 @lru_cache(maxsize=1)
