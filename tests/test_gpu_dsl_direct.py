@@ -1,7 +1,8 @@
 """The dsl_direct family on the GPU: depthwise (3x3 at stride 1 and 2, dilated, 5x5 with a fused SiLU, ConvNeXt's 7x7
 with a bias, bf16) and groups of 8 channels (RegNet's, strided and fused, on CUDA cores and through the mma mapping
 on tensor cores) validate against the float64 reference and are timed; planted wrong kernels (built for dilation 2,
-run on the dilation-1 layer, in either mapping) and planted wrong epilogues fail. Run with `pytest -m gpu tests/test_gpu_dsl_direct.py` on a Hopper GPU where the DSL is installed."""
+run on the dilation-1 layer, in either mapping) and planted wrong epilogues fail. Run with
+`pytest -m gpu tests/test_gpu_dsl_direct.py` on a Hopper GPU where the DSL is installed."""
 from __future__ import annotations
 
 import dataclasses

@@ -90,7 +90,8 @@ def test_each_fallback_says_why(tmp_path, case, fallback, says):
 @pytest.mark.parametrize("which", ["first", "grouped"])
 def test_a_planted_wrong_kernel_falls_back_and_the_rest_stays(tmp_path, which):
     model, x = net(), example()
-    layers = __import__("yaml").safe_load((write_best(tmp_path / "r", model, SHAPE) / "best.yaml").read_text())["layers"]
+    best = write_best(tmp_path / "r", model, SHAPE) / "best.yaml"
+    layers = __import__("yaml").safe_load(best.read_text())["layers"]
     layer = next(name for name, entry in layers.items() if which == "first" or entry["family"] == "dsl_direct")
     optimized = run(tmp_path, model, x, kernel_source=CpuKernels(planted=[layer]))
     found = decisions(optimized)

@@ -6,7 +6,8 @@ implementation, so that torch.compile traces it and CUDA graphs capture it.
 tuner validated (the compile cache's candidate.so, tuner/measure/run.py's KernelLibrary and problem_array), launched on
 the caller's current stream. The op's contract: x [N, C', H, W] and w [K, C'/groups, R, S] channels_last at the
 kernel's channel count C' (a grouped convolution's C' is its C: no family pads it); scale and bias f32 [K] where
-the kernel has them; the residual [N, K, P, Q] channels_last; y comes back [N, K, P, Q] channels_last. `TunedConv2d` (tuner/torch_ops/optimize.py) meets it."""
+the kernel has them; the residual [N, K, P, Q] channels_last; y comes back [N, K, P, Q] channels_last.
+`TunedConv2d` (tuner/torch_ops/optimize.py) meets it."""
 from __future__ import annotations
 
 import collections

@@ -2,8 +2,8 @@
 channels (RegNet), written in the CuTe DSL and compiled per problem in seconds. On CUDA cores (mapping simt) each CTA
 stages its output tile's input window and filter in shared memory once, and each thread sweeps a row of outputs for
 8 channels with one filter row's inputs in registers; on tensor cores (mapping mma, groups of 8) each warp issues
-one mma.sync.m16n8k8 a filter tap for 16 pixels of one group. Fuses scale, bias and ReLU, GELU or SiLU. Needs the optional `dsl`
-extra (nvidia-cutlass-dsl) to build kernels; its space, static checks and cost model work without it."""
+one mma.sync.m16n8k8 a filter tap for 16 pixels of one group. Fuses scale, bias and ReLU, GELU or SiLU. Needs the
+optional `dsl` extra (nvidia-cutlass-dsl) to build kernels; its space, static checks and cost model work without it."""
 from __future__ import annotations
 
 from functools import partial

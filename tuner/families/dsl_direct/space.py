@@ -184,8 +184,8 @@ def _check_mapping(config: DslDirectConfig, device: DeviceFacts) -> str | None:
 
 def _check_threads(config: DslDirectConfig, device: DeviceFacts) -> str | None:
     if config.mapping == "mma":
-        runs = f"{config.channels // VECTOR} groups x {config.tile_p * config.tile_q // (MMA_PIXELS * config.columns)} " \
-               "warps of pixels"
+        warps_of_pixels = config.tile_p * config.tile_q // (MMA_PIXELS * config.columns)
+        runs = f"{config.channels // VECTOR} groups x {warps_of_pixels} warps of pixels"
     elif config.tile_q % config.columns:
         return f"{config.columns} output columns a thread do not divide the tile's {config.tile_q}"
     else:
