@@ -205,6 +205,20 @@ def test_shared_memory_on_h100(conv_1, h100):
     assert "256 KB" in reason and "227 KB" in reason
 
 
+@pytest.mark.parametrize("types, tile, refused", [
+    ((DataType.f16, DataType.f16, DataType.f32), "128x128x64", False),   # 128 bytes a row: one line
+    ((DataType.tf32, DataType.tf32, DataType.f32), "128x128x32", False),
+    ((DataType.tf32, DataType.tf32, DataType.f32), "128x128x64", True),  # 256 bytes: nvcc's static assertion
+    ((DataType.tf32, DataType.tf32, DataType.f32), "32x64x64", True),
+])
+def test_a_threadblock_k_row_fits_one_shared_memory_line(h100, types, tile, refused):
+    """nvcc fails a TF32 kernel with K 64 ('kCrosswise should be no large than one shared memory cache line',
+    tensor_op_multiplicand_sm75.h:92): six of the TF32 table's prior picks did, at a minute of nvcc each."""
+    prob = problem(input_type=types[0], filter_type=types[1], output_type=types[2])
+    reasons = static_problems(config_for(prob, tile=tile, warps="2x2x1", stages=3), prob, h100)
+    assert any("shared-memory line" in r for r in reasons) == refused, reasons
+
+
 def test_warp_count_must_divide_the_tile(conv_1, h100):
     reasons = static_problems(config_for(conv_1, warps="3x1x1"), conv_1, h100)
     assert any("does not divide by warp count 3x1x1" in r for r in reasons)

@@ -268,9 +268,23 @@ def _check_fusion(config: ImplicitGemmConfig, problem: ConvProblem, device: Devi
     return None
 
 
+# The shared-memory layout of K-major operands (TensorOpMultiplicandCrosswise) holds a threadblock's K of one row
+# in one 128-byte line: K x element bits <= 1024 (cutlass/layout/tensor_op_multiplicand_sm75.h:92).
+SMEM_LINE_BITS = 1024
+
+
+def _check_crosswise(config: ImplicitGemmConfig, problem: ConvProblem, device: DeviceFacts) -> str | None:
+    bits = max(config.input_type.bits, config.filter_type.bits)
+    if config.tile.k * bits > SMEM_LINE_BITS:
+        return (f"threadblock K {config.tile.k} of {bits}-bit operands is {config.tile.k * bits // 8} bytes a row, "
+                f"over the {SMEM_LINE_BITS // 8}-byte shared-memory line the sm80 operand layout takes (K <= "
+                f"{SMEM_LINE_BITS // bits} here)")
+    return None
+
+
 # These need a warp tile, so they run only once the threadblock divides by the warp count.
 WARP_TILE_RULES = (_check_warp_tile, _check_accumulators, _check_epilogue)
-STATIC_RULES = (check_threads,
+STATIC_RULES = (check_threads, _check_crosswise,
                 check_shared_memory, check_thread_map, _check_iterator, _check_split_k, _check_fusion)
 
 
