@@ -19,7 +19,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.utils as utils
 
-from .kernel_common import activate, cta_tile_origin
+from .kernel_common import channel_vectors, cta_tile_origin, epilogue_value
 from .spec import VECTOR, DirectBuildSpec
 
 
@@ -133,24 +133,13 @@ class DirectKernel:
                             xi = xin[column * VECTOR + (i if gw == 1 else g)]
                             acc[o * VECTOR + i] = acc[o * VECTOR + i] + xi * taps_row[i * gw + g]
 
-        scales = cute.make_rmem_tensor((VECTOR,), f32)
-        biases = cute.make_rmem_tensor((VECTOR,), f32)
-        for i in cutlass.range_constexpr(VECTOR):
-            if cutlass.const_expr(e.scale):
-                scales[i] = mScale[c0 + lane * VECTOR + i]
-            if cutlass.const_expr(e.bias):
-                biases[i] = mBias[c0 + lane * VECTOR + i]
+        scales, biases = channel_vectors(e, mScale, mBias, c0 + lane * VECTOR, VECTOR)
         p = p0 + row
         for o in cutlass.range_constexpr(t.columns):
             q = q0 + segment * t.columns + o
             if p < pr.p:
                 if q < pr.q:
                     for i in cutlass.range_constexpr(VECTOR):
-                        value = acc[o * VECTOR + i]
-                        if cutlass.const_expr(e.scale):
-                            value = value * scales[i]
-                        if cutlass.const_expr(e.bias):
-                            value = value + biases[i]
-                        chunk[i] = el(activate(value, e.activation))
+                        chunk[i] = el(epilogue_value(acc[o * VECTOR + i], e, scales, biases, i))
                     target = (((n * pr.p + p) * pr.q + q) * pr.c + c0) // VECTOR + lane
                     cute.copy(copy16, chunk, y_vectors[(None, target)])

@@ -1,5 +1,6 @@
 """What dsl_direct's two kernels (kernel.py, kernel_mma.py) share: where a CTA's output tile lies, and the fused
-epilogue's activation."""
+epilogue (per-channel scale and bias, then the activation). Plain functions, called while a kernel is traced: their
+`if`s and loops run in Python, on values fixed at compile time."""
 from __future__ import annotations
 
 import math
@@ -20,6 +21,28 @@ def activate(v, activation: str):
     elif activation == "gelu":
         v = f32(0.5) * v * (f32(1.0) + cute.math.erf(v * f32(SQRT_HALF)))
     return v
+
+
+def channel_vectors(epilogue, m_scale, m_bias, first: int, count: int):
+    """The epilogue's scale and bias of channels first .. first + count - 1 in registers, as f32 (each left unset
+    where the epilogue has none)."""
+    scales = cute.make_rmem_tensor((count,), cutlass.Float32)
+    biases = cute.make_rmem_tensor((count,), cutlass.Float32)
+    for i in range(count):
+        if epilogue.scale:
+            scales[i] = m_scale[first + i]
+        if epilogue.bias:
+            biases[i] = m_bias[first + i]
+    return scales, biases
+
+
+def epilogue_value(value, epilogue, scales, biases, i: int):
+    """acc -> act(scale * acc + bias) for the i-th channel of channel_vectors' registers."""
+    if epilogue.scale:
+        value = value * scales[i]
+    if epilogue.bias:
+        value = value + biases[i]
+    return activate(value, epilogue.activation)
 
 
 def cta_tile_origin(problem, tile):

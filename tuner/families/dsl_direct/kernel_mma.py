@@ -21,7 +21,7 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .kernel_common import activate, cta_tile_origin
+from .kernel_common import channel_vectors, cta_tile_origin, epilogue_value
 from .spec import MMA_PIXELS, VECTOR, WARP, DirectBuildSpec
 
 HALF = MMA_PIXELS // 2  # the A and C fragments' second row block: pixels gid + 8
@@ -81,12 +81,16 @@ class MmaKernel:
         b = cute.make_rmem_tensor((taps,), i32)
         for tap in cutlass.range_constexpr(taps):
             b[tap] = wi[((group * VECTOR + gid) * taps + tap) * group_words + tig]
-        a = cute.make_rmem_tensor((t.columns * 2 * taps,), i32)
+        # the output pixel (p, q) of each of this lane's fragment rows: tile by tile, rows gid and gid + 8
+        rows = []
         for tile in cutlass.range_constexpr(t.columns):
             for half in cutlass.range_constexpr(2):
                 pixel = first_pixel + tile * MMA_PIXELS + half * HALF + gid
-                p = p0 + pixel // t.tile_q
-                q = q0 + pixel % t.tile_q
+                rows.append((p0 + pixel // t.tile_q, q0 + pixel % t.tile_q))
+        a = cute.make_rmem_tensor((t.columns * 2 * taps,), i32)
+        for tile in cutlass.range_constexpr(t.columns):
+            for half in cutlass.range_constexpr(2):
+                p, q = rows[tile * 2 + half]
                 for r in cutlass.range_constexpr(pr.r):
                     hh = p * pr.stride_h - pr.pad_h + r * pr.dilation_h
                     row_inside = i32(hh >= 0) * i32(hh < pr.h)
@@ -96,14 +100,7 @@ class MmaKernel:
                         index = (((n * pr.h + hh) * pr.w + ww) * words + channel_word) * inside
                         a[(tile * 2 + half) * taps + r * pr.s + s] = xi[index] * inside
 
-        scales = cute.make_rmem_tensor((2,), f32)
-        biases = cute.make_rmem_tensor((2,), f32)
-        for j in cutlass.range_constexpr(2):
-            k = group * VECTOR + 2 * tig + j
-            if cutlass.const_expr(e.scale):
-                scales[j] = mScale[k]
-            if cutlass.const_expr(e.bias):
-                biases[j] = mBias[k]
+        scales, biases = channel_vectors(e, mScale, mBias, group * VECTOR + 2 * tig, 2)
         packed = cute.make_rmem_tensor((2,), self.element)
         packed_word = cute.recast_tensor(packed, i32)
         for tile in cutlass.range_constexpr(t.columns):
@@ -112,16 +109,9 @@ class MmaKernel:
                 acc = mma_16x8x8(a[(tile * 2) * taps + tap], a[(tile * 2 + 1) * taps + tap], b[tap], acc,
                                  self.element_name)
             for half in cutlass.range_constexpr(2):
-                pixel = first_pixel + tile * MMA_PIXELS + half * HALF + gid
-                p = p0 + pixel // t.tile_q
-                q = q0 + pixel % t.tile_q
+                p, q = rows[tile * 2 + half]
                 if p < pr.p:
                     if q < pr.q:
                         for j in cutlass.range_constexpr(2):
-                            value = acc[2 * half + j]
-                            if cutlass.const_expr(e.scale):
-                                value = value * scales[j]
-                            if cutlass.const_expr(e.bias):
-                                value = value + biases[j]
-                            packed[j] = self.element(activate(value, e.activation))
+                            packed[j] = self.element(epilogue_value(acc[2 * half + j], e, scales, biases, j))
                         yi[((n * pr.p + p) * pr.q + q) * words + channel_word] = packed_word[0]
