@@ -131,6 +131,18 @@ def test_without_a_gpu_exits_2_with_the_offline_commands_and_writes_nothing(tmp_
     assert not (tmp_path / "tuner-cache").exists()
 
 
+@pytest.mark.parametrize("args", [["--layer", "conv_1", "--trials", "2"], ["bench", "--layers", "conv_1", "--steps", "cudnn"],
+                                  ["e2e", "--torchvision", "resnet50", "--batch", "1"]], ids=["tune", "bench", "e2e"])
+def test_under_a_profiler_the_timing_commands_exit_2_and_write_nothing(tmp_path, monkeypatch, args):
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/nsight-compute/target/libcuda-injection.so")
+    results = tmp_path / "results"
+    result = tune(*args, "--results-dir", str(results), tmp_path=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = one_error_line(result)
+    assert "a CUDA profiler is attached (CUDA_INJECTION64_PATH is set)" in line and "--ncu-top" in line
+    assert not results.exists() or not any(results.rglob("*"))
+
+
 @pytest.mark.parametrize("flag, value", [("--jobs", "-1"), ("--timeout", "0"), ("--timeout", "-5")])
 def test_non_positive_jobs_and_timeout_are_usage_errors(tmp_path, flag, value):
     result = tune("--layer", "conv_1", flag, value, "--results-dir", str(tmp_path / "results"), tmp_path=tmp_path)

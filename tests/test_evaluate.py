@@ -21,7 +21,7 @@ from tuner.measure.evaluate import (
     query_device_facts,
 )
 from tuner.families.base import LaunchArgs
-from tuner.measure.timing import Measurement
+from tuner.measure.timing import Measurement, ProfilerAttached
 from tuner.measure.protocol import EvaluateRequest
 from tuner.measure.run import KernelAttributes
 from tuner.build.abi import KernelBinary
@@ -246,6 +246,16 @@ def test_query_device_facts():
     with pytest.raises(GpuUnavailable, match="CuPy is not installed") as raised:
         query_device_facts(RecordingWorker({"status": "infra_error", "reason": "CuPy is not installed"}))
     assert not isinstance(raised.value, NoGpu)
+
+
+def test_query_device_facts_refuses_a_profiler_before_the_worker_is_asked(monkeypatch):
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/nsight-compute/target/linux-desktop-glibc_2_11_3-x64/libcuda-injection.so")
+    worker = RecordingWorker({"name": "NVIDIA H100 80GB HBM3", "sm_count": 132})
+    with pytest.raises(ProfilerAttached, match="CUDA_INJECTION64_PATH is set"):
+        query_device_facts(worker)
+    assert worker.requests == []
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", "")
+    assert query_device_facts(worker)["sm_count"] == 132
 
 
 def test_a_host_without_a_gpu_gets_the_one_message_with_the_offline_commands():

@@ -106,6 +106,9 @@ def checked_arguments(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str], console: Console) -> int:
     args = checked_arguments(argv)
+    from tuner.measure.timing import refuse_under_profiler
+
+    refuse_under_profiler()
     import torch
 
     if not torch.cuda.is_available():

@@ -16,6 +16,7 @@ from tuner.build.nvcc import ToolchainError
 from tuner.search.costmodel import PRIOR_PICKS
 from tuner.cli.diagnose import diagnose_command
 from tuner.measure.evaluate import GpuUnavailable, NoGpu
+from tuner.measure.timing import ProfilerAttached
 from tuner.families import registry
 from tuner.families.base import SpaceError
 from tuner.analysis.ncu import NcuReportError
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:], console)
         return tune(build_parser().parse_args(argv), argv, console)
-    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError, NoGpu) as error:
+    except (UsageError, ProblemError, SpaceError, NcuReportError, ResultsError, NetworkError, NoGpu,
+            ProfilerAttached) as error:
         return fail(str(error), EXIT_USAGE)
     except (ToolchainError, GpuUnavailable) as error:
         return fail(str(error), EXIT_ENVIRONMENT)

@@ -11,7 +11,7 @@ from queue import Empty, Queue
 
 from tuner.core.device import DeviceFacts, device_from_dict, volume
 from tuner.families.base import LaunchArgs
-from tuner.measure.timing import Measurement
+from tuner.measure.timing import Measurement, refuse_under_profiler
 from tuner.measure.protocol import EvaluateRequest
 from tuner.core.problem import ConvProblem
 from tuner.measure.run import KernelAttributes
@@ -174,6 +174,8 @@ class NoGpu(GpuUnavailable):
 
 
 def query_device_facts(worker: WorkerProcess) -> dict:
+    """The GPU's facts, asked of the worker; every GPU run (tune, bench) starts here, so a profiler is refused here."""
+    refuse_under_profiler()
     response = worker.request({"op": "device"})
     if response.get(NO_GPU):
         raise NoGpu(str(response.get("reason")))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Callable
@@ -19,6 +20,23 @@ MIN_LAUNCHES_PER_REPLAY = 64
 REPLAY_TARGET_US = 2000.0
 WARMUP_REPLAYS = 3
 REPEATS = 30
+# Set in the processes Nsight Compute and Nsight Systems launch (their CUDA injection library). Under ncu each launch
+# is replayed and serialised: a bench run under it wrote 93 µs for a 13.5 µs kernel into bench.yaml (H100).
+PROFILER_VARIABLES = ("CUDA_INJECTION64_PATH",)
+
+
+class ProfilerAttached(RuntimeError):
+    """The process runs under a CUDA profiler: any time it took would be the profiler's."""
+
+
+def refuse_under_profiler() -> None:
+    """Raise ProfilerAttached where a profiler injected itself into this process (before anything is timed)."""
+    for variable in PROFILER_VARIABLES:
+        if os.environ.get(variable):
+            raise ProfilerAttached(
+                f"a CUDA profiler is attached ({variable} is set): times taken under it are the profiler's and would "
+                "be written to results/; run without ncu or nsys (tune.py profiles its finalists with ncu itself, "
+                "--ncu-top)")
 
 
 @dataclass(frozen=True)
