@@ -123,6 +123,15 @@ CASES = {
                                            {**BASE, "tile": "128x112x64", "tile_q": 0}),
     "conv_n80_pingpong": (ConvProblem(n=32, h=32, w=32, c=64, k=80, r=3, s=3, pad=1),
                           {**BASE, "tile": "128x80x64", "schedule": "pingpong", "tile_q": 16}),
+    # clusters of 4 and 8 CTAs (cuDNN runs clusters of 8 and 12 on small-M layers): A multicast to 4 CTAs along N, B
+    # to 4 along M; a small-M 3x3 of Inception's 8x8 stage with 64x64 tiles, and a GEMM with split-K
+    "conv_small_m_cluster_4x2_bn_relu": (with_epilogue(ConvProblem(n=8, h=8, w=8, c=448, k=384, r=3, s=3, pad=1),
+                                                       "scale+bias+relu"),
+                                         {**BASE, "tile": "64x64x64", "schedule": "single", "cluster": "4x2x1",
+                                          "tile_q": 16}),
+    "conv_small_m_cluster_2x4": (ConvProblem(n=8, h=8, w=8, c=448, k=384, r=3, s=3, pad=1),
+                                 {**BASE, "tile": "64x64x64", "schedule": "single", "cluster": "2x4x1", "tile_q": 16}),
+    "gemm_cluster_1x4_split2": (LATE_GEMM_B1, {**BASE, "tile_q": 0, "split_k": 2, "cluster": "1x4x1"}),
     # the kernel of the planted wrong kernel: CONV with dilation 2 (pad 2 keeps the 16x16 output)
     "conv_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), BASE),
     # C < 8 (the stems): the producer warpgroup gathers A and B with K over (r, s, c); all but the first with more

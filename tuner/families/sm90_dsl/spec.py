@@ -25,6 +25,8 @@ MMA_K = 32                 # tile_k is a multiple of it: two 16-bit wgmmas (K 16
 SWIZZLE_ROW_BYTES = (32, 64, 128)  # a stage's row of A or B, tile_k elements, is one swizzle's row
 MAX_TMA_BOX = 256          # elements along any dimension of a TMA box
 SMEM_CAPACITY = 232448     # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
+CLUSTER_SIDES = (1, 2, 4)  # CTAs of a cluster along M and along N
+MAX_CLUSTER = 8            # CTAs a cluster: the portable maximum (cuDNN runs 8 and 12 on the small-M and wide layers)
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 
 
