@@ -57,35 +57,65 @@ def test_a_seed_an_interrupted_run_asked_but_never_measured_is_queued_again(conv
     assert sorted(map(str, waiting)) == sorted(map(str, queued))  # every seed queued once, the failed one again
 
 
-def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h100):
-    """The bare twin's study ranks its configurations; the fused layer gets the fastest that can carry
-    the epilogue (the no-smem epilogue cannot), built for the fused problem."""
+def recorded_twin(folder, storage, problem, ranked: list[tuple[str, str, float]]) -> None:
+    """A best.yaml entry in `folder` for `problem`, whose sm90_conv study in `storage` measured the
+    (tile, epilogue, µs) of `ranked`."""
     import yaml
     from optuna.distributions import CategoricalDistribution
 
+    from tuner.core.problem import problem_to_dict
+
+    twin = open_study("twin", storage, seed=0)
+    for tile, epilogue, us in ranked:
+        params = {"family": "sm90_conv", "sm90_conv.tile": tile, "sm90_conv.cluster": "1x1x1",
+                  "sm90_conv.stages": 0, "sm90_conv.epilogue": epilogue}
+        twin.add_trial(optuna.trial.create_trial(
+            value=us, params=params, user_attrs={"status": "ok"},
+            distributions={k: CategoricalDistribution([v]) for k, v in params.items()}))
+    (folder / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"twin_layer": {
+        "problem": problem_to_dict(problem), "family": "sm90_conv", "params": {"tile": ranked[0][0]}, "kernel": "k",
+        "runtime_us": min(us for _, _, us in ranked), "study": {"name": "twin"}}}}))
+
+
+def test_a_fused_layer_is_seeded_with_its_bare_twins_fastest_configs(tmp_path, h100):
+    """The bare twin's study ranks its configurations; the fused layer gets the fastest that can carry
+    the epilogue (the no-smem epilogue cannot), built for the fused problem."""
     from tuner.core.epilogue import parse_epilogue
-    from tuner.core.problem import ConvProblem, problem_to_dict
+    from tuner.core.problem import ConvProblem
     from tuner.search.space import default_space_file, load_space
 
     bare = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
     fused = replace(bare, epilogue=parse_epilogue("scale+bias+relu"))
     joint = JointSpace((load_space(default_space_file("sm90_conv")),))
     storage = optuna.storages.InMemoryStorage()
-    twin = open_study("twin", storage, seed=0)
-    ranked_params = [("128x128x64", "nosmem", 10.0), ("64x128x64", "tma", 11.0), ("128x128x64", "tma", 12.0),
-                     ("64x64x64", "tma", 13.0)]
-    for tile, epilogue, us in reversed(ranked_params):
-        params = {"family": "sm90_conv", "sm90_conv.tile": tile, "sm90_conv.cluster": "1x1x1",
-                  "sm90_conv.stages": 0, "sm90_conv.epilogue": epilogue}
-        twin.add_trial(optuna.trial.create_trial(
-            value=us, params=params, user_attrs={"status": "ok"},
-            distributions={k: CategoricalDistribution([v]) for k, v in params.items()}))
-    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"layer_count": 1, "layers": {"twin_layer": {
-        "problem": problem_to_dict(bare), "family": "sm90_conv", "params": {"tile": "128x128x64"}, "kernel": "k",
-        "runtime_us": 10.0, "study": {"name": "twin"}}}}))
+    recorded_twin(tmp_path, storage, bare, [("64x64x64", "tma", 13.0), ("128x128x64", "tma", 12.0),
+                                            ("64x128x64", "tma", 11.0), ("128x128x64", "nosmem", 10.0)])
     seeds = twin_seeds(tmp_path, storage, fused, joint, h100, count=2)
     assert [(s.tile.text, s.epilogue.value) for s in seeds] == [("64x128x64", "tma"), ("128x128x64", "tma")]
     assert all(s.fusion == fused.epilogue for s in seeds)
     assert twin_seeds(tmp_path, storage, bare, joint, h100) == []  # a bare layer has no twin to learn from
     other = replace(fused, k=512)
     assert twin_seeds(tmp_path, storage, other, joint, h100) == []
+
+
+def test_a_bf16_layer_is_seeded_with_its_f16_twins_fastest_configs(tmp_path, h100):
+    """The same convolution in the other 16-bit type: what the f16 study found fastest, built in bf16; an f32 or
+    e4m3 layer has no type twin."""
+    from tuner.core.dtypes import DataType
+    from tuner.core.problem import ConvProblem
+    from tuner.search.seeds import twin_problems
+    from tuner.search.space import default_space_file, load_space
+
+    f16 = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
+    bf16 = replace(f16, input_type=DataType.bf16, filter_type=DataType.bf16, output_type=DataType.bf16)
+    joint = JointSpace((load_space(default_space_file("sm90_conv")),))
+    storage = optuna.storages.InMemoryStorage()
+    recorded_twin(tmp_path, storage, f16, [("64x64x64", "tma", 13.0), ("128x128x64", "tma", 12.0),
+                                           ("64x128x64", "tma", 11.0)])
+    seeds = twin_seeds(tmp_path, storage, bf16, joint, h100, count=2)
+    assert [s.tile.text for s in seeds] == ["64x128x64", "128x128x64"]
+    assert all(s.input_type is DataType.bf16 and s.output_type is DataType.bf16 for s in seeds)
+    assert twin_problems(bf16) == [f16] and twin_problems(f16) == [bf16]
+    tf32 = replace(f16, input_type=DataType.tf32, filter_type=DataType.tf32, output_type=DataType.f32)
+    assert twin_problems(tf32) == []
+    assert twin_seeds(tmp_path, storage, replace(bf16, k=512), joint, h100) == []  # no twin measured

@@ -1,6 +1,6 @@
 """What a layer's study measures first, queued before the search (Optuna's enqueue_trial): the reference
-configuration, the fastest configurations this GPU's landscapes recorded for the layer, those its bare twin
-measured fastest, and the cost model's picks."""
+configuration, the fastest configurations this GPU's landscapes recorded for the layer, those its twins (the bare
+convolution, the same one in the other 16-bit type) measured fastest, and the cost model's picks."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 
 from tuner.core.device import DeviceFacts
+from tuner.core.dtypes import DataType
 from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem
 from tuner.families import registry
@@ -20,8 +21,12 @@ from tuner.search.trials import params_key, queued_keys, recorded_trials
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
 LANDSCAPE_SEEDS = 2
-# Configurations a layer with an epilogue takes from its bare twin's study (twin_seeds).
+# Configurations a layer takes from each twin's study (twin_seeds).
 TWIN_SEEDS = 4
+# The 16-bit types whose kernels tile alike (the same wgmma and mma shapes, the same bytes): a bf16 layer's study
+# starts from what its f16 twin found fastest, and the other way round. On the H100 the cold bf16 tunes of stage 5
+# at batch 32 stayed behind f16's (s5_3x3 1.18 of cuDNN against 0.87) where f16 had studies of several sessions.
+TYPE_TWINS = {DataType.f16: DataType.bf16, DataType.bf16: DataType.f16}
 
 
 def reference_config(joint: JointSpace, problem: ConvProblem, device: DeviceFacts) -> KernelConfig | None:
@@ -50,24 +55,36 @@ def landscape_seeds(folder: Path | None, layer: str, problem: ConvProblem, joint
     return seeds
 
 
+def twin_problems(problem: ConvProblem) -> list[ConvProblem]:
+    """The convolutions whose fastest configurations are the first worth trying for `problem`: without its
+    epilogue (which costs a kernel little), and in the other 16-bit type, where its types are one 16-bit type."""
+    twins = [replace(problem, epilogue=Epilogue())] if problem.epilogue.fused else []
+    other = TYPE_TWINS.get(problem.input_type)
+    if other is not None and problem.filter_type is problem.input_type and problem.output_type is problem.input_type:
+        twins.append(replace(problem, input_type=other, filter_type=other, output_type=other))
+    return twins
+
+
 def twin_seeds(folder: Path | None, storage: optuna.storages.BaseStorage | str | None, problem: ConvProblem,
                joint: JointSpace, device: DeviceFacts, count: int = TWIN_SEEDS) -> list[KernelConfig]:
-    """For a layer with an epilogue: the `count` fastest configurations its bare twin (the same
-    convolution without the epilogue, a best.yaml entry of this GPU) measured in its study, built with the
-    epilogue. The epilogue costs a kernel little, so they are the first candidates worth trying."""
-    if folder is None or not problem.epilogue.fused:
+    """The `count` fastest configurations each twin of the layer (twin_problems, a best.yaml entry of this GPU)
+    measured in its study, built for the layer's own problem, in twin order."""
+    if folder is None:
         return []
-    bare = replace(problem, epilogue=Epilogue())
-    seeds = []
-    for measured in MeasurementDB(folder, storage).top_k(bare, None, sources=(Source.tuned,)):
-        try:
-            config = make_config(problem, measured.family, measured.config.search_params)
-        except (SpaceError, ValueError):
-            continue
-        if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
-            seeds.append(config)
-        if len(seeds) == count:
-            break
+    seeds: list[KernelConfig] = []
+    measurements = MeasurementDB(folder, storage)
+    for twin in twin_problems(problem):
+        found = 0
+        for measured in measurements.top_k(twin, None, sources=(Source.tuned,)):
+            try:
+                config = make_config(problem, measured.family, measured.config.search_params)
+            except (SpaceError, ValueError):
+                continue
+            if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
+                seeds.append(config)
+                found += 1
+            if found == count:
+                break
     return seeds
 
 
