@@ -257,3 +257,31 @@ def test_every_narrow_space_loads_and_has_its_docs_row():
     for path in narrow:
         assert load_space(path).family in registry.names(), path.name
         assert f"`{path.name}`" in documented, path.name
+
+
+def test_a_large_space_is_checked_in_worker_processes_with_the_same_result():
+    """A large space is checked a slice of its first knob a child process (sm80's 56 K here, for a shorter test than
+    sm90_gemm's 311 K that crosses PARALLEL_CHECK_CONFIGS); the valid configurations and their order are those of
+    checking it here."""
+    from tuner.search import space as space_module
+
+    space = load_space(default_space_file("sm80"))
+    problem = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
+    here = space_module.checked_configs(space, problem, H100)
+    assert len(here) > 1000
+    assert space_module._checked_in_parallel(space, problem, H100, workers=2) == here
+
+
+def test_a_worker_that_cannot_start_leaves_the_check_to_this_process(monkeypatch):
+    from tuner.search import space as space_module
+
+    space = load_space(default_space_file("sm90_conv"))
+    problem = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
+    here = space_module.checked_configs(space, problem, H100)
+    monkeypatch.setattr(space_module, "PARALLEL_CHECK_CONFIGS", 1)
+    monkeypatch.setattr(space_module.sys, "executable", "/nonexistent/python")
+    space_module._valid_configs.cache_clear()
+    try:
+        assert tuple(space_module.valid_configs(space, problem, H100)) == here
+    finally:
+        space_module._valid_configs.cache_clear()

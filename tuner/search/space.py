@@ -7,6 +7,10 @@ import functools
 import hashlib
 import itertools
 import json
+import os
+import pickle
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -25,6 +29,12 @@ SPACES = REPO / "search_spaces"
 FAMILY_PARAM = "family"
 # Space files larger than this are not a search space; refuse before parsing them.
 MAX_SPACE_BYTES = 1 << 20
+# A space of at least this many configurations is checked in child processes, a slice of its first knob each: the
+# static checks cost about 60 us a configuration in Python, and a TF32 1x1 layer's study spent 17-20 s setting up on
+# the H100 host (16 cores), most of it checking its sm90_gemm space of 311 K. On this project's 2-vCPU CI host two
+# children took 17.1 s where one process took 20.7 (sm90_gemm's 311 K) and 4.8 where it took 4.2 (sm80's 56 K): a
+# child's start (1 s of imports) pays only for the large spaces.
+PARALLEL_CHECK_CONFIGS = 100_000
 
 
 def default_space_file(family: str) -> Path:
@@ -79,9 +89,49 @@ def _valid_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts
     family = registry.get(space.family)
     if registry.why_not(family, problem, device):
         return ()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(cpus, len(space.choices_items[0][1]) if space.choices_items else 1)
+    if space.size >= PARALLEL_CHECK_CONFIGS and workers > 1:
+        try:
+            return _checked_in_parallel(space, problem, device, workers)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            pass  # a worker could not start or died: check them in this process
+    return checked_configs(space, problem, device)
+
+
+def checked_configs(space: SearchSpace, problem: ConvProblem, device: DeviceFacts) -> tuple[KernelConfig, ...]:
+    """The space's configurations that pass the family's static checks, in the product's order, each once."""
+    family = registry.get(space.family)
     # dict.fromkeys: knobs a problem does not use (sm90_dsl's tile_q in a GEMM) make one configuration twice
     return tuple(c for c in dict.fromkeys(all_configs(space, problem))
                  if not family.rules.static_problems(c, problem, device))
+
+
+def _checked_in_parallel(space: SearchSpace, problem: ConvProblem, device: DeviceFacts,
+                         workers: int) -> tuple[KernelConfig, ...]:
+    """checked_configs' result, in its order: one slice of the space a value of its first knob (the product's outer
+    loop), dealt to `workers` processes of tuner.search.check_slices (plain child processes: multiprocessing's would
+    import the caller's main module again, and fork would copy the tuner's threads mid-lock)."""
+    (first, values), rest = space.choices_items[0], space.choices_items[1:]
+    slices = [SearchSpace(space.family, ((first, (value,)), *rest)) for value in values]
+    dealt = [list(range(i, len(slices), workers)) for i in range(workers)]
+    children = [subprocess.Popen([sys.executable, "-m", "tuner.search.check_slices"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, cwd=REPO) for _ in dealt]
+    try:
+        for child, indices in zip(children, dealt):
+            child.stdin.write(pickle.dumps(([slices[i] for i in indices], problem, device)))
+            child.stdin.close()
+        parts: dict[int, tuple[KernelConfig, ...]] = {}
+        for child, indices in zip(children, dealt):
+            parts.update(zip(indices, pickle.loads(child.stdout.read())))
+            if child.wait() != 0:
+                raise OSError(f"tuner.search.check_slices exited {child.returncode}")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return tuple(dict.fromkeys(c for i in range(len(slices)) for c in parts[i]))
 
 
 @dataclass(frozen=True)
