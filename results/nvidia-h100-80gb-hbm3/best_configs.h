@@ -1007,6 +1007,166 @@ class Sm90GemmRunner {
   void *workspace_ = nullptr;
 };
 
+// Binds an sm90_conv kernel, run on a space-to-depth fold, to the tuner's problem array (the sm90_s2d
+// family). A stride-s conv over C channels is the stride-1 conv over s*s*C channels of the input folded
+// s x s: x'[n, i, j, (a, b, c)] = x[n, i*s + a - pad_h, j*s + b - pad_w, c], zero outside the image and in the
+// channels padded up to a multiple of 8; the filter folds the same way with pad 0 (taps past R or S zero).
+// run() folds the activations, then runs the conv; initialize() folds the filter once, as an inference
+// build does with its constant weights. Both folds live in the workspace.
+namespace tuner_s2d {
+
+struct Fold {
+  int n, h, w, c;   // the source, NHWC (or a KRSC filter)
+  int stride, pad_h, pad_w;
+  int h2, w2, c2;   // the folded tensor: n x h2 x w2 x c2, c2 a multiple of 8
+};
+
+// One thread folds one pixel: all c2 channels, in 16-byte stores, walking the source taps (a, b) and
+// channels c with counters (a first version divided per element and took 36 us on the batch-32 stem,
+// compute-bound on the integer divisions, ncu).
+template <typename T>
+__global__ void fold(const T *__restrict__ source, T *__restrict__ folded, Fold f) {
+  const int pixels = f.n * f.h2 * f.w2;
+  for (int pixel = blockIdx.x * blockDim.x + threadIdx.x; pixel < pixels; pixel += gridDim.x * blockDim.x) {
+    const int j = pixel % f.w2;
+    const int rest = pixel / f.w2;
+    const int i = rest % f.h2;
+    const int image = rest / f.h2;
+    const int top = i * f.stride - f.pad_h, left = j * f.stride - f.pad_w;
+    const T *image_base = source + int64_t(image) * f.h * f.w * f.c;
+    uint4 *out = reinterpret_cast<uint4 *>(folded + int64_t(pixel) * f.c2);
+    constexpr int kPerStore = 16 / sizeof(T);  // 8 16-bit elements, 4 of 32 bits (tf32)
+    int a = 0, b = 0, c = 0;  // the source tap and channel of the next folded channel
+    for (int group = 0; group < f.c2 / kPerStore; ++group) {
+      alignas(16) T values[kPerStore];
+#pragma unroll
+      for (int e = 0; e < kPerStore; ++e) {
+        const int y = top + a, x = left + b;
+        T value = T(0);
+        if (a < f.stride && y >= 0 && y < f.h && x >= 0 && x < f.w) {
+          value = image_base[(int64_t(y) * f.w + x) * f.c + c];
+        }
+        values[e] = value;
+        if (++c == f.c) {
+          c = 0;
+          if (++b == f.stride) { b = 0; ++a; }
+        }
+      }
+      out[group] = *reinterpret_cast<const uint4 *>(values);
+    }
+  }
+}
+
+inline size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace tuner_s2d
+
+template <typename Conv>
+class Sm90S2dRunner {
+  using Inner = Sm90ConvRunner<Conv>;
+  using Element = typename Inner::ElementA;
+  static_assert(sizeof(Element) == 2 || sizeof(Element) == 4, "the fold writes whole elements in 16-byte stores");
+
+ public:
+  using ElementA = typename Inner::ElementA;
+  using ElementB = typename Inner::ElementB;
+  using ElementC = typename Inner::ElementC;
+
+  static cutlass::Status can_implement(const TunerProblem &p) {
+    if (p.n <= 0 || p.h <= 0 || p.w <= 0 || p.c <= 0 || p.k <= 0 || p.r <= 0 || p.s <= 0 || p.pad_h < 0 ||
+        p.pad_w < 0) {
+      return cutlass::Status::kErrorInvalidProblem;
+    }
+    // one fold of s x s pixels: the same stride on both axes
+    if (p.stride_h < 2 || p.stride_w != p.stride_h || p.dilation_h != 1 || p.dilation_w != 1 || p.split_k != 1 ||
+        p.groups != 1) {
+      return cutlass::Status::kErrorNotSupported;
+    }
+    const int P = (p.h + 2 * p.pad_h - p.r) / p.stride_h + 1;
+    const int Q = (p.w + 2 * p.pad_w - p.s) / p.stride_w + 1;
+    if (P <= 0 || Q <= 0 || P != p.p || Q != p.q) return cutlass::Status::kErrorInvalidProblem;
+    const FoldSizes sizes = sizes_of(p);
+    if (sizes.activations >= (int64_t(1) << 31) || sizes.filter >= (int64_t(1) << 31)) {
+      return cutlass::Status::kErrorNotSupported;  // the fold indexes pixels in int
+    }
+    return Inner::can_implement(folded(p));
+  }
+
+  static size_t workspace_bytes(const TunerProblem &p) {
+    const FoldSizes sizes = sizes_of(p);
+    return tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element)) +
+           tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element)) +
+           Inner::workspace_bytes(folded(p));
+  }
+
+  static void grid(const TunerProblem &p, int32_t *grid) { Inner::grid(folded(p), grid); }
+
+  static cudaError_t attributes(int32_t *attrs) { return Inner::attributes(attrs); }
+
+  // The folded conv has the layer's output, so the epilogue's operands pass through unchanged.
+  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
+                             void *workspace, cudaStream_t stream) {
+    if (workspace == nullptr) return cutlass::Status::kErrorWorkspaceNull;
+    const TunerProblem kernel = folded(p);
+    const FoldSizes sizes = sizes_of(p);
+    char *base = static_cast<char *>(workspace);
+    Element *x2 = reinterpret_cast<Element *>(base);
+    base += tuner_s2d::round_up(size_t(sizes.activations) * sizes.channels * sizeof(Element));
+    Element *w2 = reinterpret_cast<Element *>(base);
+    base += tuner_s2d::round_up(size_t(sizes.filter) * sizes.channels * sizeof(Element));
+    activations_ = {p.n, p.h, p.w, p.c, p.stride_h, p.pad_h, p.pad_w, kernel.h, kernel.w, kernel.c};
+    const tuner_s2d::Fold filter{p.k, p.r, p.s, p.c, p.stride_h, 0, 0, kernel.r, kernel.s, kernel.c};
+    x_ = static_cast<const Element *>(x);
+    x2_ = x2;
+    blocks_ = blocks_for(sizes.activations);
+    tuner_s2d::fold<<<blocks_for(sizes.filter), kThreads, 0, stream>>>(static_cast<const Element *>(w), w2, filter);
+    if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
+    return inner_.initialize(kernel, x2, w2, y, epilogue, base, stream);
+  }
+
+  cutlass::Status run(cudaStream_t stream) {
+    tuner_s2d::fold<<<blocks_, kThreads, 0, stream>>>(x_, x2_, activations_);
+    if (cudaGetLastError() != cudaSuccess) return cutlass::Status::kErrorInternal;
+    return inner_.run(stream);
+  }
+
+ private:
+  using Fold = tuner_s2d::Fold;
+  static constexpr int kThreads = 256;
+  struct FoldSizes { int64_t activations, filter, channels; };  // pixels of each folded tensor; their channels
+
+  static int blocks_for(int64_t pixels) {
+    return int(std::min<int64_t>((pixels + kThreads - 1) / kThreads, int64_t(1) << 16));
+  }
+
+  // The stride-1 problem the conv kernel runs: ceil(R/s) x ceil(S/s) taps over s*s*C channels (padded to
+  // a multiple of 8), unpadded, on a folded input of P + R' - 1 rows, so its output is the layer's.
+  static TunerProblem folded(const TunerProblem &p) {
+    const int stride = p.stride_h;
+    TunerProblem kernel = p;
+    kernel.r = (p.r + stride - 1) / stride;
+    kernel.s = (p.s + stride - 1) / stride;
+    kernel.h = p.p + kernel.r - 1;
+    kernel.w = p.q + kernel.s - 1;
+    kernel.c = (stride * stride * p.c + 7) / 8 * 8;
+    kernel.pad_h = kernel.pad_w = 0;
+    kernel.stride_h = kernel.stride_w = kernel.dilation_h = kernel.dilation_w = 1;
+    kernel.split_k = 1;
+    return kernel;
+  }
+
+  static FoldSizes sizes_of(const TunerProblem &p) {
+    const TunerProblem kernel = folded(p);
+    return {int64_t(kernel.n) * kernel.h * kernel.w, int64_t(kernel.k) * kernel.r * kernel.s, kernel.c};
+  }
+
+  Inner inner_;
+  Fold activations_{};
+  const Element *x_ = nullptr;
+  Element *x2_ = nullptr;
+  int blocks_ = 1;
+};
+
 // ---- kernels compiled by the CuTe DSL (the sm90_dsl family) -------------------------------------------
 // These layers' kernels are not C++ templates: the DSL compiled each one for exactly its problem, and
 // `tune.py export` put their objects in dsl/libtuned_dsl.a next to this header (built with nvidia-cutlass-dsl
@@ -1287,25 +1447,50 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using bf_r50_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_2048to512_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s5_1x1_2048to512_b1_runner = DslRunner<bf_r50_s5_1x1_2048to512_b1>;
 
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_2048to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_2048to512_b32;
+using bf_r50_s5_1x1_2048to512_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_2048to512_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_1x1_2048to512_b32_runner = DslRunner<bf_r50_s5_1x1_2048to512_b32>;
+
 // Config: dsl_64x16x64_c1x1_single_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_512to2048_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_512to2048_b1;
 using bf_r50_s5_1x1_512to2048_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_512to2048_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s5_1x1_512to2048_b1_runner = DslRunner<bf_r50_s5_1x1_512to2048_b1>;
+
+// Config: dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object bf_r50_s5_1x1_512to2048_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_512to2048_b32;
+using bf_r50_s5_1x1_512to2048_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_1x1_512to2048_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_1x1_512to2048_b32_runner = DslRunner<bf_r50_s5_1x1_512to2048_b32>;
 
 // Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object bf_r50_s5_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_b1;
 using bf_r50_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s5_3x3_b1_runner = DslRunner<bf_r50_s5_3x3_b1>;
 
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_bf16_bf16_bf16_f32_n32h7w7c512k512r3s3p1u1d1 (CuTe DSL; object bf_r50_s5_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_b32;
+using bf_r50_s5_3x3_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_3x3_b32_runner = DslRunner<bf_r50_s5_3x3_b32>;
+
 // Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object bf_r50_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_s2_b1;
 using bf_r50_s5_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s5_3x3_s2_b1_runner = DslRunner<bf_r50_s5_3x3_s2_b1>;
 
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_bf16_bf16_bf16_f32_n32h14w14c512k512r3s3p1u2d1 (CuTe DSL; object bf_r50_s5_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_s2_b32;
+using bf_r50_s5_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_3x3_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_3x3_s2_b32_runner = DslRunner<bf_r50_s5_3x3_s2_b32>;
+
 // Config: dsl_64x16x64_q8_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object bf_r50_s5_down_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_down_s2_b1;
 using bf_r50_s5_down_s2_b1 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_down_s2_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s5_down_s2_b1_runner = DslRunner<bf_r50_s5_down_s2_b1>;
+
+// Config: dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object bf_r50_s5_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_down_s2_b32;
+using bf_r50_s5_down_s2_b32 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_s5_down_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
+using bf_r50_s5_down_s2_b32_runner = DslRunner<bf_r50_s5_down_s2_b32>;
 
 // Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h224w224c3k64r7s7p3u2d1 (CuTe DSL; object bf_r50_stem_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_bf_r50_stem_b1;
@@ -2228,7 +2413,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception_v3_b8_Mixed_5d_branch5x5_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_5d_branch5x5_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner = DslRunner<inception_v3_b8_Mixed_5d_branch5x5_1_conv>;
 
-// Config: dsl_128x192x64_q8_c2x1_cooperative_sauto_rn_sw2_sk2_f16_f16_f16_f32_esbrelu_n8h35w35c288k384r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_6a_branch3x3_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x128x64_qauto_c2x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k384r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_6a_branch3x3_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6a_branch3x3_conv;
 using inception_v3_b8_Mixed_6a_branch3x3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6a_branch3x3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_6a_branch3x3_conv_runner = DslRunner<inception_v3_b8_Mixed_6a_branch3x3_conv>;
@@ -2303,7 +2488,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception_v3_b8_Mixed_6e_branch7x7_3_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_6e_branch7x7_3_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner = DslRunner<inception_v3_b8_Mixed_6e_branch7x7_3_conv>;
 
-// Config: dsl_128x80x64_qauto_c1x2_cooperative_s4_rn_sw4_sk4_f16_f16_f16_f32_esbrelu_n8h17w17c192k320r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_7a_branch3x3_2_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x64_q16_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h17w17c192k320r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Mixed_7a_branch3x3_2_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7a_branch3x3_2_conv;
 using inception_v3_b8_Mixed_7a_branch3x3_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7a_branch3x3_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner = DslRunner<inception_v3_b8_Mixed_7a_branch3x3_2_conv>;
@@ -2323,7 +2508,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception_v3_b8_Mixed_7b_branch3x3_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3_1_conv>;
 
-// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r1s3p0x1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3_2a_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x48x64_q16_c1x2_single_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r1s3p0x1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3_2a_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_2a_conv;
 using inception_v3_b8_Mixed_7b_branch3x3_2a_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3_2a_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3_2a_conv>;
@@ -2338,7 +2523,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv>;
 
-// Config: dsl_128x48x64_q16_c1x2_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c448k384r3s3p1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x64x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c448k384r3s3p1u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv;
 using inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv>;
@@ -2348,12 +2533,12 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception_v3_b8_Mixed_7b_branch_pool_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7b_branch_pool_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7b_branch_pool_conv_runner = DslRunner<inception_v3_b8_Mixed_7b_branch_pool_conv>;
 
-// Config: dsl_128x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch1x1_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch1x1_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch1x1_conv;
 using inception_v3_b8_Mixed_7c_branch1x1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch1x1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7c_branch1x1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch1x1_conv>;
 
-// Config: dsl_64x64x64_c1x1_single_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch3x3_1_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch3x3_1_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3_1_conv;
 using inception_v3_b8_Mixed_7c_branch3x3_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch3x3_1_conv>;
@@ -2363,7 +2548,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv>;
 
-// Config: dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch_pool_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch_pool_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch_pool_conv;
 using inception_v3_b8_Mixed_7c_branch_pool_conv = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_inception_v3_b8_Mixed_7c_branch_pool_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7c_branch_pool_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch_pool_conv>;
@@ -4583,17 +4768,17 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400_trunk_output_block1_block1_0_f_a_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_a_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b8>;
 
-// Config: direct_8x8_c16_x4_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_4x8_c16_x2_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_b_0_b8;
 using regnety400_trunk_output_block1_block1_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block1_block1_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_b_0_b8>;
 
-// Config: direct_16x8_c8_x4_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_0_f_b_0_b8;
 using regnety400_trunk_output_block2_block2_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_0_f_b_0_b8>;
 
-// Config: direct_4x16_c8_x2_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_b_0_b8;
 using regnety400_trunk_output_block2_block2_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_b_0_b8>;
@@ -4613,17 +4798,17 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400_trunk_output_block2_block2_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block2_block2_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b8>;
 
-// Config: direct_16x16_c8_x2_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_2x16_c104_x1_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_0_f_b_0_b8;
 using regnety400_trunk_output_block3_block3_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block3_block3_0_f_b_0_b8>;
 
-// Config: direct_8x16_c8_x2_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_16x8_c8_x2_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_1_f_b_0_b8;
 using regnety400_trunk_output_block3_block3_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block3_block3_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block3_block3_1_f_b_0_b8>;
 
-// Config: direct_4x8_c8_x1_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_4x8_c8_x2_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_f_b_0_b8;
 using regnety400_trunk_output_block4_block4_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_f_b_0_b8>;
@@ -4643,7 +4828,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_
 using regnety400_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b8>;
 
-// Config: direct_8x8_c8_x2_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+// Config: direct_mma_8x8_c8_x4_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_b_0_b8;
 using regnety400_trunk_output_block4_block4_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400_trunk_output_block4_block4_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_b_0_b8>;
@@ -4707,6 +4892,465 @@ using regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<reg
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b8;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_regnety400f_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b8>;
+
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
+// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
+// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
+namespace tf_r50_s2_1x1_256to64_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 4,
+    float, cutlass::layout::RowMajor, 4,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
+    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s2_1x1_256to64_b32_detail
+using tf_r50_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_256to64_b32_detail::GemmKernel>;
+
+using tf_r50_s2_1x1_256to64_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_256to64_b32>;
+
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
+// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
+// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x2x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
+namespace tf_r50_s2_1x1_64to256_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 4,
+    float, cutlass::layout::RowMajor, 4,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
+    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s2_1x1_64to256_b32_detail
+using tf_r50_s2_1x1_64to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_64to256_b32_detail::GemmKernel>;
+
+using tf_r50_s2_1x1_64to256_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_64to256_b32>;
+
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
+// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
+// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
+namespace tf_r50_s2_1x1_64to64_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 4,
+    float, cutlass::layout::RowMajor, 4,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
+    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s2_1x1_64to64_b32_detail
+using tf_r50_s2_1x1_64to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_64to64_b32_detail::GemmKernel>;
+
+using tf_r50_s2_1x1_64to64_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_64to64_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_128x64x64_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_s2_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s2_3x3_b32_detail
+using tf_r50_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s2_3x3_b32_detail::Kernel>;
+
+using tf_r50_s2_3x3_b32_runner = Sm90ConvRunner<tf_r50_s2_3x3_b32>;
+
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
+// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
+// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
+namespace tf_r50_s3_1x1_128to512_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 4,
+    float, cutlass::layout::RowMajor, 4,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
+    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s3_1x1_128to512_b32_detail
+using tf_r50_s3_1x1_128to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s3_1x1_128to512_b32_detail::GemmKernel>;
+
+using tf_r50_s3_1x1_128to512_b32_runner = Sm90GemmRunner<tf_r50_s3_1x1_128to512_b32>;
+
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
+// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
+// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
+namespace tf_r50_s3_1x1_256to128_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::RowMajor, 4,
+    float, cutlass::layout::RowMajor, 4,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
+    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s3_1x1_256to128_b32_detail
+using tf_r50_s3_1x1_256to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s3_1x1_256to128_b32_detail::GemmKernel>;
+
+using tf_r50_s3_1x1_256to128_b32_runner = Sm90GemmRunner<tf_r50_s3_1x1_256to128_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_s3_1x1_512to128_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<32>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s3_1x1_512to128_b32_detail
+using tf_r50_s3_1x1_512to128_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s3_1x1_512to128_b32_detail::Kernel>;
+
+using tf_r50_s3_1x1_512to128_b32_runner = Sm90ConvRunner<tf_r50_s3_1x1_512to128_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_s3_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<32>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s3_3x3_b32_detail
+using tf_r50_s3_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s3_3x3_b32_detail::Kernel>;
+
+using tf_r50_s3_3x3_b32_runner = Sm90ConvRunner<tf_r50_s3_3x3_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_s3_3x3_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<32>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s3_3x3_s2_b32_detail
+using tf_r50_s3_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s3_3x3_s2_b32_detail::Kernel>;
+
+using tf_r50_s3_3x3_s2_b32_runner = Sm90ConvRunner<tf_r50_s3_3x3_s2_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_128x128x32_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_s3_down_s2_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<32>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_s3_down_s2_b32_detail
+using tf_r50_s3_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s3_down_s2_b32_detail::Kernel>;
+
+using tf_r50_s3_down_s2_b32_runner = Sm90ConvRunner<tf_r50_s3_down_s2_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: s2d_256x64x16_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_stem_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<16>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_stem_b32_detail
+using tf_r50_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_stem_b32_detail::Kernel>;
+
+using tf_r50_stem_b32_runner = Sm90S2dRunner<tf_r50_stem_b32>;
 
 // Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_0.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_21nvidia_h100_80gb_hbm3_vgg11_b32_features_0;
@@ -5064,10 +5708,15 @@ constexpr TunedLayer kLayers[] = {
     {"bf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.484, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-27T21:03:53+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.530, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-27T21:11:04+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 4, 0, 1, 128, 32, 64, 7.725, "dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_bf16_bf16_bf16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-27T21:04:38+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.871, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h7w7c2048k512r1s1p0u1d1", "2026-11-28T00:48:34+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.939, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-27T21:04:27+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 9.637, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-28T00:48:22+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.537, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-27T21:04:50+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 21.802, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_bf16_bf16_bf16_f32_n32h7w7c512k512r3s3p1u1d1", "2026-11-28T00:48:52+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.668, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h14w14c512k512r3s3p1u2d1", "2026-11-27T21:04:06+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 20.051, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_bf16_bf16_bf16_f32_n32h14w14c512k512r3s3p1u2d1", "2026-11-28T00:47:56+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.913, "dsl_64x16x64_q8_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-27T21:04:18+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 13.978, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-28T00:48:12+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.451, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h224w224c3k64r7s7p3u2d1", "2026-11-27T21:00:41+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 73.356, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_bf16_bf16_bf16_f32_n32h224w224c3k64r7s7p3u2d1", "2026-11-27T21:05:02+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_conv", 1, 0, 1, 64, 64, 32, 3.832, "sm90c_64x64x32_c1x2x1_sauto_tma_a4_f16_f16_f32_f32", "2026-11-22T23:21:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05, false, 0, 0},
@@ -5240,7 +5889,7 @@ constexpr TunedLayer kLayers[] = {
     {"inception_v3_b8_Mixed_5c_branch5x5_1_conv", 8, 35, 35, 256, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 48, 32, 5.163, "dsl_128x48x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c256k48r1s1p0u1d1", "2026-11-27T20:46:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_5d_branch1x1_conv", 8, 35, 35, 288, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 288, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.586, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k64r1s1p0u1d1", "2026-11-27T20:46:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_5d_branch5x5_1_conv", 8, 35, 35, 288, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 288, "sm90_dsl", 1, 0, 1, 128, 48, 64, 5.390, "dsl_128x48x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k48r1s1p0u1d1", "2026-11-27T20:46:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_6a_branch3x3_conv", 8, 35, 35, 288, 384, 3, 3, 0, 0, 2, 2, 1, 1, 1, 288, "sm90_dsl", 2, 0, 1, 128, 192, 64, 21.618, "dsl_128x192x64_q8_c2x1_cooperative_sauto_rn_sw2_sk2_f16_f16_f16_f32_esbrelu_n8h35w35c288k384r3s3p0u2d1", "2026-11-27T20:46:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_6a_branch3x3_conv", 8, 35, 35, 288, 384, 3, 3, 0, 0, 2, 2, 1, 1, 1, 288, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.961, "dsl_128x128x64_qauto_c2x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c288k384r3s3p0u2d1", "2026-11-28T00:13:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv", 8, 35, 35, 96, 96, 3, 3, 0, 0, 2, 2, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 32, 64, 7.064, "dsl_128x32x64_q8_c2x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c96k96r3s3p0u2d1", "2026-11-27T20:47:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_6b_branch1x1_conv", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.356, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k192r1s1p0u1d1", "2026-11-27T20:47:23+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_6b_branch7x7_1_conv", 8, 17, 17, 768, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.314, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c768k128r1s1p0u1d1", "2026-11-27T20:47:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5255,19 +5904,19 @@ constexpr TunedLayer kLayers[] = {
     {"inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv", 8, 17, 17, 160, 192, 1, 7, 0, 3, 1, 1, 1, 1, 1, 160, "sm90_dsl", 1, 0, 1, 128, 48, 64, 8.656, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c160k192r1s7p0x3u1d1", "2026-11-27T20:49:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_6e_branch7x7_2_conv", 8, 17, 17, 192, 192, 1, 7, 0, 3, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 48, 64, 8.089, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r1s7p0x3u1d1", "2026-11-27T20:50:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_6e_branch7x7_3_conv", 8, 17, 17, 192, 192, 7, 1, 3, 0, 1, 1, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 48, 64, 7.866, "dsl_128x48x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r7s1p3x0u1d1", "2026-11-27T20:50:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7a_branch3x3_2_conv", 8, 17, 17, 192, 320, 3, 3, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 4, 0, 1, 128, 80, 64, 10.427, "dsl_128x80x64_qauto_c1x2_cooperative_s4_rn_sw4_sk4_f16_f16_f16_f32_esbrelu_n8h17w17c192k320r3s3p0u2d1", "2026-11-27T20:50:38+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7a_branch3x3_2_conv", 8, 17, 17, 192, 320, 3, 3, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 32, 64, 7.751, "dsl_128x32x64_q16_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h17w17c192k320r3s3p0u2d1", "2026-11-28T00:14:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7a_branch7x7x3_4_conv", 8, 17, 17, 192, 192, 3, 3, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 64, 16, 64, 9.030, "dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h17w17c192k192r3s3p0u2d1", "2026-11-27T20:50:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7b_branch1x1_conv", 8, 8, 8, 1280, 320, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.235, "dsl_64x32x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c1280k320r1s1p0u1d1", "2026-11-27T20:51:08+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7b_branch3x3_1_conv", 8, 8, 8, 1280, 384, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.378, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c1280k384r1s1p0u1d1", "2026-11-27T20:51:20+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7b_branch3x3_2a_conv", 8, 8, 8, 384, 384, 1, 3, 0, 1, 1, 1, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 16, 64, 9.725, "dsl_64x16x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r1s3p0x1u1d1", "2026-11-27T20:51:35+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3_2a_conv", 8, 8, 8, 384, 384, 1, 3, 0, 1, 1, 1, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 48, 64, 5.470, "dsl_64x48x64_q16_c1x2_single_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r1s3p0x1u1d1", "2026-11-28T00:13:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7b_branch3x3_2b_conv", 8, 8, 8, 384, 384, 3, 1, 1, 0, 1, 1, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 16, 64, 9.869, "dsl_64x16x64_q16_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c384k384r3s1p1x0u1d1", "2026-11-27T20:51:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv", 8, 8, 8, 1280, 448, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.345, "dsl_64x32x64_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h8w8c1280k448r1s1p0u1d1", "2026-11-27T20:52:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv", 8, 8, 8, 448, 384, 3, 3, 1, 1, 1, 1, 1, 1, 1, 448, "sm90_dsl", 4, 0, 1, 128, 48, 64, 17.729, "dsl_128x48x64_q16_c1x2_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c448k384r3s3p1u1d1", "2026-11-27T20:52:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv", 8, 8, 8, 448, 384, 3, 3, 1, 1, 1, 1, 1, 1, 1, 448, "sm90_dsl", 1, 0, 1, 64, 64, 64, 13.317, "dsl_64x64x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c448k384r3s3p1u1d1", "2026-11-28T00:49:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7b_branch_pool_conv", 8, 8, 8, 1280, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.007, "dsl_64x32x64_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c1280k192r1s1p0u1d1", "2026-11-27T20:57:03+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7c_branch1x1_conv", 8, 8, 8, 2048, 320, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 32, 64, 7.113, "dsl_128x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1", "2026-11-27T20:57:11+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7c_branch3x3_1_conv", 8, 8, 8, 2048, 384, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 2, 0, 1, 64, 64, 64, 7.812, "dsl_64x64x64_c1x1_single_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1", "2026-11-27T20:57:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch1x1_conv", 8, 8, 8, 2048, 320, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.591, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1", "2026-11-28T00:50:00+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch3x3_1_conv", 8, 8, 8, 2048, 384, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.646, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1", "2026-11-28T00:49:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv", 8, 8, 8, 2048, 448, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.651, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1", "2026-11-27T20:57:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7c_branch_pool_conv", 8, 8, 8, 2048, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 4, 0, 1, 128, 32, 64, 7.406, "dsl_128x32x64_c1x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1", "2026-11-27T20:57:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch_pool_conv", 8, 8, 8, 2048, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.184, "dsl_64x32x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1", "2026-11-28T00:49:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_12_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 1, 1, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 32, 64, 9, 4.123, "direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_14_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 2, 2, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 16, 64, 9, 3.405, "direct_4x4_c64_x2_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u2x2d1x1g1", "2026-11-27T18:28:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_15_conv_1_0_b8", 8, 7, 7, 960, 960, 3, 3, 1, 1, 1, 1, 1, 1, 960, 960, "dsl_direct", 1, 0, 1, 32, 32, 9, 3.123, "direct_4x8_c32_x2_f16_f16_f16_f32_n8h7w7c960r3s3p1x1u1x1d1x1g1", "2026-11-27T18:28:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5312,7 +5961,7 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 18.682, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T21:19:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.625, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:19:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 192, 64, 13.530, "sm90g_128x192x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-23T17:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.034, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-27T12:05:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.043, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-28T00:50:25+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_gemm", 1, 0, 1, 64, 128, 64, 8.994, "sm90g_64x128x64_c1x1x1_pingpong_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-22T21:24:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 32, 64, 4.208, "sm90c_64x32x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-22T23:14:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.017, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-24T23:26:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5375,19 +6024,19 @@ constexpr TunedLayer kLayers[] = {
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.564, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-25T03:08:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 48, 32, 28.030, "dsl_128x48x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-27T19:01:16+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 10.497, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-25T03:09:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "dsl_direct", 1, 0, 1, 64, 16, 9, 12.829, "direct_8x8_c16_x4_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8", "2026-11-27T18:29:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 128, 8, 9, 10.598, "direct_16x8_c8_x4_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8", "2026-11-27T18:30:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block2_block2_1_f_b_0_b8", 8, 28, 28, 104, 104, 3, 3, 1, 1, 1, 1, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 64, 8, 9, 7.120, "direct_4x16_c8_x2_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8", "2026-11-27T18:30:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "dsl_direct", 1, 0, 1, 32, 16, 9, 8.169, "direct_mma_4x8_c16_x2_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8", "2026-11-28T00:04:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 16, 104, 9, 5.821, "direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8", "2026-11-28T00:04:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_1_f_b_0_b8", 8, 28, 28, 104, 104, 3, 3, 1, 1, 1, 1, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 16, 104, 9, 4.676, "direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8", "2026-11-28T00:05:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.773, "dsl_64x16x64_c1x1_single_s4_rn_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-25T03:08:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 8.420, "dsl_128x128x64_c2x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-27T19:01:10+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.282, "dsl_128x32x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-25T03:09:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block3_block3_0_f_b_0_b8", 8, 28, 28, 208, 208, 3, 3, 1, 1, 2, 2, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 256, 8, 9, 6.787, "direct_16x16_c8_x2_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8", "2026-11-27T18:30:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 128, 8, 9, 4.938, "direct_8x16_c8_x2_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8", "2026-11-27T18:30:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block4_block4_0_f_b_0_b8", 8, 14, 14, 440, 440, 3, 3, 1, 1, 2, 2, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 32, 8, 9, 4.847, "direct_4x8_c8_x1_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8", "2026-11-27T18:30:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block3_block3_0_f_b_0_b8", 8, 28, 28, 208, 208, 3, 3, 1, 1, 2, 2, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 32, 104, 9, 4.491, "direct_mma_2x16_c104_x1_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8", "2026-11-28T00:05:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 128, 8, 9, 3.813, "direct_mma_16x8_c8_x2_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8", "2026-11-28T00:05:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_0_f_b_0_b8", 8, 14, 14, 440, 440, 3, 3, 1, 1, 2, 2, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 32, 8, 9, 3.385, "direct_mma_4x8_c8_x2_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8", "2026-11-28T00:05:47+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.809, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T03:07:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.261, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-24T22:54:54+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.340, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:08:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block4_block4_1_f_b_0_b8", 8, 7, 7, 440, 440, 3, 3, 1, 1, 1, 1, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 64, 8, 9, 3.734, "direct_8x8_c8_x2_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8", "2026-11-27T18:30:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_1_f_b_0_b8", 8, 7, 7, 440, 440, 3, 3, 1, 1, 1, 1, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 64, 8, 9, 2.679, "direct_mma_8x8_c8_x4_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8", "2026-11-28T00:05:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.645, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-25T03:08:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.590, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-25T03:09:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.981, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-25T00:31:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5400,6 +6049,17 @@ constexpr TunedLayer kLayers[] = {
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.184, "dsl_64x16x64_q16_c1x2_single_s4_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-25T00:48:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.006, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-25T01:04:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400f_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.732, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1", "2026-11-25T03:13:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 49.058, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-28T00:56:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 52.906, "sm90g_128x128x64_c1x2x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-28T00:55:56+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 23.100, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-28T00:55:09+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 128, 64, 64, 67.511, "sm90c_128x64x64_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-28T00:55:33+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 27.413, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-28T00:57:32+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 56.141, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-28T00:56:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 128, 128, 32, 28.805, "sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-28T00:57:55+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 32, 34.311, "sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-28T00:58:05+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_conv", 1, 0, 1, 128, 128, 32, 40.596, "sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-28T00:56:56+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 32, 49.762, "sm90c_128x128x32_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-28T00:57:08+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 141.755, "s2d_256x64x16_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-28T00:54:44+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 104.802, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1", "2026-11-27T12:14:02+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 64, 256, 64, 101.426, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:30:30+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 256, 64, 184.446, "sm90c_64x256x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_ebrelu", "2026-11-23T07:31:54+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5435,7 +6095,7 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 175.197, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 43.722, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-25T00:37:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 405;
+constexpr int kLayerCount = 421;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H100_80GB_HBM3_FOR_EACH_LAYER(X) \
@@ -5474,376 +6134,392 @@ constexpr int kLayerCount = 405;
   X(bf_r50_s5_1x1_1024to512_b1_runner, 32) \
   X(bf_r50_s5_1x1_1024to512_b32_runner, 33) \
   X(bf_r50_s5_1x1_2048to512_b1_runner, 34) \
-  X(bf_r50_s5_1x1_512to2048_b1_runner, 35) \
-  X(bf_r50_s5_3x3_b1_runner, 36) \
-  X(bf_r50_s5_3x3_s2_b1_runner, 37) \
-  X(bf_r50_s5_down_s2_b1_runner, 38) \
-  X(bf_r50_stem_b1_runner, 39) \
-  X(bf_r50_stem_b32_runner, 40) \
-  X(conv_1_runner, 41) \
-  X(convnext_t_features_1_0_block_0_b8_runner, 42) \
-  X(convnext_t_features_3_0_block_0_b8_runner, 43) \
-  X(convnext_t_features_5_0_block_0_b8_runner, 44) \
-  X(convnext_t_features_7_0_block_0_b8_runner, 45) \
-  X(convnext_tiny_b8_features_0_0_runner, 46) \
-  X(convnext_tiny_b8_features_1_0_block_0_runner, 47) \
-  X(convnext_tiny_b8_features_2_1_runner, 48) \
-  X(convnext_tiny_b8_features_3_0_block_0_runner, 49) \
-  X(convnext_tiny_b8_features_4_1_runner, 50) \
-  X(convnext_tiny_b8_features_5_0_block_0_runner, 51) \
-  X(convnext_tiny_b8_features_6_1_runner, 52) \
-  X(convnext_tiny_b8_features_7_0_block_0_runner, 53) \
-  X(deeplabv3_backbone_conv1_b1_runner, 54) \
-  X(deeplabv3_backbone_conv1_b32_runner, 55) \
-  X(deeplabv3_backbone_conv1_b8_runner, 56) \
-  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 57) \
-  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 58) \
-  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 59) \
-  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 60) \
-  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 61) \
-  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 62) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 63) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 64) \
-  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 65) \
-  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 66) \
-  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 67) \
-  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 68) \
-  X(densenet121_b32_features_denseblock1_denselayer1_conv1_runner, 69) \
-  X(densenet121_b32_features_denseblock1_denselayer3_conv1_runner, 70) \
-  X(densenet121_b32_features_denseblock1_denselayer4_conv1_runner, 71) \
-  X(densenet121_b32_features_denseblock1_denselayer5_conv1_runner, 72) \
-  X(densenet121_b32_features_denseblock1_denselayer6_conv1_runner, 73) \
-  X(densenet121_b32_features_denseblock2_denselayer10_conv1_runner, 74) \
-  X(densenet121_b32_features_denseblock2_denselayer11_conv1_runner, 75) \
-  X(densenet121_b32_features_denseblock2_denselayer12_conv1_runner, 76) \
-  X(densenet121_b32_features_denseblock2_denselayer1_conv1_runner, 77) \
-  X(densenet121_b32_features_denseblock2_denselayer1_conv2_runner, 78) \
-  X(densenet121_b32_features_denseblock2_denselayer2_conv1_runner, 79) \
-  X(densenet121_b32_features_denseblock2_denselayer3_conv1_runner, 80) \
-  X(densenet121_b32_features_denseblock2_denselayer4_conv1_runner, 81) \
-  X(densenet121_b32_features_denseblock2_denselayer5_conv1_runner, 82) \
-  X(densenet121_b32_features_denseblock2_denselayer6_conv1_runner, 83) \
-  X(densenet121_b32_features_denseblock2_denselayer7_conv1_runner, 84) \
-  X(densenet121_b32_features_denseblock2_denselayer8_conv1_runner, 85) \
-  X(densenet121_b32_features_denseblock2_denselayer9_conv1_runner, 86) \
-  X(densenet121_b32_features_denseblock3_denselayer10_conv1_runner, 87) \
-  X(densenet121_b32_features_denseblock3_denselayer11_conv1_runner, 88) \
-  X(densenet121_b32_features_denseblock3_denselayer12_conv1_runner, 89) \
-  X(densenet121_b32_features_denseblock3_denselayer13_conv1_runner, 90) \
-  X(densenet121_b32_features_denseblock3_denselayer14_conv1_runner, 91) \
-  X(densenet121_b32_features_denseblock3_denselayer15_conv1_runner, 92) \
-  X(densenet121_b32_features_denseblock3_denselayer17_conv1_runner, 93) \
-  X(densenet121_b32_features_denseblock3_denselayer18_conv1_runner, 94) \
-  X(densenet121_b32_features_denseblock3_denselayer19_conv1_runner, 95) \
-  X(densenet121_b32_features_denseblock3_denselayer1_conv1_runner, 96) \
-  X(densenet121_b32_features_denseblock3_denselayer20_conv1_runner, 97) \
-  X(densenet121_b32_features_denseblock3_denselayer21_conv1_runner, 98) \
-  X(densenet121_b32_features_denseblock3_denselayer22_conv1_runner, 99) \
-  X(densenet121_b32_features_denseblock3_denselayer23_conv1_runner, 100) \
-  X(densenet121_b32_features_denseblock3_denselayer24_conv1_runner, 101) \
-  X(densenet121_b32_features_denseblock3_denselayer2_conv1_runner, 102) \
-  X(densenet121_b32_features_denseblock3_denselayer3_conv1_runner, 103) \
-  X(densenet121_b32_features_denseblock3_denselayer4_conv1_runner, 104) \
-  X(densenet121_b32_features_denseblock3_denselayer5_conv1_runner, 105) \
-  X(densenet121_b32_features_denseblock3_denselayer6_conv1_runner, 106) \
-  X(densenet121_b32_features_denseblock3_denselayer7_conv1_runner, 107) \
-  X(densenet121_b32_features_denseblock3_denselayer8_conv1_runner, 108) \
-  X(densenet121_b32_features_denseblock3_denselayer9_conv1_runner, 109) \
-  X(densenet121_b32_features_denseblock4_denselayer10_conv1_runner, 110) \
-  X(densenet121_b32_features_denseblock4_denselayer11_conv1_runner, 111) \
-  X(densenet121_b32_features_denseblock4_denselayer12_conv1_runner, 112) \
-  X(densenet121_b32_features_denseblock4_denselayer13_conv1_runner, 113) \
-  X(densenet121_b32_features_denseblock4_denselayer14_conv1_runner, 114) \
-  X(densenet121_b32_features_denseblock4_denselayer15_conv1_runner, 115) \
-  X(densenet121_b32_features_denseblock4_denselayer16_conv1_runner, 116) \
-  X(densenet121_b32_features_denseblock4_denselayer1_conv1_runner, 117) \
-  X(densenet121_b32_features_denseblock4_denselayer1_conv2_runner, 118) \
-  X(densenet121_b32_features_denseblock4_denselayer2_conv1_runner, 119) \
-  X(densenet121_b32_features_denseblock4_denselayer3_conv1_runner, 120) \
-  X(densenet121_b32_features_denseblock4_denselayer4_conv1_runner, 121) \
-  X(densenet121_b32_features_denseblock4_denselayer5_conv1_runner, 122) \
-  X(densenet121_b32_features_denseblock4_denselayer6_conv1_runner, 123) \
-  X(densenet121_b32_features_denseblock4_denselayer7_conv1_runner, 124) \
-  X(densenet121_b32_features_denseblock4_denselayer8_conv1_runner, 125) \
-  X(densenet121_b32_features_denseblock4_denselayer9_conv1_runner, 126) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 127) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 128) \
-  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 129) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 130) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 131) \
-  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 132) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 133) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 134) \
-  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 135) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 136) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 137) \
-  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 138) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 139) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 140) \
-  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 141) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 142) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 143) \
-  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 144) \
-  X(effnetb0_features_0_0_b1_runner, 145) \
-  X(effnetb0_features_0_0_b32_runner, 146) \
-  X(effnetb0_features_0_0_b8_runner, 147) \
-  X(effnetb0_features_2_0_block_0_0_b1_runner, 148) \
-  X(effnetb0_features_2_0_block_0_0_b32_runner, 149) \
-  X(effnetb0_features_2_0_block_0_0_b8_runner, 150) \
-  X(effnetb0_features_3_0_block_1_0_b8_runner, 151) \
-  X(effnetb0_features_3_1_block_1_0_b8_runner, 152) \
-  X(effnetb0_features_4_0_block_1_0_b8_runner, 153) \
-  X(effnetb0_features_4_1_block_0_0_b1_runner, 154) \
-  X(effnetb0_features_4_1_block_0_0_b32_runner, 155) \
-  X(effnetb0_features_4_1_block_0_0_b8_runner, 156) \
-  X(effnetb0_features_4_1_block_1_0_b8_runner, 157) \
-  X(effnetb0_features_5_0_block_1_0_b8_runner, 158) \
-  X(effnetb0_features_5_1_block_1_0_b8_runner, 159) \
-  X(effnetb0_features_6_0_block_1_0_b8_runner, 160) \
-  X(effnetb0_features_6_1_block_1_0_b8_runner, 161) \
-  X(effnetb0_features_7_0_block_1_0_b8_runner, 162) \
-  X(effnetb0_features_8_0_b1_runner, 163) \
-  X(effnetb0_features_8_0_b32_runner, 164) \
-  X(effnetb0_features_8_0_b8_runner, 165) \
-  X(effnetb0f_features_0_0_b1_runner, 166) \
-  X(effnetb0f_features_0_0_b32_runner, 167) \
-  X(effnetb0f_features_0_0_b8_runner, 168) \
-  X(effnetb0f_features_2_0_block_0_0_b1_runner, 169) \
-  X(effnetb0f_features_2_0_block_0_0_b32_runner, 170) \
-  X(effnetb0f_features_2_0_block_0_0_b8_runner, 171) \
-  X(effnetb0f_features_4_1_block_0_0_b1_runner, 172) \
-  X(effnetb0f_features_4_1_block_0_0_b32_runner, 173) \
-  X(effnetb0f_features_4_1_block_0_0_b8_runner, 174) \
-  X(effnetb0f_features_8_0_b1_runner, 175) \
-  X(effnetb0f_features_8_0_b32_runner, 176) \
-  X(effnetb0f_features_8_0_b8_runner, 177) \
-  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 178) \
-  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 179) \
-  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 180) \
-  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 181) \
-  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 182) \
-  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 183) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 184) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 185) \
-  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 186) \
-  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 187) \
-  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 188) \
-  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 189) \
-  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 190) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 191) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 192) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 193) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 194) \
-  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 195) \
-  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 196) \
-  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 197) \
-  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 198) \
-  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 199) \
-  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 200) \
-  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 201) \
-  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 202) \
-  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 203) \
-  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 204) \
-  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 205) \
-  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 206) \
-  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 207) \
-  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 208) \
-  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 209) \
-  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 210) \
-  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 211) \
-  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 212) \
-  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 213) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 214) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 215) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 216) \
-  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 217) \
-  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 218) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 219) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 220) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 221) \
-  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 222) \
-  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 223) \
-  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 224) \
-  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 225) \
-  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 226) \
-  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 227) \
-  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 228) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 229) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 230) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 231) \
-  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 232) \
-  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 233) \
-  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 234) \
-  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 235) \
-  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 236) \
-  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 237) \
-  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 238) \
-  X(mbv2_features_12_conv_1_0_b8_runner, 239) \
-  X(mbv2_features_14_conv_1_0_b8_runner, 240) \
-  X(mbv2_features_15_conv_1_0_b8_runner, 241) \
-  X(mbv2_features_1_conv_0_0_b8_runner, 242) \
-  X(mbv2_features_2_conv_1_0_b8_runner, 243) \
-  X(mbv2_features_3_conv_1_0_b8_runner, 244) \
-  X(mbv2_features_4_conv_1_0_b8_runner, 245) \
-  X(mbv2_features_5_conv_1_0_b8_runner, 246) \
-  X(mbv2_features_7_conv_1_0_b8_runner, 247) \
-  X(mbv2_features_8_conv_1_0_b8_runner, 248) \
-  X(r50_s2_1x1_256to64_b1_runner, 249) \
-  X(r50_s2_1x1_256to64_b32_runner, 250) \
-  X(r50_s2_1x1_64to256_b1_runner, 251) \
-  X(r50_s2_1x1_64to256_b32_runner, 252) \
-  X(r50_s2_1x1_64to64_b1_runner, 253) \
-  X(r50_s2_1x1_64to64_b32_runner, 254) \
-  X(r50_s2_3x3_b1_runner, 255) \
-  X(r50_s2_3x3_b32_runner, 256) \
-  X(r50_s3_1x1_128to512_b1_runner, 257) \
-  X(r50_s3_1x1_128to512_b32_runner, 258) \
-  X(r50_s3_1x1_256to128_b1_runner, 259) \
-  X(r50_s3_1x1_256to128_b32_runner, 260) \
-  X(r50_s3_1x1_512to128_b1_runner, 261) \
-  X(r50_s3_1x1_512to128_b32_runner, 262) \
-  X(r50_s3_3x3_b1_runner, 263) \
-  X(r50_s3_3x3_b32_runner, 264) \
-  X(r50_s3_3x3_s2_b1_runner, 265) \
-  X(r50_s3_3x3_s2_b32_runner, 266) \
-  X(r50_s3_down_s2_b1_runner, 267) \
-  X(r50_s3_down_s2_b32_runner, 268) \
-  X(r50_s4_1x1_1024to256_b1_runner, 269) \
-  X(r50_s4_1x1_1024to256_b32_runner, 270) \
-  X(r50_s4_1x1_256to1024_b1_runner, 271) \
-  X(r50_s4_1x1_256to1024_b32_runner, 272) \
-  X(r50_s4_1x1_512to256_b1_runner, 273) \
-  X(r50_s4_1x1_512to256_b32_runner, 274) \
-  X(r50_s4_3x3_b1_runner, 275) \
-  X(r50_s4_3x3_b32_runner, 276) \
-  X(r50_s4_3x3_s2_b1_runner, 277) \
-  X(r50_s4_3x3_s2_b32_runner, 278) \
-  X(r50_s4_down_s2_b1_runner, 279) \
-  X(r50_s4_down_s2_b32_runner, 280) \
-  X(r50_s5_1x1_1024to512_b1_runner, 281) \
-  X(r50_s5_1x1_1024to512_b32_runner, 282) \
-  X(r50_s5_1x1_2048to512_b1_runner, 283) \
-  X(r50_s5_1x1_2048to512_b32_runner, 284) \
-  X(r50_s5_1x1_512to2048_b1_runner, 285) \
-  X(r50_s5_1x1_512to2048_b32_runner, 286) \
-  X(r50_s5_3x3_b1_runner, 287) \
-  X(r50_s5_3x3_b32_runner, 288) \
-  X(r50_s5_3x3_s2_b1_runner, 289) \
-  X(r50_s5_3x3_s2_b32_runner, 290) \
-  X(r50_s5_down_s2_b1_runner, 291) \
-  X(r50_s5_down_s2_b32_runner, 292) \
-  X(r50_stem_b1_runner, 293) \
-  X(r50_stem_b32_runner, 294) \
-  X(r50f_s2_1x1_256to64_b1_runner, 295) \
-  X(r50f_s2_1x1_256to64_b32_runner, 296) \
-  X(r50f_s2_1x1_64to256_b1_runner, 297) \
-  X(r50f_s2_1x1_64to256_b32_runner, 298) \
-  X(r50f_s2_1x1_64to64_b1_runner, 299) \
-  X(r50f_s2_1x1_64to64_b32_runner, 300) \
-  X(r50f_s2_3x3_b1_runner, 301) \
-  X(r50f_s2_3x3_b32_runner, 302) \
-  X(r50f_s2_down_b1_runner, 303) \
-  X(r50f_s2_down_b32_runner, 304) \
-  X(r50f_s3_1x1_128to512_b1_runner, 305) \
-  X(r50f_s3_1x1_128to512_b32_runner, 306) \
-  X(r50f_s3_1x1_256to128_b1_runner, 307) \
-  X(r50f_s3_1x1_256to128_b32_runner, 308) \
-  X(r50f_s3_1x1_512to128_b1_runner, 309) \
-  X(r50f_s3_1x1_512to128_b32_runner, 310) \
-  X(r50f_s3_3x3_b1_runner, 311) \
-  X(r50f_s3_3x3_b32_runner, 312) \
-  X(r50f_s3_3x3_s2_b1_runner, 313) \
-  X(r50f_s3_3x3_s2_b32_runner, 314) \
-  X(r50f_s3_down_s2_b1_runner, 315) \
-  X(r50f_s3_down_s2_b32_runner, 316) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 317) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 318) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 319) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 320) \
-  X(r50f_s4_1x1_512to256_b1_runner, 321) \
-  X(r50f_s4_1x1_512to256_b32_runner, 322) \
-  X(r50f_s4_3x3_b1_runner, 323) \
-  X(r50f_s4_3x3_b32_runner, 324) \
-  X(r50f_s4_3x3_s2_b1_runner, 325) \
-  X(r50f_s4_3x3_s2_b32_runner, 326) \
-  X(r50f_s4_down_s2_b1_runner, 327) \
-  X(r50f_s4_down_s2_b32_runner, 328) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 329) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 330) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 331) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 332) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 333) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 334) \
-  X(r50f_s5_3x3_b1_runner, 335) \
-  X(r50f_s5_3x3_b32_runner, 336) \
-  X(r50f_s5_3x3_s2_b1_runner, 337) \
-  X(r50f_s5_3x3_s2_b32_runner, 338) \
-  X(r50f_s5_down_s2_b1_runner, 339) \
-  X(r50f_s5_down_s2_b32_runner, 340) \
-  X(r50f_stem_b1_runner, 341) \
-  X(r50f_stem_b32_runner, 342) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 343) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 344) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 345) \
-  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 346) \
-  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 347) \
-  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 348) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 349) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 350) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 351) \
-  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 352) \
-  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 353) \
-  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 354) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 355) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 356) \
-  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 357) \
-  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 358) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 359) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 360) \
-  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 361) \
-  X(regnety400f_stem_0_b1_runner, 362) \
-  X(regnety400f_stem_0_b32_runner, 363) \
-  X(regnety400f_stem_0_b8_runner, 364) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 365) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 366) \
-  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 367) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 368) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 369) \
-  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 370) \
-  X(vgg11_b32_features_0_runner, 371) \
-  X(vgg11_b32_features_11_runner, 372) \
-  X(vgg11_b32_features_13_runner, 373) \
-  X(vgg11_b32_features_16_runner, 374) \
-  X(vgg11_b32_features_3_runner, 375) \
-  X(vgg11_b32_features_6_runner, 376) \
-  X(vgg11_b32_features_8_runner, 377) \
-  X(vgg16_b1_features_10_runner, 378) \
-  X(vgg16_b1_features_17_runner, 379) \
-  X(vgg16_b1_features_19_runner, 380) \
-  X(vgg16_b1_features_2_runner, 381) \
-  X(vgg16_b1_features_24_runner, 382) \
-  X(vgg16_b1_features_5_runner, 383) \
-  X(vgg16_b1_features_7_runner, 384) \
-  X(vgg16_b32_features_2_runner, 385) \
-  X(vgg16_b32_features_7_runner, 386) \
-  X(vgg16_features_0_b1_runner, 387) \
-  X(vgg16_features_0_b32_runner, 388) \
-  X(vgg16_features_0_b8_runner, 389) \
-  X(vgg16_features_12_b1_runner, 390) \
-  X(vgg16_features_12_b32_runner, 391) \
-  X(vgg16_features_12_b8_runner, 392) \
-  X(vgg16_features_24_b1_runner, 393) \
-  X(vgg16_features_24_b32_runner, 394) \
-  X(vgg16_features_24_b8_runner, 395) \
-  X(vgg16_features_2_b1_runner, 396) \
-  X(vgg16_features_2_b32_runner, 397) \
-  X(vgg16_features_2_b8_runner, 398) \
-  X(vgg16f_features_0_b1_runner, 399) \
-  X(vgg16f_features_0_b32_runner, 400) \
-  X(vgg16f_features_0_b8_runner, 401) \
-  X(vgg16f_features_12_b1_runner, 402) \
-  X(vgg16f_features_12_b32_runner, 403) \
-  X(vgg16f_features_12_b8_runner, 404)
+  X(bf_r50_s5_1x1_2048to512_b32_runner, 35) \
+  X(bf_r50_s5_1x1_512to2048_b1_runner, 36) \
+  X(bf_r50_s5_1x1_512to2048_b32_runner, 37) \
+  X(bf_r50_s5_3x3_b1_runner, 38) \
+  X(bf_r50_s5_3x3_b32_runner, 39) \
+  X(bf_r50_s5_3x3_s2_b1_runner, 40) \
+  X(bf_r50_s5_3x3_s2_b32_runner, 41) \
+  X(bf_r50_s5_down_s2_b1_runner, 42) \
+  X(bf_r50_s5_down_s2_b32_runner, 43) \
+  X(bf_r50_stem_b1_runner, 44) \
+  X(bf_r50_stem_b32_runner, 45) \
+  X(conv_1_runner, 46) \
+  X(convnext_t_features_1_0_block_0_b8_runner, 47) \
+  X(convnext_t_features_3_0_block_0_b8_runner, 48) \
+  X(convnext_t_features_5_0_block_0_b8_runner, 49) \
+  X(convnext_t_features_7_0_block_0_b8_runner, 50) \
+  X(convnext_tiny_b8_features_0_0_runner, 51) \
+  X(convnext_tiny_b8_features_1_0_block_0_runner, 52) \
+  X(convnext_tiny_b8_features_2_1_runner, 53) \
+  X(convnext_tiny_b8_features_3_0_block_0_runner, 54) \
+  X(convnext_tiny_b8_features_4_1_runner, 55) \
+  X(convnext_tiny_b8_features_5_0_block_0_runner, 56) \
+  X(convnext_tiny_b8_features_6_1_runner, 57) \
+  X(convnext_tiny_b8_features_7_0_block_0_runner, 58) \
+  X(deeplabv3_backbone_conv1_b1_runner, 59) \
+  X(deeplabv3_backbone_conv1_b32_runner, 60) \
+  X(deeplabv3_backbone_conv1_b8_runner, 61) \
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 62) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 63) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 64) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 65) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 66) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 67) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 68) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 69) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 70) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 71) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 72) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 73) \
+  X(densenet121_b32_features_denseblock1_denselayer1_conv1_runner, 74) \
+  X(densenet121_b32_features_denseblock1_denselayer3_conv1_runner, 75) \
+  X(densenet121_b32_features_denseblock1_denselayer4_conv1_runner, 76) \
+  X(densenet121_b32_features_denseblock1_denselayer5_conv1_runner, 77) \
+  X(densenet121_b32_features_denseblock1_denselayer6_conv1_runner, 78) \
+  X(densenet121_b32_features_denseblock2_denselayer10_conv1_runner, 79) \
+  X(densenet121_b32_features_denseblock2_denselayer11_conv1_runner, 80) \
+  X(densenet121_b32_features_denseblock2_denselayer12_conv1_runner, 81) \
+  X(densenet121_b32_features_denseblock2_denselayer1_conv1_runner, 82) \
+  X(densenet121_b32_features_denseblock2_denselayer1_conv2_runner, 83) \
+  X(densenet121_b32_features_denseblock2_denselayer2_conv1_runner, 84) \
+  X(densenet121_b32_features_denseblock2_denselayer3_conv1_runner, 85) \
+  X(densenet121_b32_features_denseblock2_denselayer4_conv1_runner, 86) \
+  X(densenet121_b32_features_denseblock2_denselayer5_conv1_runner, 87) \
+  X(densenet121_b32_features_denseblock2_denselayer6_conv1_runner, 88) \
+  X(densenet121_b32_features_denseblock2_denselayer7_conv1_runner, 89) \
+  X(densenet121_b32_features_denseblock2_denselayer8_conv1_runner, 90) \
+  X(densenet121_b32_features_denseblock2_denselayer9_conv1_runner, 91) \
+  X(densenet121_b32_features_denseblock3_denselayer10_conv1_runner, 92) \
+  X(densenet121_b32_features_denseblock3_denselayer11_conv1_runner, 93) \
+  X(densenet121_b32_features_denseblock3_denselayer12_conv1_runner, 94) \
+  X(densenet121_b32_features_denseblock3_denselayer13_conv1_runner, 95) \
+  X(densenet121_b32_features_denseblock3_denselayer14_conv1_runner, 96) \
+  X(densenet121_b32_features_denseblock3_denselayer15_conv1_runner, 97) \
+  X(densenet121_b32_features_denseblock3_denselayer17_conv1_runner, 98) \
+  X(densenet121_b32_features_denseblock3_denselayer18_conv1_runner, 99) \
+  X(densenet121_b32_features_denseblock3_denselayer19_conv1_runner, 100) \
+  X(densenet121_b32_features_denseblock3_denselayer1_conv1_runner, 101) \
+  X(densenet121_b32_features_denseblock3_denselayer20_conv1_runner, 102) \
+  X(densenet121_b32_features_denseblock3_denselayer21_conv1_runner, 103) \
+  X(densenet121_b32_features_denseblock3_denselayer22_conv1_runner, 104) \
+  X(densenet121_b32_features_denseblock3_denselayer23_conv1_runner, 105) \
+  X(densenet121_b32_features_denseblock3_denselayer24_conv1_runner, 106) \
+  X(densenet121_b32_features_denseblock3_denselayer2_conv1_runner, 107) \
+  X(densenet121_b32_features_denseblock3_denselayer3_conv1_runner, 108) \
+  X(densenet121_b32_features_denseblock3_denselayer4_conv1_runner, 109) \
+  X(densenet121_b32_features_denseblock3_denselayer5_conv1_runner, 110) \
+  X(densenet121_b32_features_denseblock3_denselayer6_conv1_runner, 111) \
+  X(densenet121_b32_features_denseblock3_denselayer7_conv1_runner, 112) \
+  X(densenet121_b32_features_denseblock3_denselayer8_conv1_runner, 113) \
+  X(densenet121_b32_features_denseblock3_denselayer9_conv1_runner, 114) \
+  X(densenet121_b32_features_denseblock4_denselayer10_conv1_runner, 115) \
+  X(densenet121_b32_features_denseblock4_denselayer11_conv1_runner, 116) \
+  X(densenet121_b32_features_denseblock4_denselayer12_conv1_runner, 117) \
+  X(densenet121_b32_features_denseblock4_denselayer13_conv1_runner, 118) \
+  X(densenet121_b32_features_denseblock4_denselayer14_conv1_runner, 119) \
+  X(densenet121_b32_features_denseblock4_denselayer15_conv1_runner, 120) \
+  X(densenet121_b32_features_denseblock4_denselayer16_conv1_runner, 121) \
+  X(densenet121_b32_features_denseblock4_denselayer1_conv1_runner, 122) \
+  X(densenet121_b32_features_denseblock4_denselayer1_conv2_runner, 123) \
+  X(densenet121_b32_features_denseblock4_denselayer2_conv1_runner, 124) \
+  X(densenet121_b32_features_denseblock4_denselayer3_conv1_runner, 125) \
+  X(densenet121_b32_features_denseblock4_denselayer4_conv1_runner, 126) \
+  X(densenet121_b32_features_denseblock4_denselayer5_conv1_runner, 127) \
+  X(densenet121_b32_features_denseblock4_denselayer6_conv1_runner, 128) \
+  X(densenet121_b32_features_denseblock4_denselayer7_conv1_runner, 129) \
+  X(densenet121_b32_features_denseblock4_denselayer8_conv1_runner, 130) \
+  X(densenet121_b32_features_denseblock4_denselayer9_conv1_runner, 131) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 132) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 133) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 134) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 135) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 136) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 137) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 138) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 139) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 140) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 141) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 142) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 143) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 144) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 145) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 146) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 147) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 148) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 149) \
+  X(effnetb0_features_0_0_b1_runner, 150) \
+  X(effnetb0_features_0_0_b32_runner, 151) \
+  X(effnetb0_features_0_0_b8_runner, 152) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 153) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 154) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 155) \
+  X(effnetb0_features_3_0_block_1_0_b8_runner, 156) \
+  X(effnetb0_features_3_1_block_1_0_b8_runner, 157) \
+  X(effnetb0_features_4_0_block_1_0_b8_runner, 158) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 159) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 160) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 161) \
+  X(effnetb0_features_4_1_block_1_0_b8_runner, 162) \
+  X(effnetb0_features_5_0_block_1_0_b8_runner, 163) \
+  X(effnetb0_features_5_1_block_1_0_b8_runner, 164) \
+  X(effnetb0_features_6_0_block_1_0_b8_runner, 165) \
+  X(effnetb0_features_6_1_block_1_0_b8_runner, 166) \
+  X(effnetb0_features_7_0_block_1_0_b8_runner, 167) \
+  X(effnetb0_features_8_0_b1_runner, 168) \
+  X(effnetb0_features_8_0_b32_runner, 169) \
+  X(effnetb0_features_8_0_b8_runner, 170) \
+  X(effnetb0f_features_0_0_b1_runner, 171) \
+  X(effnetb0f_features_0_0_b32_runner, 172) \
+  X(effnetb0f_features_0_0_b8_runner, 173) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 174) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 175) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 176) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 177) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 178) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 179) \
+  X(effnetb0f_features_8_0_b1_runner, 180) \
+  X(effnetb0f_features_8_0_b32_runner, 181) \
+  X(effnetb0f_features_8_0_b8_runner, 182) \
+  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 183) \
+  X(inception3_Conv2d_1a_3x3_conv_b32_runner, 184) \
+  X(inception3_Conv2d_1a_3x3_conv_b8_runner, 185) \
+  X(inception3_Conv2d_4a_3x3_conv_b1_runner, 186) \
+  X(inception3_Conv2d_4a_3x3_conv_b32_runner, 187) \
+  X(inception3_Conv2d_4a_3x3_conv_b8_runner, 188) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 189) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 190) \
+  X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 191) \
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 192) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 193) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 194) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 195) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 196) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 197) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 198) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 199) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 200) \
+  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 201) \
+  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 202) \
+  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 203) \
+  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 204) \
+  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 205) \
+  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 206) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 207) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 208) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 209) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 210) \
+  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 211) \
+  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 212) \
+  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 213) \
+  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 214) \
+  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 215) \
+  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 216) \
+  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 217) \
+  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 218) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 219) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 220) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 221) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 222) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 223) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 224) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 225) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 226) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 227) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 228) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 229) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 230) \
+  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 231) \
+  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 232) \
+  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 233) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 234) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 235) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 236) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 237) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 238) \
+  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 239) \
+  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 240) \
+  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 241) \
+  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 242) \
+  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 243) \
+  X(mbv2_features_12_conv_1_0_b8_runner, 244) \
+  X(mbv2_features_14_conv_1_0_b8_runner, 245) \
+  X(mbv2_features_15_conv_1_0_b8_runner, 246) \
+  X(mbv2_features_1_conv_0_0_b8_runner, 247) \
+  X(mbv2_features_2_conv_1_0_b8_runner, 248) \
+  X(mbv2_features_3_conv_1_0_b8_runner, 249) \
+  X(mbv2_features_4_conv_1_0_b8_runner, 250) \
+  X(mbv2_features_5_conv_1_0_b8_runner, 251) \
+  X(mbv2_features_7_conv_1_0_b8_runner, 252) \
+  X(mbv2_features_8_conv_1_0_b8_runner, 253) \
+  X(r50_s2_1x1_256to64_b1_runner, 254) \
+  X(r50_s2_1x1_256to64_b32_runner, 255) \
+  X(r50_s2_1x1_64to256_b1_runner, 256) \
+  X(r50_s2_1x1_64to256_b32_runner, 257) \
+  X(r50_s2_1x1_64to64_b1_runner, 258) \
+  X(r50_s2_1x1_64to64_b32_runner, 259) \
+  X(r50_s2_3x3_b1_runner, 260) \
+  X(r50_s2_3x3_b32_runner, 261) \
+  X(r50_s3_1x1_128to512_b1_runner, 262) \
+  X(r50_s3_1x1_128to512_b32_runner, 263) \
+  X(r50_s3_1x1_256to128_b1_runner, 264) \
+  X(r50_s3_1x1_256to128_b32_runner, 265) \
+  X(r50_s3_1x1_512to128_b1_runner, 266) \
+  X(r50_s3_1x1_512to128_b32_runner, 267) \
+  X(r50_s3_3x3_b1_runner, 268) \
+  X(r50_s3_3x3_b32_runner, 269) \
+  X(r50_s3_3x3_s2_b1_runner, 270) \
+  X(r50_s3_3x3_s2_b32_runner, 271) \
+  X(r50_s3_down_s2_b1_runner, 272) \
+  X(r50_s3_down_s2_b32_runner, 273) \
+  X(r50_s4_1x1_1024to256_b1_runner, 274) \
+  X(r50_s4_1x1_1024to256_b32_runner, 275) \
+  X(r50_s4_1x1_256to1024_b1_runner, 276) \
+  X(r50_s4_1x1_256to1024_b32_runner, 277) \
+  X(r50_s4_1x1_512to256_b1_runner, 278) \
+  X(r50_s4_1x1_512to256_b32_runner, 279) \
+  X(r50_s4_3x3_b1_runner, 280) \
+  X(r50_s4_3x3_b32_runner, 281) \
+  X(r50_s4_3x3_s2_b1_runner, 282) \
+  X(r50_s4_3x3_s2_b32_runner, 283) \
+  X(r50_s4_down_s2_b1_runner, 284) \
+  X(r50_s4_down_s2_b32_runner, 285) \
+  X(r50_s5_1x1_1024to512_b1_runner, 286) \
+  X(r50_s5_1x1_1024to512_b32_runner, 287) \
+  X(r50_s5_1x1_2048to512_b1_runner, 288) \
+  X(r50_s5_1x1_2048to512_b32_runner, 289) \
+  X(r50_s5_1x1_512to2048_b1_runner, 290) \
+  X(r50_s5_1x1_512to2048_b32_runner, 291) \
+  X(r50_s5_3x3_b1_runner, 292) \
+  X(r50_s5_3x3_b32_runner, 293) \
+  X(r50_s5_3x3_s2_b1_runner, 294) \
+  X(r50_s5_3x3_s2_b32_runner, 295) \
+  X(r50_s5_down_s2_b1_runner, 296) \
+  X(r50_s5_down_s2_b32_runner, 297) \
+  X(r50_stem_b1_runner, 298) \
+  X(r50_stem_b32_runner, 299) \
+  X(r50f_s2_1x1_256to64_b1_runner, 300) \
+  X(r50f_s2_1x1_256to64_b32_runner, 301) \
+  X(r50f_s2_1x1_64to256_b1_runner, 302) \
+  X(r50f_s2_1x1_64to256_b32_runner, 303) \
+  X(r50f_s2_1x1_64to64_b1_runner, 304) \
+  X(r50f_s2_1x1_64to64_b32_runner, 305) \
+  X(r50f_s2_3x3_b1_runner, 306) \
+  X(r50f_s2_3x3_b32_runner, 307) \
+  X(r50f_s2_down_b1_runner, 308) \
+  X(r50f_s2_down_b32_runner, 309) \
+  X(r50f_s3_1x1_128to512_b1_runner, 310) \
+  X(r50f_s3_1x1_128to512_b32_runner, 311) \
+  X(r50f_s3_1x1_256to128_b1_runner, 312) \
+  X(r50f_s3_1x1_256to128_b32_runner, 313) \
+  X(r50f_s3_1x1_512to128_b1_runner, 314) \
+  X(r50f_s3_1x1_512to128_b32_runner, 315) \
+  X(r50f_s3_3x3_b1_runner, 316) \
+  X(r50f_s3_3x3_b32_runner, 317) \
+  X(r50f_s3_3x3_s2_b1_runner, 318) \
+  X(r50f_s3_3x3_s2_b32_runner, 319) \
+  X(r50f_s3_down_s2_b1_runner, 320) \
+  X(r50f_s3_down_s2_b32_runner, 321) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 322) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 323) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 324) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 325) \
+  X(r50f_s4_1x1_512to256_b1_runner, 326) \
+  X(r50f_s4_1x1_512to256_b32_runner, 327) \
+  X(r50f_s4_3x3_b1_runner, 328) \
+  X(r50f_s4_3x3_b32_runner, 329) \
+  X(r50f_s4_3x3_s2_b1_runner, 330) \
+  X(r50f_s4_3x3_s2_b32_runner, 331) \
+  X(r50f_s4_down_s2_b1_runner, 332) \
+  X(r50f_s4_down_s2_b32_runner, 333) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 334) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 335) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 336) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 337) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 338) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 339) \
+  X(r50f_s5_3x3_b1_runner, 340) \
+  X(r50f_s5_3x3_b32_runner, 341) \
+  X(r50f_s5_3x3_s2_b1_runner, 342) \
+  X(r50f_s5_3x3_s2_b32_runner, 343) \
+  X(r50f_s5_down_s2_b1_runner, 344) \
+  X(r50f_s5_down_s2_b32_runner, 345) \
+  X(r50f_stem_b1_runner, 346) \
+  X(r50f_stem_b32_runner, 347) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 348) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 349) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 350) \
+  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 351) \
+  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 352) \
+  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 353) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 354) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 355) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 356) \
+  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 357) \
+  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 358) \
+  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 359) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 360) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 361) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 362) \
+  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 363) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 364) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 365) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 366) \
+  X(regnety400f_stem_0_b1_runner, 367) \
+  X(regnety400f_stem_0_b32_runner, 368) \
+  X(regnety400f_stem_0_b8_runner, 369) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 370) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 371) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 372) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 373) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 374) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 375) \
+  X(tf_r50_s2_1x1_256to64_b32_runner, 376) \
+  X(tf_r50_s2_1x1_64to256_b32_runner, 377) \
+  X(tf_r50_s2_1x1_64to64_b32_runner, 378) \
+  X(tf_r50_s2_3x3_b32_runner, 379) \
+  X(tf_r50_s3_1x1_128to512_b32_runner, 380) \
+  X(tf_r50_s3_1x1_256to128_b32_runner, 381) \
+  X(tf_r50_s3_1x1_512to128_b32_runner, 382) \
+  X(tf_r50_s3_3x3_b32_runner, 383) \
+  X(tf_r50_s3_3x3_s2_b32_runner, 384) \
+  X(tf_r50_s3_down_s2_b32_runner, 385) \
+  X(tf_r50_stem_b32_runner, 386) \
+  X(vgg11_b32_features_0_runner, 387) \
+  X(vgg11_b32_features_11_runner, 388) \
+  X(vgg11_b32_features_13_runner, 389) \
+  X(vgg11_b32_features_16_runner, 390) \
+  X(vgg11_b32_features_3_runner, 391) \
+  X(vgg11_b32_features_6_runner, 392) \
+  X(vgg11_b32_features_8_runner, 393) \
+  X(vgg16_b1_features_10_runner, 394) \
+  X(vgg16_b1_features_17_runner, 395) \
+  X(vgg16_b1_features_19_runner, 396) \
+  X(vgg16_b1_features_2_runner, 397) \
+  X(vgg16_b1_features_24_runner, 398) \
+  X(vgg16_b1_features_5_runner, 399) \
+  X(vgg16_b1_features_7_runner, 400) \
+  X(vgg16_b32_features_2_runner, 401) \
+  X(vgg16_b32_features_7_runner, 402) \
+  X(vgg16_features_0_b1_runner, 403) \
+  X(vgg16_features_0_b32_runner, 404) \
+  X(vgg16_features_0_b8_runner, 405) \
+  X(vgg16_features_12_b1_runner, 406) \
+  X(vgg16_features_12_b32_runner, 407) \
+  X(vgg16_features_12_b8_runner, 408) \
+  X(vgg16_features_24_b1_runner, 409) \
+  X(vgg16_features_24_b32_runner, 410) \
+  X(vgg16_features_24_b8_runner, 411) \
+  X(vgg16_features_2_b1_runner, 412) \
+  X(vgg16_features_2_b32_runner, 413) \
+  X(vgg16_features_2_b8_runner, 414) \
+  X(vgg16f_features_0_b1_runner, 415) \
+  X(vgg16f_features_0_b32_runner, 416) \
+  X(vgg16f_features_0_b8_runner, 417) \
+  X(vgg16f_features_12_b1_runner, 418) \
+  X(vgg16f_features_12_b32_runner, 419) \
+  X(vgg16f_features_12_b8_runner, 420)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
