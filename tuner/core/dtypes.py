@@ -26,9 +26,7 @@ class DataType(enum.Enum):
 
     @property
     def bytes(self) -> int:
-        if self is DataType.f32 or self is DataType.tf32:
-            return 4
-        return 1 if self is DataType.e4m3 else 2
+        return self.bits // 8
 
     @property
     def significand_bits(self) -> int:

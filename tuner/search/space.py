@@ -115,8 +115,10 @@ def _checked_in_parallel(space: SearchSpace, problem: ConvProblem, device: Devic
     (first, values), rest = space.choices_items[0], space.choices_items[1:]
     slices = [SearchSpace(space.family, ((first, (value,)), *rest)) for value in values]
     dealt = [list(range(i, len(slices), workers)) for i in range(workers)]
+    # a child's stderr is dropped: whatever stops one (an error in a check, Ctrl-C) the check here that follows meets
+    # again and reports once
     children = [subprocess.Popen([sys.executable, "-m", "tuner.search.check_slices"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, cwd=REPO) for _ in dealt]
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO) for _ in dealt]
     try:
         for child, indices in zip(children, dealt):
             child.stdin.write(pickle.dumps(([slices[i] for i in indices], problem, device)))

@@ -13,7 +13,7 @@ from tuner.core.problem import ConvProblem
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, SpaceError, check_keys, int_list, param,
                                  types_problem, whole)
 from tuner.families.dsl_direct.spec import (GROUP_WIDTHS, MAPPINGS, MAX_THREADS, MMA_PIXELS, VECTOR, DirectBuildSpec,
-                                            DirectEpilogue, DirectProblem, DirectTile)
+                                            DirectEpilogue, DirectProblem, DirectTile, mma_problem)
 
 FAMILY = "dsl_direct"
 INPUT_TYPES = (DataType.f16, DataType.bf16)
@@ -174,12 +174,7 @@ def _check_channels(config: DslDirectConfig, device: DeviceFacts) -> str | None:
 def _check_mapping(config: DslDirectConfig, device: DeviceFacts) -> str | None:
     if config.mapping != "mma":
         return None
-    if config.shape.group_width != VECTOR:
-        return f"the mma mapping runs groups of {VECTOR} channels, not depthwise ones"
-    if (config.tile_p * config.tile_q) % (MMA_PIXELS * config.columns):
-        return (f"{config.columns} tiles of {MMA_PIXELS} pixels a warp do not divide the {config.tile_p}x"
-                f"{config.tile_q} tile's pixels")
-    return None
+    return mma_problem(config.tile_p, config.tile_q, config.columns, config.shape.group_width)
 
 
 def _check_threads(config: DslDirectConfig, device: DeviceFacts) -> str | None:

@@ -53,6 +53,16 @@ class DirectProblem:
         return (self.w + 2 * self.pad_w - (self.s - 1) * self.dilation_w - 1) // self.stride_w + 1
 
 
+def mma_problem(tile_p: int, tile_q: int, columns: int, group_width: int) -> str | None:
+    """Why the mma mapping cannot run this tile, or None: the one statement of its rules, raised by
+    DirectBuildSpec.check and reported by the family's static checks."""
+    if group_width != VECTOR:
+        return f"the mma mapping runs groups of {VECTOR} channels, not depthwise ones"
+    if (tile_p * tile_q) % (MMA_PIXELS * columns):
+        return f"{columns} tiles of {MMA_PIXELS} pixels a warp do not divide the {tile_p}x{tile_q} tile's pixels"
+    return None
+
+
 @dataclass(frozen=True)
 class DirectTile:
     """A CTA's tile_p x tile_q output pixels of one image for `channels` channels. simt: a thread's `columns`
@@ -125,11 +135,8 @@ class DirectBuildSpec:
         if t.channels % VECTOR or p.c % t.channels:
             raise SpecError(f"{t.channels} channels a CTA must be a multiple of {VECTOR} dividing C={p.c}")
         if t.mapping == "mma":
-            if p.group_width != VECTOR:
-                raise SpecError(f"the mma mapping runs groups of {VECTOR} channels, not group width {p.group_width}")
-            if (t.tile_p * t.tile_q) % (MMA_PIXELS * t.columns):
-                raise SpecError(f"{t.columns} tiles of {MMA_PIXELS} pixels a warp do not divide the "
-                                f"{t.tile_p}x{t.tile_q} tile")
+            if (reason := mma_problem(t.tile_p, t.tile_q, t.columns, p.group_width)):
+                raise SpecError(reason)
         elif t.tile_q % t.columns:
             raise SpecError(f"{t.columns} columns a thread do not divide the tile's {t.tile_q}")
         if not 32 <= t.threads() <= MAX_THREADS:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import (CLUSTER_SIDES, ELEMENT_BYTES, MAX_CLUSTER, SMEM_CAPACITY, BuildSpec, SpecError, box_problem,
-                   conv_box, epilogue_columns, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, tile_k_problem, tile_m_problem,
-                   tile_n_problem)
+from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, BuildSpec, SpecError, box_problem, cluster_problem, conv_box,
+                   epilogue_columns, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, tile_k_problem,
+                   tile_m_problem, tile_n_problem)
 
 SM_COUNT = 132                 # H100 SXM
 
@@ -230,8 +230,8 @@ def geometry(spec: BuildSpec) -> Geometry:
     operand_bytes = ELEMENT_BYTES[spec.element]
     if (reason := tile_k_problem(t.tile_k, spec.element)):
         raise SpecError(reason)
-    if t.cluster_m not in CLUSTER_SIDES or t.cluster_n not in CLUSTER_SIDES or t.cluster_m * t.cluster_n > MAX_CLUSTER:
-        raise SpecError(f"cluster {t.cluster_m}x{t.cluster_n}: each side 1, 2 or 4, at most {MAX_CLUSTER} CTAs")
+    if (reason := cluster_problem(t.cluster_m, t.cluster_n)):
+        raise SpecError(reason)
     if t.swizzle < 1:
         raise SpecError(f"swizzle {t.swizzle} must be >= 1")
     if t.split_k > 1 and pingpong:

@@ -12,11 +12,11 @@ from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, types_problem, whole)
-from tuner.families.sm90_dsl.spec import (CLUSTER_SIDES, GATHER_BELOW_CHANNELS, MAX_CLUSTER, OUTPUT_ELEMENTS,
-                                          SMEM_CAPACITY, TMA_ROW_BYTES, BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, box_problem,
-                                          conv_box, epilogue_columns, phase_extents, residual_ring_slots,
-                                          scheduled_tiles, split_k_workspace_bytes, tile_k_problem, tile_m_problem,
-                                          tile_n_problem)
+from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, SMEM_CAPACITY, TMA_ROW_BYTES,
+                                          BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, box_problem,
+                                          cluster_problem, conv_box, epilogue_columns, phase_extents,
+                                          residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, tile_k_problem,
+                                          tile_m_problem, tile_n_problem)
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
@@ -313,8 +313,10 @@ def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
 
 def _check_cluster(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     cm, cn, ck = config.cluster.m, config.cluster.n, config.cluster.k
-    if ck != 1 or cm not in CLUSTER_SIDES or cn not in CLUSTER_SIDES or cm * cn > MAX_CLUSTER:
-        return f"cluster {config.cluster.text}: 1, 2 or 4 CTAs along M and N, at most {MAX_CLUSTER} in all, K 1"
+    if ck != 1:
+        return f"cluster {config.cluster.text}: K 1 (a cluster's CTAs lie along M and N)"
+    if (reason := cluster_problem(cm, cn)):
+        return reason
     if config.work_tiles < cm * cn:
         return f"{config.work_tiles} output tile(s) cannot fill a cluster of {cm * cn}"
     return None

@@ -228,6 +228,14 @@ def tile_m_problem(tile_m: int, tile_n: int, schedule: str, gathers: bool) -> st
     return None
 
 
+def cluster_problem(cluster_m: int, cluster_n: int) -> str | None:
+    """Why a cluster of cluster_m x cluster_n CTAs (along M and N) cannot run, or None: the one statement of the rule,
+    raised by geometry.geometry and reported by the family's static checks."""
+    if cluster_m not in CLUSTER_SIDES or cluster_n not in CLUSTER_SIDES or cluster_m * cluster_n > MAX_CLUSTER:
+        return f"cluster {cluster_m}x{cluster_n}: 1, 2 or 4 CTAs along M and N, at most {MAX_CLUSTER} in all"
+    return None
+
+
 def tile_k_problem(tile_k: int, element: str) -> str | None:
     """Why a stage cannot be tile_k elements deep, or None: the one statement of the rule, raised by
     geometry.geometry and reported by the family's static checks."""
