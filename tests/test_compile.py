@@ -349,6 +349,17 @@ def gemm_configs(count: int):
             for tile in tiles for epilogue in ("tma", "nosmem")][:count]
 
 
+def fake_units(monkeypatch, fail_units: bool = False) -> list:
+    """nvcc stood in for by fake_unit_nvcc (skipped without nvcc, whose version the cache key holds): the list
+    it records each unit's size in."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    nvcc_version()
+    calls = []
+    monkeypatch.setattr(subprocess, "run", fake_unit_nvcc(calls, fail_units))
+    return calls
+
+
 def fake_unit_nvcc(calls: list, fail_units: bool = False):
     """A fake nvcc that 'builds' any unit, reporting ptxas registers 100 + the kernel's index for each
     kernel it finds in the source; with fail_units, a unit of several kernels fails to compile."""
@@ -377,11 +388,7 @@ def test_units_spread_grouped_families_over_the_cores(tmp_path):
 
 
 def test_a_unit_of_kernels_is_cached_per_kernel(tmp_path, monkeypatch):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    nvcc_version()
-    calls = []
-    monkeypatch.setattr(subprocess, "run", fake_unit_nvcc(calls))
+    calls = fake_units(monkeypatch)
     configs = gemm_configs(3)
     compiler = Compiler(H100, tmp_path, jobs=1)
     done = []
@@ -397,12 +404,20 @@ def test_a_unit_of_kernels_is_cached_per_kernel(tmp_path, monkeypatch):
     assert Compiler(H100, tmp_path, jobs=1).compile(configs[1]).binary.index == 1
 
 
+def test_a_kernel_whose_unit_is_gone_is_built_again(tmp_path, monkeypatch):
+    """A cache copied in part (a kernel's member entry without its unit's library): the kernel is rebuilt and
+    published in the member's place, where it used to be a crash reading the entry's missing ptxas.txt."""
+    calls = fake_units(monkeypatch)
+    configs = gemm_configs(2)
+    first = Compiler(H100, tmp_path, jobs=1).compile_many(configs)
+    shutil.rmtree(first[0].library.parent)  # the unit's entry
+    again = Compiler(H100, tmp_path, jobs=1).compile(configs[1])
+    assert again.ok and not again.cached and again.library.exists()
+    assert Compiler(H100, tmp_path, jobs=1).compile(configs[1]).cached
+
+
 def test_a_unit_that_fails_is_built_again_kernel_by_kernel(tmp_path, monkeypatch):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    nvcc_version()
-    calls = []
-    monkeypatch.setattr(subprocess, "run", fake_unit_nvcc(calls, fail_units=True))
+    calls = fake_units(monkeypatch, fail_units=True)
     results = Compiler(H100, tmp_path, jobs=1).compile_many(gemm_configs(3))
     assert calls == [3, 1, 1, 1]
     assert all(r.ok and r.index == 0 and r.unit_size == 1 for r in results)

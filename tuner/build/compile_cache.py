@@ -168,6 +168,8 @@ class CompileCache:
             member = json.loads((entry / MEMBER_FILE).read_text())
             if (self.entry(member["unit"]) / "candidate.so").exists():
                 return self.member_result(config, key, member["unit"], member["index"], member["size"], 0.0, True)
+            # its unit is gone (a cache copied in part, or pruned): drop the entry so that a rebuild can publish
+            shutil.rmtree(entry, ignore_errors=True)
         return None
 
     def result(self, config: KernelConfig, key: str, seconds: float, cached: bool) -> CompileResult:
