@@ -1,4 +1,4 @@
-"""bf16 and TF32 on the GPU: a layer of each family validated against the float64 reference within its types'
+"""bf16 and TF32 on the GPU: a layer of each family (and sm90_dsl's tf32 kernels) validated against the float64 reference within its types'
 tolerance, and planted wrong kernels (the wrong pixels, or the wrong element type) that must fail. Run with
 `pytest -m gpu tests/test_gpu_dtypes.py` on an H100 (sm_90) with CuPy; the sm90 cases need compute capability
 9.0, the sm90_dsl ones the [dsl] extra."""
@@ -53,8 +53,23 @@ LAYERS = {
     # output's size), run on CONV
     "sm90_dsl_dilated": ("sm90_dsl", dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), SM90_DSL),
 }
+# sm90_dsl in tf32 (f32 out, stored from the accumulator registers): stage rows of 32 elements, no residual and no
+# gathered C; bare, split-K, pingpong with BN+SiLU on enough tiles that both consumer warpgroups work, stride 2, a
+# GEMM whose K of 20 is no multiple of 8, and its planted wrong kernel, built for dilation 2 like the bf16 one's
+SM90_DSL_TF32 = {**SM90_DSL, "tile": "128x128x32"}
+TF32_DSL = {
+    "sm90_dsl_tf32": ("sm90_dsl", CONV, SM90_DSL_TF32),
+    "sm90_dsl_tf32_split3": ("sm90_dsl", CONV, {**SM90_DSL_TF32, "split_k": 3}),
+    "sm90_dsl_tf32_pingpong_bn_silu": ("sm90_dsl", dataclasses.replace(
+        CONV, n=16, h=32, w=32, epilogue=parse_epilogue("scale+bias+silu")),
+        {**SM90_DSL_TF32, "tile": "64x64x32", "schedule": "pingpong", "tile_q": 16}),
+    "sm90_dsl_tf32_stride2": ("sm90_dsl", dataclasses.replace(CONV, h=32, w=32, stride_h=2, stride_w=2),
+                              {**SM90_DSL_TF32, "tile_q": 0}),
+    "sm90_dsl_tf32_gemm_k20": ("sm90_dsl", dataclasses.replace(GEMM, k=20),
+                               {**SM90_DSL_TF32, "tile": "128x32x32", "tile_q": 0}),
+    "sm90_dsl_tf32_dilated": ("sm90_dsl", LAYERS["sm90_dsl_dilated"][1], SM90_DSL_TF32),
+}
 DTYPES = ("bf16", "tf32")
-# sm90_dsl runs 16-bit types only (it refuses TF32 with the reason)
 BUILT = [(case, dtype) for case in LAYERS for dtype in DTYPES if not (case.startswith("sm90_dsl") and dtype == "tf32")]
 CASES = [(case, dtype) for case, dtype in BUILT if case != "sm90_dsl_dilated"]
 
@@ -64,7 +79,7 @@ def typed(problem: ConvProblem, dtype: str) -> ConvProblem:
 
 
 def case_config(case: str, dtype: str):
-    family, problem, params = LAYERS[case]
+    family, problem, params = {**LAYERS, **TF32_DSL}[case]
     problem = typed(problem, dtype)
     return problem, make_config(problem, family, params)
 
@@ -117,6 +132,37 @@ def test_planted_wrong_bf16_kernel_fails_validation(case, kernel, compiled, work
     assert rejected["status"] == Status.wrong_result.value, rejected
     assert rejected["error"] > 10 * tolerance(problem)
     accepted = worker.request(request(compiled[case, "bf16"], problem, problem))
+    assert accepted["status"] == Status.ok.value, accepted.get("reason")
+
+
+@pytest.fixture(scope="module")
+def compiled_tf32_dsl(device, tmp_path_factory):
+    """sm90_dsl's tf32 kernels, apart from the other cases' (whose nvcc builds `-k tf32_dsl` need not wait for)."""
+    if registry.get("sm90_dsl").device_problem(device) is not None or dsl_version() is None:
+        pytest.skip("sm90_dsl does not run here (sm_90a and the [dsl] extra)")
+    configs = {case: case_config(case, "tf32")[1] for case in TF32_DSL}
+    return compile_cases(device, tmp_path_factory.mktemp("cache_tf32_dsl"), configs, jobs=4)
+
+
+@pytest.mark.parametrize("case", [case for case in TF32_DSL if not case.endswith("_dilated")])
+def test_a_tf32_dsl_kernel_is_right_and_timed(case, compiled_tf32_dsl, device, worker):
+    problem, config = case_config(case, "tf32")
+    launch = registry.family_of(config).rules.launch_args(config, problem)
+    evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled_tf32_dsl[case].binary, problem,
+                                                                          launch)
+    assert evaluation.status is Status.ok, evaluation.reason
+    assert 0 < evaluation.error < tolerance(problem)
+    assert evaluation.measurement.median_us > 0
+
+
+def test_planted_wrong_tf32_dsl_kernel_fails_validation(compiled_tf32_dsl, worker):
+    """sm90_dsl's tf32 kernel built for dilation 2, run on the dilation-1 layer: rejected, as the right one passes."""
+    problem, _ = case_config("sm90_dsl_tf32", "tf32")
+    wrong = typed(TF32_DSL["sm90_dsl_tf32_dilated"][1], "tf32")
+    rejected = worker.request(request(compiled_tf32_dsl["sm90_dsl_tf32_dilated"], problem, wrong))
+    assert rejected["status"] == Status.wrong_result.value, rejected
+    assert rejected["error"] > 10 * tolerance(problem)
+    accepted = worker.request(request(compiled_tf32_dsl["sm90_dsl_tf32"], problem, problem))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 

@@ -331,6 +331,33 @@ def test_e4m3_stages_hold_a_byte_an_element():
         geometry(BuildSpec(GEMM.problem, GEMM.epilogue, replace(GEMM.tile, tile_k=96), element="e4m3"))
 
 
+# --- tf32 -------------------------------------------------------------------------------------------------------
+
+CONV_TF32 = BuildSpec(ProblemSpec.symmetric(8, 14, 14, 256, 256, 3, 3, 1, 1, 1), EpilogueSpec(scale=True, bias=True),
+                      TileSpec(128, 128, 32, cluster_n=2, schedule="cooperative", tile_q=16, split_k=2), element="tf32")
+
+
+@pytest.mark.slow
+def test_a_tf32_kernel_issues_tf32_wgmma_and_stages_f32_by_element_for_the_tma_store(tmp_path):
+    import re
+    ptx = compiled_ptx(CONV_TF32, tmp_path)
+    assert set(re.findall(r"wgmma\.mma_async\S*", ptx)) == {"wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"}
+    assert "st.shared.b32" in ptx and "stmatrix" not in ptx
+    assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)  # the output's TMA store
+
+
+def test_tf32_stages_hold_four_bytes_an_element_and_refuse_what_they_cannot_run():
+    g = geometry(CONV_TF32)
+    assert (g.operand_bytes, g.output_bytes, g.stages_by_element, CONV_TF32.channel_multiple) == (4, 4, True, 4)
+    assert g.smem_bytes(2) - geometry(replace(CONV_TF32, element="f16")).smem_bytes(2) == \
+        2 * (128 + 128) * 32 * 2 + 2 * 128 * 32 * 2  # A and B stages, and the two staged subtiles, in 4 bytes not 2
+    for tile, words in (((128, 128, 64), "must be 32 in tf32"), ((128, 48, 32), "aborts the DSL")):
+        with pytest.raises(SpecError, match=words):
+            geometry(replace(CONV_TF32, tile=replace(CONV_TF32.tile, tile_m=tile[0], tile_n=tile[1], tile_k=tile[2])))
+    with pytest.raises(SpecError, match="loads no residual"):
+        geometry(replace(CONV_TF32, epilogue=EpilogueSpec(residual=True)))
+
+
 @pytest.mark.slow
 def test_an_e4m3_candidate_must_be_handed_its_scales(built):
     """create checks its operands before it loads the module: without a GPU, a scaled epilogue without its scales

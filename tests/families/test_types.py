@@ -54,10 +54,33 @@ def test_the_dsl_family_takes_16_bit_types(dtype):
     assert config.build_spec().element == dtype
 
 
-def test_the_dsl_family_refuses_tf32_and_f32_output_with_the_reason():
+def test_the_dsl_family_takes_tf32_with_f32_output_in_128_byte_stages():
     family = registry.get("sm90_dsl")
-    assert "does not run TF32" in family.problem_reason(typed(CONV, "tf32"))
-    assert "stmatrix" in family.problem_reason(typed(CONV, "bf16", output_type=DataType.f32))
+    problem = typed(CONV, "tf32")
+    assert family.problem_reason(problem) is None
+    config = make_config(problem, "sm90_dsl", {**DSL_PARAMS, "tile": "128x128x32"})
+    spec = config.build_spec()
+    assert (spec.element, spec.output_element, spec.stages_by_element) == ("tf32", "f32", True)
+    assert family.rules.static_problems(config, problem, H100) == []
+    # tile N of 16 past a multiple of 32 aborts the DSL's compiler in tf32 (measured for 48 to 240)
+    odd = make_config(problem, "sm90_dsl", {**DSL_PARAMS, "tile": "128x48x32"})
+    assert any("aborts the DSL" in reason for reason in family.rules.static_problems(odd, problem, H100))
+    # four bytes an element: tile K 64 is a 256-byte row, past the 128-byte swizzle
+    wide = make_config(problem, "sm90_dsl", DSL_PARAMS)
+    assert any("must be 32 in tf32" in reason for reason in family.rules.static_problems(wide, problem, H100))
+    # its two staged output subtiles hold f32: twice f16's bytes
+    f16 = make_config(typed(CONV, "f16"), "sm90_dsl", DSL_PARAMS)
+    assert config.epilogue_bytes() - f16.epilogue_bytes() == 2 * 128 * 32 * (4 - 2)
+
+
+def test_the_dsl_family_refuses_a_tf32_residual_or_stem_and_a_mismatched_output_with_the_reason():
+    family = registry.get("sm90_dsl")
+    residual = dataclasses.replace(typed(CONV, "tf32"), epilogue=parse_epilogue("residual"))
+    assert "load no residual" in family.problem_reason(residual)
+    stem = dataclasses.replace(typed(CONV, "tf32"), c=3)
+    assert "gathers C=3" in family.problem_reason(stem)
+    assert "f32 from tf32" in family.problem_reason(typed(CONV, "bf16", output_type=DataType.f32))
+    assert not family.supersedes(typed(CONV, "tf32"))  # the C++ families stay in a tf32 study
 
 
 DSL_PARAMS = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tuner.families.base import sm90a_device_problem
 from tuner.families.family import BuilderEmitter, Family, PerformanceModel, SpaceRules
+from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.sm90_dsl import costmodel, space, toolchain
 from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
@@ -25,8 +26,8 @@ def supersedes(problem: ConvProblem) -> frozenset[str]:
     its gathering kernel replaces sm90_s2d's fold as well: the ResNet-50 stem's tuned kernels, bare and
     fused at batch 1 and 32, ran 0.69-0.78x sm90_s2d's (r50_stem_b32 72.7 µs against 94.2). Not from 8 to
     15 channels: it pads C to 8 or 16 and reads a box a tap (the 7x7 stem with C=8 ran 4.95x cuDNN)."""
-    if problem.k % GATHER_BELOW_CHANNELS:
-        return frozenset()  # its element-by-element store of such a K is not measured against the others yet
+    if problem.k % GATHER_BELOW_CHANNELS or problem.input_type is DataType.tf32:
+        return frozenset()  # its element-by-element store of such a K, and tf32, not measured against the others yet
     if problem.c < GATHER_BELOW_CHANNELS:
         return frozenset({"sm80", "sm90_conv", "sm90_gemm", "sm90_s2d"})
     return frozenset() if problem.c < SMALL_CHANNELS else frozenset({"sm80", "sm90_conv", "sm90_gemm"})

@@ -30,7 +30,7 @@ def dynamic_smem_bytes(g) -> int:
     size = g.stages * 2 * 8
     size = align(size) + g.stages * g.tile_m * g.tile_k * g.operand_bytes
     size = align(size) + g.stages * g.tile_n * g.tile_k * g.operand_bytes
-    size = align(size) + g.epi_stages * g.tile_m * g.epi_n * 2
+    size = align(size) + g.epi_stages * g.tile_m * g.epi_n * g.output_bytes
     return size
 
 

@@ -13,12 +13,12 @@ import cutlass.utils.hopper_helpers as sm90_utils
 class Consumers:
     @cute.jit
     def consume(self, tiled_mma: cute.TiledMma, mainloop, sA: cute.Tensor, sB: cute.Tensor, sD: cute.Tensor,
-                tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
+                sD_map: cute.Tensor, tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
                 mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
                 sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart: cute.Tensor,
                 mCount: cute.Tensor, sArrivals: cute.Tensor, mInputScale: cute.Tensor, mFilterScale: cute.Tensor):
         g = self.g
-        f16, f32 = self.dtype, self.acc_dtype
+        f16, f32 = self.staged_dtype, self.acc_dtype
         alpha = f32(1.0)
         if cutlass.const_expr(g.scaled):
             alpha = mInputScale[0] * mFilterScale[0]  # the e4m3 operands' per-tensor scales, once a thread
@@ -54,10 +54,10 @@ class Consumers:
         st_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), f16)
         r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(st_atom, tiled_mma))
         thr_r2s = r2s.get_slice(wtid)
-        tRS_sD = thr_r2s.partition_D(sD)
+        tRS_sD = thr_r2s.partition_D(sD_map)
         tRS_acc = r2s.retile(acc)
         tRS_crd = r2s.retile(tCcC)
-        rD_shape = cute.shape(thr_r2s.partition_S(sD))
+        rD_shape = cute.shape(thr_r2s.partition_S(sD_map))
         rD = cute.make_rmem_tensor(rD_shape[:3], f32)
         rD_out = cute.make_rmem_tensor(rD_shape[:3], f16)
         n_sub = cute.size(rD)
@@ -172,9 +172,12 @@ class Consumers:
                     # the registers hold the subtile: the load warp may refill its slot
                     cute.arch.mbarrier_arrive(ring_empty + slot)
                 self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR, alpha)
-                rD_out.store(rD.load().to(f16))
                 buf = grp * g.epi_stages + (base + e) % g.epi_stages
-                cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
+                if cutlass.const_expr(g.stages_by_element):
+                    self.stage_elements(sD, rD, tRS_crd, n_sub, e, buf)
+                else:
+                    rD_out.store(rD.load().to(f16))
+                    cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")
                 epi_barrier.arrive_and_wait()
                 if cutlass.const_expr(g.stores_elements):

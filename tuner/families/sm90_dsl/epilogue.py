@@ -139,6 +139,16 @@ class EpilogueSteps:
             if inside > 0:
                 mY[((q, p, n), kk)] = sD[(m, col, buf)]
 
+    @cute.jit
+    def stage_elements(self, sD: cute.Tensor, rD: cute.Tensor, crd: cute.Tensor, count: cutlass.Constexpr,
+                       sub: cutlass.Constexpr, buf):
+        """One epilogue subtile's f32 values (a tf32 kernel's output, which stmatrix cannot move) written into its
+        staging buffer sD[buf] one st.shared each: value v is at the tile's (m, n) = crd[acc_index(sub, v)], subtile
+        column n - sub * epi_n; the swizzled layout spreads a warp's rows over the banks."""
+        for v in cutlass.range_constexpr(count):
+            m, col = crd[self.acc_index(sub, v, count)]
+            sD[(m, col - sub * self.g.epi_n, buf)] = rD[v]
+
 
 @dsl_user_op
 def half_plus_half_tanh2(h0, h1, u0, u1, *, loc=None, ip=None):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, BuildSpec, SpecError, box_problem, cluster_problem, conv_box,
-                   epilogue_columns, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, tile_k_problem,
+                   epilogue_columns, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, element_tile_problem,
                    tile_m_problem, tile_n_problem)
 
 SM_COUNT = 132                 # H100 SXM
@@ -65,7 +65,9 @@ class Geometry:
     src_w: int = 0
     out_p: int = 0
     out_q: int = 0
-    operand_bytes: int = 2         # bytes of an element of x and w (1: e4m3); y and the residual are 16-bit
+    operand_bytes: int = 2         # bytes of an element of x and w (1: e4m3, 4: tf32)
+    output_bytes: int = 2          # bytes of an element of y and the residual (4: a tf32 kernel's f32, no residual)
+    stages_by_element: bool = False  # spec.BuildSpec.stages_by_element: f32 out, staged by st.shared, not stmatrix
     scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
 
     @property
@@ -167,7 +169,7 @@ class Geometry:
             return (stages * self.tile_m * self.tile_k * 2 + self.tile_n * self.tile_k * self.k_tiles * 2
                     + self.tile_m * self.epi_n * 2 * self.epi_stages + 2 * self.tile_n * 4 + 1024 + 3 * 1024)
         ab = (self.tile_m + self.tile_n) * self.tile_k * self.operand_bytes
-        epi = self.tile_m * self.epi_n * 2 * (self.epi_stages + self.res_stages) * self.groups
+        epi = self.tile_m * self.epi_n * (self.output_bytes * self.epi_stages + 2 * self.res_stages) * self.groups
         extra = 2 * self.tile_n * 4 * self.groups
         return stages * ab + epi + extra + 1024 + 3 * 1024  # barriers, alignment slack
 
@@ -228,7 +230,7 @@ def geometry(spec: BuildSpec) -> Geometry:
     if (reason := tile_m_problem(t.tile_m, t.tile_n, t.schedule, p.gathers)):
         raise SpecError(reason)
     operand_bytes = ELEMENT_BYTES[spec.element]
-    if (reason := tile_k_problem(t.tile_k, spec.element)):
+    if (reason := element_tile_problem(t.tile_n, t.tile_k, spec.element)):
         raise SpecError(reason)
     if (reason := cluster_problem(t.cluster_m, t.cluster_n)):
         raise SpecError(reason)
@@ -275,6 +277,7 @@ def geometry(spec: BuildSpec) -> Geometry:
                  residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
                  stores_elements=p.stores_elements,
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
+                 output_bytes=ELEMENT_BYTES[spec.output_element], stages_by_element=spec.stages_by_element,
                  scaled=spec.scaled)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")

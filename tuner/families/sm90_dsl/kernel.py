@@ -1,7 +1,7 @@
 """The sm90 CuTe DSL kernel: a persistent, warp-specialised implicit-GEMM convolution (and GEMM) for Hopper.
 
-One kernel per problem: every extent is static. Layout (NHWC, f16 or bf16 in and out, or e4m3 in and f16 out; f32
-accumulate):
+One kernel per problem: every extent is static. Layout (NHWC, f16 or bf16 in and out, e4m3 in and f16 out, or fp32 in
+and out with TF32 math; f32 accumulate):
     x[n, h, w, c] * w[k, r, s, c] -> y[n, p, q, k],  y = act(scale[k] * alpha * acc + bias[k] + beta * residual)
 alpha is 1, or of an e4m3 kernel the product of the input's and the filter's per-tensor scales (read from device
 memory, as cuBLASLt's fp8 GEMM reads its A and B scales).
@@ -46,6 +46,7 @@ from .geometry import SM_COUNT, Geometry, geometry
 from .mainloop import Mainloop
 from .producers import Producers
 from .spec import BuildSpec
+from .tf32 import make_tf32_tiled_mma
 
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
@@ -64,10 +65,13 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
 
     def __init__(self, g: Geometry, element=None, operand_element=None):
         self.g = g
-        # the 16-bit element of y and the residual (Float16 or BFloat16); the code calls it f16
+        # the element of y and the residual (Float16 or BFloat16, or a tf32 kernel's Float32)
         self.dtype = element or cutlass.Float16
-        # the element of x and w: the same, or Float8E4M3FN in an e4m3 kernel (which writes Float16)
+        # the element of x and w: the same, Float8E4M3FN in an e4m3 kernel (which writes Float16), or TFloat32
         self.ab_dtype = operand_element or self.dtype
+        # the 16-bit element of the epilogue's stmatrix layout, which also maps a tf32 kernel's f32 registers (each
+        # written to shared memory by element)
+        self.staged_dtype = cutlass.Float16 if g.stages_by_element else self.dtype
         self.acc_dtype = cutlass.Float32
         self.num_mma_threads = 128 * g.consumers
         self.epi_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
@@ -83,14 +87,20 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         tile_mnk = (g.tile_m, g.tile_n, g.tile_k)
         kmaj = utils.LayoutEnum.ROW_MAJOR  # A (m, k) and B (n, k) both K-major; D (m, n) N-major
 
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            ab, ab, cute.nvgpu.warpgroup.OperandMajorMode.K, cute.nvgpu.warpgroup.OperandMajorMode.K,
-            self.acc_dtype, (1 if g.pingpong else g.consumers, 1, 1), tiler_mn=(64, g.tile_n))
+        mma_groups = (1 if g.pingpong else g.consumers, 1, 1)
+        if cutlass.const_expr(ab is cutlass.TFloat32):
+            tiled_mma = make_tf32_tiled_mma(mma_groups, (64, g.tile_n))
+        else:
+            tiled_mma = sm90_utils.make_trivial_tiled_mma(
+                ab, ab, cute.nvgpu.warpgroup.OperandMajorMode.K, cute.nvgpu.warpgroup.OperandMajorMode.K,
+                self.acc_dtype, mma_groups, tiler_mn=(64, g.tile_n))
         a_smem = sm90_utils.make_smem_layout_a(kmaj, tile_mnk, ab, g.stages)
         # a gathering kernel keeps the whole filter (its one N tile, every k tile) in shared memory
         b_smem = sm90_utils.make_smem_layout_b(kmaj, tile_mnk, ab, g.k_tiles if g.gather else g.stages)
         epi_tile = (g.tile_m, g.epi_n)
         epi_smem = sm90_utils.make_smem_layout_epi(f16, kmaj, epi_tile, g.epi_stages * g.groups)
+        # the stmatrix layout that maps the registers of a kernel that stages by element (never allocated)
+        map_smem = sm90_utils.make_smem_layout_epi(self.staged_dtype, kmaj, epi_tile, g.epi_stages * g.groups)
 
         # global views: x as ((W, H, N), C), w as (K, R*S*C), y and residual as ((Q, P, N), K)
         c, k = g.c, g.k
@@ -155,7 +165,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         self.smem_bytes = SharedStorage.size_in_bytes()
         self.kernel(a_atoms[0][0], a_atoms[0][1], a_atoms[1][0], a_atoms[1][1], a_atoms[2][0], a_atoms[2][1],
                     a_atoms[3][0], a_atoms[3][1], tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
-                    res_smem, sched, scale, bias, partials, counters, x, w, input_scale, filter_scale).launch(
+                    map_smem, res_smem, sched, scale, bias, partials, counters, x, w, input_scale, filter_scale).launch(
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
             min_blocks_per_mp=1, stream=stream)
 
@@ -166,7 +176,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
                tma_a2: cute.CopyAtom, mX2: cute.Tensor, tma_a3: cute.CopyAtom, mX3: cute.Tensor, tma_b: cute.CopyAtom, mW: cute.Tensor,
                tma_d: cute.CopyAtom, mY: cute.Tensor, tma_r: cute.CopyAtom, mR: cute.Tensor,
                tiled_mma: cute.TiledMma, a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
-               epi_smem: cute.ComposedLayout, res_smem: cute.ComposedLayout,
+               epi_smem: cute.ComposedLayout, map_smem: cute.ComposedLayout, res_smem: cute.ComposedLayout,
                sched: utils.PersistentTileSchedulerParams, mScale: cute.Tensor, mBias: cute.Tensor,
                mPart: cute.Tensor, mCount: cute.Tensor, mXflat: cute.Tensor, mWflat: cute.Tensor,
                mInputScale: cute.Tensor, mFilterScale: cute.Tensor):
@@ -237,6 +247,10 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         sD = storage.sD.get_tensor(epi_smem.outer, swizzle=epi_smem.inner)
+        sD_map = sD
+        if cutlass.const_expr(g.stages_by_element):
+            # a view for the register mapping only (never written): A's stages are larger than the subtiles
+            sD_map = storage.sA.get_tensor(map_smem.outer, swizzle=map_smem.inner, dtype=self.staged_dtype)
         sScale = storage.sScale.get_tensor(cute.make_layout(g.tile_n * g.groups))
         sBias = storage.sBias.get_tensor(cute.make_layout(g.tile_n * g.groups))
         sR = sD
@@ -264,7 +278,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
 
         if wg_idx > 0:
             cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGISTERS if g.gather else CONSUMER_REGISTERS)
-            self.consume(tiled_mma, mainloop, sA, sB, sD, tma_d, mY, sched, mScale, mBias, sScale, sBias,
+            self.consume(tiled_mma, mainloop, sA, sB, sD, sD_map, tma_d, mY, sched, mScale, mBias, sScale, sBias,
                          sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
                          storage.split_arrivals.get_tensor(cute.make_layout(g.groups)), mInputScale, mFilterScale)
 
@@ -274,7 +288,8 @@ def build_launcher(spec: BuildSpec):
     from cutlass.cute.runtime import make_fake_compact_tensor
     g = geometry(spec)
     p = spec.problem
-    elements = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16, "e4m3": cutlass.Float8E4M3FN}
+    elements = {"f16": cutlass.Float16, "bf16": cutlass.BFloat16, "e4m3": cutlass.Float8E4M3FN,
+                "tf32": cutlass.TFloat32, "f32": cutlass.Float32}
     ab, f16, f32 = elements[spec.element], elements[spec.output_element], cutlass.Float32
     x = make_fake_compact_tensor(ab, (p.n * p.h * p.w * p.c,), assumed_align=16)
     w = make_fake_compact_tensor(ab, (p.k * p.r * p.s * p.c,), assumed_align=16)

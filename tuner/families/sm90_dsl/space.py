@@ -15,7 +15,7 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, SMEM_CAPACITY, TMA_ROW_BYTES,
                                           BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, box_problem,
                                           cluster_problem, conv_box, epilogue_columns, phase_extents,
-                                          residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, tile_k_problem,
+                                          residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, element_tile_problem,
                                           tile_m_problem, tile_n_problem)
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import DataType, dtype_key
@@ -23,7 +23,7 @@ from tuner.core.problem import ConvProblem
 
 FAMILY = "sm90_dsl"
 CHANNEL_MULTIPLE = 8      # TMA rows of 16 bytes in 16-bit elements
-INPUT_TYPES = (DataType.f16, DataType.bf16, DataType.e4m3)  # spec.ELEMENTS: the element of x and w
+INPUT_TYPES = (DataType.f16, DataType.bf16, DataType.e4m3, DataType.tf32)  # spec.ELEMENTS: the element of x and w
 AUTO_STAGES = 0
 # mbarriers and the scheduler's state, and the 1024-byte alignment of the buffers: geometry.Geometry.smem_bytes's
 # slack, so that a configuration these checks pass is one the kernel builds (with 1 KB, a pingpong 128x128
@@ -230,8 +230,9 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
 
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
-    """Channels zero-padded to 16-byte TMA rows (8 in 16 bits, 16 in e4m3); fewer than 8 16-bit ones are gathered."""
-    if problem.c < GATHER_BELOW_CHANNELS and problem.input_type is not DataType.e4m3:
+    """Channels zero-padded to 16-byte TMA rows (8 in 16 bits, 16 in e4m3, 4 in tf32); fewer than 8 16-bit ones
+    are gathered."""
+    if problem.c < GATHER_BELOW_CHANNELS and problem.input_type.bytes == 2:
         return problem
     return pad_channels(problem, TMA_ROW_BYTES // problem.input_type.bytes)
 
@@ -267,15 +268,18 @@ def launch_args(config: Sm90DslConfig, problem: ConvProblem) -> LaunchArgs:
 
 
 def layer_problem(problem: ConvProblem) -> str | None:
-    if problem.input_type is DataType.tf32:
-        return ("sm90_dsl does not run TF32: its epilogue moves 16-bit elements (stmatrix to shared memory, the "
-                "residual by ldmatrix) and its mainloop's byte counts are 16-bit; f32 output needs other copies. "
-                f"sm80, sm90_conv and sm90_gemm run {problem.dtype_key}")
     if (reason := types_problem(FAMILY, problem, INPUT_TYPES)):
         return reason
     if problem.output_type.value != OUTPUT_ELEMENTS[problem.input_type.value]:
-        return (f"sm90_dsl kernels write the output in their input's type, or f16 from e4m3 (the epilogue stores "
-                f"16-bit elements through stmatrix), got {problem.dtype_key}")
+        return (f"sm90_dsl kernels write the output in their input's type, f16 from e4m3 or f32 from tf32, got "
+                f"{problem.dtype_key}")
+    if problem.input_type is DataType.tf32:
+        if problem.epilogue.residual:
+            return ("sm90_dsl's tf32 kernels load no residual (its ring moves 16-bit elements by ldmatrix); sm80 and "
+                    "sm90_conv fuse one")
+        if problem.c < GATHER_BELOW_CHANNELS:
+            return (f"sm90_dsl gathers C={problem.c} (under {GATHER_BELOW_CHANNELS}) in 16-bit elements only; sm80 and "
+                    "sm90_conv run a tf32 stem")
     if problem.k % CHANNEL_MULTIPLE and problem.c < GATHER_BELOW_CHANNELS:
         return (f"sm90_dsl stores K={problem.k} (not a multiple of {CHANNEL_MULTIPLE}) element by element, which its "
                 f"gathering kernel for C={problem.c} does not")
@@ -295,7 +299,7 @@ def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         return reason
     if (reason := tile_m_problem(m, n, config.schedule.value, config.shape.gathers)):
         return reason
-    if (reason := tile_k_problem(k, config.input_type.value)):
+    if (reason := element_tile_problem(n, k, config.input_type.value)):
         return reason
     return None
 

@@ -16,12 +16,12 @@ RASTERS = ("m", "n")
 EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (16 where 32 do not divide tile_n)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
 # the element of x and w (tuner/core/dtypes.py DataType's names): a 16-bit one is y's and the residual's too; e4m3
-# kernels write f16 and take the operands' per-tensor scales
-ELEMENTS = ("f16", "bf16", "e4m3")
-OUTPUT_ELEMENTS = {"f16": "f16", "bf16": "bf16", "e4m3": "f16"}
-ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
+# kernels write f16 and take the operands' per-tensor scales; tf32 kernels (fp32 models) write f32
+ELEMENTS = ("f16", "bf16", "e4m3", "tf32")
+OUTPUT_ELEMENTS = {"f16": "f16", "bf16": "bf16", "e4m3": "f16", "tf32": "f32"}
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "tf32": 4, "f32": 4}  # f32: a tf32 kernel's output
 TMA_ROW_BYTES = 16         # a TMA box's inner dimension: C and K rows are multiples of it
-MMA_K = 32                 # tile_k is a multiple of it: two 16-bit wgmmas (K 16), one fp8 wgmma (K 32)
+MMA_K = 32                 # tile_k is a multiple of it: two 16-bit wgmmas (K 16), one fp8 (K 32), four tf32 (K 8)
 SWIZZLE_ROW_BYTES = (32, 64, 128)  # a stage's row of A or B, tile_k elements, is one swizzle's row
 MAX_TMA_BOX = 256          # elements along any dimension of a TMA box
 SMEM_CAPACITY = 232448     # the opt-in shared memory of an sm_90 CTA, less the 1 KB the driver reserves
@@ -151,6 +151,13 @@ class BuildSpec:
         """C of a TMA-loaded input is a multiple of this: 16-byte rows of the element."""
         return TMA_ROW_BYTES // ELEMENT_BYTES[self.element]
 
+    @property
+    def stages_by_element(self) -> bool:
+        """A 32-bit output (tf32 kernels write f32): stmatrix moves only 16-bit elements, so the consumers write each
+        epilogue subtile into shared memory element by element (st.shared through the swizzled layout), from where it
+        is stored as a 16-bit one is."""
+        return OUTPUT_ELEMENTS[self.element] == "f32"
+
     def to_json(self) -> str:
         document = asdict(self)
         if self.element == "f16":  # written as before the field existed: f16 kernels keep their cache keys
@@ -186,9 +193,12 @@ class BuildSpec:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
         if p.c % 8 and not p.gathers:
             raise SpecError("C must be a multiple of 8 (16-byte TMA rows of 16-bit elements) unless under 8 (gathered)")
-        if self.scaled and p.c % self.channel_multiple:
+        if (self.scaled or self.stages_by_element) and p.c % self.channel_multiple:
             raise SpecError(f"C must be a multiple of {self.channel_multiple} in {self.element} (16-byte TMA rows; its "
                             "kernels gather none)")
+        if self.stages_by_element and (p.gathers or self.epilogue.residual):
+            raise SpecError(f"a {self.element} kernel writes f32: it gathers no C under {GATHER_BELOW_CHANNELS} and "
+                            "loads no residual (both move 16-bit elements)")
         if p.stores_elements and (p.gathers or self.epilogue.residual):
             raise SpecError(f"K={p.k} (not a multiple of 8) is stored element by element: not with a gathered C or a "
                             "residual (both need TMA rows of K)")
@@ -236,13 +246,18 @@ def cluster_problem(cluster_m: int, cluster_n: int) -> str | None:
     return None
 
 
-def tile_k_problem(tile_k: int, element: str) -> str | None:
-    """Why a stage cannot be tile_k elements deep, or None: the one statement of the rule, raised by
-    geometry.geometry and reported by the family's static checks."""
+def element_tile_problem(tile_n: int, tile_k: int, element: str) -> str | None:
+    """Why a tile of tile_n columns and tile_k deep stages cannot run in `element`, or None: the one statement of the
+    rule, raised by geometry.geometry and reported by the family's static checks."""
+    if ELEMENT_BYTES[element] == 4 and tile_n % 32 == 16:
+        # measured: every such tf32 tile (N 48, 80, ..., 240) aborts the DSL 4.8.1's compiler; 16, 96, 160 build
+        return f"tile N={tile_n} in {element}: N of 16 past a multiple of 32 aborts the DSL's compiler (16 builds)"
     if tile_k % MMA_K == 0 and tile_k * ELEMENT_BYTES[element] in SWIZZLE_ROW_BYTES:
         return None
     if ELEMENT_BYTES[element] == 2:
         return f"tile K={tile_k} must be 32 or 64 (one 64- or 128-byte swizzled row of 16-bit elements)"
+    if ELEMENT_BYTES[element] == 4:
+        return f"tile K={tile_k} must be 32 in {element} (one 128-byte swizzled row)"
     return (f"tile K={tile_k} must be 32, 64 or 128 in {element} (fp8 wgmma's K is 32; a swizzled row is 128 bytes "
             "at most)")
 
