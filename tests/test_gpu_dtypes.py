@@ -67,6 +67,10 @@ TF32_DSL = {
                               {**SM90_DSL_TF32, "tile_q": 0}),
     "sm90_dsl_tf32_gemm_k20": ("sm90_dsl", dataclasses.replace(GEMM, k=20),
                                {**SM90_DSL_TF32, "tile": "128x32x32", "tile_q": 0}),
+    # the kernel that tuned tf_r50_s5_3x3_b32 at 36.4 us and then failed to launch in the table's bench (split-K 2 in a
+    # 1x2 cluster, 8-wide boxes over a 7x7 input)
+    "sm90_dsl_tf32_7x7_split2_cluster": ("sm90_dsl", ConvProblem(n=32, h=7, w=7, c=512, k=512, r=3, s=3, pad=1),
+                                         {**SM90_DSL_TF32, "cluster": "1x2x1", "split_k": 2}),
     "sm90_dsl_tf32_dilated": ("sm90_dsl", LAYERS["sm90_dsl_dilated"][1], SM90_DSL_TF32),
 }
 DTYPES = ("bf16", "tf32")
