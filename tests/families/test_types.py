@@ -11,6 +11,7 @@ from tuner.build.codegen import candidate_source
 from tuner.build.compile import Compiler
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
+from tuner.families.sm90_dsl.geometry import geometry
 from tuner.core.dtypes import DataType, dtype_fields
 from tuner.core.problem import ConvProblem
 from tuner.measure.run import KernelLibrary, problem_array
@@ -62,6 +63,10 @@ def test_the_dsl_family_takes_tf32_with_f32_output_in_128_byte_stages():
     spec = config.build_spec()
     assert (spec.element, spec.output_element, spec.stages_by_element) == ("tf32", "f32", True)
     assert family.rules.static_problems(config, problem, H100) == []
+    # C is padded to 8 as the builder requires (4 would fill a 16-byte row), so a C=12 layer builds as C=16
+    narrow = dataclasses.replace(problem, c=12)
+    assert registry.get("sm90_dsl").rules.kernel_problem(narrow).c == 16
+    geometry(make_config(narrow, "sm90_dsl", {**DSL_PARAMS, "tile": "128x128x32"}).build_spec())
     # tile N of 16 past a multiple of 32 aborts the DSL's compiler in tf32 (measured for 48 to 240)
     odd = make_config(problem, "sm90_dsl", {**DSL_PARAMS, "tile": "128x48x32"})
     assert any("aborts the DSL" in reason for reason in family.rules.static_problems(odd, problem, H100))

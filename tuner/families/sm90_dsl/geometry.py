@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, BuildSpec, SpecError, box_problem, cluster_problem, conv_box,
-                   epilogue_columns, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, element_tile_problem,
-                   tile_m_problem, tile_n_problem)
+                   element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
+                   split_k_workspace_bytes, tile_m_problem, tile_n_problem)
 
 SM_COUNT = 132                 # H100 SXM
 
@@ -67,8 +67,12 @@ class Geometry:
     out_q: int = 0
     operand_bytes: int = 2         # bytes of an element of x and w (1: e4m3, 4: tf32)
     output_bytes: int = 2          # bytes of an element of y and the residual (4: a tf32 kernel's f32, no residual)
-    stages_by_element: bool = False  # spec.BuildSpec.stages_by_element: f32 out, staged by st.shared, not stmatrix
     scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
+
+    @property
+    def stages_by_element(self) -> bool:
+        """spec.BuildSpec.stages_by_element: a 32-bit output, staged by st.shared, not stmatrix."""
+        return self.output_bytes == 4
 
     @property
     def epi_count(self) -> int:
@@ -277,7 +281,7 @@ def geometry(spec: BuildSpec) -> Geometry:
                  residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
                  stores_elements=p.stores_elements,
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
-                 output_bytes=ELEMENT_BYTES[spec.output_element], stages_by_element=spec.stages_by_element,
+                 output_bytes=ELEMENT_BYTES[spec.output_element],
                  scaled=spec.scaled)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")

@@ -14,8 +14,8 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
                                  shape_list, types_problem, whole)
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, SMEM_CAPACITY, TMA_ROW_BYTES,
                                           BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, box_problem,
-                                          cluster_problem, conv_box, epilogue_columns, phase_extents,
-                                          residual_ring_slots, scheduled_tiles, split_k_workspace_bytes, element_tile_problem,
+                                          cluster_problem, conv_box, element_tile_problem, epilogue_columns,
+                                          phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes,
                                           tile_m_problem, tile_n_problem)
 from tuner.core.axes import pair_text
 from tuner.core.dtypes import DataType, dtype_key
@@ -230,11 +230,11 @@ def auto_tile_q(shape: ProblemSpec, tile_m: int) -> int:
 
 
 def kernel_problem(problem: ConvProblem) -> ConvProblem:
-    """Channels zero-padded to 16-byte TMA rows (8 in 16 bits, 16 in e4m3, 4 in tf32); fewer than 8 16-bit ones
-    are gathered."""
+    """Channels zero-padded to 16-byte TMA rows (8 in 16 bits, 16 in e4m3), and to 8 in tf32 (the builder's rule for
+    C, spec.BuildSpec.check, though 4 would fill a TMA row); fewer than 8 16-bit ones are gathered."""
     if problem.c < GATHER_BELOW_CHANNELS and problem.input_type.bytes == 2:
         return problem
-    return pad_channels(problem, TMA_ROW_BYTES // problem.input_type.bytes)
+    return pad_channels(problem, max(CHANNEL_MULTIPLE, TMA_ROW_BYTES // problem.input_type.bytes))
 
 
 def problem_spec(problem: ConvProblem) -> ProblemSpec:

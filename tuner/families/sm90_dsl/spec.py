@@ -193,7 +193,7 @@ class BuildSpec:
                 raise SpecError(f"problem {name}={getattr(p, name)!r} must be a whole number >= 1")
         if p.c % 8 and not p.gathers:
             raise SpecError("C must be a multiple of 8 (16-byte TMA rows of 16-bit elements) unless under 8 (gathered)")
-        if (self.scaled or self.stages_by_element) and p.c % self.channel_multiple:
+        if self.scaled and p.c % self.channel_multiple:
             raise SpecError(f"C must be a multiple of {self.channel_multiple} in {self.element} (16-byte TMA rows; its "
                             "kernels gather none)")
         if self.stages_by_element and (p.gathers or self.epilogue.residual):
