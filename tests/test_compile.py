@@ -412,6 +412,7 @@ def test_a_kernel_whose_unit_is_gone_is_built_again(tmp_path, monkeypatch):
     first = Compiler(H100, tmp_path, jobs=1).compile_many(configs)
     shutil.rmtree(first[0].library.parent)  # the unit's entry
     again = Compiler(H100, tmp_path, jobs=1).compile(configs[1])
+    assert calls == [2, 1]  # the unit of two, then the one kernel rebuilt
     assert again.ok and not again.cached and again.library.exists()
     assert Compiler(H100, tmp_path, jobs=1).compile(configs[1]).cached
 
