@@ -13,7 +13,7 @@ import yaml
 from rich.console import Console
 
 from tuner.cli import bench as bench_command
-from tuner.cli.bench_tables import fused_table, one_run_lines, ratio_line
+from tuner.cli.bench_tables import fused_table, one_run_lines, print_event, ratio_line
 from tuner.pipeline import bench
 from tuner.pipeline.bench_summary import name_batch, named_ratio_stats
 from tuner.pipeline.landscape import exhaustive_best
@@ -169,6 +169,43 @@ def test_tuned_step_times_best_yaml_kernels_beside_cudnn(tmp_path, layers, lands
     assert "geometric mean 2.000 over 1 layers" in line and "above 1.25: 1 (conv_1 2.00)" in line
 
 
+def test_a_kernel_that_fails_in_the_tuned_step_keeps_its_status_and_reason(tmp_path, layers, landscape_space, measured):
+    """A best.yaml kernel that fails to launch in the one run has no figure, and its row, bench.yaml and the console
+    say why: the run's reason, on one line."""
+    from tuner.measure.evaluate import Evaluation
+    from tuner.search.replay import ReplayCompiler
+    from tuner.store.bench_record import read_bench, write_bench
+    from tuner.store.results import atomic_write
+    from tuner.core.problem import problem_to_dict
+    from tuner.search.space import all_configs
+
+    layer = layers["conv_1"]
+    config = next(iter(all_configs(landscape_space, layer.problem)))
+    atomic_write(tmp_path / "best.yaml", yaml.safe_dump({"layer_count": 1, "layers": {"conv_1": {
+        "problem": problem_to_dict(layer.problem), "family": "sm80", "params": config.search_params,
+        "kernel": config.name, "runtime_us": 1.0}}}))
+
+    class Failing:
+        def evaluate(self, binary, problem, launch, seed=0):
+            return Evaluation(Status.launch_failed, reason="CUDA error:\n  too many resources requested for launch")
+
+    class Worker:
+        def request(self, payload):
+            return {"cudnn_us": 2.0, "cudnn_version": 91900}
+
+    events = []
+    timed = measure_tuned([layer], tmp_path, measured.device, ReplayCompiler(), Failing(), Worker(), BenchRecord(),
+                          events.append, lambda record: None)
+    row = timed.one_run["conv_1"]
+    assert row.tuned_us is None and row.status == "launch_failed"
+    assert row.reason == "CUDA error: too many resources requested for launch"
+    write_bench(tmp_path, timed)
+    assert read_bench(tmp_path).one_run["conv_1"] == row
+    console = Console(width=250, record=True, file=open(os.devnull, "w"))
+    print_event(events[-1], console)
+    assert "launch_failed: CUDA error: too many resources requested for launch" in console.export_text()
+
+
 def test_fused_layers_are_judged_against_pytorch_and_their_bare_kernel_not_cudnn():
     measured = BenchRecord(one_run={
         "r50_s4_3x3_b32": OneRunLayer("k", "sm90_conv", tuned_us=15.0, cudnn_us=16.0),
@@ -269,7 +306,7 @@ def test_an_e4m3_layers_cudnn_figure_says_it_is_f16s():
     the tuned step's line say so; an f16 layer's say nothing of it."""
     import dataclasses
 
-    from tuner.cli.bench_tables import bench_table, print_event
+    from tuner.cli.bench_tables import bench_table
     from tuner.core.dtypes import dtype_fields
     from tuner.core.layers import Layer
     from tuner.core.problem import ConvProblem

@@ -65,8 +65,9 @@ def print_event(event: BenchEvent | LayerReplayed, console: Console) -> None:
         fused = (f", PyTorch eager {_us(row.eager_us)} µs, torch.compile {_us(row.compiled_us)} µs"
                  if event.fused else "")
         library = f" ({event.library_dtype}: {CUDNN_FP8_ABSENT})" if event.library_dtype else ""
+        failed = f" [red]{row.status}: {escape(row.reason or 'no reason reported')}[/]" if row.status else ""
         console.print(f"  {escape(event.layer)}: tuned {_us(row.tuned_us)} µs, cuDNN {_us(row.cudnn_us)} µs "
-                      f"({ratio:.2f}){fused}{library}")
+                      f"({ratio:.2f}){fused}{library}{failed}")
 
 
 def bench_table(figures: list[LayerFigures], ceilings: Ceilings) -> Table:

@@ -111,6 +111,14 @@ def with_library_times(record: BenchRecord, layer: str, times: LibraryTimes) -> 
     return dataclasses.replace(record, **changes)
 
 
+def brief_reason(text: str | None, limit: int = 300) -> str | None:
+    """A failure's reason on one line, short enough for bench.yaml and the console (nvcc's can run to pages)."""
+    if not text:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compiler, evaluator, worker,
                   record: BenchRecord, emit: Callable[[OneRunEvent], None],
                   save: Callable[[BenchRecord], None]) -> BenchRecord:
@@ -136,27 +144,29 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
     emit(TunedStarted(len(configs), len(kernels)))
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
 
-    def timed(config, problem: ConvProblem, seed: int) -> tuple[float | None, Status]:
-        """The kernel's median µs on the problem (None unless it compiled and validated), and its status."""
+    def timed(config, problem: ConvProblem, seed: int) -> tuple[float | None, Status, str | None]:
+        """The kernel's median µs on the problem (None unless it compiled and validated), its status, and the
+        reason the run gave where it has no figure."""
         result = compiled[config.compiled]
         if not result.ok:
-            return None, Status.compile_failed
+            return None, Status.compile_failed, brief_reason(result.error)
         evaluation = evaluator.evaluate(result.binary, problem, Candidate.of(config, problem).launch, seed=seed)
-        ok = evaluation.status is Status.ok
-        return (round(evaluation.measurement.median_us, 3) if ok else None), evaluation.status
+        if evaluation.status is Status.ok:
+            return round(evaluation.measurement.median_us, 3), evaluation.status, None
+        return None, evaluation.status, brief_reason(evaluation.reason)
 
     for index, layer in enumerate(layers):
         config = configs.get(layer.name)
         if config is None:
             continue
-        us, status = timed(config, layer.problem, 2000 + index)
+        us, status, reason = timed(config, layer.problem, 2000 + index)
         bare_us = None
         if layer.name in bare:
-            bare_us, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()), 2000 + index)
+            bare_us, _, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()), 2000 + index)
         times = time_baselines(worker, layer, device, emit)
         row = OneRunLayer(config.name, config.family, layer.problem.epilogue.key if layer.problem.epilogue.fused
                           else None, us, status.value if us is None else None, bare_us, times.cudnn_us,
-                          times.cublas_us, times.eager_us, times.compiled_us)
+                          times.cublas_us, times.eager_us, times.compiled_us, reason)
         record = dataclasses.replace(with_library_times(record, layer.name, times),
                                      one_run={**record.one_run, layer.name: row})
         emit(TunedTimed(layer.name, row, layer.problem.epilogue.fused, library_dtype(layer.problem)))

@@ -63,7 +63,7 @@ class GpuTunerRun:
 @dataclass(frozen=True)
 class OneRunLayer:
     """One layer of the one run: best.yaml's kernel and the libraries timed right after it (µs; None where the
-    run did not time it). `status` says why the tuned kernel has no figure."""
+    run did not time it). `status` says why the tuned kernel has no figure, and `reason` what the run reported."""
     kernel: str | None = None
     family: str | None = None
     epilogue: str | None = None
@@ -74,6 +74,7 @@ class OneRunLayer:
     cublas_us: float | None = None
     eager_us: float | None = None
     compiled_us: float | None = None
+    reason: str | None = None
 
     def us(self, figure: str) -> float | None:
         """A figure by its name in ONE_RUN_FIGURES."""
@@ -237,5 +238,5 @@ def _one_run_layer(value: object, where: str) -> OneRunLayer:
     values = _mapping(value, where)
     _known(values, {field.name for field in dataclasses.fields(OneRunLayer)}, where)
     return OneRunLayer(**{key: _text(values.get(key), f"{where} {key}")
-                          for key in ("kernel", "family", "epilogue", "status")},
+                          for key in ("kernel", "family", "epilogue", "status", "reason")},
                        **{key: _us(values.get(key), f"{where} {key}") for key in ONE_RUN_FIGURES})
