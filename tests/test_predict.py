@@ -1,9 +1,7 @@
 """`tune.py predict`: the ranking and the static diagnosis of a configuration on a GPU that is not here."""
 import json
-import os
 import re
 import subprocess
-import sys
 
 import pytest
 
