@@ -119,3 +119,52 @@ def test_a_bf16_layer_is_seeded_with_its_f16_twins_fastest_configs(tmp_path, h10
     tf32 = replace(f16, input_type=DataType.tf32, filter_type=DataType.tf32, output_type=DataType.f32)
     assert twin_problems(tf32) == []
     assert twin_seeds(tmp_path, storage, replace(bf16, k=512), joint, h100) == []  # no twin measured
+
+
+def sibling_best(root, slug, capability, entries: dict) -> None:
+    """results/<slug>/best.yaml recording a GPU of `capability` and `entries`: layer -> (problem, tile)."""
+    import yaml
+
+    from tuner.core.problem import problem_to_dict
+
+    folder = root / slug
+    folder.mkdir(parents=True)
+    (folder / "best.yaml").write_text(yaml.safe_dump({
+        "device": {"name": slug, "slug": slug, "compute_capability": capability},
+        "layer_count": len(entries),
+        "layers": {layer: {"problem": problem_to_dict(problem), "family": "sm90_conv",
+                           "params": {"tile": tile, "cluster": "1x1x1", "stages": 0, "epilogue": "tma"},
+                           "kernel": f"k_{tile}", "runtime_us": 10.0}
+                   for layer, (problem, tile) in entries.items()}}))
+
+
+def test_a_layer_is_seeded_with_the_kernels_other_gpus_of_its_capability_keep(tmp_path, h100):
+    """Another sm_90 GPU's best.yaml entry for the layer's problem seeds the study; a GPU of another capability, this
+    GPU's own folder, a damaged best.yaml and a kernel outside the study's space give nothing. A fused layer that
+    another GPU tuned only bare gets that kernel with its own epilogue."""
+    from tuner.core.epilogue import parse_epilogue
+    from tuner.core.problem import ConvProblem
+    from tuner.search.seeds import seed_configs, sibling_seeds
+    from tuner.search.space import default_space_file, load_space
+
+    bare = ConvProblem(n=32, h=14, w=14, c=256, k=256, r=3, s=3, pad=1)
+    fused = replace(bare, epilogue=parse_epilogue("scale+bias+relu"))
+    other = replace(bare, k=512)
+    sibling_best(tmp_path, "gpu-h200", "9.0", {"a": (bare, "64x128x64"), "b": (other, "64x256x64")})
+    sibling_best(tmp_path, "gpu-ampere", "8.0", {"a": (bare, "128x64x64")})
+    sibling_best(tmp_path, "gpu-here", "9.0", {"a": (bare, "128x128x64")})
+    (tmp_path / "gpu-damaged").mkdir()
+    (tmp_path / "gpu-damaged" / "best.yaml").write_text("layers: [cut short")
+    joint = JointSpace((load_space(default_space_file("sm90_conv")),))
+
+    [seed] = sibling_seeds(tmp_path, "gpu-here", bare, joint, h100)
+    assert (seed.family, seed.tile.text) == ("sm90_conv", "64x128x64") and seed.fusion == bare.epilogue
+    [fused_seed] = sibling_seeds(tmp_path, "gpu-here", fused, joint, h100)
+    assert fused_seed.tile.text == "64x128x64" and fused_seed.fusion == fused.epilogue
+    assert sibling_seeds(tmp_path, "gpu-h200", bare, joint, h100)[0].tile.text == "128x128x64"  # the other way
+    assert sibling_seeds(tmp_path, "gpu-here", replace(bare, c=128), joint, h100) == []  # no GPU kept it
+    assert sibling_seeds(None, "gpu-here", bare, joint, h100) == []
+    sm80_only = JointSpace((load_space(default_space_file("sm80")),))
+    assert sibling_seeds(tmp_path, "gpu-here", bare, sm80_only, h100) == []  # sm90_conv is not searched
+    order = [why for _, why in seed_configs(bare, joint, h100, 1, Ceilings(), siblings=[seed])]
+    assert order[0] == "sibling" and order[-1] == "prior"

@@ -203,6 +203,34 @@ def test_a_layer_is_tuned_without_a_console_and_tells_its_sink_each_step_in_orde
     assert events[LayerTunedAs] == LayerTunedAs("net_conv", "conv_1")
 
 
+def test_a_layer_s_study_is_seeded_with_what_another_gpu_of_its_capability_keeps(tmp_path, layers, h100,
+                                                                                  no_toolchain, monkeypatch):
+    """The session hands seed_study the kernel a sibling GPU's best.yaml (results/<other gpu>/, same compute
+    capability) keeps for the layer's problem."""
+    import yaml
+
+    from tuner.core.problem import problem_to_dict
+    from tuner.pipeline import tuning
+    from tuner.search.space import valid_configs
+
+    layer = layers["conv_1"]
+    seeded = []
+    real_seed_study = tuning.seed_study
+    monkeypatch.setattr(tuning, "seed_study", lambda *args, **kwargs: (seeded.append(args[-1]),
+                                                                       real_seed_study(*args, **kwargs)))
+    with registered(), fake_session(tmp_path, h100, RecordingSink()) as (session, space):
+        kept = valid_configs(space, layer.problem, h100)[-1]
+        sibling = tmp_path / "results" / "nvidia-h200"
+        sibling.mkdir(parents=True)
+        (sibling / "best.yaml").write_text(yaml.safe_dump({
+            "device": {"name": "NVIDIA H200", "compute_capability": f"{h100.cc_major}.{h100.cc_minor}"},
+            "layer_count": 1, "layers": {"other_name": {"problem": problem_to_dict(layer.problem), "family": NAME,
+                                                        "params": kept.search_params, "kernel": kept.name,
+                                                        "runtime_us": 5.0}}}))
+        session.tune_layer(layer)
+    assert seeded == [[kept]]
+
+
 def test_a_layer_s_path_calls_back_into_a_higher_stage_at_most_5_times(tmp_path, layers, h100, no_toolchain):
     """Control flows down the stages: a call from a module into one of a later stage (the search calling the
     pipeline's progress callbacks, say) is a return to a higher module. Counted as distinct call sites while a

@@ -27,7 +27,7 @@ from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, Ev
                                    LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs, NoCandidatePassed,
                                    OrphansFailed, ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated,
                                    TrialsFailed, WasteFound, WinnerChosen)
-from tuner.search.seeds import landscape_seeds, reference_config, seed_study, twin_seeds
+from tuner.search.seeds import landscape_seeds, reference_config, seed_study, sibling_seeds, twin_seeds
 from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
 from tuner.store.best import best_entries, names_by_problem, update_best
 from tuner.store.history import append_history
@@ -212,7 +212,8 @@ class TuningSession:
         self.compiler.prestart(valid)
         seed_study(study, layer.problem, joint, self.device, self.options.prior, self.ceilings,
                    landscape_seeds(self.folder, layer.name, layer.problem, joint, self.device),
-                   twin_seeds(self.folder, self.storage, layer.problem, joint, self.device))
+                   twin_seeds(self.folder, self.storage, layer.problem, joint, self.device),
+                   sibling_seeds(self.options.results_dir, self.folder.name, layer.problem, joint, self.device))
         study_started = time.monotonic()
         measured, run_id = self.run_study(study, layer, joint)
         finish_started = time.monotonic()

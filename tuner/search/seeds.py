@@ -1,9 +1,11 @@
 """What a layer's study measures first, queued before the search (Optuna's enqueue_trial): the reference
-configuration, the fastest configurations this GPU's landscapes recorded for the layer, those its twins (the bare
-convolution, the same one in the other 16-bit type) measured fastest, and the cost model's picks."""
+configuration, the fastest configurations this GPU's landscapes recorded for the layer, the kernels other GPUs of
+its compute capability keep for it, those its twins (the bare convolution, the same one in the other 16-bit type)
+measured fastest, and the cost model's picks."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import optuna
@@ -18,6 +20,8 @@ from tuner.search.costmodel import Ceilings, joint_prior_picks
 from tuner.search.measurements import MeasurementDB, Source
 from tuner.search.space import JointSpace, joint_params, make_config, static_problems
 from tuner.search.trials import params_key, queued_keys, recorded_trials
+from tuner.store.best import ByCanonicalProblem, best_records, names_by_problem
+from tuner.store.results import BEST_FILE, ResultsError, gpu_slugs
 
 # How many of the fastest configurations of each family's recorded landscape seed a layer's study.
 LANDSCAPE_SEEDS = 2
@@ -88,25 +92,74 @@ def twin_seeds(folder: Path | None, storage: optuna.storages.BaseStorage | str |
     return seeds
 
 
+def sibling_seeds(results_root: Path | None, gpu: str, problem: ConvProblem, joint: JointSpace,
+                  device: DeviceFacts) -> list[KernelConfig]:
+    """The kernel each other GPU of this one's compute capability keeps in its results/<gpu>/best.yaml for the
+    layer's problem (where it has none, for a twin's: twin_problems), built for the layer's own problem: an H200's
+    study starts from what the H100's found fastest. The same compute capability runs the same instructions,
+    tiles and limits; the SM count, clocks and memory differ, so each is a seed, measured here like the others.
+    A best.yaml that cannot be read gives none: another GPU's damaged results never stop this one's tuning."""
+    if results_root is None:
+        return []
+    capability = f"{device.cc_major}.{device.cc_minor}"
+    seeds: list[KernelConfig] = []
+    for sibling in gpu_slugs(results_root):
+        path = results_root / sibling / BEST_FILE
+        if sibling == gpu or not path.is_file():
+            continue
+        stat = path.stat()
+        kept = _kept_by_problem(path, stat.st_mtime_ns, stat.st_size, capability)
+        for wanted in (problem, *twin_problems(problem)):
+            entry = kept.get(wanted)
+            if entry is None:
+                continue
+            try:
+                config = make_config(problem, entry.family, entry.knobs)
+            except (SpaceError, ValueError, KeyError, TypeError):
+                continue
+            if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
+                seeds.append(config)
+                break
+    return seeds
+
+
+@lru_cache(maxsize=8)  # read once a run, not once a layer (a best.yaml of 450 layers takes about a second)
+def _kept_by_problem(path: Path, mtime_ns: int, size: int, capability: str) -> ByCanonicalProblem:
+    """A best.yaml's fastest entry for each problem, where the GPU it records has `capability`; empty otherwise,
+    or where the file cannot be read. The file's time and size are the cache key."""
+    try:
+        header, entries = best_records(path.parent)
+    except ResultsError:
+        return ByCanonicalProblem()
+    if header.device is None or header.device.compute_capability != capability:
+        return ByCanonicalProblem()
+    kept = ByCanonicalProblem()
+    for problem, layer in names_by_problem(entries).items():
+        kept[problem] = entries[layer]
+    return kept
+
+
 def seed_configs(problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int, ceilings: Ceilings,
-                 measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> list[tuple[KernelConfig, str]]:
-    """What seed_study queues, in its order, each with why: the reference, the landscape's fastest, the
-    bare twin's fastest, the cost model's picks."""
+                 measured: list[KernelConfig] = (), twins: list[KernelConfig] = (),
+                 siblings: list[KernelConfig] = ()) -> list[tuple[KernelConfig, str]]:
+    """What seed_study queues, in its order, each with why: the reference, the landscape's fastest, the other
+    GPUs' kernels, the twins' fastest, the cost model's picks."""
     reference = reference_config(joint, problem, device)
     seeds = ([(reference, "reference")] if reference is not None else []) + [(c, "landscape") for c in measured]
-    seeds += [(c, "twin") for c in twins]
+    seeds += [(c, "sibling") for c in siblings] + [(c, "twin") for c in twins]
     return seeds + [(c, "prior") for c in joint_prior_picks(joint, problem, device, prior, ceilings)]
 
 
 def seed_study(study, problem: ConvProblem, joint: JointSpace, device: DeviceFacts, prior: int,
-               ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = ()) -> None:
+               ceilings: Ceilings, measured: list[KernelConfig] = (), twins: list[KernelConfig] = (),
+               siblings: list[KernelConfig] = ()) -> None:
     """Queue the reference config, the configurations this GPU's landscapes measured fastest for the
-    layer, those its bare twin measured fastest (a layer with an epilogue), and the cost model's
-    picks, each unless the study has measured it or holds it queued: a
+    layer, the kernels other GPUs of its compute capability keep for it, those its twins measured fastest, and
+    the cost model's picks, each unless the study has measured it or holds it queued: a
     study made before the model (or before a change to it) gets the current picks on its next run, and
     a seed asked by a run that was interrupted before measuring it (its trial FAILed) is queued again."""
     known = set(recorded_trials(study, problem)) | queued_keys(study)
-    for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins):
+    for config, why in seed_configs(problem, joint, device, prior, ceilings, measured, twins, siblings):
         params = joint_params(config)
         if params_key(params) not in known:
             study.enqueue_trial(params, user_attrs={why: True})
