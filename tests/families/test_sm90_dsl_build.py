@@ -109,6 +109,27 @@ def test_builds_a_candidate_with_every_entry_point(spec, built):
     assert info["seconds"]["total"] > 0
 
 
+def test_programmatic_dependent_launch_is_part_of_the_spec_and_leaves_the_others_keys_alone():
+    chained = replace(CONV, pdl=True)
+    assert '"pdl": true' in chained.to_json() and BuildSpec.from_json(chained.to_json()) == chained
+    assert "pdl" not in CONV.to_json() and not BuildSpec.from_json(CONV.to_json()).pdl
+    assert geometry(chained).pdl and not geometry(CONV).pdl
+
+
+@pytest.mark.slow
+def test_a_pdl_kernel_waits_for_the_kernel_before_it_before_it_touches_global_memory(tmp_path):
+    """griddepcontrol.wait (then launch_dependents) after the shared-memory set-up and before the first TMA load;
+    a kernel built without PDL has neither."""
+    (tmp_path / "pdl").mkdir()
+    (tmp_path / "plain").mkdir()
+    ptx = compiled_ptx(replace(CONV, pdl=True), tmp_path / "pdl")
+    wait, trigger = ptx.find("griddepcontrol.wait;"), ptx.find("griddepcontrol.launch_dependents;")
+    first_load = ptx.find("cp.async.bulk.tensor")
+    assert 0 < wait < trigger < first_load and ptx.rfind("mbarrier.init") < wait
+    plain = compiled_ptx(CONV, tmp_path / "plain")
+    assert "cp.async.bulk.tensor" in plain and "griddepcontrol" not in plain
+
+
 def test_the_element_is_part_of_the_spec():
     assert BuildSpec.from_json(CONV_BF16.to_json()) == CONV_BF16
     assert '"element": "bf16"' in CONV_BF16.to_json()

@@ -148,6 +148,9 @@ class Family:
     runs_groups: bool = False
     # Whether its kernels run transposed convolutions (ConvTranspose2d's forward, a dgrad), and those only.
     runs_transposed: bool = False
+    # The same kernel built for programmatic dependent launch (it waits for the kernel before it, and lets the next
+    # one launch early), for callers that launch kernels one after another; None where the family has no such build.
+    chained: Callable[[KernelConfig], KernelConfig] | None = None
 
     def problem_reason(self, problem: ConvProblem) -> str | None:
         """Why the family cannot run this problem at all, whatever its knobs: a transposed or grouped convolution

@@ -4,6 +4,7 @@ by the DSL instead of nvcc. Needs the optional `dsl` extra (nvidia-cutlass-dsl) 
 space, static checks and cost model work without it."""
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -50,6 +51,7 @@ FAMILY = Family(
     device_problem=partial(sm90a_device_problem, space.FAMILY),
     describe=describe,
     supersedes=supersedes,
+    chained=partial(replace, pdl=True),
     rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=space.static_problems, layer_problem=space.layer_problem,

@@ -68,6 +68,7 @@ class Geometry:
     operand_bytes: int = 2         # bytes of an element of x and w (1: e4m3, 4: tf32)
     output_bytes: int = 2          # bytes of an element of y and the residual (4: a tf32 kernel's f32, no residual)
     scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
+    pdl: bool = False              # spec.BuildSpec.pdl: programmatic dependent launch
 
     @property
     def stages_by_element(self) -> bool:
@@ -282,7 +283,7 @@ def geometry(spec: BuildSpec) -> Geometry:
                  stores_elements=p.stores_elements,
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
                  output_bytes=ELEMENT_BYTES[spec.output_element],
-                 scaled=spec.scaled)
+                 scaled=spec.scaled, pdl=spec.pdl)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
     fit = (SMEM_CAPACITY - g.smem_bytes(0)) // (((0 if g.gather else g.tile_n) + g.tile_m) * g.tile_k * operand_bytes)

@@ -167,7 +167,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
                     a_atoms[3][0], a_atoms[3][1], tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
                     map_smem, res_smem, sched, scale, bias, partials, counters, x, w, input_scale, filter_scale).launch(
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
-            min_blocks_per_mp=1, stream=stream)
+            min_blocks_per_mp=1, stream=stream, use_pdl=g.pdl)
 
     # --------------------------------------------------------------------------------------- device
 
@@ -256,6 +256,13 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         sR = sD
         if cutlass.const_expr(g.residual):
             sR = storage.sR.get_tensor(res_smem.outer, swizzle=res_smem.inner)
+
+        if cutlass.const_expr(g.pdl):
+            # everything above set up shared memory alone; every global read and write comes after the kernel
+            # before this one has finished (its output may be x or the residual, its input may be y's buffer). The
+            # next kernel may then launch: it waits likewise before it touches memory.
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         if cutlass.const_expr(g.gather):
             self.load_filter(mWflat, sB, tidx)

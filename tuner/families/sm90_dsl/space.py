@@ -71,6 +71,9 @@ class Sm90DslConfig:
     accumulator_type: DataType
     fusion: Epilogue = Epilogue()
     split_k: int = 1  # work units a tile, each summing a range of its k tiles; the last to finish stores it
+    # no knob: built with programmatic dependent launch (spec.BuildSpec.pdl) for a caller that chains kernels
+    # (tuner.torch_ops.optimize(pdl=True)); the tuner times kernels without it
+    pdl: bool = False
 
     @property
     def family(self) -> str:
@@ -92,7 +95,7 @@ class Sm90DslConfig:
         split = f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}{split}_{self.dtype_key}{self.fusion.short}"
-                f"_{s.key}")
+                f"_{s.key}{'_pdl' if self.pdl else ''}")
 
     @property
     def search_params(self) -> dict:
@@ -192,7 +195,7 @@ class Sm90DslConfig:
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
                           tile_q=0 if self.tiles_pixels else self.columns, split_k=self.split_k),
-            element=self.input_type.value)
+            element=self.input_type.value, pdl=self.pdl)
 
 
 def parse_space(document: object) -> SearchSpace:

@@ -135,6 +135,11 @@ class BuildSpec:
     tile: TileSpec
     version: int = SPEC_VERSION
     element: str = "f16"
+    # programmatic dependent launch: launched with the stream-serialization attribute, the kernel waits
+    # (griddepcontrol.wait) for the kernel before it to finish before it touches global memory, and lets the next
+    # one launch as soon as it has (griddepcontrol.launch_dependents): the launch and the set-up of one overlap
+    # the tail of the other
+    pdl: bool = False
 
     @property
     def output_element(self) -> str:
@@ -162,6 +167,8 @@ class BuildSpec:
         document = asdict(self)
         if self.element == "f16":  # written as before the field existed: f16 kernels keep their cache keys
             del document["element"]
+        if not self.pdl:  # likewise
+            del document["pdl"]
         return json.dumps(document, sort_keys=True)
 
     @classmethod
@@ -171,7 +178,7 @@ class BuildSpec:
             if data.get("version") != SPEC_VERSION:
                 raise SpecError(f"build spec version {data.get('version')!r}, expected {SPEC_VERSION}")
             spec = cls(ProblemSpec(**data["problem"]), EpilogueSpec(**data["epilogue"]), TileSpec(**data["tile"]),
-                       element=data.get("element", "f16"))
+                       element=data.get("element", "f16"), pdl=data.get("pdl", False))
         except (TypeError, KeyError, json.JSONDecodeError) as error:
             raise SpecError(f"malformed build spec: {error}") from None
         spec.check()
