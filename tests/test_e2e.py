@@ -91,3 +91,16 @@ def test_the_convolutions_inputs_are_recorded_without_changing_the_forward():
     assert list(seen) == ["0", "2"]
     assert seen["0"][0] is model[0] and torch.equal(seen["0"][1][0], x)
     assert seen["2"][1][0].shape == (2, 8, 8, 8)
+
+
+def test_the_pdl_variants_are_asked_for_by_name_and_summarised_like_the_others():
+    from tuner.torch_ops.e2e import DEFAULT_VARIANTS, OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED
+
+    assert OPTIMIZED_PDL not in checked_arguments(["--torchvision", "resnet50"]).variants
+    assert checked_arguments(["--torchvision", "resnet50", "--variants", f"eager,{OPTIMIZED_PDL_COMPILED}"]).variants \
+        == [EAGER, OPTIMIZED_PDL_COMPILED]
+    assert list(checked_arguments(["--torchvision", "resnet50"]).variants) == list(DEFAULT_VARIANTS)
+    figures = NetworkResult("densenet121", 1, tuple(VariantResult(v, ms, ms, ms, 1e-3, True) for v, ms in (
+        (EAGER, 2.0), (COMPILED, 1.0), (OPTIMIZED_COMPILED, 0.76), (OPTIMIZED_PDL_COMPILED, 0.70))),
+        conv_ms=None, replaced="120 of 120 convolutions replaced")
+    assert f"  {OPTIMIZED_PDL_COMPILED} / eager 0.350, / {COMPILED} (the faster mode) 0.700" in summary_lines(figures)

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU for torch", allow_module_level=True)
 
-from torch_standins import SLUG, net, write_best  # noqa: E402
+from torch_standins import SLUG, captured, net, write_best  # noqa: E402
 from tuner.core.epilogue import Activation  # noqa: E402
 from tuner.families.dsl_common.toolchain import dsl_version  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
@@ -91,15 +91,8 @@ def test_it_runs_on_the_callers_stream(setting, optimized):
 def test_it_replays_in_a_cuda_graph_on_new_inputs(setting, optimized):
     model, x, _, _ = setting
     static = x.clone()
+    graph, out = captured(optimized, static)
     with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            optimized(static)  # warm-up on the capture's stream, as torch.cuda.graphs asks
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = optimized(static)
         for seed in (3, 4):
             torch.manual_seed(seed)
             static.copy_(torch.randn_like(static))

@@ -152,3 +152,26 @@ def test_results_of_another_gpu_are_a_one_line_error(tmp_path):
         optimize(net(), example(), gpu="nvidia-a100", results_dir=tmp_path / "results")
     with pytest.raises(OptimizeError, match="tune must be a whole number"):
         optimize(net(), example(), gpu=SLUG, results_dir=tmp_path / "results", tune=-1)
+
+
+def test_with_pdl_a_family_that_has_a_chained_build_gets_it_and_the_others_keep_theirs(tmp_path):
+    """optimize(pdl=True) asks for each kernel its family's build for programmatic dependent launch (sm90_dsl's);
+    sm80 has none and keeps its kernel."""
+    from torch_standins import SM80_PARAMS
+    from tuner.store.best import best_entries
+    from tuner.torch_ops.optimize import CompiledKernels
+
+    dsl = {"tile": "128x64x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+           "swizzle": 1, "tile_q": 0, "split_k": 1}
+    for family, params in (("sm90_dsl", dsl), ("sm80", SM80_PARAMS)):
+        folder = write_best(tmp_path / family, net(), SHAPE, dense=(family, params))
+        name, entry = next((n, e) for n, e in best_entries(folder).items() if e.problem.groups == 1)
+        plain = CompiledKernels(folder).config_for(name, entry)
+        chained = CompiledKernels(folder, pdl=True).config_for(name, entry)
+        if family == "sm90_dsl":
+            assert chained.pdl and chained.build_spec().pdl and chained.name == plain.name + "_pdl"
+            assert chained.compiled != plain.compiled and not plain.pdl
+        else:
+            assert chained == plain
+    with pytest.raises(OptimizeError, match="pdl must be True or False"):
+        optimize(net(), example(), gpu=SLUG, results_dir=tmp_path / "sm80", pdl="yes")

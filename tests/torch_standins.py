@@ -1,5 +1,5 @@
-"""What the PyTorch op's CPU tests share: small networks, a best.yaml that tunes them, and stand-in kernels
-that compute on the CPU what a tuned kernel computes on the GPU (or, planted, get it wrong)."""
+"""What the PyTorch op's tests share: small networks, a best.yaml that tunes them, stand-in kernels that compute on
+the CPU what a tuned kernel computes on the GPU (or, planted, get it wrong), and a forward captured in a CUDA graph."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,16 +51,17 @@ def net(dtype=torch.float16) -> Net:
     return Net().eval().to(dtype)
 
 
-def write_best(results: Path, module: nn.Module, shape, skip: tuple[str, ...] = ()) -> Path:
-    """results/<SLUG>/best.yaml with an entry for every problem of the module at `shape` (sm80's, dsl_direct's
-    for a grouped one), but those of the nodes in `skip`."""
+def write_best(results: Path, module: nn.Module, shape, skip: tuple[str, ...] = (),
+               dense: tuple[str, dict] = ("sm80", SM80_PARAMS)) -> Path:
+    """results/<SLUG>/best.yaml with an entry for every problem of the module at `shape` (`dense`'s family and
+    knobs, dsl_direct's for a grouped one), but those of the nodes in `skip`."""
     folder = results / SLUG
     folder.mkdir(parents=True, exist_ok=True)
     layers = {}
     for layer in from_torch(module, shape).layers:
         if set(layer.nodes) & set(skip):
             continue
-        family, params = ("sm80", SM80_PARAMS) if layer.problem.groups == 1 else ("dsl_direct", DIRECT_PARAMS)
+        family, params = dense if layer.problem.groups == 1 else ("dsl_direct", DIRECT_PARAMS)
         config = registry.get(family).rules.make_config(layer.problem, params)
         layers[layer.name] = {"problem": problem_to_dict(layer.problem), "family": family, "params": dict(params),
                               "kernel": config.name, "runtime_us": 1.0}
@@ -110,3 +111,18 @@ class CpuKernels:
             wrong = "gelu" if problem.epilogue.activation.value != "gelu" else "relu"
             self.loaded[name] = CpuKernel(problem, channels, config.fusion, wrong if name in self.planted else None)
         return dict(self.loaded)
+
+
+def captured(forward, static: torch.Tensor):
+    """forward(static) captured in a CUDA graph, after a warm-up on the capture's stream as torch.cuda.graphs
+    asks: the graph, and the output tensor each replay rewrites."""
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            forward(static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = forward(static)
+    return graph, out

@@ -13,8 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from tuner.core.errors import UsageError
-from tuner.torch_ops.e2e import (COMPILE_MODES, COMPILED, EAGER, OPTIMIZED, OPTIMIZED_COMPILED, VARIANTS, ForwardTiming,
-                                 NetworkResult, measure_network, onnx_model, torchvision_model)
+from tuner.torch_ops.e2e import (COMPILE_MODES, COMPILED, DEFAULT_VARIANTS, EAGER, OPTIMIZED, OPTIMIZED_VARIANTS,
+                                 VARIANTS, ForwardTiming, NetworkResult, measure_network, onnx_model,
+                                 torchvision_model)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def summary_lines(result: NetworkResult) -> list[str]:
     if result.optimize_s is not None:
         lines.append(f"  optimize (trace, fold, load the kernels, check each against eager): {result.optimize_s:.2f} s")
     best = result.best_compiled
-    for variant in (OPTIMIZED, OPTIMIZED_COMPILED):
+    for variant in OPTIMIZED_VARIANTS:
         parts = [f"{label} {ratio:.3f}" for label, ratio in
                  (("eager", result.ratio(variant, EAGER)), (f"{best} (the faster mode)", result.ratio(variant, best)))
                  if ratio is not None]
@@ -76,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--onnx", type=Path, help="an ONNX model PyTorch can run (converted with onnx2torch)")
     parser.add_argument("--batch", default="32", help="batch sizes, comma-separated (default 32), e.g. 1,32")
     parser.add_argument("--image-size", type=int, default=224, help="input height and width (default 224)")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"which to time, comma-separated (default all): {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help=f"which to time, comma-separated: {', '.join(VARIANTS)} (default: all but the two "
+                             "pdl ones, whose kernels are built for programmatic dependent launch)")
     parser.add_argument("--optimized-mode", choices=sorted(COMPILE_MODES), default=COMPILED,
                         help="the torch.compile mode of the optimized model (default: torch.compile, the default mode)")
     parser.add_argument("--replays", type=int, default=20, help="graph replays per timing (default 20)")

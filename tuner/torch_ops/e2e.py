@@ -2,7 +2,8 @@
 tuner/cli/e2e.py). Each variant's forward is captured in a CUDA graph and timed by replay (the median of
 `repeats` timings of `replays` replays each): eager; torch.compile (default, and max-autotune without its
 own CUDA graphs, since the forward is captured here); the optimized model (tuner.torch_ops.optimize) eagerly
-and under torch.compile. Per network and batch: latency, the speed-ups, the share of the optimized forward
+and under torch.compile; on request the optimized model with its kernels built for programmatic dependent launch
+(optimize(pdl=True)), eagerly and under torch.compile. Per network and batch: latency, the speed-ups, the share of the optimized forward
 still spent in convolutions, and each variant's output against eager's."""
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from tuner.core.errors import UsageError
 
 EAGER, COMPILED, AUTOTUNED, OPTIMIZED, OPTIMIZED_COMPILED = (
     "eager", "torch.compile", "torch.compile max-autotune", "optimized", "optimized + torch.compile")
-VARIANTS = (EAGER, COMPILED, AUTOTUNED, OPTIMIZED, OPTIMIZED_COMPILED)
+OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED = "optimized pdl", "optimized pdl + torch.compile"
+DEFAULT_VARIANTS = (EAGER, COMPILED, AUTOTUNED, OPTIMIZED, OPTIMIZED_COMPILED)
+VARIANTS = DEFAULT_VARIANTS + (OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED)
+OPTIMIZED_VARIANTS = (OPTIMIZED, OPTIMIZED_COMPILED, OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED)
 COMPILE_MODES = {COMPILED: "default", AUTOTUNED: "max-autotune-no-cudagraphs"}
 WARMUP_CALLS = 3
 
@@ -170,6 +174,9 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
         started = time.perf_counter()
         optimized = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir)
         optimize_s = time.perf_counter() - started
+        chained = None
+        if OPTIMIZED_PDL in timing.variants or OPTIMIZED_PDL_COMPILED in timing.variants:
+            chained = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir, pdl=True)
         reference = model(x)
         forwards = {}
         for variant in timing.variants:
@@ -178,10 +185,11 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
                 forwards[variant] = model
             elif variant in COMPILE_MODES:
                 forwards[variant] = torch.compile(model, mode=COMPILE_MODES[variant])
-            elif variant == OPTIMIZED:
-                forwards[variant] = optimized
+            elif variant in (OPTIMIZED, OPTIMIZED_PDL):
+                forwards[variant] = optimized if variant == OPTIMIZED else chained
             else:
-                forwards[variant] = torch.compile(optimized, mode=COMPILE_MODES[timing.optimized_mode])
+                forwards[variant] = torch.compile(optimized if variant == OPTIMIZED_COMPILED else chained,
+                                                  mode=COMPILE_MODES[timing.optimized_mode])
             forwards[variant](x)  # compiles here, outside the timing
         results = []
         for variant, forward in forwards.items():

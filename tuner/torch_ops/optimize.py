@@ -56,17 +56,21 @@ class CompiledKernels:
     """The candidate libraries the tuner validated: each best.yaml kernel through the compile cache (built
     with the Compiler where it is missing), loaded with tuner/measure/run.py's KernelLibrary."""
 
-    def __init__(self, folder: Path, cache_dir: Path | None = None):
+    def __init__(self, folder: Path, cache_dir: Path | None = None, pdl: bool = False):
         from tuner.pipeline.export import best_device
 
         self.device = best_device(read_best(folder))
         self.cache_dir = cache_dir
+        self.pdl = pdl
 
     def config_for(self, name: str, entry: BestEntry):
-        """The entry's kernel, checked as export checks it."""
+        """The entry's kernel, checked as export checks it; with `pdl`, its family's build for programmatic
+        dependent launch where the family has one (Family.chained)."""
         from tuner.pipeline.export import checked_config
 
-        return checked_config(name, entry, self.device)
+        config = checked_config(name, entry, self.device)
+        chained = registry.family_of(config).chained
+        return chained(config) if self.pdl and chained is not None else config
 
     def load(self, wanted, device):
         from tuner.build.compile import Compiler
@@ -184,12 +188,15 @@ def results_folder(results_dir: Path, gpu: str | None) -> tuple[str, Path]:
 
 def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | None = None,
              results_dir: Path | str = REPO / "results", cache_dir: Path | None = None, check: bool = True,
-             tune: int = 0, kernel_source: KernelSource | None = None, verbose: bool = False) -> torch.fx.GraphModule:
+             tune: int = 0, kernel_source: KernelSource | None = None, verbose: bool = False,
+             pdl: bool = False) -> torch.fx.GraphModule:
     """The model with its tuned convolutions replaced (docs/torch.md). `gpu`: whose results (default this
     host's GPU); `check`: compare each replaced layer, and the network, with eager on `example_input` (a
     layer that disagrees falls back); `tune`: trials per layer to tune on the fly for convolutions not tuned
-    at this shape (0: never; needs the GPU, at most MAX_TUNED_LAYERS layers). The result's `tuner_report`
-    (an OptimizeReport) lists what was replaced and why the rest fell back; `verbose` prints it."""
+    at this shape (0: never; needs the GPU, at most MAX_TUNED_LAYERS layers); `pdl`: the kernels of families
+    that have such a build (sm90_dsl) built for programmatic dependent launch, each overlapping its launch with the
+    end of the kernel before it. The result's `tuner_report` (an OptimizeReport) lists what was replaced and why
+    the rest fell back; `verbose` prints it."""
     if not isinstance(model, torch.nn.Module):
         raise OptimizeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(example_input, torch.Tensor) or example_input.dim() != 4:
@@ -212,7 +219,9 @@ def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | Non
         tune_missing([d.problem for d in decisions if d.fallback in (Fallback.not_tuned, Fallback.other_shape)],
                      tune, Path(results_dir), slug, cache_dir)
         decisions = plan(fused_convs, modules, dtype, model.training, TunedIndex(best_entries(folder)))
-    source = kernel_source or CompiledKernels(folder, cache_dir)
+    if not isinstance(pdl, bool):
+        raise OptimizeError(f"pdl must be True or False, got {pdl!r}")
+    source = kernel_source or CompiledKernels(folder, cache_dir, pdl)
     decisions, tuned = build_modules(fused_convs, decisions, modules, best_entries(folder), source,
                                      example_input.device)
     eager_output = None
