@@ -9,7 +9,7 @@ from rich.console import Console
 from tuner.analysis.diagnose import kernel_facts
 from tuner.analysis.report import Confirmed, finalist_waste
 from tuner.cli.tuning_view import (TuningView, confirmed_table, failures_table, outcome_line, regression_table,
-                                   waste_table)
+                                   run_summary, waste_table)
 from tuner.core.status import Status
 from tuner.families.sm80.space import REFERENCE_PARAMS, make_config
 from tuner.measure.run import KernelAttributes
@@ -84,6 +84,14 @@ def test_the_regression_table_says_what_changed_per_layer():
     assert "-10.0%" in rows["faster"] and "faster" in rows["faster"]
     assert "+2.0%" in rows["same"] and "same" in rows["same"]
     assert "new" in rows["new"] and "none passed" in rows["failed"]
+
+
+def test_the_run_ends_with_one_line_of_its_layers_and_time():
+    skipped = LayerOutcome("earlier", 3.0, None, "k", 0, skipped=True)
+    assert run_summary([*OUTCOMES, skipped], 123.4) == (f"{len(OUTCOMES) + 1} layers in 123 s: {len(OUTCOMES) - 1} "
+                                                         "tuned, 1 tuned earlier or under another name, 1 with no "
+                                                         "kernel that passed")
+    assert run_summary(OUTCOMES[:1], 9.6) == "1 layer in 10 s: 1 tuned"
 
 
 def test_a_layer_skipped_or_started_is_one_line_each_and_its_space_one_per_family(conv_1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
 import uuid
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tuner.cli.choices import positive
 from tuner.core.layers import matching_layers
 from tuner.cli.list_layers import print_layers
 from tuner.cli.network_args import imported_network
-from tuner.cli.tuning_view import TuningView, regression_table
+from tuner.cli.tuning_view import TuningView, regression_table, run_summary
 from tuner.core.device import missing_gpu
 from tuner.core.epilogue import EpilogueError, parse_epilogue
 from tuner.core.errors import UsageError
@@ -162,6 +163,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         if (why := missing_gpu()) is not None:  # said once here, not once by each GPU's process
             raise NoGpu(why)
         return nightly.run_on_gpus(argv, gpus, run_id, SCRIPT)
+    started = time.monotonic()
     with TuningView(console) as view:
         session = TuningSession.on_this_gpu(options, spaces, view)
         try:
@@ -169,6 +171,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         finally:
             session.close()
     console.print(regression_table(outcomes))
+    console.print(run_summary(outcomes, time.monotonic() - started))
     if any(o.runtime_us is None for o in outcomes):
         return EXIT_ENVIRONMENT
     if args.fail_on_regression and nightly.regressions(outcomes):

@@ -261,6 +261,16 @@ def waste_table(rows: tuple[FinalistWaste, ...]) -> Table:
     return table
 
 
+def run_summary(outcomes: list[LayerOutcome], seconds: float) -> str:
+    """The run's last line: how many layers, how long, and what became of them."""
+    skipped = sum(o.skipped for o in outcomes)
+    failed = sum(o.runtime_us is None for o in outcomes)
+    parts = [f"{len(outcomes) - skipped - failed} tuned"] + ([f"{skipped} tuned earlier or under another name"]
+                                                             if skipped else [])
+    parts += [f"{failed} with no kernel that passed"] if failed else []
+    return f"{len(outcomes)} layer{'s' if len(outcomes) != 1 else ''} in {seconds:.0f} s: {', '.join(parts)}"
+
+
 def regression_table(outcomes: list[LayerOutcome], threshold: float = REGRESSION_THRESHOLD) -> Table:
     table = Table(title=f"against the previous best (regression: more than {threshold:.0%} slower)")
     for column in ("layer", "previous µs", "now µs", "change", "", "kernel now"):
