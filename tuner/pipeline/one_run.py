@@ -162,7 +162,8 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         us, status, reason = timed(config, layer.problem, 2000 + index)
         bare_us = None
         if layer.name in bare:
-            bare_us, _, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()), 2000 + index)
+            bare_us, _, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()),
+                                  2000 + index)
         times = time_baselines(worker, layer, device, emit)
         row = OneRunLayer(config.name, config.family, layer.problem.epilogue.key if layer.problem.epilogue.fused
                           else None, us, status.value if us is None else None, bare_us, times.cudnn_us,

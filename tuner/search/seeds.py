@@ -103,10 +103,10 @@ def sibling_seeds(results_root: Path | None, gpu: str, problem: ConvProblem, joi
         return []
     capability = f"{device.cc_major}.{device.cc_minor}"
     seeds: list[KernelConfig] = []
-    for sibling in gpu_slugs(results_root):
-        path = results_root / sibling / BEST_FILE
-        if sibling == gpu or not path.is_file():
+    for sibling in gpu_slugs(results_root):  # the folders that hold a best.yaml
+        if sibling == gpu:
             continue
+        path = results_root / sibling / BEST_FILE
         stat = path.stat()
         kept = _kept_by_problem(path, stat.st_mtime_ns, stat.st_size, capability)
         for wanted in (problem, *twin_problems(problem)):

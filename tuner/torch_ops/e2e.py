@@ -3,8 +3,8 @@ tuner/cli/e2e.py). Each variant's forward is captured in a CUDA graph and timed 
 `repeats` timings of `replays` replays each): eager; torch.compile (default, and max-autotune without its
 own CUDA graphs, since the forward is captured here); the optimized model (tuner.torch_ops.optimize) eagerly
 and under torch.compile; on request the optimized model with its kernels built for programmatic dependent launch
-(optimize(pdl=True)), eagerly and under torch.compile. Per network and batch: latency, the speed-ups, the share of the optimized forward
-still spent in convolutions, and each variant's output against eager's."""
+(optimize(pdl=True)), eagerly and under torch.compile. Per network and batch: latency, the speed-ups, the share of
+the optimized forward still spent in convolutions, and each variant's output against eager's."""
 from __future__ import annotations
 
 import math
@@ -174,9 +174,11 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
         started = time.perf_counter()
         optimized = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir)
         optimize_s = time.perf_counter() - started
-        chained = None
+        # the model each optimized variant runs, eagerly or under timing.optimized_mode's torch.compile
+        models = {OPTIMIZED: optimized, OPTIMIZED_COMPILED: optimized}
         if OPTIMIZED_PDL in timing.variants or OPTIMIZED_PDL_COMPILED in timing.variants:
             chained = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir, pdl=True)
+            models |= {OPTIMIZED_PDL: chained, OPTIMIZED_PDL_COMPILED: chained}
         reference = model(x)
         forwards = {}
         for variant in timing.variants:
@@ -186,10 +188,9 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
             elif variant in COMPILE_MODES:
                 forwards[variant] = torch.compile(model, mode=COMPILE_MODES[variant])
             elif variant in (OPTIMIZED, OPTIMIZED_PDL):
-                forwards[variant] = optimized if variant == OPTIMIZED else chained
+                forwards[variant] = models[variant]
             else:
-                forwards[variant] = torch.compile(optimized if variant == OPTIMIZED_COMPILED else chained,
-                                                  mode=COMPILE_MODES[timing.optimized_mode])
+                forwards[variant] = torch.compile(models[variant], mode=COMPILE_MODES[timing.optimized_mode])
             forwards[variant](x)  # compiles here, outside the timing
         results = []
         for variant, forward in forwards.items():
