@@ -3270,6 +3270,241 @@ using regnety400_trunk_output_block4_block4_1_f_b_0_b8 = cutlass::conv::device::
 
 using regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block4_block4_1_f_b_0_b8>;
 
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer1_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv1;
+using resnet50_b1_layer1_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer1_0_conv1_runner = DslRunner<resnet50_b1_layer1_0_conv1>;
+
+// Config: dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object resnet50_b1_layer1_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv2;
+using resnet50_b1_layer1_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer1_0_conv2_runner = DslRunner<resnet50_b1_layer1_0_conv2>;
+
+// Config: dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer1_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv3;
+using resnet50_b1_layer1_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer1_0_conv3_runner = DslRunner<resnet50_b1_layer1_0_conv3>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer1_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_downsample_0;
+using resnet50_b1_layer1_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer1_0_downsample_0_runner = DslRunner<resnet50_b1_layer1_0_downsample_0>;
+
+// Config: dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer1_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_1_conv1;
+using resnet50_b1_layer1_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer1_1_conv1_runner = DslRunner<resnet50_b1_layer1_1_conv1>;
+
+// Config: dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer2_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_conv1;
+using resnet50_b1_layer2_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer2_0_conv1_runner = DslRunner<resnet50_b1_layer2_0_conv1>;
+
+// Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object resnet50_b1_layer2_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_conv2;
+using resnet50_b1_layer2_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer2_0_conv2_runner = DslRunner<resnet50_b1_layer2_0_conv2>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer2_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_conv3;
+using resnet50_b1_layer2_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer2_0_conv3_runner = DslRunner<resnet50_b1_layer2_0_conv3>;
+
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esb_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object resnet50_b1_layer2_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_downsample_0;
+using resnet50_b1_layer2_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer2_0_downsample_0_runner = DslRunner<resnet50_b1_layer2_0_downsample_0>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer2_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_1_conv1;
+using resnet50_b1_layer2_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer2_1_conv1_runner = DslRunner<resnet50_b1_layer2_1_conv1>;
+
+// Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object resnet50_b1_layer2_1_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_1_conv2;
+using resnet50_b1_layer2_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer2_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer2_1_conv2_runner = DslRunner<resnet50_b1_layer2_1_conv2>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer3_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_conv1;
+using resnet50_b1_layer3_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer3_0_conv1_runner = DslRunner<resnet50_b1_layer3_0_conv1>;
+
+// Config: dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_esbrelu_n1h28w28c256k256r3s3p1u2d1 (CuTe DSL; object resnet50_b1_layer3_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_conv2;
+using resnet50_b1_layer3_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer3_0_conv2_runner = DslRunner<resnet50_b1_layer3_0_conv2>;
+
+// Config: dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrrelu_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer3_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_conv3;
+using resnet50_b1_layer3_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer3_0_conv3_runner = DslRunner<resnet50_b1_layer3_0_conv3>;
+
+// Config: dsl_64x64x64_q16_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esb_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object resnet50_b1_layer3_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_downsample_0;
+using resnet50_b1_layer3_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer3_0_downsample_0_runner = DslRunner<resnet50_b1_layer3_0_downsample_0>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer3_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_1_conv1;
+using resnet50_b1_layer3_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer3_1_conv1_runner = DslRunner<resnet50_b1_layer3_1_conv1>;
+
+// Config: dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_esbrelu_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object resnet50_b1_layer3_1_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_1_conv2;
+using resnet50_b1_layer3_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer3_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer3_1_conv2_runner = DslRunner<resnet50_b1_layer3_1_conv2>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer4_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_conv1;
+using resnet50_b1_layer4_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer4_0_conv1_runner = DslRunner<resnet50_b1_layer4_0_conv1>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object resnet50_b1_layer4_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_conv2;
+using resnet50_b1_layer4_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer4_0_conv2_runner = DslRunner<resnet50_b1_layer4_0_conv2>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer4_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_conv3;
+using resnet50_b1_layer4_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer4_0_conv3_runner = DslRunner<resnet50_b1_layer4_0_conv3>;
+
+// Config: dsl_64x16x64_q8_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object resnet50_b1_layer4_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_downsample_0;
+using resnet50_b1_layer4_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer4_0_downsample_0_runner = DslRunner<resnet50_b1_layer4_0_downsample_0>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer4_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_1_conv1;
+using resnet50_b1_layer4_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer4_1_conv1_runner = DslRunner<resnet50_b1_layer4_1_conv1>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object resnet50_b1_layer4_1_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_1_conv2;
+using resnet50_b1_layer4_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer4_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b1_layer4_1_conv2_runner = DslRunner<resnet50_b1_layer4_1_conv2>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1 (CuTe DSL; object resnet50_b32_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_conv1;
+using resnet50_b32_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_conv1_runner = DslRunner<resnet50_b32_conv1>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer1_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_conv1;
+using resnet50_b32_layer1_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer1_0_conv1_runner = DslRunner<resnet50_b32_layer1_0_conv1>;
+
+// Config: dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object resnet50_b32_layer1_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_conv2;
+using resnet50_b32_layer1_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer1_0_conv2_runner = DslRunner<resnet50_b32_layer1_0_conv2>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h56w56c64k256r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer1_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_conv3;
+using resnet50_b32_layer1_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer1_0_conv3_runner = DslRunner<resnet50_b32_layer1_0_conv3>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h56w56c64k256r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer1_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_downsample_0;
+using resnet50_b32_layer1_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer1_0_downsample_0_runner = DslRunner<resnet50_b32_layer1_0_downsample_0>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer1_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_1_conv1;
+using resnet50_b32_layer1_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer1_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer1_1_conv1_runner = DslRunner<resnet50_b32_layer1_1_conv1>;
+
+// Config: dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c256k128r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer2_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_conv1;
+using resnet50_b32_layer2_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer2_0_conv1_runner = DslRunner<resnet50_b32_layer2_0_conv1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c128k128r3s3p1u2d1 (CuTe DSL; object resnet50_b32_layer2_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_conv2;
+using resnet50_b32_layer2_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer2_0_conv2_runner = DslRunner<resnet50_b32_layer2_0_conv2>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer2_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_conv3;
+using resnet50_b32_layer2_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer2_0_conv3_runner = DslRunner<resnet50_b32_layer2_0_conv3>;
+
+// Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object resnet50_b32_layer2_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_downsample_0;
+using resnet50_b32_layer2_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer2_0_downsample_0_runner = DslRunner<resnet50_b32_layer2_0_downsample_0>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k128r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer2_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_1_conv1;
+using resnet50_b32_layer2_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer2_1_conv1_runner = DslRunner<resnet50_b32_layer2_1_conv1>;
+
+// Config: dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c128k128r3s3p1u1d1 (CuTe DSL; object resnet50_b32_layer2_1_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_1_conv2;
+using resnet50_b32_layer2_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer2_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer2_1_conv2_runner = DslRunner<resnet50_b32_layer2_1_conv2>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k256r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer3_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_conv1;
+using resnet50_b32_layer3_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer3_0_conv1_runner = DslRunner<resnet50_b32_layer3_0_conv1>;
+
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c256k256r3s3p1u2d1 (CuTe DSL; object resnet50_b32_layer3_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_conv2;
+using resnet50_b32_layer3_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer3_0_conv2_runner = DslRunner<resnet50_b32_layer3_0_conv2>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer3_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_conv3;
+using resnet50_b32_layer3_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer3_0_conv3_runner = DslRunner<resnet50_b32_layer3_0_conv3>;
+
+// Config: dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object resnet50_b32_layer3_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_downsample_0;
+using resnet50_b32_layer3_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer3_0_downsample_0_runner = DslRunner<resnet50_b32_layer3_0_downsample_0>;
+
+// Config: dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer3_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_1_conv1;
+using resnet50_b32_layer3_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer3_1_conv1_runner = DslRunner<resnet50_b32_layer3_1_conv1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c256k256r3s3p1u1d1 (CuTe DSL; object resnet50_b32_layer3_1_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_1_conv2;
+using resnet50_b32_layer3_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer3_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer3_1_conv2_runner = DslRunner<resnet50_b32_layer3_1_conv2>;
+
+// Config: dsl_256x112x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer4_0_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_conv1;
+using resnet50_b32_layer4_0_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer4_0_conv1_runner = DslRunner<resnet50_b32_layer4_0_conv1>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1 (CuTe DSL; object resnet50_b32_layer4_0_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_conv2;
+using resnet50_b32_layer4_0_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer4_0_conv2_runner = DslRunner<resnet50_b32_layer4_0_conv2>;
+
+// Config: dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer4_0_conv3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_conv3;
+using resnet50_b32_layer4_0_conv3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_conv3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer4_0_conv3_runner = DslRunner<resnet50_b32_layer4_0_conv3>;
+
+// Config: dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object resnet50_b32_layer4_0_downsample_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_downsample_0;
+using resnet50_b32_layer4_0_downsample_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_0_downsample_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer4_0_downsample_0_runner = DslRunner<resnet50_b32_layer4_0_downsample_0>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object resnet50_b32_layer4_1_conv1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_1_conv1;
+using resnet50_b32_layer4_1_conv1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_1_conv1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer4_1_conv1_runner = DslRunner<resnet50_b32_layer4_1_conv1>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1 (CuTe DSL; object resnet50_b32_layer4_1_conv2.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_1_conv2;
+using resnet50_b32_layer4_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using resnet50_b32_layer4_1_conv2_runner = DslRunner<resnet50_b32_layer4_1_conv2>;
+
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
@@ -4152,6 +4387,53 @@ constexpr TunedLayer kLayers[] = {
     {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "sm80_group", 1, 0, 1, 64, 32, 32, 21.447, "64x32x32_w4x1x1_s5_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:47:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_0_f_b_0_b8", 8, 14, 14, 440, 440, 3, 3, 1, 1, 2, 2, 1, 1, 55, 440, "sm80_group", 1, 0, 1, 32, 32, 32, 14.041, "32x32x32_w2x1x1_s4_sw1_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:48:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block4_block4_1_f_b_0_b8", 8, 7, 7, 440, 440, 3, 3, 1, 1, 1, 1, 1, 1, 55, 440, "sm80_group", 1, 0, 1, 32, 32, 32, 23.359, "32x32x32_w2x1x1_s4_sw1_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:48:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer1_0_conv1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 2.833, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1", "2026-11-28T20:07:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer1_0_conv2", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.824, "dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1", "2026-11-28T20:08:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer1_0_conv3", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.968, "dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1", "2026-11-28T20:08:17+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer1_0_downsample_0", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.334, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n1h56w56c64k256r1s1p0u1d1", "2026-11-28T20:08:25+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer1_1_conv1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.297, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1", "2026-11-28T20:08:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer2_0_conv1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.575, "dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k128r1s1p0u1d1", "2026-11-28T20:08:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer2_0_conv2", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.940, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c128k128r3s3p1u2d1", "2026-11-28T20:08:54+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer2_0_conv3", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.461, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-28T20:09:01+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer2_0_downsample_0", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.444, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esb_n1h56w56c256k512r1s1p0u2d1", "2026-11-28T20:09:11+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer2_1_conv1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.521, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h28w28c512k128r1s1p0u1d1", "2026-11-28T20:09:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer2_1_conv2", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.967, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c128k128r3s3p1u1d1", "2026-11-28T20:09:33+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer3_0_conv1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.647, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h28w28c512k256r1s1p0u1d1", "2026-11-28T20:09:42+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer3_0_conv2", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 128, 32, 64, 7.701, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_esbrelu_n1h28w28c256k256r3s3p1u2d1", "2026-11-28T20:09:52+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer3_0_conv3", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.396, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrrelu_n1h14w14c256k1024r1s1p0u1d1", "2026-11-28T20:10:00+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer3_0_downsample_0", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.813, "dsl_64x64x64_q16_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esb_n1h28w28c512k1024r1s1p0u2d1", "2026-11-28T20:10:12+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer3_1_conv1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.418, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h14w14c1024k256r1s1p0u1d1", "2026-11-28T20:10:20+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer3_1_conv2", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 128, 32, 64, 7.728, "dsl_128x32x64_q16_c1x2_cooperative_sauto_rm_sw1_sk8_f16_f16_f16_f32_esbrelu_n1h14w14c256k256r3s3p1u1d1", "2026-11-28T20:10:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer4_0_conv1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.541, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1", "2026-11-28T20:10:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer4_0_conv2", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.203, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1", "2026-11-28T20:10:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer4_0_conv3", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.949, "dsl_64x16x64_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1", "2026-11-28T20:10:58+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer4_0_downsample_0", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.829, "dsl_64x16x64_q8_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-28T20:11:06+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer4_1_conv1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.581, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-28T20:11:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b1_layer4_1_conv2", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.257, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1", "2026-11-28T20:11:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_conv1", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 74.013, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1", "2026-11-28T20:03:37+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer1_0_conv1", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 9.681, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1", "2026-11-28T20:03:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer1_0_conv2", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 20.406, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-28T20:03:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer1_0_conv3", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 32.843, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h56w56c64k256r1s1p0u1d1", "2026-11-28T20:04:04+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer1_0_downsample_0", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 20.989, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h56w56c64k256r1s1p0u1d1", "2026-11-28T20:04:12+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer1_1_conv1", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 18.391, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1", "2026-11-28T20:04:20+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer2_0_conv1", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 21.423, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c256k128r1s1p0u1d1", "2026-11-28T20:04:29+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer2_0_conv2", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.065, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c128k128r3s3p1u2d1", "2026-11-28T20:04:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer2_0_conv3", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.346, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-28T20:04:49+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer2_0_downsample_0", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.452, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-28T20:05:00+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer2_1_conv1", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.801, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k128r1s1p0u1d1", "2026-11-28T20:05:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer2_1_conv2", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.012, "dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c128k128r3s3p1u1d1", "2026-11-28T20:05:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer3_0_conv1", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.598, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k256r1s1p0u1d1", "2026-11-28T20:05:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer3_0_conv2", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.526, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c256k256r3s3p1u2d1", "2026-11-28T20:05:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer3_0_conv3", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 13.375, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c256k1024r1s1p0u1d1", "2026-11-28T20:05:47+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer3_0_downsample_0", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.568, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-28T20:05:57+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer3_1_conv1", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.200, "dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-28T20:06:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer3_1_conv2", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.318, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c256k256r3s3p1u1d1", "2026-11-28T20:06:18+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer4_0_conv1", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 256, 112, 64, 14.363, "dsl_256x112x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k512r1s1p0u1d1", "2026-11-28T20:06:26+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer4_0_conv2", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.583, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1", "2026-11-28T20:06:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer4_0_conv3", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 11.141, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-28T20:06:48+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer4_0_downsample_0", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.714, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-28T20:06:59+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer4_1_conv1", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-28T20:07:08+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"resnet50_b32_layer4_1_conv2", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.493, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1", "2026-11-28T20:07:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"tf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 42.411, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:57+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 40.350, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:40+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 20.288, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:49:15+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
@@ -4186,7 +4468,7 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16_features_2_b32", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 268.402, "dsl_128x64x64_qauto_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1", "2026-11-27T14:29:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_features_2_b8", 8, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 69.942, "dsl_128x64x64_qauto_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1", "2026-11-27T14:29:47+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 273;
+constexpr int kLayerCount = 320;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H200_FOR_EACH_LAYER(X) \
@@ -4430,39 +4712,86 @@ constexpr int kLayerCount = 273;
   X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 237) \
   X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 238) \
   X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 239) \
-  X(tf_r50_s2_1x1_256to64_b32_runner, 240) \
-  X(tf_r50_s2_1x1_64to256_b32_runner, 241) \
-  X(tf_r50_s2_1x1_64to64_b32_runner, 242) \
-  X(tf_r50_s2_3x3_b32_runner, 243) \
-  X(tf_r50_s3_1x1_128to512_b32_runner, 244) \
-  X(tf_r50_s3_1x1_256to128_b32_runner, 245) \
-  X(tf_r50_s3_1x1_512to128_b32_runner, 246) \
-  X(tf_r50_s3_3x3_b32_runner, 247) \
-  X(tf_r50_s3_3x3_s2_b32_runner, 248) \
-  X(tf_r50_s3_down_s2_b32_runner, 249) \
-  X(tf_r50_s4_1x1_512to256_b32_runner, 250) \
-  X(tf_r50_s4_3x3_s2_b32_runner, 251) \
-  X(tf_r50_stem_b32_runner, 252) \
-  X(vgg16_b1_features_0_runner, 253) \
-  X(vgg16_b1_features_10_runner, 254) \
-  X(vgg16_b1_features_12_runner, 255) \
-  X(vgg16_b1_features_17_runner, 256) \
-  X(vgg16_b1_features_19_runner, 257) \
-  X(vgg16_b1_features_2_runner, 258) \
-  X(vgg16_b1_features_24_runner, 259) \
-  X(vgg16_b1_features_5_runner, 260) \
-  X(vgg16_b1_features_7_runner, 261) \
-  X(vgg16_b32_features_0_runner, 262) \
-  X(vgg16_b32_features_10_runner, 263) \
-  X(vgg16_b32_features_12_runner, 264) \
-  X(vgg16_b32_features_17_runner, 265) \
-  X(vgg16_b32_features_19_runner, 266) \
-  X(vgg16_b32_features_2_runner, 267) \
-  X(vgg16_b32_features_24_runner, 268) \
-  X(vgg16_b32_features_5_runner, 269) \
-  X(vgg16_b32_features_7_runner, 270) \
-  X(vgg16_features_2_b32_runner, 271) \
-  X(vgg16_features_2_b8_runner, 272)
+  X(resnet50_b1_layer1_0_conv1_runner, 240) \
+  X(resnet50_b1_layer1_0_conv2_runner, 241) \
+  X(resnet50_b1_layer1_0_conv3_runner, 242) \
+  X(resnet50_b1_layer1_0_downsample_0_runner, 243) \
+  X(resnet50_b1_layer1_1_conv1_runner, 244) \
+  X(resnet50_b1_layer2_0_conv1_runner, 245) \
+  X(resnet50_b1_layer2_0_conv2_runner, 246) \
+  X(resnet50_b1_layer2_0_conv3_runner, 247) \
+  X(resnet50_b1_layer2_0_downsample_0_runner, 248) \
+  X(resnet50_b1_layer2_1_conv1_runner, 249) \
+  X(resnet50_b1_layer2_1_conv2_runner, 250) \
+  X(resnet50_b1_layer3_0_conv1_runner, 251) \
+  X(resnet50_b1_layer3_0_conv2_runner, 252) \
+  X(resnet50_b1_layer3_0_conv3_runner, 253) \
+  X(resnet50_b1_layer3_0_downsample_0_runner, 254) \
+  X(resnet50_b1_layer3_1_conv1_runner, 255) \
+  X(resnet50_b1_layer3_1_conv2_runner, 256) \
+  X(resnet50_b1_layer4_0_conv1_runner, 257) \
+  X(resnet50_b1_layer4_0_conv2_runner, 258) \
+  X(resnet50_b1_layer4_0_conv3_runner, 259) \
+  X(resnet50_b1_layer4_0_downsample_0_runner, 260) \
+  X(resnet50_b1_layer4_1_conv1_runner, 261) \
+  X(resnet50_b1_layer4_1_conv2_runner, 262) \
+  X(resnet50_b32_conv1_runner, 263) \
+  X(resnet50_b32_layer1_0_conv1_runner, 264) \
+  X(resnet50_b32_layer1_0_conv2_runner, 265) \
+  X(resnet50_b32_layer1_0_conv3_runner, 266) \
+  X(resnet50_b32_layer1_0_downsample_0_runner, 267) \
+  X(resnet50_b32_layer1_1_conv1_runner, 268) \
+  X(resnet50_b32_layer2_0_conv1_runner, 269) \
+  X(resnet50_b32_layer2_0_conv2_runner, 270) \
+  X(resnet50_b32_layer2_0_conv3_runner, 271) \
+  X(resnet50_b32_layer2_0_downsample_0_runner, 272) \
+  X(resnet50_b32_layer2_1_conv1_runner, 273) \
+  X(resnet50_b32_layer2_1_conv2_runner, 274) \
+  X(resnet50_b32_layer3_0_conv1_runner, 275) \
+  X(resnet50_b32_layer3_0_conv2_runner, 276) \
+  X(resnet50_b32_layer3_0_conv3_runner, 277) \
+  X(resnet50_b32_layer3_0_downsample_0_runner, 278) \
+  X(resnet50_b32_layer3_1_conv1_runner, 279) \
+  X(resnet50_b32_layer3_1_conv2_runner, 280) \
+  X(resnet50_b32_layer4_0_conv1_runner, 281) \
+  X(resnet50_b32_layer4_0_conv2_runner, 282) \
+  X(resnet50_b32_layer4_0_conv3_runner, 283) \
+  X(resnet50_b32_layer4_0_downsample_0_runner, 284) \
+  X(resnet50_b32_layer4_1_conv1_runner, 285) \
+  X(resnet50_b32_layer4_1_conv2_runner, 286) \
+  X(tf_r50_s2_1x1_256to64_b32_runner, 287) \
+  X(tf_r50_s2_1x1_64to256_b32_runner, 288) \
+  X(tf_r50_s2_1x1_64to64_b32_runner, 289) \
+  X(tf_r50_s2_3x3_b32_runner, 290) \
+  X(tf_r50_s3_1x1_128to512_b32_runner, 291) \
+  X(tf_r50_s3_1x1_256to128_b32_runner, 292) \
+  X(tf_r50_s3_1x1_512to128_b32_runner, 293) \
+  X(tf_r50_s3_3x3_b32_runner, 294) \
+  X(tf_r50_s3_3x3_s2_b32_runner, 295) \
+  X(tf_r50_s3_down_s2_b32_runner, 296) \
+  X(tf_r50_s4_1x1_512to256_b32_runner, 297) \
+  X(tf_r50_s4_3x3_s2_b32_runner, 298) \
+  X(tf_r50_stem_b32_runner, 299) \
+  X(vgg16_b1_features_0_runner, 300) \
+  X(vgg16_b1_features_10_runner, 301) \
+  X(vgg16_b1_features_12_runner, 302) \
+  X(vgg16_b1_features_17_runner, 303) \
+  X(vgg16_b1_features_19_runner, 304) \
+  X(vgg16_b1_features_2_runner, 305) \
+  X(vgg16_b1_features_24_runner, 306) \
+  X(vgg16_b1_features_5_runner, 307) \
+  X(vgg16_b1_features_7_runner, 308) \
+  X(vgg16_b32_features_0_runner, 309) \
+  X(vgg16_b32_features_10_runner, 310) \
+  X(vgg16_b32_features_12_runner, 311) \
+  X(vgg16_b32_features_17_runner, 312) \
+  X(vgg16_b32_features_19_runner, 313) \
+  X(vgg16_b32_features_2_runner, 314) \
+  X(vgg16_b32_features_24_runner, 315) \
+  X(vgg16_b32_features_5_runner, 316) \
+  X(vgg16_b32_features_7_runner, 317) \
+  X(vgg16_features_2_b32_runner, 318) \
+  X(vgg16_features_2_b8_runner, 319)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
