@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tune.py e2e",
         description="A whole network's forward with the tuned kernels (tuner.torch_ops.optimize) against PyTorch "
                     "eager and torch.compile, each captured in a CUDA graph and timed by replay, in one run; "
-                    "outputs checked against eager's. f16, channels_last, random weights. Needs the GPU.")
+                    "outputs checked against eager's. f16, channels_last; a --torchvision model has random weights, "
+                    "its batch norms' statistics taken from the random input batch. Needs the GPU.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--torchvision", metavar="NAME", help="a torchvision classification model, e.g. resnet50")
     source.add_argument("--onnx", type=Path, help="an ONNX model PyTorch can run (converted with onnx2torch)")
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image-size", type=int, default=224, help="input height and width (default 224)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help=f"which to time, comma-separated: {', '.join(VARIANTS)} (default: all but the two "
-                             "pdl ones, whose kernels are built for programmatic dependent launch)")
+                             "'without pdl' ones, whose kernels are built without programmatic dependent launch)")
     parser.add_argument("--optimized-mode", choices=sorted(COMPILE_MODES), default=COMPILED,
                         help="the torch.compile mode of the optimized model (default: torch.compile, the default mode)")
     parser.add_argument("--replays", type=int, default=20, help="graph replays per timing (default 20)")
@@ -126,7 +127,7 @@ def main(argv: list[str], console: Console) -> int:
         model = torchvision_model(args.torchvision) if args.torchvision else onnx_model(args.onnx)
         try:
             results.append(measure_network(name, model, batch, args.image_size, timing, args.gpu,
-                                           args.results_dir, args.cache_dir))
+                                           args.results_dir, args.cache_dir, random_weights=bool(args.torchvision)))
         except OptimizeError as error:
             raise UsageError(str(error)) from None
         if not args.json:

@@ -2,9 +2,9 @@
 tuner/cli/e2e.py). Each variant's forward is captured in a CUDA graph and timed by replay (the median of
 `repeats` timings of `replays` replays each): eager; torch.compile (default, and max-autotune without its
 own CUDA graphs, since the forward is captured here); the optimized model (tuner.torch_ops.optimize) eagerly
-and under torch.compile; on request the optimized model with its kernels built for programmatic dependent launch
-(optimize(pdl=True)), eagerly and under torch.compile. Per network and batch: latency, the speed-ups, the share of
-the optimized forward still spent in convolutions, and each variant's output against eager's."""
+and under torch.compile; on request the optimized model with its kernels built without programmatic dependent
+launch (optimize(pdl=False)), eagerly and under torch.compile. Per network and batch: latency, the speed-ups,
+the share of the optimized forward still spent in convolutions, and each variant's output against eager's."""
 from __future__ import annotations
 
 import math
@@ -17,10 +17,10 @@ from tuner.core.errors import UsageError
 
 EAGER, COMPILED, AUTOTUNED, OPTIMIZED, OPTIMIZED_COMPILED = (
     "eager", "torch.compile", "torch.compile max-autotune", "optimized", "optimized + torch.compile")
-OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED = "optimized pdl", "optimized pdl + torch.compile"
+OPTIMIZED_NO_PDL, OPTIMIZED_NO_PDL_COMPILED = "optimized without pdl", "optimized without pdl + torch.compile"
 DEFAULT_VARIANTS = (EAGER, COMPILED, AUTOTUNED, OPTIMIZED, OPTIMIZED_COMPILED)
-VARIANTS = DEFAULT_VARIANTS + (OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED)
-OPTIMIZED_VARIANTS = (OPTIMIZED, OPTIMIZED_COMPILED, OPTIMIZED_PDL, OPTIMIZED_PDL_COMPILED)
+VARIANTS = DEFAULT_VARIANTS + (OPTIMIZED_NO_PDL, OPTIMIZED_NO_PDL_COMPILED)
+OPTIMIZED_VARIANTS = (OPTIMIZED, OPTIMIZED_COMPILED, OPTIMIZED_NO_PDL, OPTIMIZED_NO_PDL_COMPILED)
 COMPILE_MODES = {COMPILED: "default", AUTOTUNED: "max-autotune-no-cudagraphs"}
 WARMUP_CALLS = 3
 
@@ -93,6 +93,30 @@ def onnx_model(path: Path):
                          f"{str(error).splitlines()[0] if str(error) else ''})") from None
 
 
+def statistics_from_batch(model, x) -> None:
+    """Each batch norm's running statistics set to those of one forward of `x`, as training would leave them.
+    A model with random weights keeps batch norm's initial statistics (mean 0, variance 1), which let a deep
+    network's activations grow past f16's range: torchvision's ResNet-101 reaches 7e5 at its last convolutions and
+    its f16 output is inf. With statistics of the data, as a trained network has, they stay near 1."""
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    momenta = [m.momentum for m in norms]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average: after one batch, exactly that batch's statistics
+    model.train()
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        model.eval()
+        for norm, momentum in zip(norms, momenta):
+            norm.momentum = momentum
+
+
 def time_forward(forward, x, replays: int, repeats: int) -> tuple[float, float, float]:
     """(median, p10, p90) ms of one forward: the call captured in a CUDA graph, replayed `replays` times
     between two events, `repeats` times."""
@@ -157,18 +181,22 @@ class ForwardTiming:
 
 
 def measure_network(name: str, model, batch: int, image_size: int, timing: ForwardTiming, gpu: str | None,
-                    results_dir: Path, cache_dir: Path | None) -> NetworkResult:
+                    results_dir: Path, cache_dir: Path | None, random_weights: bool = False) -> NetworkResult:
     """The variants' forwards timed, the model optimized with best.yaml of `gpu` (None: this host's) under
-    `results_dir`, its kernels built through `cache_dir`."""
+    `results_dir`, its kernels built through `cache_dir`. A model with `random_weights` first gets its batch
+    norms' statistics from the input batch (statistics_from_batch), in float32."""
     import torch
 
     from tuner.torch_ops.eager_check import TOLERANCE, output_error
     from tuner.torch_ops.optimize import DATA_TYPES, optimize
 
     torch.backends.cudnn.benchmark = True
-    model = model.eval().to(device="cuda", dtype=torch.float16, memory_format=torch.channels_last)
+    model = model.eval().to(device="cuda", memory_format=torch.channels_last)
     x = torch.randn(batch, 3, image_size, image_size, device="cuda", dtype=torch.float16)
     x = x.contiguous(memory_format=torch.channels_last)
+    if random_weights:
+        statistics_from_batch(model, x.float())
+    model = model.to(dtype=torch.float16)
     tolerance = TOLERANCE[DATA_TYPES[torch.float16]]
     with torch.no_grad():
         started = time.perf_counter()
@@ -176,9 +204,9 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
         optimize_s = time.perf_counter() - started
         # the model each optimized variant runs, eagerly or under timing.optimized_mode's torch.compile
         models = {OPTIMIZED: optimized, OPTIMIZED_COMPILED: optimized}
-        if OPTIMIZED_PDL in timing.variants or OPTIMIZED_PDL_COMPILED in timing.variants:
-            chained = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir, pdl=True)
-            models |= {OPTIMIZED_PDL: chained, OPTIMIZED_PDL_COMPILED: chained}
+        if OPTIMIZED_NO_PDL in timing.variants or OPTIMIZED_NO_PDL_COMPILED in timing.variants:
+            plain = optimize(model, x, gpu=gpu, results_dir=results_dir, cache_dir=cache_dir, pdl=False)
+            models |= {OPTIMIZED_NO_PDL: plain, OPTIMIZED_NO_PDL_COMPILED: plain}
         reference = model(x)
         forwards = {}
         for variant in timing.variants:
@@ -187,7 +215,7 @@ def measure_network(name: str, model, batch: int, image_size: int, timing: Forwa
                 forwards[variant] = model
             elif variant in COMPILE_MODES:
                 forwards[variant] = torch.compile(model, mode=COMPILE_MODES[variant])
-            elif variant in (OPTIMIZED, OPTIMIZED_PDL):
+            elif variant in (OPTIMIZED, OPTIMIZED_NO_PDL):
                 forwards[variant] = models[variant]
             else:
                 forwards[variant] = torch.compile(models[variant], mode=COMPILE_MODES[timing.optimized_mode])

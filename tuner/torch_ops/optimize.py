@@ -189,14 +189,14 @@ def results_folder(results_dir: Path, gpu: str | None) -> tuple[str, Path]:
 def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | None = None,
              results_dir: Path | str = REPO / "results", cache_dir: Path | None = None, check: bool = True,
              tune: int = 0, kernel_source: KernelSource | None = None, verbose: bool = False,
-             pdl: bool = False) -> torch.fx.GraphModule:
+             pdl: bool = True) -> torch.fx.GraphModule:
     """The model with its tuned convolutions replaced (docs/torch.md). `gpu`: whose results (default this
     host's GPU); `check`: compare each replaced layer, and the network, with eager on `example_input` (a
     layer that disagrees falls back); `tune`: trials per layer to tune on the fly for convolutions not tuned
-    at this shape (0: never; needs the GPU, at most MAX_TUNED_LAYERS layers); `pdl`: the kernels of families
-    that have such a build (sm90_dsl) built for programmatic dependent launch, each overlapping its launch with the
-    end of the kernel before it. The result's `tuner_report` (an OptimizeReport) lists what was replaced and why
-    the rest fell back; `verbose` prints it."""
+    at this shape (0: never; needs the GPU, at most MAX_TUNED_LAYERS layers); `pdl` (the default): the kernels of
+    families that have such a build (sm90_dsl) built for programmatic dependent launch, each overlapping its launch
+    with the end of the kernel before it (False: built as the tuner timed them). The result's `tuner_report` (an
+    OptimizeReport) lists what was replaced and why the rest fell back; `verbose` prints it."""
     if not isinstance(model, torch.nn.Module):
         raise OptimizeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(example_input, torch.Tensor) or example_input.dim() != 4:
