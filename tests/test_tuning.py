@@ -272,3 +272,43 @@ def test_the_tuning_pipeline_prints_through_nothing_but_its_sink():
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         assert not {name for name in imported if name.split(".")[0] == "rich"}, module
         assert "print(" not in (tuner / module).read_text(), module
+
+
+def test_after_a_tune_the_kept_kernels_are_built_as_the_pytorch_path_launches_them(tmp_path, layers, h100,
+                                                                                     no_toolchain, monkeypatch):
+    """Family.chained's build (sm90_dsl's for programmatic dependent launch, which optimize launches by default) of
+    each kept kernel goes into the compile cache at the end of a run; one that fails is told with its reason."""
+    from tuner.families import registry
+    from tuner.pipeline.events import ChainedBuilt
+    from tuner.search.space import entry_config
+    from tuner.store.best import best_entries
+
+    sink = RecordingSink()
+    real_family_of = registry.family_of
+    chain_to = {"stages": 6}
+
+    def with_chained(config):
+        return replace(real_family_of(config), chained=lambda c: replace(c, stages=chain_to["stages"]))
+
+    with registered(), fake_session(tmp_path, h100, sink) as (session, _):
+        session.tune_layer(layers["conv_1"])
+        monkeypatch.setattr(registry, "family_of", with_chained)
+        session.build_chained(["conv_1", "no_such_layer"])
+        kept = best_entries(tmp_path / "results" / h100.slug)["conv_1"]
+        chained = replace(entry_config(kept, "conv_1", kept.problem), stages=6)
+        assert session.compiler.compile_many([chained])[0].cached
+        chain_to["stages"] = 5  # the fake builder refuses 5 stages
+        session.build_chained(["conv_1"])
+    built = [e for e in sink.events if isinstance(e, ChainedBuilt)]
+    assert [(e.built, len(e.failed)) for e in built] == [(1, 0), (0, 1)]
+    assert built[1].failed[0].startswith(replace(chained, stages=5).name + ": ") and "refuses" in built[1].failed[0]
+
+
+def test_a_family_without_a_chained_build_adds_nothing_to_the_run(tmp_path, layers, h100, no_toolchain):
+    from tuner.pipeline.events import ChainedBuilt
+
+    sink = RecordingSink()
+    with registered(), fake_session(tmp_path, h100, sink) as (session, _):
+        session.tune_layer(layers["conv_1"])
+        session.build_chained(["conv_1"])
+    assert not any(isinstance(e, ChainedBuilt) for e in sink.events)

@@ -124,3 +124,13 @@ def test_the_study_end_the_winner_and_the_file_written_are_lines(conv_1, h100):
     assert lines[2].endswith("took 6.00 µs in the study, 1.50x the winner") and "more blocks (16: sm80 " in lines[2]
     assert lines[3:] == ["reference configuration (128x128x64, 3 stages) cannot run this problem here",
                          "wrote results/gpu/best.yaml"]
+
+
+def test_the_builds_for_the_pytorch_path_are_one_line_and_each_failure_another():
+    from tuner.pipeline.events import ChainedBuilt
+
+    assert shown(ChainedBuilt(23, (), 2.46), ChainedBuilt(0, ("dsl_x_pdl: error: no",), 0.5)) == [
+        "built 23 kept kernels for programmatic dependent launch, as the PyTorch path launches them, in 2.5 s",
+        "built 0 kept kernels for programmatic dependent launch, as the PyTorch path launches them, in 0.5 s",
+        "not built for programmatic dependent launch: dsl_x_pdl: error: no (optimize leaves the layer to PyTorch "
+        "unless pdl=False)"]

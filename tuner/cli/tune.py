@@ -168,6 +168,7 @@ def tune(args: argparse.Namespace, argv: list[str], console: Console) -> int:
         session = TuningSession.on_this_gpu(options, spaces, view)
         try:
             outcomes = [session.tune_layer(layer) for layer in targets]
+            session.build_chained([o.layer for o in outcomes if o.kernel is not None])
         finally:
             session.close()
     console.print(regression_table(outcomes))

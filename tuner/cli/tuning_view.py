@@ -16,11 +16,11 @@ from tuner.core.device import DeviceFacts
 from tuner.core.problem import ConvProblem
 from tuner.families import registry
 from tuner.families.base import KernelConfig
-from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, Event, FamilySkipped, FinalistNotCompiled,
-                                   FinalistsConfirmed, FinalistsFailed, KernelCompiled, LayerFinishedEarlier,
-                                   LayerStarted, LayerTimed, LayerTunedAs, NoCandidatePassed, OrphansFailed,
-                                   ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated, TrialsFailed, WasteFound,
-                                   WinnerChosen)
+from tuner.pipeline.events import (BestWritten, CandidatesAsked, ChainedBuilt, DeviceFound, Event, FamilySkipped,
+                                   FinalistNotCompiled, FinalistsConfirmed, FinalistsFailed, KernelCompiled,
+                                   LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs, NoCandidatePassed,
+                                   OrphansFailed, ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated,
+                                   TrialsFailed, WasteFound, WinnerChosen)
 from tuner.pipeline.nightly import REGRESSION_THRESHOLD
 from tuner.pipeline.tuning import LayerOutcome
 from tuner.search.trials import TrialRecord
@@ -177,6 +177,14 @@ class TuningView:
     @emit.register
     def _written(self, event: BestWritten) -> None:
         self.console.print(f"wrote {escape(str(event.path))}")
+
+    @emit.register
+    def _chained(self, event: ChainedBuilt) -> None:
+        self.console.print(f"built {event.built} kept kernels for programmatic dependent launch, as the PyTorch path "
+                           f"launches them, in {event.seconds:.1f} s", highlight=False)
+        for failure in event.failed:
+            self.console.print(f"[yellow]not built for programmatic dependent launch[/]: {escape(failure)} "
+                               "(optimize leaves the layer to PyTorch unless pdl=False)", highlight=False)
 
 
 def describe_config(config: KernelConfig) -> str:

@@ -176,3 +176,11 @@ class LayerTimed(Event):
 class BestWritten(Event):
     layer: str
     path: Path
+
+
+@dataclass(frozen=True)
+class ChainedBuilt(Event):
+    """The kept kernels' builds for programmatic dependent launch (Family.chained), made into the compile cache."""
+    built: int
+    failed: tuple[str, ...]  # "<kernel>: <the builder's first line>" for each that did not build
+    seconds: float

@@ -22,11 +22,11 @@ from tuner.families.candidate import Candidate
 from tuner.measure.timing import Measurement
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
-from tuner.pipeline.events import (BestWritten, CandidatesAsked, DeviceFound, EventSink, FamilySkipped, FamilySpace,
-                                   FinalistNotCompiled, FinalistsConfirmed, FinalistsFailed, KernelCompiled,
-                                   LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs, NoCandidatePassed,
-                                   OrphansFailed, ProfilerMissing, StudyEnded, StudyStarted, TrialEvaluated,
-                                   TrialsFailed, WasteFound, WinnerChosen)
+from tuner.pipeline.events import (BestWritten, CandidatesAsked, ChainedBuilt, DeviceFound, EventSink, FamilySkipped,
+                                   FamilySpace, FinalistNotCompiled, FinalistsConfirmed, FinalistsFailed,
+                                   KernelCompiled, LayerFinishedEarlier, LayerStarted, LayerTimed, LayerTunedAs,
+                                   NoCandidatePassed, OrphansFailed, ProfilerMissing, StudyEnded, StudyStarted,
+                                   TrialEvaluated, TrialsFailed, WasteFound, WinnerChosen)
 from tuner.search.seeds import landscape_seeds, reference_config, seed_study, sibling_seeds, twin_seeds
 from tuner.store.journal import GRACE_S, heartbeat_for, study_storage
 from tuner.store.best import best_entries, names_by_problem, update_best
@@ -233,6 +233,31 @@ class TuningSession:
         self.sink.emit(BestWritten(layer.name, self.folder / "best.yaml"))
         return LayerOutcome(layer.name, entry["runtime_us"], (entry.get("previous") or {}).get("runtime_us"),
                             entry["kernel"], measured)
+
+    def build_chained(self, layers: list[str]) -> None:
+        """The builds that tuner.torch_ops.optimize launches by default (Family.chained: sm90_dsl's, for
+        programmatic dependent launch) of the kernels these layers keep, made into the compile cache now, so that
+        the first optimize after a tune finds every kernel built, as it did when it launched the tuned builds."""
+        entries = best_entries(self.folder)
+        configs = []
+        for name in layers:
+            entry = entries.get(name)
+            if entry is None:
+                continue
+            try:
+                config = entry_config(entry, name, entry.problem)
+            except (SpaceError, ValueError, KeyError, TypeError):
+                continue
+            chained = registry.family_of(config).chained
+            if chained is not None:
+                configs.append(chained(config))
+        if not configs:
+            return
+        started = time.monotonic()
+        results = self.compiler.compile_many(list(dict.fromkeys(configs)))
+        failed = tuple(f"{r.config.name}: {(r.error or '').strip().splitlines()[0] if r.error else 'no library'}"
+                       for r in results if not r.ok)
+        self.sink.emit(ChainedBuilt(len(results) - len(failed), failed, time.monotonic() - started))
 
     def start_layer(self, layer: Layer) -> tuple[JointSpace, list[KernelConfig]]:
         """The layer's joint space (without the families a superseding one replaces, unless --family named them),
