@@ -194,3 +194,38 @@ def test_optimize_builds_for_programmatic_dependent_launch_unless_told_not_to(tm
     for flag in ({}, {"pdl": False}):
         optimize(net(), example(), gpu=SLUG, results_dir=tmp_path / "results", check=False, **flag)
     assert asked == [True, False]
+
+
+def test_a_kernel_whose_pdl_build_fails_is_loaded_in_the_build_the_tuner_timed(tmp_path, monkeypatch):
+    """PDL is only a launch overlap: where a kernel's build for it fails, the layer keeps its tuned build rather
+    than falling back to PyTorch; where both fail, the layer says why the PDL one did."""
+    import tuner.build.compile as compile_module
+    from tuner.build.compile_cache import CompileResult
+    from tuner.store.best import best_entries
+    from tuner.torch_ops import kernels
+    from tuner.torch_ops.optimize import CompiledKernels
+
+    dsl = {"tile": "128x64x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+           "swizzle": 1, "tile_q": 0, "split_k": 1}
+    folder = write_best(tmp_path / "results", net(), SHAPE, dense=("sm90_dsl", dsl))
+    wanted = {name: (entry, entry.problem) for name, entry in best_entries(folder).items() if entry.problem.groups == 1}
+    builds = {"fails": lambda config: config.pdl}
+
+    class Builder:
+        def __init__(self, device, cache_dir=None, jobs=None):
+            pass
+
+        def compile_many(self, configs):
+            return [CompileResult(c, "key", None if builds["fails"](c) else tmp_path / f"{c.name}.so", 0.1, False,
+                                  "error: no" if builds["fails"](c) else None, None) for c in configs]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(compile_module, "Compiler", Builder)
+    monkeypatch.setattr(kernels, "LoadedKernel", lambda binary, *rest: binary.path.name)
+    loaded = CompiledKernels(folder, pdl=True).load(wanted, "cuda")
+    assert loaded and all(not name.endswith("_pdl.so") and name.endswith(".so") for name in loaded.values())
+    builds["fails"] = lambda config: True
+    loaded = CompiledKernels(folder, pdl=True).load(wanted, "cuda")
+    assert all(why.endswith("_pdl did not build: error: no") for why in loaded.values()), loaded

@@ -132,5 +132,5 @@ def test_the_builds_for_the_pytorch_path_are_one_line_and_each_failure_another()
     assert shown(ChainedBuilt(23, (), 2.46), ChainedBuilt(0, ("dsl_x_pdl: error: no",), 0.5)) == [
         "built 23 kept kernels for programmatic dependent launch, as the PyTorch path launches them, in 2.5 s",
         "built 0 kept kernels for programmatic dependent launch, as the PyTorch path launches them, in 0.5 s",
-        "not built for programmatic dependent launch: dsl_x_pdl: error: no (optimize leaves the layer to PyTorch "
-        "unless pdl=False)"]
+        "not built for programmatic dependent launch: dsl_x_pdl: error: no (optimize launches the build the tuner "
+        "timed)"]

@@ -184,7 +184,7 @@ class TuningView:
                            f"launches them, in {event.seconds:.1f} s", highlight=False)
         for failure in event.failed:
             self.console.print(f"[yellow]not built for programmatic dependent launch[/]: {escape(failure)} "
-                               "(optimize leaves the layer to PyTorch unless pdl=False)", highlight=False)
+                               "(optimize launches the build the tuner timed)", highlight=False)
 
 
 def describe_config(config: KernelConfig) -> str:
