@@ -50,3 +50,11 @@ def test_size_directory_and_binary(tmp_path):
 def test_libyaml_parses_where_it_is_built_in():
     if hasattr(yaml, "CSafeLoader"):
         assert issubclass(_StrictLoader, yaml.CSafeLoader)
+
+
+def test_a_failures_reason_is_one_line_cut_to_its_limit_and_none_when_absent():
+    from tuner.core.yamlfile import brief_reason
+
+    assert brief_reason("error: a\n  b\tc\n") == "error: a b c"
+    assert brief_reason(" \n ") == "" and brief_reason(None) is None
+    assert brief_reason("x" * 400, limit=10) == "x" * 9 + "…"

@@ -25,6 +25,14 @@ def brief(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
+def brief_reason(text: str | None, limit: int = 300) -> str | None:
+    """A failure's reason on one line, short enough for bench.yaml and the console (nvcc's can run to pages)."""
+    if not text:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 class _StrictLoader(_BASE):  # type: ignore[misc, valid-type]
     def get_single_data(self):
         node = self.get_single_node()

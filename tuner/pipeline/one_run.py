@@ -14,6 +14,7 @@ from tuner.core.epilogue import Epilogue
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
 from tuner.core.status import Status
+from tuner.core.yamlfile import brief_reason
 from tuner.families.candidate import Candidate
 from tuner.measure.baseline import library_dtype
 from tuner.search.space import entry_config
@@ -109,14 +110,6 @@ def with_library_times(record: BenchRecord, layer: str, times: LibraryTimes) -> 
     if times.cudnn_version is not None:
         changes["cudnn_version"] = times.cudnn_version
     return dataclasses.replace(record, **changes)
-
-
-def brief_reason(text: str | None, limit: int = 300) -> str | None:
-    """A failure's reason on one line, short enough for bench.yaml and the console (nvcc's can run to pages)."""
-    if not text:
-        return None
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compiler, evaluator, worker,

@@ -35,6 +35,7 @@ from tuner.store.results import ResultsError, gpu_dir
 from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
 from tuner.search.space import JointSpace, entry_config, joint_valid_configs, layer_space, without_superseded
 from tuner.core.status import Status
+from tuner.core.yamlfile import brief_reason
 from tuner.search.study import StudyProgress, StudyRunner, open_study, stop_if_requested
 from tuner.search.trials import TrialRecord, ranked, recorded_trials, study_name
 from tuner.search.workers import fail_orphans
@@ -255,8 +256,7 @@ class TuningSession:
             return
         started = time.monotonic()
         results = self.compiler.compile_many(list(dict.fromkeys(configs)))
-        failed = tuple(f"{r.config.name}: {(r.error or '').strip().splitlines()[0] if r.error else 'no library'}"
-                       for r in results if not r.ok)
+        failed = tuple(f"{r.config.name}: {brief_reason(r.error) or 'no library'}" for r in results if not r.ok)
         self.sink.emit(ChainedBuilt(len(results) - len(failed), failed, time.monotonic() - started))
 
     def start_layer(self, layer: Layer) -> tuple[JointSpace, list[KernelConfig]]:
