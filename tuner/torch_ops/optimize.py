@@ -213,6 +213,8 @@ def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | Non
                                else type(example_input).__name__))
     if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
         raise OptimizeError(f"tune must be a whole number of trials (0: never tune), got {tune!r}")
+    if not isinstance(pdl, bool):
+        raise OptimizeError(f"pdl must be True or False, got {pdl!r}")
     slug, folder = results_folder(Path(results_dir), gpu)
     try:
         traced = traced_module(model, example_input)
@@ -227,8 +229,6 @@ def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | Non
         tune_missing([d.problem for d in decisions if d.fallback in (Fallback.not_tuned, Fallback.other_shape)],
                      tune, Path(results_dir), slug, cache_dir)
         decisions = plan(fused_convs, modules, dtype, model.training, TunedIndex(best_entries(folder)))
-    if not isinstance(pdl, bool):
-        raise OptimizeError(f"pdl must be True or False, got {pdl!r}")
     source = kernel_source or CompiledKernels(folder, cache_dir, pdl)
     decisions, tuned = build_modules(fused_convs, decisions, modules, best_entries(folder), source,
                                      example_input.device)
