@@ -119,29 +119,34 @@ def deep_random_model(torch):
     return torch.nn.Sequential(*blocks).eval()
 
 
-def test_batch_norm_statistics_from_the_batch_keep_a_deep_random_network_in_f16s_range():
+def test_calibrated_batch_norms_keep_a_deep_random_network_in_f16s_range():
     torch = pytest.importorskip("torch")
-    from tuner.torch_ops.e2e import statistics_from_batch
+    from tuner.torch_ops.e2e import BETA_RANGE, GAMMA_RANGE, calibrate_batch_norms
 
     model, x = deep_random_model(torch), torch.randn(4, 3, 16, 16)
     with torch.no_grad():
         assert model(x).abs().max() > 65504  # as it would run: inf in f16
-        statistics_from_batch(model, x)
+        calibrate_batch_norms(model, x)
         y = model(x)
-    assert not model.training and all(m.momentum == 0.3 for m in model if isinstance(m, torch.nn.BatchNorm2d))
+    norms = [m for m in model if isinstance(m, torch.nn.BatchNorm2d)]
+    assert not model.training and all(m.momentum == 0.3 for m in norms)
     assert y.abs().max() < 100
-    first = model[1]  # the first batch norm now normalises the first convolution's output of this batch
+    first = norms[0]  # divides the first convolution's output by its root mean square on this batch
     with torch.no_grad():
         out = model[0](x)
-    assert torch.allclose(first.running_mean, out.mean(dim=(0, 2, 3)), atol=1e-4)
-    assert torch.allclose(first.running_var, out.var(dim=(0, 2, 3), unbiased=True), rtol=1e-4)
+    assert torch.equal(first.running_mean, torch.zeros(8))
+    assert torch.allclose(first.running_var, out.pow(2).mean().expand(8), rtol=1e-5)
+    for norm in norms:  # a per-channel scale and shift, different channel to channel
+        assert GAMMA_RANGE[0] <= norm.weight.min() and norm.weight.max() <= GAMMA_RANGE[1]
+        assert BETA_RANGE[0] <= norm.bias.min() and norm.bias.max() <= BETA_RANGE[1]
+        assert norm.weight.std() > 0.05 and norm.bias.std() > 0.005
 
 
 def test_a_model_without_batch_norm_is_left_as_it_was():
     torch = pytest.importorskip("torch")
-    from tuner.torch_ops.e2e import statistics_from_batch
+    from tuner.torch_ops.e2e import calibrate_batch_norms
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    statistics_from_batch(model, torch.randn(2, 3, 8, 8))
+    calibrate_batch_norms(model, torch.randn(2, 3, 8, 8))
     assert not model.training and all(torch.equal(v, before[k]) for k, v in model.state_dict().items())

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from torch_standins import SLUG, CpuKernels, net, write_best  # noqa: E402
 from tuner.torch_ops.eager_check import relative_l2  # noqa: E402
+from tuner.torch_ops.fold import batch_norm_affine  # noqa: E402
 from tuner.torch_ops.optimize import OptimizeError, TunedConv2d, optimize  # noqa: E402
 from tuner.importers.plan import Fallback  # noqa: E402
 
@@ -56,6 +57,31 @@ def test_tuned_convs_with_their_epilogues_become_one_module_each(tmp_path):
     assert report.network_error < report.tolerance
     lines = report.lines()
     assert lines[0].startswith("4 of 4 convolutions replaced by tuned kernels")
+
+
+class Nested(torch.nn.Module):
+    """The stand-in network one module down, as torchvision's blocks are: its batch norms' graph nodes
+    (inner_bn0) are no longer their module paths (inner.bn0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = net()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_the_batch_norms_of_nested_modules_are_folded(tmp_path):
+    model, x, source = Nested().eval(), example(), CpuKernels()
+    optimized = run(tmp_path, model, x, kernel_source=source)
+    assert [n for n, d in decisions(optimized).items() if d.replaced] == \
+        ["inner.stem", "inner.conv", "inner.head", "inner.grouped"]
+    tuned = {name: m for name, m in optimized.named_modules() if isinstance(m, TunedConv2d)}
+    # the stand-in's batch norms have statistics far from (0, 1): folded, the kernel's scale is theirs
+    scale, _ = batch_norm_affine(model.inner.bn)
+    assert torch.allclose(tuned["tuned_inner_conv"].scale, scale)
+    with torch.no_grad():
+        assert relative_l2(optimized(x), model(x)) < 1e-2
 
 
 def test_the_original_model_is_left_as_it_was(tmp_path):

@@ -223,6 +223,9 @@ def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | Non
         raise OptimizeError(str(error)) from None
     graph_module = traced.graph_module
     modules = dict(graph_module.named_modules())
+    # a fused node (the batch norm) is named as the graph names it ('layer1_0_bn1'), its module by its path
+    module_of_node = {node.name: modules.get(node.target) for node in graph_module.graph.nodes
+                      if node.op == "call_module"}
     dtype = DATA_TYPES.get(example_input.dtype)
     decisions = plan(fused_convs, modules, dtype, model.training, TunedIndex(best_entries(folder)))
     if tune and any(d.fallback in (Fallback.not_tuned, Fallback.other_shape) for d in decisions):
@@ -230,8 +233,8 @@ def optimize(model: torch.nn.Module, example_input: torch.Tensor, gpu: str | Non
                      tune, Path(results_dir), slug, cache_dir)
         decisions = plan(fused_convs, modules, dtype, model.training, TunedIndex(best_entries(folder)))
     source = kernel_source or CompiledKernels(folder, cache_dir, pdl)
-    decisions, tuned = build_modules(fused_convs, decisions, modules, best_entries(folder), source,
-                                     example_input.device)
+    decisions, tuned = build_modules(fused_convs, decisions, modules, module_of_node, best_entries(folder),
+                                     source, example_input.device)
     eager_output = None
     if check and tuned:
         decisions, eager_output = check_layers(graph_module, fused_convs, decisions, tuned, example_input)
@@ -279,9 +282,10 @@ def plan(fused_convs: list[FusedConv], modules: dict, dtype: DataType | None, tr
 TORCH_DTYPE = {value: key for key, value in DATA_TYPES.items()}
 
 
-def build_modules(fused_convs, decisions, modules, entries, source: KernelSource, device):
+def build_modules(fused_convs, decisions, modules, module_of_node, entries, source: KernelSource, device):
     """A TunedConv2d for each replaced decision; a layer whose kernel cannot be had, or whose batch norm does
-    not fold, falls back with the reason."""
+    not fold, falls back with the reason. `modules` by path (a conv's ConvFacts.node), `module_of_node` by
+    graph node name (a fused batch norm's FusedConv.norm)."""
     wanted = {d.entry: (entries[d.entry], d.problem) for d in decisions if d.replaced}
     loaded = source.load(wanted, device) if wanted else {}
     decisions, tuned = list(decisions), {}
@@ -293,7 +297,11 @@ def build_modules(fused_convs, decisions, modules, entries, source: KernelSource
             decisions[position] = decision.falls_back(Fallback.kernel_failed, kernel)
             continue
         conv = modules[fused.conv.node]
-        norm = modules.get(fused.norm) if fused.norm else None
+        norm = module_of_node.get(fused.norm) if fused.norm else None
+        if fused.norm and not isinstance(norm, torch.nn.modules.batchnorm._BatchNorm):
+            decisions[position] = decision.falls_back(Fallback.not_replaceable, f"its batch norm {fused.norm} is "
+                                                      "no BatchNorm module whose statistics can be folded")
+            continue
         fusion = getattr(kernel, "fusion", decision.problem.epilogue)
         problem = decision.problem
         try:
