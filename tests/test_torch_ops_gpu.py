@@ -58,6 +58,19 @@ def test_every_tuned_layer_is_replaced_and_matches_eager(setting, optimized):
     assert optimized.tuner_report.network_error < TOLERANCE
 
 
+def test_a_network_one_module_down_has_its_batch_norms_folded(setting):
+    """As torchvision's blocks nest them: the norms' graph nodes (_0_bn0) are no module paths (0.bn0). Its
+    batch norms' statistics are far from (0, 1), so a norm left out of its kernel's scale and bias fails."""
+    model, x, results, cache = setting
+    nested = torch.nn.Sequential(model).eval()
+    optimized = optimize(nested, x, gpu=SLUG, results_dir=results, cache_dir=cache)
+    decisions = {d.node: d for d in optimized.tuner_report.decisions}
+    assert [n for n, d in decisions.items() if d.replaced] == [f"0.{n}" for n in REPLACED], \
+        optimized.tuner_report.lines()
+    with torch.no_grad():
+        assert relative_l2(optimized(x), nested(x)) < TOLERANCE
+
+
 def test_the_op_matches_conv_batch_norm_relu_in_f16(setting, optimized):
     """The stem alone: the kernel's output against F.conv2d, BatchNorm2d (eval) and ReLU."""
     model, x, _, _ = setting
