@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A whole network's forward with the tuned kernels (tuner.torch_ops.optimize) against PyTorch "
                     "eager and torch.compile, each captured in a CUDA graph and timed by replay, in one run; "
                     "outputs checked against eager's. f16, channels_last; a --torchvision model has random weights, "
-                    "its batch norms' statistics taken from the random input batch. Needs the GPU.")
+                    "its batch norms calibrated on the random input batch (docs/torch.md). Needs the GPU.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--torchvision", metavar="NAME", help="a torchvision classification model, e.g. resnet50")
     source.add_argument("--onnx", type=Path, help="an ONNX model PyTorch can run (converted with onnx2torch)")
