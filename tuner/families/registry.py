@@ -40,6 +40,13 @@ def family_of(config: KernelConfig) -> Family:
     return get(config.family)
 
 
+def chained_build(config: KernelConfig) -> KernelConfig | None:
+    """The kernel's build for programmatic dependent launch (its family's Family.chained), or None where the
+    family has none."""
+    chained = family_of(config).chained
+    return None if chained is None else chained(config)
+
+
 def eligible(device: DeviceFacts) -> dict[str, Family]:
     """The families this device can run."""
     return {name: family for name, family in families().items() if family.device_problem(device) is None}

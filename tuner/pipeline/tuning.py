@@ -249,9 +249,9 @@ class TuningSession:
                 config = entry_config(entry, name, entry.problem)
             except (SpaceError, ValueError, KeyError, TypeError):
                 continue
-            chained = registry.family_of(config).chained
+            chained = registry.chained_build(config)
             if chained is not None:
-                configs.append(chained(config))
+                configs.append(chained)
         if not configs:
             return
         started = time.monotonic()

@@ -68,30 +68,32 @@ class CompiledKernels:
         dependent launch where the family has one (Family.chained)."""
         from tuner.pipeline.export import checked_config
 
-        config = checked_config(name, entry, self.device)
-        chained = registry.family_of(config).chained
-        return chained(config) if self.pdl and chained is not None else config
+        return self.launched(checked_config(name, entry, self.device))
+
+    def launched(self, tuned):
+        """The build of the tuned kernel `tuned` that optimize launches."""
+        return (registry.chained_build(tuned) or tuned) if self.pdl else tuned
 
     def load(self, wanted, device):
         from tuner.build.compile import Compiler
         from tuner.pipeline.export import checked_config
 
-        configs, loaded = {}, {}
+        tuned, loaded = {}, {}
         for name, (entry, _) in wanted.items():
             try:
-                configs[name] = self.config_for(name, entry)
+                tuned[name] = checked_config(name, entry, self.device)
             except ResultsError as error:
                 loaded[name] = str(error)
+        configs = {name: self.launched(config) for name, config in tuned.items()}
         compiler = Compiler(self.device, self.cache_dir)
         try:
             results = dict(zip(configs, compiler.compile_many(list(configs.values()))))
             # a kernel whose build for programmatic dependent launch fails still has the build the tuner timed
-            tuned = {name: checked_config(name, wanted[name][0], self.device) for name, result in results.items()
-                     if not result.ok}
-            tuned = {name: config for name, config in tuned.items() if config != results[name].config}
-            if tuned:
-                results |= {name: result for name, result in zip(tuned, compiler.compile_many(list(tuned.values())))
-                            if result.ok}
+            retried = {name: tuned[name] for name, result in results.items()
+                       if not result.ok and tuned[name] != result.config}
+            if retried:
+                results |= {name: result for name, result in
+                            zip(retried, compiler.compile_many(list(retried.values()))) if result.ok}
         finally:
             compiler.close()
         for name, result in results.items():
