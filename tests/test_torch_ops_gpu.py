@@ -126,9 +126,9 @@ def test_it_runs_under_torch_compile(setting, optimized, mode):
 class PlantedKernels(CompiledKernels):
     """The stem's kernel built with GELU where the layer has ReLU: same operands, wrong result."""
 
-    def config_for(self, name, entry):
+    def tuned_config(self, name, entry):
         if "stem" not in name:
-            return super().config_for(name, entry)
+            return super().tuned_config(name, entry)
         problem = entry.problem
         wrong = dataclasses.replace(problem, epilogue=dataclasses.replace(problem.epilogue,
                                                                           activation=Activation.gelu))

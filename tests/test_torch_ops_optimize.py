@@ -255,3 +255,48 @@ def test_a_kernel_whose_pdl_build_fails_is_loaded_in_the_build_the_tuner_timed(t
     builds["fails"] = lambda config: True
     loaded = CompiledKernels(folder, pdl=True).load(wanted, "cuda")
     assert all(why.endswith("_pdl did not build: error: no") for why in loaded.values()), loaded
+
+
+def test_load_builds_what_tuned_config_gives_so_a_planted_source_reaches_the_compiler(tmp_path, monkeypatch):
+    """tests/test_torch_ops_gpu.py plants a wrong kernel by overriding tuned_config; load must compile that
+    config (and its PDL build), not read best.yaml again behind the hook, or the plant is never checked."""
+    import dataclasses
+    import tuner.build.compile as compile_module
+    from tuner.build.compile_cache import CompileResult
+    from tuner.core.epilogue import Activation
+    from tuner.search.space import make_config
+    from tuner.store.best import best_entries
+    from tuner.torch_ops import kernels
+    from tuner.torch_ops.optimize import CompiledKernels
+
+    dsl = {"tile": "128x64x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+           "swizzle": 1, "tile_q": 0, "split_k": 1}
+    folder = write_best(tmp_path / "results", net(), SHAPE, dense=("sm90_dsl", dsl))
+    wanted = {name: (entry, entry.problem) for name, entry in best_entries(folder).items() if entry.problem.groups == 1}
+    compiled = []
+
+    class Builder:
+        def __init__(self, device, cache_dir=None, jobs=None):
+            pass
+
+        def compile_many(self, configs):
+            compiled.extend(configs)
+            return [CompileResult(c, "key", tmp_path / f"{c.name}.so", 0.1, False, None, None) for c in configs]
+
+        def close(self):
+            pass
+
+    class Planted(CompiledKernels):
+        def tuned_config(self, name, entry):
+            problem = entry.problem
+            wrong = dataclasses.replace(problem, epilogue=dataclasses.replace(problem.epilogue,
+                                                                              activation=Activation.gelu))
+            return make_config(wrong, entry.family, entry.knobs)
+
+    monkeypatch.setattr(compile_module, "Compiler", Builder)
+    monkeypatch.setattr(kernels, "LoadedKernel", lambda binary, *rest: binary.path.name)
+    for pdl in (False, True):
+        compiled.clear()
+        Planted(folder, pdl=pdl).load(wanted, "cuda")
+        assert compiled and all(c.fusion.activation is Activation.gelu for c in compiled)
+        assert all(c.pdl is pdl for c in compiled)

@@ -63,12 +63,17 @@ class CompiledKernels:
         self.cache_dir = cache_dir
         self.pdl = pdl
 
-    def config_for(self, name: str, entry: BestEntry):
-        """The entry's kernel, checked as export checks it; with `pdl`, its family's build for programmatic
-        dependent launch where the family has one (Family.chained)."""
+    def tuned_config(self, name: str, entry: BestEntry):
+        """The entry's kernel as the tuner timed it, checked as export checks it. Every build load asks for comes
+        from here (a stand-in source overrides it)."""
         from tuner.pipeline.export import checked_config
 
-        return self.launched(checked_config(name, entry, self.device))
+        return checked_config(name, entry, self.device)
+
+    def config_for(self, name: str, entry: BestEntry):
+        """The build of the entry's kernel that optimize launches: with `pdl`, its family's build for
+        programmatic dependent launch where the family has one (Family.chained)."""
+        return self.launched(self.tuned_config(name, entry))
 
     def launched(self, tuned):
         """The build of the tuned kernel `tuned` that optimize launches."""
@@ -76,12 +81,11 @@ class CompiledKernels:
 
     def load(self, wanted, device):
         from tuner.build.compile import Compiler
-        from tuner.pipeline.export import checked_config
 
         tuned, loaded = {}, {}
         for name, (entry, _) in wanted.items():
             try:
-                tuned[name] = checked_config(name, entry, self.device)
+                tuned[name] = self.tuned_config(name, entry)
             except ResultsError as error:
                 loaded[name] = str(error)
         configs = {name: self.launched(config) for name, config in tuned.items()}
