@@ -1952,6 +1952,81 @@ using convnext_tiny_b8_features_7_0_block_0 = cutlass::conv::device::DirectConvo
 
 using convnext_tiny_b8_features_7_0_block_0_runner = Sm80DepthwiseRunner<convnext_tiny_b8_features_7_0_block_0>;
 
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b1;
+using deeplabv3_backbone_conv1_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b1_runner = DslRunner<deeplabv3_backbone_conv1_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b32;
+using deeplabv3_backbone_conv1_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b32_runner = DslRunner<deeplabv3_backbone_conv1_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b8;
+using deeplabv3_backbone_conv1_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_conv1_b8_runner = DslRunner<deeplabv3_backbone_conv1_b8>;
+
+// Config: dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_layer3_1_conv2_b1;
+using deeplabv3_backbone_layer3_1_conv2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_layer3_1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_layer3_1_conv2_b1_runner = DslRunner<deeplabv3_backbone_layer3_1_conv2_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_layer3_1_conv2_b32;
+using deeplabv3_backbone_layer3_1_conv2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_layer3_1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_layer3_1_conv2_b32_runner = DslRunner<deeplabv3_backbone_layer3_1_conv2_b32>;
+
+// Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3_backbone_layer3_1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_layer3_1_conv2_b8;
+using deeplabv3_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_backbone_layer3_1_conv2_b8_runner = DslRunner<deeplabv3_backbone_layer3_1_conv2_b8>;
+
+// Config: dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3_classifier_0_convs_1_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_classifier_0_convs_1_0_b1;
+using deeplabv3_classifier_0_convs_1_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_classifier_0_convs_1_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_classifier_0_convs_1_0_b1_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3_classifier_0_convs_1_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_classifier_0_convs_1_0_b32;
+using deeplabv3_classifier_0_convs_1_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_classifier_0_convs_1_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_classifier_0_convs_1_0_b32_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b32>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3_classifier_0_convs_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_classifier_0_convs_1_0_b8;
+using deeplabv3_classifier_0_convs_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3_classifier_0_convs_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3_classifier_0_convs_1_0_b8_runner = DslRunner<deeplabv3_classifier_0_convs_1_0_b8>;
+
+// Config: dsl_128x128x64_q16_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3f_backbone_layer3_1_conv2_b1;
+using deeplabv3f_backbone_layer3_1_conv2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3f_backbone_layer3_1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_backbone_layer3_1_conv2_b1_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b1>;
+
+// Config: dsl_256x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3f_backbone_layer3_1_conv2_b32;
+using deeplabv3f_backbone_layer3_1_conv2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3f_backbone_layer3_1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_backbone_layer3_1_conv2_b32_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b32>;
+
+// Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2 (CuTe DSL; object deeplabv3f_backbone_layer3_1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3f_backbone_layer3_1_conv2_b8;
+using deeplabv3f_backbone_layer3_1_conv2_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3f_backbone_layer3_1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_backbone_layer3_1_conv2_b8_runner = DslRunner<deeplabv3f_backbone_layer3_1_conv2_b8>;
+
+// Config: dsl_64x256x64_q16_c1x1_pingpong_s4_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3f_classifier_0_convs_1_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3f_classifier_0_convs_1_0_b1;
+using deeplabv3f_classifier_0_convs_1_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3f_classifier_0_convs_1_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_classifier_0_convs_1_0_b1_runner = DslRunner<deeplabv3f_classifier_0_convs_1_0_b1>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3f_classifier_0_convs_1_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3f_classifier_0_convs_1_0_b32;
+using deeplabv3f_classifier_0_convs_1_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3f_classifier_0_convs_1_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_classifier_0_convs_1_0_b32_runner = DslRunner<deeplabv3f_classifier_0_convs_1_0_b32>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c2048k256r3s3p12u1d12 (CuTe DSL; object deeplabv3f_classifier_0_convs_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3f_classifier_0_convs_1_0_b8;
+using deeplabv3f_classifier_0_convs_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_deeplabv3f_classifier_0_convs_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using deeplabv3f_classifier_0_convs_1_0_b8_runner = DslRunner<deeplabv3f_classifier_0_convs_1_0_b8>;
+
 // Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1 (CuTe DSL; object densenet121_b1_features_conv0.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_b1_features_conv0;
 using densenet121_b1_features_conv0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_b1_features_conv0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -2277,6 +2352,126 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet12
 using densenet121_b1_features_transition2_conv = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_b1_features_transition2_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using densenet121_b1_features_transition2_conv_runner = DslRunner<densenet121_b1_features_transition2_conv>;
 
+// Config: dsl_64x32x64_qauto_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer1_conv2_b1;
+using densenet121_features_denseblock1_denselayer1_conv2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer1_conv2_b1_runner = DslRunner<densenet121_features_denseblock1_denselayer1_conv2_b1>;
+
+// Config: dsl_128x32x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer1_conv2_b32;
+using densenet121_features_denseblock1_denselayer1_conv2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer1_conv2_b32_runner = DslRunner<densenet121_features_denseblock1_denselayer1_conv2_b32>;
+
+// Config: dsl_128x32x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer1_conv2_b8;
+using densenet121_features_denseblock1_denselayer1_conv2_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer1_conv2_b8_runner = DslRunner<densenet121_features_denseblock1_denselayer1_conv2_b8>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer2_conv1_b1;
+using densenet121_features_denseblock1_denselayer2_conv1_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer2_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer2_conv1_b1_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b1>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer2_conv1_b32;
+using densenet121_features_denseblock1_denselayer2_conv1_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer2_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer2_conv1_b32_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b32>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock1_denselayer2_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer2_conv1_b8;
+using densenet121_features_denseblock1_denselayer2_conv1_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock1_denselayer2_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock1_denselayer2_conv1_b8_runner = DslRunner<densenet121_features_denseblock1_denselayer2_conv1_b8>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer16_conv1_b1;
+using densenet121_features_denseblock3_denselayer16_conv1_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer16_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer16_conv1_b1_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b1>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer16_conv1_b32;
+using densenet121_features_denseblock3_denselayer16_conv1_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer16_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer16_conv1_b32_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b32>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer16_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer16_conv1_b8;
+using densenet121_features_denseblock3_denselayer16_conv1_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer16_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer16_conv1_b8_runner = DslRunner<densenet121_features_denseblock3_denselayer16_conv1_b8>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer1_conv2_b1;
+using densenet121_features_denseblock3_denselayer1_conv2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer1_conv2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer1_conv2_b1_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b1>;
+
+// Config: dsl_64x32x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n32h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer1_conv2_b32;
+using densenet121_features_denseblock3_denselayer1_conv2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer1_conv2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer1_conv2_b32_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b32>;
+
+// Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1 (CuTe DSL; object densenet121_features_denseblock3_denselayer1_conv2_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer1_conv2_b8;
+using densenet121_features_denseblock3_denselayer1_conv2_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121_features_denseblock3_denselayer1_conv2_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121_features_denseblock3_denselayer1_conv2_b8_runner = DslRunner<densenet121_features_denseblock3_denselayer1_conv2_b8>;
+
+// Config: dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock1_denselayer2_conv1_b1;
+using densenet121f_features_denseblock1_denselayer2_conv1_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock1_denselayer2_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock1_denselayer2_conv1_b1_runner = DslRunner<densenet121f_features_denseblock1_denselayer2_conv1_b1>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock1_denselayer2_conv1_b32;
+using densenet121f_features_denseblock1_denselayer2_conv1_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock1_denselayer2_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock1_denselayer2_conv1_b32_runner = DslRunner<densenet121f_features_denseblock1_denselayer2_conv1_b32>;
+
+// Config: dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock1_denselayer2_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock1_denselayer2_conv1_b8;
+using densenet121f_features_denseblock1_denselayer2_conv1_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock1_denselayer2_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock1_denselayer2_conv1_b8_runner = DslRunner<densenet121f_features_denseblock1_denselayer2_conv1_b8>;
+
+// Config: dsl_64x16x64_c2x2_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock3_denselayer16_conv1_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock3_denselayer16_conv1_b1;
+using densenet121f_features_denseblock3_denselayer16_conv1_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock3_denselayer16_conv1_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock3_denselayer16_conv1_b1_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b1>;
+
+// Config: dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock3_denselayer16_conv1_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock3_denselayer16_conv1_b32;
+using densenet121f_features_denseblock3_denselayer16_conv1_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock3_denselayer16_conv1_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock3_denselayer16_conv1_b32_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1 (CuTe DSL; object densenet121f_features_denseblock3_denselayer16_conv1_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock3_denselayer16_conv1_b8;
+using densenet121f_features_denseblock3_denselayer16_conv1_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_densenet121f_features_denseblock3_denselayer16_conv1_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using densenet121f_features_denseblock3_denselayer16_conv1_b8_runner = DslRunner<densenet121f_features_denseblock3_denselayer16_conv1_b8>;
+
+// Config: dsl_128x48x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b1;
+using effnetb0_features_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b1_runner = DslRunner<effnetb0_features_0_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b32;
+using effnetb0_features_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b32_runner = DslRunner<effnetb0_features_0_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0_features_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b8;
+using effnetb0_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_0_0_b8_runner = DslRunner<effnetb0_features_0_0_b8>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b1;
+using effnetb0_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_2_0_block_0_0_b1_runner = DslRunner<effnetb0_features_2_0_block_0_0_b1>;
+
+// Config: dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b32;
+using effnetb0_features_2_0_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_2_0_block_0_0_b32_runner = DslRunner<effnetb0_features_2_0_block_0_0_b32>;
+
+// Config: dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b8;
+using effnetb0_features_2_0_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_2_0_block_0_0_b8_runner = DslRunner<effnetb0_features_2_0_block_0_0_b8>;
+
 // The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
 // Config: 4x8_c16_w2_s3_x1_f5x5_u2x2_d1x1_f16_f16_f16_f32
@@ -2333,6 +2528,21 @@ using effnetb0_features_4_0_block_1_0_b8 = cutlass::conv::device::DirectConvolut
   >::Kernel>;
 
 using effnetb0_features_4_0_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_4_0_block_1_0_b8>;
+
+// Config: dsl_64x64x64_c1x1_pingpong_s3_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b1;
+using effnetb0_features_4_1_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_0_0_b1_runner = DslRunner<effnetb0_features_4_1_block_0_0_b1>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b32;
+using effnetb0_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0_features_4_1_block_0_0_b32>;
+
+// Config: dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b8;
+using effnetb0_features_4_1_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_0_0_b8_runner = DslRunner<effnetb0_features_4_1_block_0_0_b8>;
 
 // The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
@@ -2447,6 +2657,86 @@ using effnetb0_features_7_0_block_1_0_b8 = cutlass::conv::device::DirectConvolut
   >::Kernel>;
 
 using effnetb0_features_7_0_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_7_0_block_1_0_b8>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b1;
+using effnetb0_features_8_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_8_0_b1_runner = DslRunner<effnetb0_features_8_0_b1>;
+
+// Config: dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b32;
+using effnetb0_features_8_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_8_0_b32_runner = DslRunner<effnetb0_features_8_0_b32>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b8;
+using effnetb0_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_8_0_b8_runner = DslRunner<effnetb0_features_8_0_b8>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbsilu_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_0_0_b1;
+using effnetb0f_features_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b1_runner = DslRunner<effnetb0f_features_0_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_0_0_b32;
+using effnetb0f_features_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b32_runner = DslRunner<effnetb0f_features_0_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object effnetb0f_features_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_0_0_b8;
+using effnetb0f_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_0_0_b8_runner = DslRunner<effnetb0f_features_0_0_b8>;
+
+// Config: dsl_256x48x32_c2x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_2_0_block_0_0_b1;
+using effnetb0f_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_2_0_block_0_0_b1_runner = DslRunner<effnetb0f_features_2_0_block_0_0_b1>;
+
+// Config: dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_2_0_block_0_0_b32;
+using effnetb0f_features_2_0_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_2_0_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_2_0_block_0_0_b32_runner = DslRunner<effnetb0f_features_2_0_block_0_0_b32>;
+
+// Config: dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_2_0_block_0_0_b8;
+using effnetb0f_features_2_0_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_2_0_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_2_0_block_0_0_b8_runner = DslRunner<effnetb0f_features_2_0_block_0_0_b8>;
+
+// Config: dsl_64x16x64_c1x2_single_s4_rm_sw2_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_4_1_block_0_0_b1;
+using effnetb0f_features_4_1_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_4_1_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_4_1_block_0_0_b1_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b1>;
+
+// Config: dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_4_1_block_0_0_b32;
+using effnetb0f_features_4_1_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_4_1_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_4_1_block_0_0_b32_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b32>;
+
+// Config: dsl_128x48x32_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_4_1_block_0_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_4_1_block_0_0_b8;
+using effnetb0f_features_4_1_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_4_1_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_4_1_block_0_0_b8_runner = DslRunner<effnetb0f_features_4_1_block_0_0_b8>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_8_0_b1;
+using effnetb0f_features_8_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_8_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_8_0_b1_runner = DslRunner<effnetb0f_features_8_0_b1>;
+
+// Config: dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_8_0_b32;
+using effnetb0f_features_8_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_8_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_8_0_b32_runner = DslRunner<effnetb0f_features_8_0_b32>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0f_features_8_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_8_0_b8;
+using effnetb0f_features_8_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0f_features_8_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0f_features_8_0_b8_runner = DslRunner<effnetb0f_features_8_0_b8>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception3_Conv2d_1a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3_Conv2d_1a_3x3_conv_b1;
+using inception3_Conv2d_1a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3_Conv2d_1a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Conv2d_1a_3x3_conv_b1_runner = DslRunner<inception3_Conv2d_1a_3x3_conv_b1>;
 
 // Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Conv2d_1a_3x3_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception_v3_b8_Conv2d_1a_3x3_conv;
@@ -3064,6 +3354,246 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_stem_b
 using r50_stem_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_stem_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_stem_b32_runner = DslRunner<r50_stem_b32>;
 
+// Config: dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_256to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_256to64_b1;
+using r50f_s2_1x1_256to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_256to64_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_256to64_b1_runner = DslRunner<r50f_s2_1x1_256to64_b1>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_256to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_256to64_b32;
+using r50f_s2_1x1_256to64_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_256to64_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_256to64_b32_runner = DslRunner<r50f_s2_1x1_256to64_b32>;
+
+// Config: dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to256_b1;
+using r50f_s2_1x1_64to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to256_b1_runner = DslRunner<r50f_s2_1x1_64to256_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h56w56c64k256r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to256_b32;
+using r50f_s2_1x1_64to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to256_b32_runner = DslRunner<r50f_s2_1x1_64to256_b32>;
+
+// Config: dsl_64x16x64_c1x1_single_s3_rm_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to64_b1;
+using r50f_s2_1x1_64to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to64_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to64_b1_runner = DslRunner<r50f_s2_1x1_64to64_b1>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1 (CuTe DSL; object r50f_s2_1x1_64to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to64_b32;
+using r50f_s2_1x1_64to64_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_1x1_64to64_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_1x1_64to64_b32_runner = DslRunner<r50f_s2_1x1_64to64_b32>;
+
+// Config: dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object r50f_s2_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_3x3_b1;
+using r50f_s2_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_3x3_b1_runner = DslRunner<r50f_s2_3x3_b1>;
+
+// Config: dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object r50f_s2_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_3x3_b32;
+using r50f_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_3x3_b32_runner = DslRunner<r50f_s2_3x3_b32>;
+
+// Config: dsl_128x64x64_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object r50f_s2_down_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_down_b1;
+using r50f_s2_down_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_down_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_down_b1_runner = DslRunner<r50f_s2_down_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h56w56c64k256r1s1p0u1d1 (CuTe DSL; object r50f_s2_down_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s2_down_b32;
+using r50f_s2_down_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s2_down_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s2_down_b32_runner = DslRunner<r50f_s2_down_b32>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_128to512_b1;
+using r50f_s3_1x1_128to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_128to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_128to512_b1_runner = DslRunner<r50f_s3_1x1_128to512_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_128to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_128to512_b32;
+using r50f_s3_1x1_128to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_128to512_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_128to512_b32_runner = DslRunner<r50f_s3_1x1_128to512_b32>;
+
+// Config: dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_256to128_b1;
+using r50f_s3_1x1_256to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_256to128_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_256to128_b1_runner = DslRunner<r50f_s3_1x1_256to128_b1>;
+
+// Config: dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c256k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_256to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_256to128_b32;
+using r50f_s3_1x1_256to128_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_256to128_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_256to128_b32_runner = DslRunner<r50f_s3_1x1_256to128_b32>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_512to128_b1;
+using r50f_s3_1x1_512to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_512to128_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_512to128_b1_runner = DslRunner<r50f_s3_1x1_512to128_b1>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k128r1s1p0u1d1 (CuTe DSL; object r50f_s3_1x1_512to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_512to128_b32;
+using r50f_s3_1x1_512to128_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_1x1_512to128_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_1x1_512to128_b32_runner = DslRunner<r50f_s3_1x1_512to128_b32>;
+
+// Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object r50f_s3_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_b1;
+using r50f_s3_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_b1_runner = DslRunner<r50f_s3_3x3_b1>;
+
+// Config: dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c128k128r3s3p1u1d1 (CuTe DSL; object r50f_s3_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_b32;
+using r50f_s3_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_b32_runner = DslRunner<r50f_s3_3x3_b32>;
+
+// Config: dsl_64x16x64_qauto_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object r50f_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_s2_b1;
+using r50f_s3_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_s2_b1_runner = DslRunner<r50f_s3_3x3_s2_b1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c128k128r3s3p1u2d1 (CuTe DSL; object r50f_s3_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_s2_b32;
+using r50f_s3_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_3x3_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_3x3_s2_b32_runner = DslRunner<r50f_s3_3x3_s2_b32>;
+
+// Config: dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esb_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object r50f_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_down_s2_b1;
+using r50f_s3_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_down_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_down_s2_b1_runner = DslRunner<r50f_s3_down_s2_b1>;
+
+// Config: dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object r50f_s3_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s3_down_s2_b32;
+using r50f_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s3_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s3_down_s2_b32_runner = DslRunner<r50f_s3_down_s2_b32>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_1024to256_b1;
+using r50f_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_1024to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_1024to256_b1_runner = DslRunner<r50f_s4_1x1_1024to256_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_1024to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_1024to256_b32;
+using r50f_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_1024to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_1024to256_b32_runner = DslRunner<r50f_s4_1x1_1024to256_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrrelu_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_256to1024_b1;
+using r50f_s4_1x1_256to1024_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_256to1024_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_256to1024_b1_runner = DslRunner<r50f_s4_1x1_256to1024_b1>;
+
+// Config: dsl_128x128x64_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_256to1024_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_256to1024_b32;
+using r50f_s4_1x1_256to1024_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_256to1024_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_256to1024_b32_runner = DslRunner<r50f_s4_1x1_256to1024_b32>;
+
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_512to256_b1;
+using r50f_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_512to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_512to256_b1_runner = DslRunner<r50f_s4_1x1_512to256_b1>;
+
+// Config: dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k256r1s1p0u1d1 (CuTe DSL; object r50f_s4_1x1_512to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_512to256_b32;
+using r50f_s4_1x1_512to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_1x1_512to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_1x1_512to256_b32_runner = DslRunner<r50f_s4_1x1_512to256_b32>;
+
+// Config: dsl_128x32x64_q16_c2x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object r50f_s4_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_b1;
+using r50f_s4_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_3x3_b1_runner = DslRunner<r50f_s4_3x3_b1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c256k256r3s3p1u1d1 (CuTe DSL; object r50f_s4_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_b32;
+using r50f_s4_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_3x3_b32_runner = DslRunner<r50f_s4_3x3_b32>;
+
+// Config: dsl_128x48x64_q16_c1x1_cooperative_sauto_rm_sw4_sk4_f16_f16_f16_f32_esbrelu_n1h28w28c256k256r3s3p1u2d1 (CuTe DSL; object r50f_s4_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_s2_b1;
+using r50f_s4_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_3x3_s2_b1_runner = DslRunner<r50f_s4_3x3_s2_b1>;
+
+// Config: dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c256k256r3s3p1u2d1 (CuTe DSL; object r50f_s4_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_s2_b32;
+using r50f_s4_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_3x3_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_3x3_s2_b32_runner = DslRunner<r50f_s4_3x3_s2_b32>;
+
+// Config: dsl_64x64x64_q16_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esb_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object r50f_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_down_s2_b1;
+using r50f_s4_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_down_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_down_s2_b1_runner = DslRunner<r50f_s4_down_s2_b1>;
+
+// Config: dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object r50f_s4_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s4_down_s2_b32;
+using r50f_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s4_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s4_down_s2_b32_runner = DslRunner<r50f_s4_down_s2_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_1024to512_b1;
+using r50f_s5_1x1_1024to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_1024to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_1024to512_b1_runner = DslRunner<r50f_s5_1x1_1024to512_b1>;
+
+// Config: dsl_256x112x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_1024to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_1024to512_b32;
+using r50f_s5_1x1_1024to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_1024to512_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_1024to512_b32_runner = DslRunner<r50f_s5_1x1_1024to512_b32>;
+
+// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_2048to512_b1;
+using r50f_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_2048to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_2048to512_b1_runner = DslRunner<r50f_s5_1x1_2048to512_b1>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_2048to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_2048to512_b32;
+using r50f_s5_1x1_2048to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_2048to512_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_2048to512_b32_runner = DslRunner<r50f_s5_1x1_2048to512_b32>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_512to2048_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_512to2048_b1;
+using r50f_s5_1x1_512to2048_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_512to2048_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_512to2048_b1_runner = DslRunner<r50f_s5_1x1_512to2048_b1>;
+
+// Config: dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_512to2048_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_512to2048_b32;
+using r50f_s5_1x1_512to2048_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_512to2048_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_1x1_512to2048_b32_runner = DslRunner<r50f_s5_1x1_512to2048_b32>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object r50f_s5_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b1;
+using r50f_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_3x3_b1_runner = DslRunner<r50f_s5_3x3_b1>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1 (CuTe DSL; object r50f_s5_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b32;
+using r50f_s5_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_3x3_b32_runner = DslRunner<r50f_s5_3x3_b32>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object r50f_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_s2_b1;
+using r50f_s5_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_3x3_s2_b1_runner = DslRunner<r50f_s5_3x3_s2_b1>;
+
+// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1 (CuTe DSL; object r50f_s5_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_s2_b32;
+using r50f_s5_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_3x3_s2_b32_runner = DslRunner<r50f_s5_3x3_s2_b32>;
+
+// Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object r50f_s5_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_down_s2_b1;
+using r50f_s5_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_down_s2_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_down_s2_b1_runner = DslRunner<r50f_s5_down_s2_b1>;
+
+// Config: dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object r50f_s5_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_down_s2_b32;
+using r50f_s5_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_s5_down_s2_b32_runner = DslRunner<r50f_s5_down_s2_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1 (CuTe DSL; object r50f_stem_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_stem_b1;
+using r50f_stem_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_stem_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_stem_b1_runner = DslRunner<r50f_stem_b1>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1 (CuTe DSL; object r50f_stem_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_stem_b32;
+using r50f_stem_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_stem_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using r50f_stem_b32_runner = DslRunner<r50f_stem_b32>;
+
 // Config: dsl_256x48x32_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b32;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -3505,6 +4035,11 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b
 using resnet50_b32_layer4_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using resnet50_b32_layer4_1_conv2_runner = DslRunner<resnet50_b32_layer4_1_conv2>;
 
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_256to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b1;
+using tf_r50_s2_1x1_256to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_1x1_256to64_b1_runner = DslRunner<tf_r50_s2_1x1_256to64_b1>;
+
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
@@ -3543,6 +4078,11 @@ struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
 using tf_r50_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_256to64_b32_detail::GemmKernel>;
 
 using tf_r50_s2_1x1_256to64_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_256to64_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b1;
+using tf_r50_s2_1x1_64to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_1x1_64to256_b1_runner = DslRunner<tf_r50_s2_1x1_64to256_b1>;
 
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
@@ -3583,6 +4123,11 @@ using tf_r50_s2_1x1_64to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf
 
 using tf_r50_s2_1x1_64to256_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_64to256_b32>;
 
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b1;
+using tf_r50_s2_1x1_64to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_1x1_64to64_b1_runner = DslRunner<tf_r50_s2_1x1_64to64_b1>;
+
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
@@ -3621,6 +4166,11 @@ struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
 using tf_r50_s2_1x1_64to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_64to64_b32_detail::GemmKernel>;
 
 using tf_r50_s2_1x1_64to64_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_64to64_b32>;
+
+// Config: dsl_64x128x32_q8_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object tf_r50_s2_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b1;
+using tf_r50_s2_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_3x3_b1_runner = DslRunner<tf_r50_s2_3x3_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -3666,6 +4216,11 @@ using tf_r50_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s2_
 
 using tf_r50_s2_3x3_b32_runner = Sm90ConvRunner<tf_r50_s2_3x3_b32>;
 
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b1;
+using tf_r50_s3_1x1_128to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_1x1_128to512_b1_runner = DslRunner<tf_r50_s3_1x1_128to512_b1>;
+
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
@@ -3705,6 +4260,11 @@ using tf_r50_s3_1x1_128to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<t
 
 using tf_r50_s3_1x1_128to512_b32_runner = Sm90GemmRunner<tf_r50_s3_1x1_128to512_b32>;
 
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b1;
+using tf_r50_s3_1x1_256to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_1x1_256to128_b1_runner = DslRunner<tf_r50_s3_1x1_256to128_b1>;
+
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
@@ -3743,6 +4303,11 @@ struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
 using tf_r50_s3_1x1_256to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s3_1x1_256to128_b32_detail::GemmKernel>;
 
 using tf_r50_s3_1x1_256to128_b32_runner = Sm90GemmRunner<tf_r50_s3_1x1_256to128_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b1;
+using tf_r50_s3_1x1_512to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_1x1_512to128_b1_runner = DslRunner<tf_r50_s3_1x1_512to128_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -3788,6 +4353,11 @@ using tf_r50_s3_1x1_512to128_b32 = cutlass::conv::device::ConvUniversalAdapter<t
 
 using tf_r50_s3_1x1_512to128_b32_runner = Sm90ConvRunner<tf_r50_s3_1x1_512to128_b32>;
 
+// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object tf_r50_s3_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b1;
+using tf_r50_s3_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_3x3_b1_runner = DslRunner<tf_r50_s3_3x3_b1>;
+
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
 // Config: 64x128x32_w1x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32
@@ -3815,6 +4385,11 @@ using tf_r50_s3_3x3_b32 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using tf_r50_s3_3x3_b32_runner = Sm80Runner<tf_r50_s3_3x3_b32>;
 
+// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object tf_r50_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b1;
+using tf_r50_s3_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_3x3_s2_b1_runner = DslRunner<tf_r50_s3_3x3_s2_b1>;
+
 // The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
 // Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
 // Config: 128x128x32_w2x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32
@@ -3841,6 +4416,11 @@ using tf_r50_s3_3x3_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
   >::Kernel>;
 
 using tf_r50_s3_3x3_s2_b32_runner = Sm80Runner<tf_r50_s3_3x3_s2_b32>;
+
+// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object tf_r50_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b1;
+using tf_r50_s3_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_down_s2_b1_runner = DslRunner<tf_r50_s3_down_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -3886,6 +4466,31 @@ using tf_r50_s3_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50
 
 using tf_r50_s3_down_s2_b32_runner = Sm90ConvRunner<tf_r50_s3_down_s2_b32>;
 
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b1;
+using tf_r50_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_1x1_1024to256_b1_runner = DslRunner<tf_r50_s4_1x1_1024to256_b1>;
+
+// Config: dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_1024to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b32;
+using tf_r50_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_1x1_1024to256_b32_runner = DslRunner<tf_r50_s4_1x1_1024to256_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b1;
+using tf_r50_s4_1x1_256to1024_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_1x1_256to1024_b1_runner = DslRunner<tf_r50_s4_1x1_256to1024_b1>;
+
+// Config: dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_256to1024_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b32;
+using tf_r50_s4_1x1_256to1024_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_1x1_256to1024_b32_runner = DslRunner<tf_r50_s4_1x1_256to1024_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b1;
+using tf_r50_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_1x1_512to256_b1_runner = DslRunner<tf_r50_s4_1x1_512to256_b1>;
+
 // The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
 // stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
 // M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
@@ -3924,6 +4529,21 @@ struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
 using tf_r50_s4_1x1_512to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s4_1x1_512to256_b32_detail::GemmKernel>;
 
 using tf_r50_s4_1x1_512to256_b32_runner = Sm90GemmRunner<tf_r50_s4_1x1_512to256_b32>;
+
+// Config: dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object tf_r50_s4_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b1;
+using tf_r50_s4_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_3x3_b1_runner = DslRunner<tf_r50_s4_3x3_b1>;
+
+// Config: dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k256r3s3p1u1d1 (CuTe DSL; object tf_r50_s4_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b32;
+using tf_r50_s4_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_3x3_b32_runner = DslRunner<tf_r50_s4_3x3_b32>;
+
+// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1 (CuTe DSL; object tf_r50_s4_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b1;
+using tf_r50_s4_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_3x3_s2_b1_runner = DslRunner<tf_r50_s4_3x3_s2_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -3968,6 +4588,76 @@ struct Kernel : cutlass::conv::kernel::ConvUniversal<
 using tf_r50_s4_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s4_3x3_s2_b32_detail::Kernel>;
 
 using tf_r50_s4_3x3_s2_b32_runner = Sm90ConvRunner<tf_r50_s4_3x3_s2_b32>;
+
+// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object tf_r50_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b1;
+using tf_r50_s4_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_down_s2_b1_runner = DslRunner<tf_r50_s4_down_s2_b1>;
+
+// Config: dsl_64x128x32_q16_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object tf_r50_s4_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b32;
+using tf_r50_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_down_s2_b32_runner = DslRunner<tf_r50_s4_down_s2_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b1;
+using tf_r50_s5_1x1_1024to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_1x1_1024to512_b1_runner = DslRunner<tf_r50_s5_1x1_1024to512_b1>;
+
+// Config: dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_1024to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b32;
+using tf_r50_s5_1x1_1024to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_1x1_1024to512_b32_runner = DslRunner<tf_r50_s5_1x1_1024to512_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_2048to512_b1;
+using tf_r50_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_2048to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_1x1_2048to512_b1_runner = DslRunner<tf_r50_s5_1x1_2048to512_b1>;
+
+// Config: dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_2048to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_2048to512_b32;
+using tf_r50_s5_1x1_2048to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_2048to512_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_1x1_2048to512_b32_runner = DslRunner<tf_r50_s5_1x1_2048to512_b32>;
+
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_512to2048_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_512to2048_b1;
+using tf_r50_s5_1x1_512to2048_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_512to2048_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_1x1_512to2048_b1_runner = DslRunner<tf_r50_s5_1x1_512to2048_b1>;
+
+// Config: dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c512k2048r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_512to2048_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_512to2048_b32;
+using tf_r50_s5_1x1_512to2048_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_512to2048_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_1x1_512to2048_b32_runner = DslRunner<tf_r50_s5_1x1_512to2048_b32>;
+
+// Config: dsl_64x128x32_q8_c1x1_single_sauto_rm_sw2_sk8_tf32_tf32_f32_f32_n1h7w7c512k512r3s3p1u1d1 (CuTe DSL; object tf_r50_s5_3x3_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_b1;
+using tf_r50_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_3x3_b1_runner = DslRunner<tf_r50_s5_3x3_b1>;
+
+// Config: dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_sk2_tf32_tf32_f32_f32_n32h7w7c512k512r3s3p1u1d1 (CuTe DSL; object tf_r50_s5_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_b32;
+using tf_r50_s5_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_3x3_b32_runner = DslRunner<tf_r50_s5_3x3_b32>;
+
+// Config: dsl_64x128x32_qauto_c1x1_single_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object tf_r50_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_s2_b1;
+using tf_r50_s5_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_3x3_s2_b1_runner = DslRunner<tf_r50_s5_3x3_s2_b1>;
+
+// Config: dsl_64x128x32_q8_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c512k512r3s3p1u2d1 (CuTe DSL; object tf_r50_s5_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_s2_b32;
+using tf_r50_s5_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_3x3_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_3x3_s2_b32_runner = DslRunner<tf_r50_s5_3x3_s2_b32>;
+
+// Config: dsl_64x128x32_q16_c1x1_single_sauto_rm_sw2_tf32_tf32_f32_f32_n1h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object tf_r50_s5_down_s2_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_down_s2_b1;
+using tf_r50_s5_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_down_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_down_s2_b1_runner = DslRunner<tf_r50_s5_down_s2_b1>;
+
+// Config: dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k2048r1s1p0u2d1 (CuTe DSL; object tf_r50_s5_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_down_s2_b32;
+using tf_r50_s5_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_down_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s5_down_s2_b32_runner = DslRunner<tf_r50_s5_down_s2_b32>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4206,6 +4896,21 @@ constexpr TunedLayer kLayers[] = {
     {"convnext_tiny_b8_features_5_0_block_0", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "sm80_depthwise", 16, 0, 1, 32, 32, 49, 22.556, "8x4_c32_w4_s4_x16_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb", "2026-11-27T14:42:06+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_tiny_b8_features_6_1", 8, 14, 14, 384, 768, 2, 2, 0, 0, 2, 2, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.357, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_eb_n8h14w14c384k768r2s2p0u2d1", "2026-11-27T14:42:16+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_tiny_b8_features_7_0_block_0", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "sm80_depthwise", 16, 0, 1, 16, 16, 49, 13.726, "4x4_c16_w1_s3_x16_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb", "2026-11-27T14:43:20+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_backbone_conv1_b1", 1, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 16.930, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1", "2026-11-29T00:38:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_backbone_conv1_b32", 32, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 373.459, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1", "2026-11-29T00:38:46+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_backbone_conv1_b8", 8, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 98.083, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1", "2026-11-29T00:38:56+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.368, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h65w65c256k256r3s3p2u1d2", "2026-11-29T00:39:07+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 244.035, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c256k256r3s3p2u1d2", "2026-11-29T00:39:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 69.773, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h65w65c256k256r3s3p2u1d2", "2026-11-29T00:39:30+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 2, 0, 1, 128, 256, 64, 96.523, "dsl_128x256x64_q16_c2x1_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n1h65w65c2048k256r3s3p12u1d12", "2026-11-29T00:39:43+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.847e-03, false, 0, 0},
+    {"deeplabv3_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2157.280, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h65w65c2048k256r3s3p12u1d12", "2026-11-29T00:40:29+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.847e-03, false, 0, 0},
+    {"deeplabv3_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 128, 64, 586.064, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h65w65c2048k256r3s3p12u1d12", "2026-11-29T00:40:46+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.847e-03, false, 0, 0},
+    {"deeplabv3f_backbone_layer3_1_conv2_b1", 1, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.788, "dsl_128x128x64_q16_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c256k256r3s3p2u1d2", "2026-11-29T00:41:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3f_backbone_layer3_1_conv2_b32", 32, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 256, 128, 64, 250.664, "dsl_256x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h65w65c256k256r3s3p2u1d2", "2026-11-29T00:41:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3f_backbone_layer3_1_conv2_b8", 8, 65, 65, 256, 256, 3, 3, 2, 2, 1, 1, 2, 2, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 68.084, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c256k256r3s3p2u1d2", "2026-11-29T00:41:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"deeplabv3f_classifier_0_convs_1_0_b1", 1, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 256, 64, 95.923, "dsl_64x256x64_q16_c1x1_pingpong_s4_rn_sw1_f16_f16_f16_f32_esbrelu_n1h65w65c2048k256r3s3p12u1d12", "2026-11-29T00:41:44+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.847e-03, false, 0, 0},
+    {"deeplabv3f_classifier_0_convs_1_0_b32", 32, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 256, 64, 2126.792, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h65w65c2048k256r3s3p12u1d12", "2026-11-29T00:42:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.847e-03, false, 0, 0},
+    {"deeplabv3f_classifier_0_convs_1_0_b8", 8, 65, 65, 2048, 256, 3, 3, 12, 12, 1, 1, 12, 12, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 128, 64, 587.712, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h65w65c2048k256r3s3p12u1d12", "2026-11-29T00:42:47+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.847e-03, false, 0, 0},
     {"densenet121_b1_features_conv0", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.858, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1", "2026-11-28T17:28:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"densenet121_b1_features_denseblock1_denselayer1_conv1", 1, 56, 56, 64, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.995, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k128r1s1p0u1d1", "2026-11-28T17:28:24+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"densenet121_b1_features_denseblock1_denselayer1_conv2", 1, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.063, "dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1", "2026-11-28T17:28:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4271,15 +4976,58 @@ constexpr TunedLayer kLayers[] = {
     {"densenet121_b1_features_denseblock4_denselayer9_conv1", 1, 7, 7, 768, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.654, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbrelu_n1h7w7c768k128r1s1p0u1d1", "2026-11-28T17:51:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"densenet121_b1_features_transition1_conv", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.478, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h56w56c256k128r1s1p0u1d1", "2026-11-28T17:29:33+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"densenet121_b1_features_transition2_conv", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.591, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-28T17:31:55+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b1", 1, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.064, "dsl_64x32x64_qauto_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c128k32r3s3p1u1d1", "2026-11-29T00:43:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b32", 32, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 33.204, "dsl_128x32x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c128k32r3s3p1u1d1", "2026-11-29T00:43:12+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock1_denselayer1_conv2_b8", 8, 56, 56, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 11.829, "dsl_128x32x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c128k32r3s3p1u1d1", "2026-11-29T00:43:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.066, "dsl_64x64x64_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_n1h56w56c96k128r1s1p0u1d1", "2026-11-29T00:43:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 15.707, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h56w56c96k128r1s1p0u1d1", "2026-11-29T00:43:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.934, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h56w56c96k128r1s1p0u1d1", "2026-11-29T00:43:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.857, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h14w14c736k128r1s1p0u1d1", "2026-11-29T00:44:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.258, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c736k128r1s1p0u1d1", "2026-11-29T00:44:09+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.456, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h14w14c736k128r1s1p0u1d1", "2026-11-29T00:44:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b1", 1, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.420, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h14w14c128k32r3s3p1u1d1", "2026-11-29T00:44:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b32", 32, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 32, 64, 5.273, "dsl_64x32x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n32h14w14c128k32r3s3p1u1d1", "2026-11-29T00:44:55+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121_features_denseblock3_denselayer1_conv2_b8", 8, 14, 14, 128, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.819, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c128k32r3s3p1u1d1", "2026-11-29T00:45:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b1", 1, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.146, "dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c96k128r1s1p0u1d1", "2026-11-29T00:45:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b32", 32, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 16.631, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c96k128r1s1p0u1d1", "2026-11-29T00:45:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121f_features_denseblock1_denselayer2_conv1_b8", 8, 56, 56, 96, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.955, "dsl_128x128x32_c1x1_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h56w56c96k128r1s1p0u1d1", "2026-11-29T00:45:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b1", 1, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.699, "dsl_64x16x64_c2x2_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c736k128r1s1p0u1d1", "2026-11-29T00:45:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b32", 32, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.386, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c736k128r1s1p0u1d1", "2026-11-29T00:46:00+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"densenet121f_features_denseblock3_denselayer16_conv1_b8", 8, 14, 14, 736, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 736, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.322, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n8h14w14c736k128r1s1p0u1d1", "2026-11-29T00:46:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 48, 32, 3.667, "dsl_128x48x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 25.387, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 8.856, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 3.911, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-29T00:46:43+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 39.165, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T00:46:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 12.712, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T00:47:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_3_0_block_1_0_b8", 8, 56, 56, 144, 144, 5, 5, 2, 2, 2, 2, 1, 1, 144, 144, "sm80_depthwise", 64, 0, 1, 32, 16, 25, 16.131, "4x8_c16_w2_s3_x64_f5x5_u2x2_d1x1_f16_f16_f16_f32", "2026-11-27T14:33:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_3_1_block_1_0_b8", 8, 28, 28, 240, 240, 5, 5, 2, 2, 1, 1, 1, 1, 240, 240, "sm80_depthwise", 256, 0, 1, 16, 64, 25, 15.324, "4x4_c64_w2_s4_x256_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:34:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_0_block_1_0_b8", 8, 28, 28, 240, 240, 3, 3, 1, 1, 2, 2, 1, 1, 240, 240, "sm80_depthwise", 16, 0, 1, 128, 32, 9, 7.456, "16x8_c32_w8_s2_x16_f3x3_u2x2_d1x1_f16_f16_f16_f32", "2026-11-27T14:34:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.683, "dsl_64x64x64_c1x1_pingpong_s3_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1", "2026-11-29T00:48:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.286, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-29T00:48:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 64, 3.418, "dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1", "2026-11-29T00:48:22+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_1_0_b8", 8, 14, 14, 480, 480, 3, 3, 1, 1, 1, 1, 1, 1, 480, 480, "sm80_depthwise", 64, 0, 1, 32, 64, 9, 7.256, "4x8_c64_w2_s3_x64_f3x3_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:34:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_5_0_block_1_0_b8", 8, 14, 14, 480, 480, 5, 5, 2, 2, 1, 1, 1, 1, 480, 480, "sm80_depthwise", 64, 0, 1, 32, 64, 25, 9.885, "4x8_c64_w4_s4_x64_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:35:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_5_1_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 1, 1, 1, 1, 672, 672, "sm80_depthwise", 64, 0, 1, 32, 32, 25, 12.465, "4x8_c32_w2_s4_x64_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:36:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_6_0_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 2, 2, 1, 1, 672, 672, "sm80_depthwise", 16, 0, 1, 16, 16, 25, 8.358, "4x4_c16_w2_s4_x16_f5x5_u2x2_d1x1_f16_f16_f16_f32", "2026-11-27T14:37:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_6_1_block_1_0_b8", 8, 7, 7, 1152, 1152, 5, 5, 2, 2, 1, 1, 1, 1, 1152, 1152, "sm80_depthwise", 16, 0, 1, 32, 16, 25, 8.650, "4x8_c16_w2_s4_x16_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:39:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_7_0_block_1_0_b8", 8, 7, 7, 1152, 1152, 3, 3, 1, 1, 1, 1, 1, 1, 1152, 1152, "sm80_depthwise", 16, 0, 1, 32, 32, 9, 6.299, "8x4_c32_w4_s4_x16_f3x3_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:39:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.059, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:48:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.546, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:48:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.014, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:48:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.907, "dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbsilu_n1h224w224c3k32r3s3p1u2d1", "2026-11-29T00:48:59+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 25.455, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1", "2026-11-29T00:49:09+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 8.995, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1", "2026-11-29T00:49:18+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 256, 48, 32, 4.132, "dsl_256x48x32_c2x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1", "2026-11-29T00:49:28+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 41.657, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T00:49:40+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 16.778, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T00:49:50+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.772, "dsl_64x16x64_c1x2_single_s4_rm_sw2_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-29T00:50:02+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.392, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-29T00:50:11+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 48, 32, 3.877, "dsl_128x48x32_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1", "2026-11-29T00:50:20+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.181, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esbsilu_n1h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:50:30+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.226, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n32h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:50:38+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.471, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:50:48+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3_Conv2d_1a_3x3_conv_b1", 1, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.744, "dsl_128x32x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h299w299c3k32r3s3p0u2d1", "2026-11-29T00:50:56+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Conv2d_1a_3x3_conv", 8, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.779, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h299w299c3k32r3s3p0u2d1", "2026-11-27T14:29:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Conv2d_2a_3x3_conv", 8, 149, 149, 32, 32, 3, 3, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 38.737, "dsl_128x32x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h149w149c32k32r3s3p0u1d1", "2026-11-27T14:29:38+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Conv2d_2b_3x3_conv", 8, 147, 147, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 43.594, "dsl_128x128x32_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h147w147c32k64r3s3p1u1d1", "2026-11-27T14:29:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4378,6 +5126,54 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.283, "dsl_128x128x64_q8_c2x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-27T14:45:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.623, "dsl_128x64x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_n1h224w224c3k64r7s7p3u2d1", "2026-11-27T14:38:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 74.163, "dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_n32h224w224c3k64r7s7p3u2d1", "2026-11-27T14:42:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.345, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1", "2026-11-29T00:25:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 18.467, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1", "2026-11-29T00:29:23+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.005, "dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T00:25:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 32.559, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h56w56c64k256r1s1p0u1d1", "2026-11-29T00:29:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.826, "dsl_64x16x64_c1x1_single_s3_rm_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1", "2026-11-29T00:25:14+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 9.917, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1", "2026-11-29T00:28:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.787, "dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1", "2026-11-29T00:25:24+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 20.469, "dsl_128x64x64_q8_c1x1_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r3s3p1u1d1", "2026-11-29T00:29:00+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_down_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 3.352, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T00:25:38+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_down_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 21.307, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h56w56c64k256r1s1p0u1d1", "2026-11-29T00:29:15+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.478, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n1h28w28c128k512r1s1p0u1d1", "2026-11-29T00:26:18+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.475, "dsl_128x128x64_c1x2_cooperative_s3_rn_sw4_f16_f16_f16_f32_esbrrelu_n32h28w28c128k512r1s1p0u1d1", "2026-11-29T00:29:59+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.534, "dsl_64x64x64_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k128r1s1p0u1d1", "2026-11-29T00:25:52+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 21.474, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c256k128r1s1p0u1d1", "2026-11-29T00:29:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.497, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h28w28c512k128r1s1p0u1d1", "2026-11-29T00:26:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.922, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k128r1s1p0u1d1", "2026-11-29T00:30:06+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.983, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h28w28c128k128r3s3p1u1d1", "2026-11-29T00:26:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.415, "dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c128k128r3s3p1u1d1", "2026-11-29T00:30:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.845, "dsl_64x16x64_qauto_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c128k128r3s3p1u2d1", "2026-11-29T00:26:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 18.232, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h56w56c128k128r3s3p1u2d1", "2026-11-29T00:29:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.425, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esb_n1h56w56c256k512r1s1p0u2d1", "2026-11-29T00:26:12+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.477, "dsl_128x128x64_q16_c1x2_pingpong_sauto_rn_sw4_f16_f16_f16_f32_esb_n32h56w56c256k512r1s1p0u2d1", "2026-11-29T00:29:51+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.438, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:27:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.604, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:31:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.444, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrrelu_n1h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:27:18+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 13.451, "dsl_128x128x64_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:30:56+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.668, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h28w28c512k256r1s1p0u1d1", "2026-11-29T00:26:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.508, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c512k256r1s1p0u1d1", "2026-11-29T00:30:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 4, 0, 1, 128, 32, 64, 7.069, "dsl_128x32x64_q16_c2x1_cooperative_sauto_rm_sw1_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c256k256r3s3p1u1d1", "2026-11-29T00:27:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.581, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c256k256r3s3p1u1d1", "2026-11-29T00:31:16+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 4, 0, 1, 128, 48, 64, 7.564, "dsl_128x48x64_q16_c1x1_cooperative_sauto_rm_sw4_sk4_f16_f16_f16_f32_esbrelu_n1h28w28c256k256r3s3p1u2d1", "2026-11-29T00:26:59+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.712, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h28w28c256k256r3s3p1u2d1", "2026-11-29T00:30:37+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.813, "dsl_64x64x64_q16_c2x2_single_sauto_rn_sw2_f16_f16_f16_f32_esb_n1h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:27:10+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.815, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:30:48+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.533, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:27:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 256, 112, 64, 14.410, "dsl_256x112x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:31:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.563, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:28:24+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:32:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.989, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:28:16+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 10.910, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:32:49+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.244, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T00:28:34+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.300, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1", "2026-11-29T00:33:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.250, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T00:28:01+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.346, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T00:31:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.854, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:28:10+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.531, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:32:42+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.844, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1", "2026-11-29T00:25:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 73.958, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1", "2026-11-29T00:28:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 256, 48, 32, 24.208, "dsl_256x48x32_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-27T14:29:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "sm80_group", 1, 0, 1, 128, 32, 32, 32.290, "128x32x32_w4x1x1_s3_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:42:47+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "sm80_group", 1, 0, 1, 64, 32, 32, 20.060, "64x32x32_w4x1x1_s4_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:46:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4434,18 +5230,50 @@ constexpr TunedLayer kLayers[] = {
     {"resnet50_b32_layer4_0_downsample_0", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.714, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-28T20:06:59+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b32_layer4_1_conv1", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-28T20:07:08+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b32_layer4_1_conv2", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.493, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1", "2026-11-28T20:07:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.926, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1", "2026-11-29T00:33:46+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 42.411, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:57+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.916, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T00:33:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 40.350, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:40+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.627, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1", "2026-11-29T00:33:59+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 20.288, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:49:15+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 7.602, "dsl_64x128x32_q8_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1", "2026-11-29T00:34:07+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 87.394, "sm90c_256x64x64_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.088, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1", "2026-11-29T00:34:14+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 23.044, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:53:21+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.077, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1", "2026-11-29T00:34:21+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 42.779, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:51:18+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.830, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1", "2026-11-29T00:34:27+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 128, 128, 32, 23.260, "sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:53:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.790, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1", "2026-11-29T00:34:37+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 128, 32, 45.971, "64x128x32_w1x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32", "2026-11-27T14:54:04+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.846, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1", "2026-11-29T00:34:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm80", 1, 0, 1, 128, 128, 32, 46.045, "128x128x32_w2x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32", "2026-11-27T14:52:09+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.922, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-29T00:34:53+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 32, 42.641, "sm90c_128x128x32_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:53:02+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.100, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:35:01+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 32, 15.701, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:35:10+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.801, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:35:17+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.945, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:35:25+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.979, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-29T00:35:33+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 29.628, "sm90g_128x128x64_c1x2x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:54:25+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 256, 64, 32, 14.167, "dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-29T00:35:42+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 26.648, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k256r3s3p1u1d1", "2026-11-29T00:35:51+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.094, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1", "2026-11-29T00:36:00+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 42.625, "sm90c_128x128x64_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:54:48+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.049, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:36:08+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 28.676, "dsl_64x128x32_q16_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:36:16+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.337, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:36:23+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 24.773, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:36:31+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 12.865, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:36:39+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 15.275, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:36:47+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.285, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:36:54+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 15.710, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:37:02+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 64, 128, 32, 11.732, "dsl_64x128x32_q8_c1x1_single_sauto_rm_sw2_sk8_tf32_tf32_f32_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T00:37:09+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 32, 31.074, "dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_sk2_tf32_tf32_f32_f32_n32h7w7c512k512r3s3p1u1d1", "2026-11-29T00:37:19+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 64, 128, 32, 11.668, "dsl_64x128x32_qauto_c1x1_single_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T00:37:28+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 30.471, "dsl_64x128x32_q8_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T00:37:37+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.457, "dsl_64x128x32_q16_c1x1_single_sauto_rm_sw2_tf32_tf32_f32_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:37:44+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 32, 26.428, "dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:37:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 127.496, "s2d_256x64x16_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:47:59+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"vgg16_b1_features_0", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.195, "dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1", "2026-11-27T14:34:55+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_10", 1, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.926, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c128k256r3s3p1u1d1", "2026-11-27T14:36:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4468,7 +5296,7 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16_features_2_b32", 32, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 268.402, "dsl_128x64x64_qauto_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n32h224w224c64k64r3s3p1u1d1", "2026-11-27T14:29:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_features_2_b8", 8, 224, 224, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 69.942, "dsl_128x64x64_qauto_c1x1_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n8h224w224c64k64r3s3p1u1d1", "2026-11-27T14:29:47+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 320;
+constexpr int kLayerCount = 458;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H200_FOR_EACH_LAYER(X) \
@@ -4531,267 +5359,405 @@ constexpr int kLayerCount = 320;
   X(convnext_tiny_b8_features_5_0_block_0_runner, 56) \
   X(convnext_tiny_b8_features_6_1_runner, 57) \
   X(convnext_tiny_b8_features_7_0_block_0_runner, 58) \
-  X(densenet121_b1_features_conv0_runner, 59) \
-  X(densenet121_b1_features_denseblock1_denselayer1_conv1_runner, 60) \
-  X(densenet121_b1_features_denseblock1_denselayer1_conv2_runner, 61) \
-  X(densenet121_b1_features_denseblock1_denselayer2_conv1_runner, 62) \
-  X(densenet121_b1_features_denseblock1_denselayer3_conv1_runner, 63) \
-  X(densenet121_b1_features_denseblock1_denselayer4_conv1_runner, 64) \
-  X(densenet121_b1_features_denseblock1_denselayer5_conv1_runner, 65) \
-  X(densenet121_b1_features_denseblock1_denselayer6_conv1_runner, 66) \
-  X(densenet121_b1_features_denseblock2_denselayer10_conv1_runner, 67) \
-  X(densenet121_b1_features_denseblock2_denselayer11_conv1_runner, 68) \
-  X(densenet121_b1_features_denseblock2_denselayer12_conv1_runner, 69) \
-  X(densenet121_b1_features_denseblock2_denselayer1_conv1_runner, 70) \
-  X(densenet121_b1_features_denseblock2_denselayer1_conv2_runner, 71) \
-  X(densenet121_b1_features_denseblock2_denselayer2_conv1_runner, 72) \
-  X(densenet121_b1_features_denseblock2_denselayer3_conv1_runner, 73) \
-  X(densenet121_b1_features_denseblock2_denselayer4_conv1_runner, 74) \
-  X(densenet121_b1_features_denseblock2_denselayer5_conv1_runner, 75) \
-  X(densenet121_b1_features_denseblock2_denselayer6_conv1_runner, 76) \
-  X(densenet121_b1_features_denseblock2_denselayer7_conv1_runner, 77) \
-  X(densenet121_b1_features_denseblock2_denselayer8_conv1_runner, 78) \
-  X(densenet121_b1_features_denseblock2_denselayer9_conv1_runner, 79) \
-  X(densenet121_b1_features_denseblock3_denselayer10_conv1_runner, 80) \
-  X(densenet121_b1_features_denseblock3_denselayer11_conv1_runner, 81) \
-  X(densenet121_b1_features_denseblock3_denselayer12_conv1_runner, 82) \
-  X(densenet121_b1_features_denseblock3_denselayer13_conv1_runner, 83) \
-  X(densenet121_b1_features_denseblock3_denselayer14_conv1_runner, 84) \
-  X(densenet121_b1_features_denseblock3_denselayer15_conv1_runner, 85) \
-  X(densenet121_b1_features_denseblock3_denselayer16_conv1_runner, 86) \
-  X(densenet121_b1_features_denseblock3_denselayer17_conv1_runner, 87) \
-  X(densenet121_b1_features_denseblock3_denselayer18_conv1_runner, 88) \
-  X(densenet121_b1_features_denseblock3_denselayer19_conv1_runner, 89) \
-  X(densenet121_b1_features_denseblock3_denselayer1_conv1_runner, 90) \
-  X(densenet121_b1_features_denseblock3_denselayer1_conv2_runner, 91) \
-  X(densenet121_b1_features_denseblock3_denselayer20_conv1_runner, 92) \
-  X(densenet121_b1_features_denseblock3_denselayer21_conv1_runner, 93) \
-  X(densenet121_b1_features_denseblock3_denselayer22_conv1_runner, 94) \
-  X(densenet121_b1_features_denseblock3_denselayer23_conv1_runner, 95) \
-  X(densenet121_b1_features_denseblock3_denselayer24_conv1_runner, 96) \
-  X(densenet121_b1_features_denseblock3_denselayer2_conv1_runner, 97) \
-  X(densenet121_b1_features_denseblock3_denselayer3_conv1_runner, 98) \
-  X(densenet121_b1_features_denseblock3_denselayer4_conv1_runner, 99) \
-  X(densenet121_b1_features_denseblock3_denselayer5_conv1_runner, 100) \
-  X(densenet121_b1_features_denseblock3_denselayer6_conv1_runner, 101) \
-  X(densenet121_b1_features_denseblock3_denselayer7_conv1_runner, 102) \
-  X(densenet121_b1_features_denseblock3_denselayer8_conv1_runner, 103) \
-  X(densenet121_b1_features_denseblock3_denselayer9_conv1_runner, 104) \
-  X(densenet121_b1_features_denseblock4_denselayer10_conv1_runner, 105) \
-  X(densenet121_b1_features_denseblock4_denselayer11_conv1_runner, 106) \
-  X(densenet121_b1_features_denseblock4_denselayer12_conv1_runner, 107) \
-  X(densenet121_b1_features_denseblock4_denselayer13_conv1_runner, 108) \
-  X(densenet121_b1_features_denseblock4_denselayer14_conv1_runner, 109) \
-  X(densenet121_b1_features_denseblock4_denselayer15_conv1_runner, 110) \
-  X(densenet121_b1_features_denseblock4_denselayer16_conv1_runner, 111) \
-  X(densenet121_b1_features_denseblock4_denselayer1_conv1_runner, 112) \
-  X(densenet121_b1_features_denseblock4_denselayer1_conv2_runner, 113) \
-  X(densenet121_b1_features_denseblock4_denselayer2_conv1_runner, 114) \
-  X(densenet121_b1_features_denseblock4_denselayer3_conv1_runner, 115) \
-  X(densenet121_b1_features_denseblock4_denselayer4_conv1_runner, 116) \
-  X(densenet121_b1_features_denseblock4_denselayer5_conv1_runner, 117) \
-  X(densenet121_b1_features_denseblock4_denselayer6_conv1_runner, 118) \
-  X(densenet121_b1_features_denseblock4_denselayer7_conv1_runner, 119) \
-  X(densenet121_b1_features_denseblock4_denselayer8_conv1_runner, 120) \
-  X(densenet121_b1_features_denseblock4_denselayer9_conv1_runner, 121) \
-  X(densenet121_b1_features_transition1_conv_runner, 122) \
-  X(densenet121_b1_features_transition2_conv_runner, 123) \
-  X(effnetb0_features_3_0_block_1_0_b8_runner, 124) \
-  X(effnetb0_features_3_1_block_1_0_b8_runner, 125) \
-  X(effnetb0_features_4_0_block_1_0_b8_runner, 126) \
-  X(effnetb0_features_4_1_block_1_0_b8_runner, 127) \
-  X(effnetb0_features_5_0_block_1_0_b8_runner, 128) \
-  X(effnetb0_features_5_1_block_1_0_b8_runner, 129) \
-  X(effnetb0_features_6_0_block_1_0_b8_runner, 130) \
-  X(effnetb0_features_6_1_block_1_0_b8_runner, 131) \
-  X(effnetb0_features_7_0_block_1_0_b8_runner, 132) \
-  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 133) \
-  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 134) \
-  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 135) \
-  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 136) \
-  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 137) \
-  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 138) \
-  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 139) \
-  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 140) \
-  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 141) \
-  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 142) \
-  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 143) \
-  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 144) \
-  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 145) \
-  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 146) \
-  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 147) \
-  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 148) \
-  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 149) \
-  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 150) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 151) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 152) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 153) \
-  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 154) \
-  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 155) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 156) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 157) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 158) \
-  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 159) \
-  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 160) \
-  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 161) \
-  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 162) \
-  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 163) \
-  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 164) \
-  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 165) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 166) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 167) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 168) \
-  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 169) \
-  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 170) \
-  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 171) \
-  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 172) \
-  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 173) \
-  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 174) \
-  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 175) \
-  X(mbv2_features_12_conv_1_0_b8_runner, 176) \
-  X(mbv2_features_14_conv_1_0_b8_runner, 177) \
-  X(mbv2_features_15_conv_1_0_b8_runner, 178) \
-  X(mbv2_features_2_conv_1_0_b8_runner, 179) \
-  X(mbv2_features_3_conv_1_0_b8_runner, 180) \
-  X(mbv2_features_4_conv_1_0_b8_runner, 181) \
-  X(mbv2_features_5_conv_1_0_b8_runner, 182) \
-  X(mbv2_features_7_conv_1_0_b8_runner, 183) \
-  X(mbv2_features_8_conv_1_0_b8_runner, 184) \
-  X(r50_s2_1x1_256to64_b1_runner, 185) \
-  X(r50_s2_1x1_256to64_b32_runner, 186) \
-  X(r50_s2_1x1_64to256_b1_runner, 187) \
-  X(r50_s2_1x1_64to256_b32_runner, 188) \
-  X(r50_s2_1x1_64to64_b1_runner, 189) \
-  X(r50_s2_1x1_64to64_b32_runner, 190) \
-  X(r50_s2_3x3_b1_runner, 191) \
-  X(r50_s2_3x3_b32_runner, 192) \
-  X(r50_s3_1x1_128to512_b1_runner, 193) \
-  X(r50_s3_1x1_128to512_b32_runner, 194) \
-  X(r50_s3_1x1_256to128_b1_runner, 195) \
-  X(r50_s3_1x1_256to128_b32_runner, 196) \
-  X(r50_s3_1x1_512to128_b1_runner, 197) \
-  X(r50_s3_1x1_512to128_b32_runner, 198) \
-  X(r50_s3_3x3_b1_runner, 199) \
-  X(r50_s3_3x3_b32_runner, 200) \
-  X(r50_s3_3x3_s2_b1_runner, 201) \
-  X(r50_s3_3x3_s2_b32_runner, 202) \
-  X(r50_s3_down_s2_b1_runner, 203) \
-  X(r50_s3_down_s2_b32_runner, 204) \
-  X(r50_s4_1x1_1024to256_b1_runner, 205) \
-  X(r50_s4_1x1_1024to256_b32_runner, 206) \
-  X(r50_s4_1x1_256to1024_b1_runner, 207) \
-  X(r50_s4_1x1_256to1024_b32_runner, 208) \
-  X(r50_s4_1x1_512to256_b1_runner, 209) \
-  X(r50_s4_1x1_512to256_b32_runner, 210) \
-  X(r50_s4_3x3_b1_runner, 211) \
-  X(r50_s4_3x3_b32_runner, 212) \
-  X(r50_s4_3x3_s2_b1_runner, 213) \
-  X(r50_s4_3x3_s2_b32_runner, 214) \
-  X(r50_s4_down_s2_b1_runner, 215) \
-  X(r50_s4_down_s2_b32_runner, 216) \
-  X(r50_s5_1x1_1024to512_b1_runner, 217) \
-  X(r50_s5_1x1_1024to512_b32_runner, 218) \
-  X(r50_s5_1x1_2048to512_b1_runner, 219) \
-  X(r50_s5_1x1_2048to512_b32_runner, 220) \
-  X(r50_s5_1x1_512to2048_b1_runner, 221) \
-  X(r50_s5_1x1_512to2048_b32_runner, 222) \
-  X(r50_s5_3x3_b1_runner, 223) \
-  X(r50_s5_3x3_b32_runner, 224) \
-  X(r50_s5_3x3_s2_b1_runner, 225) \
-  X(r50_s5_3x3_s2_b32_runner, 226) \
-  X(r50_s5_down_s2_b1_runner, 227) \
-  X(r50_s5_down_s2_b32_runner, 228) \
-  X(r50_stem_b1_runner, 229) \
-  X(r50_stem_b32_runner, 230) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 231) \
-  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 232) \
-  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 233) \
-  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 234) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 235) \
-  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 236) \
-  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 237) \
-  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 238) \
-  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 239) \
-  X(resnet50_b1_layer1_0_conv1_runner, 240) \
-  X(resnet50_b1_layer1_0_conv2_runner, 241) \
-  X(resnet50_b1_layer1_0_conv3_runner, 242) \
-  X(resnet50_b1_layer1_0_downsample_0_runner, 243) \
-  X(resnet50_b1_layer1_1_conv1_runner, 244) \
-  X(resnet50_b1_layer2_0_conv1_runner, 245) \
-  X(resnet50_b1_layer2_0_conv2_runner, 246) \
-  X(resnet50_b1_layer2_0_conv3_runner, 247) \
-  X(resnet50_b1_layer2_0_downsample_0_runner, 248) \
-  X(resnet50_b1_layer2_1_conv1_runner, 249) \
-  X(resnet50_b1_layer2_1_conv2_runner, 250) \
-  X(resnet50_b1_layer3_0_conv1_runner, 251) \
-  X(resnet50_b1_layer3_0_conv2_runner, 252) \
-  X(resnet50_b1_layer3_0_conv3_runner, 253) \
-  X(resnet50_b1_layer3_0_downsample_0_runner, 254) \
-  X(resnet50_b1_layer3_1_conv1_runner, 255) \
-  X(resnet50_b1_layer3_1_conv2_runner, 256) \
-  X(resnet50_b1_layer4_0_conv1_runner, 257) \
-  X(resnet50_b1_layer4_0_conv2_runner, 258) \
-  X(resnet50_b1_layer4_0_conv3_runner, 259) \
-  X(resnet50_b1_layer4_0_downsample_0_runner, 260) \
-  X(resnet50_b1_layer4_1_conv1_runner, 261) \
-  X(resnet50_b1_layer4_1_conv2_runner, 262) \
-  X(resnet50_b32_conv1_runner, 263) \
-  X(resnet50_b32_layer1_0_conv1_runner, 264) \
-  X(resnet50_b32_layer1_0_conv2_runner, 265) \
-  X(resnet50_b32_layer1_0_conv3_runner, 266) \
-  X(resnet50_b32_layer1_0_downsample_0_runner, 267) \
-  X(resnet50_b32_layer1_1_conv1_runner, 268) \
-  X(resnet50_b32_layer2_0_conv1_runner, 269) \
-  X(resnet50_b32_layer2_0_conv2_runner, 270) \
-  X(resnet50_b32_layer2_0_conv3_runner, 271) \
-  X(resnet50_b32_layer2_0_downsample_0_runner, 272) \
-  X(resnet50_b32_layer2_1_conv1_runner, 273) \
-  X(resnet50_b32_layer2_1_conv2_runner, 274) \
-  X(resnet50_b32_layer3_0_conv1_runner, 275) \
-  X(resnet50_b32_layer3_0_conv2_runner, 276) \
-  X(resnet50_b32_layer3_0_conv3_runner, 277) \
-  X(resnet50_b32_layer3_0_downsample_0_runner, 278) \
-  X(resnet50_b32_layer3_1_conv1_runner, 279) \
-  X(resnet50_b32_layer3_1_conv2_runner, 280) \
-  X(resnet50_b32_layer4_0_conv1_runner, 281) \
-  X(resnet50_b32_layer4_0_conv2_runner, 282) \
-  X(resnet50_b32_layer4_0_conv3_runner, 283) \
-  X(resnet50_b32_layer4_0_downsample_0_runner, 284) \
-  X(resnet50_b32_layer4_1_conv1_runner, 285) \
-  X(resnet50_b32_layer4_1_conv2_runner, 286) \
-  X(tf_r50_s2_1x1_256to64_b32_runner, 287) \
-  X(tf_r50_s2_1x1_64to256_b32_runner, 288) \
-  X(tf_r50_s2_1x1_64to64_b32_runner, 289) \
-  X(tf_r50_s2_3x3_b32_runner, 290) \
-  X(tf_r50_s3_1x1_128to512_b32_runner, 291) \
-  X(tf_r50_s3_1x1_256to128_b32_runner, 292) \
-  X(tf_r50_s3_1x1_512to128_b32_runner, 293) \
-  X(tf_r50_s3_3x3_b32_runner, 294) \
-  X(tf_r50_s3_3x3_s2_b32_runner, 295) \
-  X(tf_r50_s3_down_s2_b32_runner, 296) \
-  X(tf_r50_s4_1x1_512to256_b32_runner, 297) \
-  X(tf_r50_s4_3x3_s2_b32_runner, 298) \
-  X(tf_r50_stem_b32_runner, 299) \
-  X(vgg16_b1_features_0_runner, 300) \
-  X(vgg16_b1_features_10_runner, 301) \
-  X(vgg16_b1_features_12_runner, 302) \
-  X(vgg16_b1_features_17_runner, 303) \
-  X(vgg16_b1_features_19_runner, 304) \
-  X(vgg16_b1_features_2_runner, 305) \
-  X(vgg16_b1_features_24_runner, 306) \
-  X(vgg16_b1_features_5_runner, 307) \
-  X(vgg16_b1_features_7_runner, 308) \
-  X(vgg16_b32_features_0_runner, 309) \
-  X(vgg16_b32_features_10_runner, 310) \
-  X(vgg16_b32_features_12_runner, 311) \
-  X(vgg16_b32_features_17_runner, 312) \
-  X(vgg16_b32_features_19_runner, 313) \
-  X(vgg16_b32_features_2_runner, 314) \
-  X(vgg16_b32_features_24_runner, 315) \
-  X(vgg16_b32_features_5_runner, 316) \
-  X(vgg16_b32_features_7_runner, 317) \
-  X(vgg16_features_2_b32_runner, 318) \
-  X(vgg16_features_2_b8_runner, 319)
+  X(deeplabv3_backbone_conv1_b1_runner, 59) \
+  X(deeplabv3_backbone_conv1_b32_runner, 60) \
+  X(deeplabv3_backbone_conv1_b8_runner, 61) \
+  X(deeplabv3_backbone_layer3_1_conv2_b1_runner, 62) \
+  X(deeplabv3_backbone_layer3_1_conv2_b32_runner, 63) \
+  X(deeplabv3_backbone_layer3_1_conv2_b8_runner, 64) \
+  X(deeplabv3_classifier_0_convs_1_0_b1_runner, 65) \
+  X(deeplabv3_classifier_0_convs_1_0_b32_runner, 66) \
+  X(deeplabv3_classifier_0_convs_1_0_b8_runner, 67) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b1_runner, 68) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b32_runner, 69) \
+  X(deeplabv3f_backbone_layer3_1_conv2_b8_runner, 70) \
+  X(deeplabv3f_classifier_0_convs_1_0_b1_runner, 71) \
+  X(deeplabv3f_classifier_0_convs_1_0_b32_runner, 72) \
+  X(deeplabv3f_classifier_0_convs_1_0_b8_runner, 73) \
+  X(densenet121_b1_features_conv0_runner, 74) \
+  X(densenet121_b1_features_denseblock1_denselayer1_conv1_runner, 75) \
+  X(densenet121_b1_features_denseblock1_denselayer1_conv2_runner, 76) \
+  X(densenet121_b1_features_denseblock1_denselayer2_conv1_runner, 77) \
+  X(densenet121_b1_features_denseblock1_denselayer3_conv1_runner, 78) \
+  X(densenet121_b1_features_denseblock1_denselayer4_conv1_runner, 79) \
+  X(densenet121_b1_features_denseblock1_denselayer5_conv1_runner, 80) \
+  X(densenet121_b1_features_denseblock1_denselayer6_conv1_runner, 81) \
+  X(densenet121_b1_features_denseblock2_denselayer10_conv1_runner, 82) \
+  X(densenet121_b1_features_denseblock2_denselayer11_conv1_runner, 83) \
+  X(densenet121_b1_features_denseblock2_denselayer12_conv1_runner, 84) \
+  X(densenet121_b1_features_denseblock2_denselayer1_conv1_runner, 85) \
+  X(densenet121_b1_features_denseblock2_denselayer1_conv2_runner, 86) \
+  X(densenet121_b1_features_denseblock2_denselayer2_conv1_runner, 87) \
+  X(densenet121_b1_features_denseblock2_denselayer3_conv1_runner, 88) \
+  X(densenet121_b1_features_denseblock2_denselayer4_conv1_runner, 89) \
+  X(densenet121_b1_features_denseblock2_denselayer5_conv1_runner, 90) \
+  X(densenet121_b1_features_denseblock2_denselayer6_conv1_runner, 91) \
+  X(densenet121_b1_features_denseblock2_denselayer7_conv1_runner, 92) \
+  X(densenet121_b1_features_denseblock2_denselayer8_conv1_runner, 93) \
+  X(densenet121_b1_features_denseblock2_denselayer9_conv1_runner, 94) \
+  X(densenet121_b1_features_denseblock3_denselayer10_conv1_runner, 95) \
+  X(densenet121_b1_features_denseblock3_denselayer11_conv1_runner, 96) \
+  X(densenet121_b1_features_denseblock3_denselayer12_conv1_runner, 97) \
+  X(densenet121_b1_features_denseblock3_denselayer13_conv1_runner, 98) \
+  X(densenet121_b1_features_denseblock3_denselayer14_conv1_runner, 99) \
+  X(densenet121_b1_features_denseblock3_denselayer15_conv1_runner, 100) \
+  X(densenet121_b1_features_denseblock3_denselayer16_conv1_runner, 101) \
+  X(densenet121_b1_features_denseblock3_denselayer17_conv1_runner, 102) \
+  X(densenet121_b1_features_denseblock3_denselayer18_conv1_runner, 103) \
+  X(densenet121_b1_features_denseblock3_denselayer19_conv1_runner, 104) \
+  X(densenet121_b1_features_denseblock3_denselayer1_conv1_runner, 105) \
+  X(densenet121_b1_features_denseblock3_denselayer1_conv2_runner, 106) \
+  X(densenet121_b1_features_denseblock3_denselayer20_conv1_runner, 107) \
+  X(densenet121_b1_features_denseblock3_denselayer21_conv1_runner, 108) \
+  X(densenet121_b1_features_denseblock3_denselayer22_conv1_runner, 109) \
+  X(densenet121_b1_features_denseblock3_denselayer23_conv1_runner, 110) \
+  X(densenet121_b1_features_denseblock3_denselayer24_conv1_runner, 111) \
+  X(densenet121_b1_features_denseblock3_denselayer2_conv1_runner, 112) \
+  X(densenet121_b1_features_denseblock3_denselayer3_conv1_runner, 113) \
+  X(densenet121_b1_features_denseblock3_denselayer4_conv1_runner, 114) \
+  X(densenet121_b1_features_denseblock3_denselayer5_conv1_runner, 115) \
+  X(densenet121_b1_features_denseblock3_denselayer6_conv1_runner, 116) \
+  X(densenet121_b1_features_denseblock3_denselayer7_conv1_runner, 117) \
+  X(densenet121_b1_features_denseblock3_denselayer8_conv1_runner, 118) \
+  X(densenet121_b1_features_denseblock3_denselayer9_conv1_runner, 119) \
+  X(densenet121_b1_features_denseblock4_denselayer10_conv1_runner, 120) \
+  X(densenet121_b1_features_denseblock4_denselayer11_conv1_runner, 121) \
+  X(densenet121_b1_features_denseblock4_denselayer12_conv1_runner, 122) \
+  X(densenet121_b1_features_denseblock4_denselayer13_conv1_runner, 123) \
+  X(densenet121_b1_features_denseblock4_denselayer14_conv1_runner, 124) \
+  X(densenet121_b1_features_denseblock4_denselayer15_conv1_runner, 125) \
+  X(densenet121_b1_features_denseblock4_denselayer16_conv1_runner, 126) \
+  X(densenet121_b1_features_denseblock4_denselayer1_conv1_runner, 127) \
+  X(densenet121_b1_features_denseblock4_denselayer1_conv2_runner, 128) \
+  X(densenet121_b1_features_denseblock4_denselayer2_conv1_runner, 129) \
+  X(densenet121_b1_features_denseblock4_denselayer3_conv1_runner, 130) \
+  X(densenet121_b1_features_denseblock4_denselayer4_conv1_runner, 131) \
+  X(densenet121_b1_features_denseblock4_denselayer5_conv1_runner, 132) \
+  X(densenet121_b1_features_denseblock4_denselayer6_conv1_runner, 133) \
+  X(densenet121_b1_features_denseblock4_denselayer7_conv1_runner, 134) \
+  X(densenet121_b1_features_denseblock4_denselayer8_conv1_runner, 135) \
+  X(densenet121_b1_features_denseblock4_denselayer9_conv1_runner, 136) \
+  X(densenet121_b1_features_transition1_conv_runner, 137) \
+  X(densenet121_b1_features_transition2_conv_runner, 138) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b1_runner, 139) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b32_runner, 140) \
+  X(densenet121_features_denseblock1_denselayer1_conv2_b8_runner, 141) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b1_runner, 142) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b32_runner, 143) \
+  X(densenet121_features_denseblock1_denselayer2_conv1_b8_runner, 144) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b1_runner, 145) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b32_runner, 146) \
+  X(densenet121_features_denseblock3_denselayer16_conv1_b8_runner, 147) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b1_runner, 148) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b32_runner, 149) \
+  X(densenet121_features_denseblock3_denselayer1_conv2_b8_runner, 150) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b1_runner, 151) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b32_runner, 152) \
+  X(densenet121f_features_denseblock1_denselayer2_conv1_b8_runner, 153) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b1_runner, 154) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b32_runner, 155) \
+  X(densenet121f_features_denseblock3_denselayer16_conv1_b8_runner, 156) \
+  X(effnetb0_features_0_0_b1_runner, 157) \
+  X(effnetb0_features_0_0_b32_runner, 158) \
+  X(effnetb0_features_0_0_b8_runner, 159) \
+  X(effnetb0_features_2_0_block_0_0_b1_runner, 160) \
+  X(effnetb0_features_2_0_block_0_0_b32_runner, 161) \
+  X(effnetb0_features_2_0_block_0_0_b8_runner, 162) \
+  X(effnetb0_features_3_0_block_1_0_b8_runner, 163) \
+  X(effnetb0_features_3_1_block_1_0_b8_runner, 164) \
+  X(effnetb0_features_4_0_block_1_0_b8_runner, 165) \
+  X(effnetb0_features_4_1_block_0_0_b1_runner, 166) \
+  X(effnetb0_features_4_1_block_0_0_b32_runner, 167) \
+  X(effnetb0_features_4_1_block_0_0_b8_runner, 168) \
+  X(effnetb0_features_4_1_block_1_0_b8_runner, 169) \
+  X(effnetb0_features_5_0_block_1_0_b8_runner, 170) \
+  X(effnetb0_features_5_1_block_1_0_b8_runner, 171) \
+  X(effnetb0_features_6_0_block_1_0_b8_runner, 172) \
+  X(effnetb0_features_6_1_block_1_0_b8_runner, 173) \
+  X(effnetb0_features_7_0_block_1_0_b8_runner, 174) \
+  X(effnetb0_features_8_0_b1_runner, 175) \
+  X(effnetb0_features_8_0_b32_runner, 176) \
+  X(effnetb0_features_8_0_b8_runner, 177) \
+  X(effnetb0f_features_0_0_b1_runner, 178) \
+  X(effnetb0f_features_0_0_b32_runner, 179) \
+  X(effnetb0f_features_0_0_b8_runner, 180) \
+  X(effnetb0f_features_2_0_block_0_0_b1_runner, 181) \
+  X(effnetb0f_features_2_0_block_0_0_b32_runner, 182) \
+  X(effnetb0f_features_2_0_block_0_0_b8_runner, 183) \
+  X(effnetb0f_features_4_1_block_0_0_b1_runner, 184) \
+  X(effnetb0f_features_4_1_block_0_0_b32_runner, 185) \
+  X(effnetb0f_features_4_1_block_0_0_b8_runner, 186) \
+  X(effnetb0f_features_8_0_b1_runner, 187) \
+  X(effnetb0f_features_8_0_b32_runner, 188) \
+  X(effnetb0f_features_8_0_b8_runner, 189) \
+  X(inception3_Conv2d_1a_3x3_conv_b1_runner, 190) \
+  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 191) \
+  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 192) \
+  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 193) \
+  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 194) \
+  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 195) \
+  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 196) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 197) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 198) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 199) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 200) \
+  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 201) \
+  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 202) \
+  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 203) \
+  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 204) \
+  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 205) \
+  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 206) \
+  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 207) \
+  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 208) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 209) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 210) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 211) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 212) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 213) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 214) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 215) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 216) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 217) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 218) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 219) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 220) \
+  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 221) \
+  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 222) \
+  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 223) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 224) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 225) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 226) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 227) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 228) \
+  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 229) \
+  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 230) \
+  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 231) \
+  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 232) \
+  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 233) \
+  X(mbv2_features_12_conv_1_0_b8_runner, 234) \
+  X(mbv2_features_14_conv_1_0_b8_runner, 235) \
+  X(mbv2_features_15_conv_1_0_b8_runner, 236) \
+  X(mbv2_features_2_conv_1_0_b8_runner, 237) \
+  X(mbv2_features_3_conv_1_0_b8_runner, 238) \
+  X(mbv2_features_4_conv_1_0_b8_runner, 239) \
+  X(mbv2_features_5_conv_1_0_b8_runner, 240) \
+  X(mbv2_features_7_conv_1_0_b8_runner, 241) \
+  X(mbv2_features_8_conv_1_0_b8_runner, 242) \
+  X(r50_s2_1x1_256to64_b1_runner, 243) \
+  X(r50_s2_1x1_256to64_b32_runner, 244) \
+  X(r50_s2_1x1_64to256_b1_runner, 245) \
+  X(r50_s2_1x1_64to256_b32_runner, 246) \
+  X(r50_s2_1x1_64to64_b1_runner, 247) \
+  X(r50_s2_1x1_64to64_b32_runner, 248) \
+  X(r50_s2_3x3_b1_runner, 249) \
+  X(r50_s2_3x3_b32_runner, 250) \
+  X(r50_s3_1x1_128to512_b1_runner, 251) \
+  X(r50_s3_1x1_128to512_b32_runner, 252) \
+  X(r50_s3_1x1_256to128_b1_runner, 253) \
+  X(r50_s3_1x1_256to128_b32_runner, 254) \
+  X(r50_s3_1x1_512to128_b1_runner, 255) \
+  X(r50_s3_1x1_512to128_b32_runner, 256) \
+  X(r50_s3_3x3_b1_runner, 257) \
+  X(r50_s3_3x3_b32_runner, 258) \
+  X(r50_s3_3x3_s2_b1_runner, 259) \
+  X(r50_s3_3x3_s2_b32_runner, 260) \
+  X(r50_s3_down_s2_b1_runner, 261) \
+  X(r50_s3_down_s2_b32_runner, 262) \
+  X(r50_s4_1x1_1024to256_b1_runner, 263) \
+  X(r50_s4_1x1_1024to256_b32_runner, 264) \
+  X(r50_s4_1x1_256to1024_b1_runner, 265) \
+  X(r50_s4_1x1_256to1024_b32_runner, 266) \
+  X(r50_s4_1x1_512to256_b1_runner, 267) \
+  X(r50_s4_1x1_512to256_b32_runner, 268) \
+  X(r50_s4_3x3_b1_runner, 269) \
+  X(r50_s4_3x3_b32_runner, 270) \
+  X(r50_s4_3x3_s2_b1_runner, 271) \
+  X(r50_s4_3x3_s2_b32_runner, 272) \
+  X(r50_s4_down_s2_b1_runner, 273) \
+  X(r50_s4_down_s2_b32_runner, 274) \
+  X(r50_s5_1x1_1024to512_b1_runner, 275) \
+  X(r50_s5_1x1_1024to512_b32_runner, 276) \
+  X(r50_s5_1x1_2048to512_b1_runner, 277) \
+  X(r50_s5_1x1_2048to512_b32_runner, 278) \
+  X(r50_s5_1x1_512to2048_b1_runner, 279) \
+  X(r50_s5_1x1_512to2048_b32_runner, 280) \
+  X(r50_s5_3x3_b1_runner, 281) \
+  X(r50_s5_3x3_b32_runner, 282) \
+  X(r50_s5_3x3_s2_b1_runner, 283) \
+  X(r50_s5_3x3_s2_b32_runner, 284) \
+  X(r50_s5_down_s2_b1_runner, 285) \
+  X(r50_s5_down_s2_b32_runner, 286) \
+  X(r50_stem_b1_runner, 287) \
+  X(r50_stem_b32_runner, 288) \
+  X(r50f_s2_1x1_256to64_b1_runner, 289) \
+  X(r50f_s2_1x1_256to64_b32_runner, 290) \
+  X(r50f_s2_1x1_64to256_b1_runner, 291) \
+  X(r50f_s2_1x1_64to256_b32_runner, 292) \
+  X(r50f_s2_1x1_64to64_b1_runner, 293) \
+  X(r50f_s2_1x1_64to64_b32_runner, 294) \
+  X(r50f_s2_3x3_b1_runner, 295) \
+  X(r50f_s2_3x3_b32_runner, 296) \
+  X(r50f_s2_down_b1_runner, 297) \
+  X(r50f_s2_down_b32_runner, 298) \
+  X(r50f_s3_1x1_128to512_b1_runner, 299) \
+  X(r50f_s3_1x1_128to512_b32_runner, 300) \
+  X(r50f_s3_1x1_256to128_b1_runner, 301) \
+  X(r50f_s3_1x1_256to128_b32_runner, 302) \
+  X(r50f_s3_1x1_512to128_b1_runner, 303) \
+  X(r50f_s3_1x1_512to128_b32_runner, 304) \
+  X(r50f_s3_3x3_b1_runner, 305) \
+  X(r50f_s3_3x3_b32_runner, 306) \
+  X(r50f_s3_3x3_s2_b1_runner, 307) \
+  X(r50f_s3_3x3_s2_b32_runner, 308) \
+  X(r50f_s3_down_s2_b1_runner, 309) \
+  X(r50f_s3_down_s2_b32_runner, 310) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 311) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 312) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 313) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 314) \
+  X(r50f_s4_1x1_512to256_b1_runner, 315) \
+  X(r50f_s4_1x1_512to256_b32_runner, 316) \
+  X(r50f_s4_3x3_b1_runner, 317) \
+  X(r50f_s4_3x3_b32_runner, 318) \
+  X(r50f_s4_3x3_s2_b1_runner, 319) \
+  X(r50f_s4_3x3_s2_b32_runner, 320) \
+  X(r50f_s4_down_s2_b1_runner, 321) \
+  X(r50f_s4_down_s2_b32_runner, 322) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 323) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 324) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 325) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 326) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 327) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 328) \
+  X(r50f_s5_3x3_b1_runner, 329) \
+  X(r50f_s5_3x3_b32_runner, 330) \
+  X(r50f_s5_3x3_s2_b1_runner, 331) \
+  X(r50f_s5_3x3_s2_b32_runner, 332) \
+  X(r50f_s5_down_s2_b1_runner, 333) \
+  X(r50f_s5_down_s2_b32_runner, 334) \
+  X(r50f_stem_b1_runner, 335) \
+  X(r50f_stem_b32_runner, 336) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 337) \
+  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 338) \
+  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 339) \
+  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 340) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 341) \
+  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 342) \
+  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 343) \
+  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 344) \
+  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 345) \
+  X(resnet50_b1_layer1_0_conv1_runner, 346) \
+  X(resnet50_b1_layer1_0_conv2_runner, 347) \
+  X(resnet50_b1_layer1_0_conv3_runner, 348) \
+  X(resnet50_b1_layer1_0_downsample_0_runner, 349) \
+  X(resnet50_b1_layer1_1_conv1_runner, 350) \
+  X(resnet50_b1_layer2_0_conv1_runner, 351) \
+  X(resnet50_b1_layer2_0_conv2_runner, 352) \
+  X(resnet50_b1_layer2_0_conv3_runner, 353) \
+  X(resnet50_b1_layer2_0_downsample_0_runner, 354) \
+  X(resnet50_b1_layer2_1_conv1_runner, 355) \
+  X(resnet50_b1_layer2_1_conv2_runner, 356) \
+  X(resnet50_b1_layer3_0_conv1_runner, 357) \
+  X(resnet50_b1_layer3_0_conv2_runner, 358) \
+  X(resnet50_b1_layer3_0_conv3_runner, 359) \
+  X(resnet50_b1_layer3_0_downsample_0_runner, 360) \
+  X(resnet50_b1_layer3_1_conv1_runner, 361) \
+  X(resnet50_b1_layer3_1_conv2_runner, 362) \
+  X(resnet50_b1_layer4_0_conv1_runner, 363) \
+  X(resnet50_b1_layer4_0_conv2_runner, 364) \
+  X(resnet50_b1_layer4_0_conv3_runner, 365) \
+  X(resnet50_b1_layer4_0_downsample_0_runner, 366) \
+  X(resnet50_b1_layer4_1_conv1_runner, 367) \
+  X(resnet50_b1_layer4_1_conv2_runner, 368) \
+  X(resnet50_b32_conv1_runner, 369) \
+  X(resnet50_b32_layer1_0_conv1_runner, 370) \
+  X(resnet50_b32_layer1_0_conv2_runner, 371) \
+  X(resnet50_b32_layer1_0_conv3_runner, 372) \
+  X(resnet50_b32_layer1_0_downsample_0_runner, 373) \
+  X(resnet50_b32_layer1_1_conv1_runner, 374) \
+  X(resnet50_b32_layer2_0_conv1_runner, 375) \
+  X(resnet50_b32_layer2_0_conv2_runner, 376) \
+  X(resnet50_b32_layer2_0_conv3_runner, 377) \
+  X(resnet50_b32_layer2_0_downsample_0_runner, 378) \
+  X(resnet50_b32_layer2_1_conv1_runner, 379) \
+  X(resnet50_b32_layer2_1_conv2_runner, 380) \
+  X(resnet50_b32_layer3_0_conv1_runner, 381) \
+  X(resnet50_b32_layer3_0_conv2_runner, 382) \
+  X(resnet50_b32_layer3_0_conv3_runner, 383) \
+  X(resnet50_b32_layer3_0_downsample_0_runner, 384) \
+  X(resnet50_b32_layer3_1_conv1_runner, 385) \
+  X(resnet50_b32_layer3_1_conv2_runner, 386) \
+  X(resnet50_b32_layer4_0_conv1_runner, 387) \
+  X(resnet50_b32_layer4_0_conv2_runner, 388) \
+  X(resnet50_b32_layer4_0_conv3_runner, 389) \
+  X(resnet50_b32_layer4_0_downsample_0_runner, 390) \
+  X(resnet50_b32_layer4_1_conv1_runner, 391) \
+  X(resnet50_b32_layer4_1_conv2_runner, 392) \
+  X(tf_r50_s2_1x1_256to64_b1_runner, 393) \
+  X(tf_r50_s2_1x1_256to64_b32_runner, 394) \
+  X(tf_r50_s2_1x1_64to256_b1_runner, 395) \
+  X(tf_r50_s2_1x1_64to256_b32_runner, 396) \
+  X(tf_r50_s2_1x1_64to64_b1_runner, 397) \
+  X(tf_r50_s2_1x1_64to64_b32_runner, 398) \
+  X(tf_r50_s2_3x3_b1_runner, 399) \
+  X(tf_r50_s2_3x3_b32_runner, 400) \
+  X(tf_r50_s3_1x1_128to512_b1_runner, 401) \
+  X(tf_r50_s3_1x1_128to512_b32_runner, 402) \
+  X(tf_r50_s3_1x1_256to128_b1_runner, 403) \
+  X(tf_r50_s3_1x1_256to128_b32_runner, 404) \
+  X(tf_r50_s3_1x1_512to128_b1_runner, 405) \
+  X(tf_r50_s3_1x1_512to128_b32_runner, 406) \
+  X(tf_r50_s3_3x3_b1_runner, 407) \
+  X(tf_r50_s3_3x3_b32_runner, 408) \
+  X(tf_r50_s3_3x3_s2_b1_runner, 409) \
+  X(tf_r50_s3_3x3_s2_b32_runner, 410) \
+  X(tf_r50_s3_down_s2_b1_runner, 411) \
+  X(tf_r50_s3_down_s2_b32_runner, 412) \
+  X(tf_r50_s4_1x1_1024to256_b1_runner, 413) \
+  X(tf_r50_s4_1x1_1024to256_b32_runner, 414) \
+  X(tf_r50_s4_1x1_256to1024_b1_runner, 415) \
+  X(tf_r50_s4_1x1_256to1024_b32_runner, 416) \
+  X(tf_r50_s4_1x1_512to256_b1_runner, 417) \
+  X(tf_r50_s4_1x1_512to256_b32_runner, 418) \
+  X(tf_r50_s4_3x3_b1_runner, 419) \
+  X(tf_r50_s4_3x3_b32_runner, 420) \
+  X(tf_r50_s4_3x3_s2_b1_runner, 421) \
+  X(tf_r50_s4_3x3_s2_b32_runner, 422) \
+  X(tf_r50_s4_down_s2_b1_runner, 423) \
+  X(tf_r50_s4_down_s2_b32_runner, 424) \
+  X(tf_r50_s5_1x1_1024to512_b1_runner, 425) \
+  X(tf_r50_s5_1x1_1024to512_b32_runner, 426) \
+  X(tf_r50_s5_1x1_2048to512_b1_runner, 427) \
+  X(tf_r50_s5_1x1_2048to512_b32_runner, 428) \
+  X(tf_r50_s5_1x1_512to2048_b1_runner, 429) \
+  X(tf_r50_s5_1x1_512to2048_b32_runner, 430) \
+  X(tf_r50_s5_3x3_b1_runner, 431) \
+  X(tf_r50_s5_3x3_b32_runner, 432) \
+  X(tf_r50_s5_3x3_s2_b1_runner, 433) \
+  X(tf_r50_s5_3x3_s2_b32_runner, 434) \
+  X(tf_r50_s5_down_s2_b1_runner, 435) \
+  X(tf_r50_s5_down_s2_b32_runner, 436) \
+  X(tf_r50_stem_b32_runner, 437) \
+  X(vgg16_b1_features_0_runner, 438) \
+  X(vgg16_b1_features_10_runner, 439) \
+  X(vgg16_b1_features_12_runner, 440) \
+  X(vgg16_b1_features_17_runner, 441) \
+  X(vgg16_b1_features_19_runner, 442) \
+  X(vgg16_b1_features_2_runner, 443) \
+  X(vgg16_b1_features_24_runner, 444) \
+  X(vgg16_b1_features_5_runner, 445) \
+  X(vgg16_b1_features_7_runner, 446) \
+  X(vgg16_b32_features_0_runner, 447) \
+  X(vgg16_b32_features_10_runner, 448) \
+  X(vgg16_b32_features_12_runner, 449) \
+  X(vgg16_b32_features_17_runner, 450) \
+  X(vgg16_b32_features_19_runner, 451) \
+  X(vgg16_b32_features_2_runner, 452) \
+  X(vgg16_b32_features_24_runner, 453) \
+  X(vgg16_b32_features_5_runner, 454) \
+  X(vgg16_b32_features_7_runner, 455) \
+  X(vgg16_features_2_b32_runner, 456) \
+  X(vgg16_features_2_b8_runner, 457)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
