@@ -38,6 +38,7 @@ RING_GEMM = ConvProblem(n=32, h=32, w=32, c=128, k=512, r=1, s=1)  # 32768x512x1
 LATE_GEMM_B1 = ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1)       # 4 tiles of 128x128, 32 k tiles
 LATE_CONV_B1 = ConvProblem(n=1, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 4 tiles, 72 k tiles
 STEM = ConvProblem(n=2, h=64, w=64, c=3, k=64, r=7, s=7, pad=3, stride=2)  # gathered: 16 tiles of 128 pixels
+STREAM_CONV = ConvProblem(n=8, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 16 tiles x 72 k tiles in 132 shares
 BASE = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
         "swizzle": 1, "tile_q": 8}
 
@@ -103,6 +104,16 @@ CASES = {
                                                 {**BASE, "split_k": 4, "tile_q": 16}),
     "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
                             {**BASE, "tile_q": 0, "split_k": 2}),
+    # stream-K (split_k 0): each persistent cluster sums an equal share of every tile's k tiles laid end to end; a
+    # tile summed by several clusters (up to 9 here) is fixed up as split-K's. A share of whole tiles and pieces (the
+    # 1x1: 208 tiles of 8 k tiles in 132 shares), a cluster with the residual ring, stride 2 with one warpgroup.
+    "conv_stream_k": (STREAM_CONV, {**BASE, "split_k": 0}),
+    "conv_stream_k_bn_residual_relu_cluster_1x2": (with_epilogue(STREAM_CONV, "scale+bias+residual+relu"),
+                                                   {**BASE, "split_k": 0, "cluster": "1x2x1"}),
+    "gemm_stream_k_whole_and_split_tiles": (ConvProblem(n=32, h=7, w=7, c=512, k=2048, r=1, s=1),
+                                            {**BASE, "tile_q": 0, "split_k": 0}),
+    "conv_stride2_stream_k_single": (ConvProblem(n=4, h=14, w=14, c=256, k=256, r=3, s=3, pad=1, stride=2),
+                                     {**BASE, "tile": "64x128x64", "schedule": "single", "tile_q": 0, "split_k": 0}),
     # 256-row cooperative tiles (two 64-row wgmma blocks a consumer warpgroup, the warpgroups on alternate blocks),
     # as cuDNN runs VGG's C=64 3x3 layers: 196 to 512 tiles, so that CTAs run two or more; with the residual ring in
     # a cluster, with split-K, and stride 2
@@ -229,6 +240,7 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     ("conv_k20_bn_relu", "scale+bias", 10),              # a ReLU the element-stored layer does not have
     ("conv_256x64_bias_relu", "bias", 10),               # a ReLU the 256-row tile's layer does not have
     ("gemm_k104_128x112_bn_residual_relu", "scale+bias+residual", 10),  # ... nor the 112-column tile's
+    ("conv_stream_k_bn_residual_relu_cluster_1x2", "scale+bias+residual", 10),  # ... nor the stream-K kernel's
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
@@ -238,7 +250,8 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, 
     assert answer["error"] > margin * tolerance(layer)
 
 
-@pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4"])
+@pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4",
+                                  "conv_stream_k_bn_residual_relu_cluster_1x2"])
 def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, compiled, device):
     """Three launches on one operator and its workspace, the output poisoned before each: each validates only
     if the launch before it left every tile's arrival counter at zero (a counter left at S makes no unit the

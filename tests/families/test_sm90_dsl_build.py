@@ -245,7 +245,7 @@ def test_split_k_geometry_workspace_and_refusals():
     with pytest.raises(SpecError, match="k tiles"):
         geometry(BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=33)))
     with pytest.raises(SpecError, match="split_k"):
-        BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=0)).check()
+        BuildSpec(LATE_GEMM_B1, EpilogueSpec(), TileSpec(128, 128, 64, split_k=-1)).check()
 
 
 def test_a_k_not_a_multiple_of_8_is_stored_by_element_and_refuses_a_residual_or_a_gathered_c():
@@ -293,6 +293,27 @@ def test_a_split_k_candidate_reports_its_workspace_and_takes_only_its_split(tmp_
     assert lib.tuner_k0_workspace_bytes(problem) == info["workspace_bytes"] == split_k_workspace_bytes(4, 4, 64, 128)
     problem[14] = 1  # split_k
     assert lib.tuner_k0_can_implement(problem) == 20
+
+
+@pytest.mark.slow
+def test_a_stream_k_candidate_reports_its_workspace_and_is_launched_as_one_without_a_split(tmp_path):
+    """Stream-K (split_k 0): one cluster a share of all tiles' k tiles, a workspace of the plan's slots, and the
+    launch's split 1 (the kernel works its units out itself)."""
+    import ctypes
+    spec = BuildSpec(ProblemSpec.symmetric(32, 7, 7, 512, 512, 3, 3, 1, 1, 1),
+                     EpilogueSpec(scale=True, bias=True, residual=True, activation="relu"),
+                     TileSpec(128, 128, 64, cluster_n=2, tile_q=8, split_k=0))
+    g = geometry(spec)
+    result = run_build(spec.to_json(), tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    info = json.loads((tmp_path / "out" / "build.json").read_text())
+    assert info["stream_k"] and info["split_k"] == 1 and info["grid"] == [1, 2, g.stream_plan.clusters]
+    lib = ctypes.CDLL(str(tmp_path / "out" / "candidate.so"))
+    lib.tuner_k0_workspace_bytes.restype = ctypes.c_int64
+    problem = problem_values(spec.problem, split_k=1)
+    assert lib.tuner_k0_can_implement(problem) == 0
+    assert lib.tuner_k0_workspace_bytes(problem) == info["workspace_bytes"] == g.workspace_bytes > 0
+    assert g.workspace_bytes == split_k_workspace_bytes(g.workspace_tiles, g.stream_plan.slots, 128, 128)
 
 
 @pytest.mark.parametrize("problem, tile_m, tile_q", [

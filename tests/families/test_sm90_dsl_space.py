@@ -13,8 +13,8 @@ from tuner.cli.tuning_view import TuningView
 from tuner.core.epilogue import parse_epilogue
 from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
-from tuner.families.sm90_dsl.space import (kernel_problem, layer_problem, make_config,
-                                           parse_space, problem_spec, static_problems)
+from tuner.families.sm90_dsl.checks import layer_problem, static_problems
+from tuner.families.sm90_dsl.space import kernel_problem, make_config, parse_space, problem_spec
 from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
 from tuner.families.sm90_dsl.toolchain import BUILDER_SOURCES, dsl_version
 from tuner.core.dtypes import DataType
@@ -380,6 +380,7 @@ def test_prestart_starts_one_warm_builder_per_job_for_the_uncached_dsl_kernels(t
 
 # --- split-K -------------------------------------------------------------------------------------------------
 from tuner.families.sm90_dsl.spec import scheduled_tiles, split_k_range, split_k_workspace_bytes  # noqa: E402
+from tuner.families.sm90_dsl.stream_plan import StreamKPlan  # noqa: E402
 
 LATE_GEMM_B1 = ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1)       # M=49: 4 tiles of 128x128
 LATE_CONV_B1 = ConvProblem(n=1, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 72 k tiles of 64
@@ -399,7 +400,7 @@ def test_split_k_is_a_knob_of_the_name_the_spec_and_the_launch():
     assert make_config(LATE_GEMM_B1, stored) == plain
     with pytest.raises(SpaceError, match="split_k"):
         parse_space({"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
-                     "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [0]})
+                     "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [-1]})
 
 
 def test_split_k_static_checks():
@@ -472,3 +473,76 @@ def test_a_tile_n_is_any_multiple_of_16_and_its_epilogue_subtiles_divide_it():
         assert any("multiple of 16 up to 256" in r for r in reasons) == refused, (n, reasons)
         if not refused:
             assert n % epilogue_columns(n) == 0 and epilogue_columns(n) == (32 if n % 32 == 0 else 16)
+
+
+R50_S5_3X3_B32 = ConvProblem(n=32, h=7, w=7, c=512, k=512, r=3, s=3, pad=1)  # 13 x 4 tiles of 128x128, 72 k tiles
+
+
+@pytest.mark.parametrize("tiles, k_tiles, clusters", [(52, 72, 132), (4, 32, 128), (208, 8, 132), (28, 72, 66),
+                                                      (1, 9, 5), (7, 3, 20), (132, 4, 132), (133, 5, 132)])
+def test_stream_k_shares_walked_as_the_kernel_walks_them_sum_every_k_tile_once(tiles, k_tiles, clusters):
+    """Each cluster walks its share unit by unit with the plan's unit/next_position/slot (what StreamKScheduler runs
+    on the device): together the units cover every (tile, k tile) once, and a tile's units take the slots 0..n-1,
+    n being what the fixup waits for."""
+    plan = StreamKPlan(tiles, k_tiles, clusters)
+    covered, slots = [], {}
+    for cluster in range(clusters):
+        position, end = plan.share(cluster)
+        assert end - position >= plan.shortest_share
+        while position < end:
+            tile, begin, stop = plan.unit(position, end)
+            assert 0 <= begin < stop <= k_tiles and position == tile * k_tiles + begin
+            covered += [(tile, k) for k in range(begin, stop)]
+            slot, units = plan.slot(position)
+            slots.setdefault(tile, []).append((slot, units))
+            position = plan.next_position(position, end)
+    assert covered == [(t, k) for t in range(tiles) for k in range(k_tiles)]
+    for tile, taken in slots.items():
+        units = len(taken)
+        assert taken == [(slot, units) for slot in range(units)] and plan.units(tile)[1] == units
+    assert plan.slots == max(len(taken) for taken in slots.values())
+
+
+def test_stream_k_is_split_k_0_in_the_name_the_spec_the_geometry_and_the_launch():
+    from tuner.families.sm90_dsl.geometry import geometry
+
+    config = make_config(R50_S5_3X3_B32, params(split_k=0, tile_q=8))
+    assert config.stream_k and "_skstream_" in config.name and "stream-K" in FAMILY.describe(config)
+    assert config.build_spec().tile.split_k == 0 and config.search_params["split_k"] == 0
+    assert FAMILY.rules.launch_args(config, R50_S5_3X3_B32).split_k == 1  # launched as a kernel without a split
+    plan = config.stream_plan
+    assert (plan.k_tiles, plan.clusters) == (72, 132) and plan.slots >= 2
+    g = geometry(config.build_spec())
+    assert g.stream_k and g.split_k == 1 and g.splits and g.stream_plan == plan and g.grid == (1, 1, 132)
+    assert config.workspace_bytes == g.workspace_bytes == split_k_workspace_bytes(plan.cluster_tiles, plan.slots,
+                                                                                  128, 128)
+    assert g.partial_elements == plan.slots * plan.cluster_tiles * 128 * 128
+    shape = FAMILY.model.launch_shape(config, R50_S5_3X3_B32, H100)
+    assert shape.work_tiles == 132 and shape.split_k_slices == 3  # 132 CTAs on 52 tiles
+    assert static_problems(config, R50_S5_3X3_B32, H100) == []
+    clustered = make_config(R50_S5_3X3_B32, params(split_k=0, tile_q=8, cluster="1x2x1"))
+    assert clustered.stream_plan.clusters == 66 and geometry(clustered.build_spec()).grid == (1, 2, 66)
+
+
+def test_stream_k_static_checks():
+    def problems(problem, **changes):
+        return static_problems(make_config(problem, params(**changes)), problem, H100)
+    assert any("pingpong" in r for r in problems(R50_S5_3X3_B32, split_k=0, tile_q=8, schedule="pingpong"))
+    # 4 tiles x 32 k tiles in 128 shares: one k tile a share
+    assert any("fewer than 2" in r for r in problems(LATE_GEMM_B1, split_k=0))
+    # 132 tiles of 128x128 on 132 SMs: every share is one whole tile, nothing to balance
+    whole = ConvProblem(n=1, h=66, w=128, c=512, k=256, r=1, s=1)
+    assert any("splits no tile" in r for r in problems(whole, split_k=0))
+    stem = ConvProblem(n=2, h=64, w=64, c=3, k=64, r=7, s=7, pad=3, stride=2)
+    assert any("split-K" in r for r in problems(stem, tile="128x64x32", split_k=0))
+    with pytest.raises(SpecError, match="pingpong"):
+        from tuner.families.sm90_dsl.geometry import geometry
+        geometry(make_config(R50_S5_3X3_B32, params(split_k=0, tile_q=8, schedule="pingpong")).build_spec())
+
+
+def test_the_cost_model_sees_stream_k_balance_the_sms_where_split_k_leaves_a_partial_wave():
+    from tuner.search.costmodel import predicted_us
+
+    def predicted(split_k):
+        return predicted_us(make_config(R50_S5_3X3_B32, params(split_k=split_k, tile_q=8)), R50_S5_3X3_B32, H100)
+    assert predicted(0) < predicted(2) < predicted(1)

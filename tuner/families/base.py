@@ -103,6 +103,9 @@ class CostTerms:
     # the splits' partials summed at once by the last to finish (f32 written by each, read back), not one
     # slice after another
     split_k_in_parallel: bool = False
+    # stream-K: the k tiles of all output tiles shared evenly by one wave of persistent CTAs (split_k is then 1), the
+    # tiles that two or more CTAs sum fixed up as split-K's are
+    stream_k: bool = False
     # A kernel of few multiply-adds an output (a depthwise conv's R*S): its bytes against the copy ceiling bind,
     # not the tensor rate (tuner/search/costmodel.py's bound says which does).
     memory_bound: bool = False

@@ -61,6 +61,12 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     resident = terms.blocks_per_sm
     waves = math.ceil(blocks / (device.sm_count * resident))
     iterations = math.ceil(terms.block_k_steps / terms.split_k)
+    splits = terms.split_k
+    if terms.stream_k:  # one wave, each CTA an equal share of every tile's k tiles
+        work = tiles * terms.block_k_steps
+        blocks = min(work, device.sm_count * resident)
+        waves, iterations = 1, math.ceil(work / blocks)
+        splits = max(2, math.ceil(blocks / tiles))
     block_flops = terms.flops_per_k_step * iterations
     sharing = min(resident, math.ceil(blocks / device.sm_count))  # blocks that share one SM's tensor cores
     fill = min(1.0, sharing * terms.warps_per_block / WARPS_TO_FILL_SM)
@@ -68,10 +74,9 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     compute_us = waves * (block_flops * sharing / sm_rate * 1e6
                           + iterations * ITERATION_LATENCY_US / terms.stages * 3)
     memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
-    if terms.split_k_in_parallel:
-        partial_bytes = 2 * terms.split_k * problem.output_elements * PARTIAL_BYTES
-        split_k_us = 0.0 if terms.split_k == 1 else (SPLIT_K_SLICE_US
-                                                     + partial_bytes / (ceilings.copy_gbps * 1e9) * 1e6)
+    if terms.split_k_in_parallel or terms.stream_k:
+        partial_bytes = 2 * splits * problem.output_elements * PARTIAL_BYTES
+        split_k_us = 0.0 if splits == 1 else (SPLIT_K_SLICE_US + partial_bytes / (ceilings.copy_gbps * 1e9) * 1e6)
     else:
         split_k_us = (terms.split_k - 1) * (SPLIT_K_SLICE_US + problem.output_elements * 2 * problem.output_type.bytes
                                             / (ceilings.copy_gbps * 1e9) * 1e6)

@@ -12,7 +12,7 @@ from tuner.families.base import sm90a_device_problem
 from tuner.families.family import BuilderEmitter, Family, PerformanceModel, SpaceRules
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
-from tuner.families.sm90_dsl import costmodel, space, toolchain
+from tuner.families.sm90_dsl import checks, costmodel, space, toolchain
 from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
 from tuner.families.sm90_dsl.spec import GATHER_BELOW_CHANNELS
 
@@ -37,7 +37,7 @@ def supersedes(problem: ConvProblem) -> frozenset[str]:
 def describe(config: Sm90DslConfig) -> str:
     stages = "auto" if config.stages == AUTO_STAGES else config.stages
     box = "" if config.shape.is_gemm else f" q{config.tile_q or 'auto'}"
-    split = f" sk{config.split_k}" if config.split_k > 1 else ""
+    split = " stream-K" if config.stream_k else f" sk{config.split_k}" if config.split_k > 1 else ""
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
             f"r{config.raster.value} sw{config.swizzle}{split}")
 
@@ -54,7 +54,7 @@ FAMILY = Family(
     chained=partial(replace, pdl=True),
     rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k"),
                      parse_space=space.parse_space, make_config=space.make_config,
-                     static_problems=space.static_problems, layer_problem=space.layer_problem,
+                     static_problems=checks.static_problems, layer_problem=checks.layer_problem,
                      launch_args=space.launch_args, kernel_problem=space.kernel_problem),
     # its kernels are DSL-exported objects, not templates
     emitter=BuilderEmitter(build_request=toolchain.build_request, toolchain_problem=toolchain.toolchain_problem),

@@ -78,7 +78,8 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "attributes": ", ".join(str(v) for v in attributes),
         "has_scale": int(e.scale), "has_bias": int(e.bias), "has_residual": int(e.residual), "scaled": int(spec.scaled),
         "beta": repr(float(e.beta)),
-        "split_k": g.split_k, "partial_bytes": g.partial_elements * 4, "counters": g.workspace_tiles,
+        "split_k": g.split_k, "workspace": int(g.splits), "partial_bytes": g.partial_elements * 4,
+        "counters": g.workspace_tiles,
     }
     entry = string.Template((HERE / "entry.c.in").read_text()).substitute(fields)
     (out_dir / "entry.c").write_text(entry)
@@ -92,12 +93,12 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "kernel_symbol": resources["kernel"],
         "entry_prefix": PREFIX,
         "grid_rule": "grid = (cluster_m, cluster_n, min(tiles * split_k, 132) // cluster clusters); tiles rounded "
-                     "to clusters",
+                     "to clusters; stream-K: min(cluster tiles * k tiles, 132 // cluster) clusters",
         "grid": list(grid[:3]), "cluster": list(grid[3:]),
         "threads": g.threads, "registers": resources["registers"], "dynamic_smem_bytes": dyn_smem,
         "static_smem_bytes": resources["static_smem"], "stages": g.stages,
         "m_box": [g.tile_q, g.bp, g.bn], "tiles_mn": [g.m_tiles, g.n_tiles],
-        "split_k": g.split_k, "workspace_bytes": g.workspace_bytes,
+        "split_k": g.split_k, "stream_k": g.stream_k, "workspace_bytes": g.workspace_bytes,
         "seconds": stage_seconds(started, imported, compiled_at, exported, linked),
     }
     (out_dir / "build.json").write_text(json.dumps(info, indent=2) + "\n")

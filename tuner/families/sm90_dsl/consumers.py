@@ -87,13 +87,13 @@ class Consumers:
         tile_step = g.groups
         order_phase = cutlass.Int32(1) - grp  # group 0's first wait passes, group 1's waits for group 0
 
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        scheduler = self.make_scheduler(sched)
         if cutlass.const_expr(g.pingpong):
             scheduler._current_work_linear_idx += grp * scheduler.num_persistent_clusters
         work = scheduler.initial_work_tile_info()
         while work.is_valid_tile:
             q0, p0, n0, k0 = self.tile_origin(work)
-            k_begin, k_end = self.split_k_range(work.tile_idx[2])
+            k_begin, k_end = self.unit_k_range(scheduler, work)
             gD = self.output_tile(mY, work)
             if cutlass.const_expr(g.scale or g.bias):
                 for i in cutlass.range_constexpr(-(-g.tile_n // (self.num_mma_threads // g.groups))):
@@ -143,12 +143,15 @@ class Consumers:
             if cutlass.const_expr(g.pingpong):
                 read_state = self.consumer_state_at(read_state.count + g.k_tiles)
                 release_state = self.consumer_state_at(release_state.count + g.k_tiles)
-            if cutlass.const_expr(g.split_k > 1):
+            if cutlass.const_expr(g.splits):
                 # every unit runs the epilogue (the residual and store pipelines keep their rhythm), but only the
                 # tile's last unit to arrive, holding the full sum, stores: the others' store boxes are moved
                 # past the output (q and n beyond it, out of bounds however TMA merges the modes) and clipped
                 tile = work.tile_idx[0] * g.scheduled_tiles[1] + work.tile_idx[1]
-                outside = self.reduce_splits(acc, mPart, mCount, sArrivals, tile, work.tile_idx[2], wtid,
+                slot, units = work.tile_idx[2], g.split_k
+                if cutlass.const_expr(g.stream_k):
+                    slot, units = scheduler.unit_slot()
+                outside = self.reduce_splits(acc, mPart, mCount, sArrivals, tile, slot, units, wtid,
                                              group_threads, epi_barrier, grp)
                 gD = cute.local_tile(cute.domain_offset(((q0 + outside * g.yq, p0, n0 + outside * g.xn), k0), mY),
                                      (box_m, g.tile_n), (0, 0))
@@ -182,7 +185,7 @@ class Consumers:
                 epi_barrier.arrive_and_wait()
                 if cutlass.const_expr(g.stores_elements):
                     self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
-                                        outside if g.split_k > 1 else 0)
+                                        outside if g.splits else 0)
                 elif lead_warp:
                     cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
                     store_pipe.producer_commit()

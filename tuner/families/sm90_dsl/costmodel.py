@@ -1,7 +1,8 @@
 """The sm90_dsl family's cost-model terms: persistent kernels (one wave of CTAs that loop over the
 tiles), one or two consumer warpgroups, and for a conv the share of each box of pixels that falls on
 the output (a box past the edge of P or Q computes padding); split-K's units are more CTAs at work, each on
-fewer k tiles, and its fixup reads back the partials every split wrote."""
+fewer k tiles, and its fixup reads back the partials every split wrote; stream-K is one wave of CTAs, each on an
+equal share of all the k tiles."""
 from __future__ import annotations
 
 from tuner.core.device import DeviceFacts, block_limits
@@ -43,8 +44,9 @@ def cost_terms(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts)
         stages=config.stage_count,
         persistent=True,
         cluster_size=config.cluster.m * config.cluster.n,
-        split_k=config.split_k,
+        split_k=max(config.split_k, 1),
         split_k_in_parallel=True,
+        stream_k=config.stream_k,
     )
 
 
@@ -57,7 +59,12 @@ def prior_order(config: Sm90DslConfig, problem: ConvProblem) -> int | None:
 
 
 def launch_shape(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> LaunchShape:
+    slices, units = config.split_k, config.work_tiles * config.split_k
+    if config.stream_k:  # the CTAs at work are the grid's, each on a share of the tiles' k tiles
+        plan = config.stream_plan
+        units = plan.clusters * config.cluster.m * config.cluster.n
+        slices = max(1, -(-units // config.work_tiles))
     return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
-                       filter_taps=config.shape.r * config.shape.s, split_k_slices=config.split_k,
-                       work_tiles=config.work_tiles * config.split_k, persistent=True,
+                       filter_taps=config.shape.r * config.shape.s, split_k_slices=slices,
+                       work_tiles=units, persistent=True,
                        cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=True, warp_specialized=True)

@@ -1,4 +1,4 @@
-"""The sm90 CuTe DSL kernel's epilogue steps: split-K's fixup, the accumulator registers of an epilogue subtile, the fused
+"""The sm90 CuTe DSL kernel's epilogue steps: the fixup of split-K and stream-K, the accumulator registers of an epilogue subtile, the fused
 alpha (an e4m3 kernel's per-tensor scales), scale, bias, residual and activation, and the element-by-element store of a
 K that TMA cannot store. A mixin of kernel.ConvKernel (self.g is its geometry.Geometry)."""
 from __future__ import annotations
@@ -14,44 +14,49 @@ GELU_K = 0.7978845608028654   # sqrt(2 / pi)
 class EpilogueSteps:
     @cute.jit
     def reduce_splits(self, acc: cute.Tensor, mPart: cute.Tensor, mCount: cute.Tensor, sArrivals: cute.Tensor,
-                      tile, split, wtid, group_threads: cutlass.Constexpr, epi_barrier, grp):
-        """Split-K's fixup, with no wait on another CTA: the unit stores its f32 accumulators in its workspace
-        slot (tile, split), element-major across the group's threads (16 bytes a thread, coalesced), and after
-        a barrier and a gpu-scope release one thread counts the arrival on the tile's counter. The unit that
-        counts last (split_k - 1 arrived before it) acquires, sums the split_k partials, its own included, in
-        split order (the same sum whichever unit arrives last) and sets the counter back to zero for the next
-        launch. Returns 0 for that unit, 1 for the others (which must not store the tile)."""
+                      tile, slot, units, wtid, group_threads: cutlass.Constexpr, epi_barrier, grp):
+        """The fixup of a tile that `units` work units sum (split-K's splits, or stream-K's units of this tile, slot
+        being this unit's place among them), with no wait on another CTA: the unit stores its f32 accumulators in
+        its workspace slot (tile, slot), element-major across the group's threads (16 bytes a thread, coalesced),
+        and after a barrier and a gpu-scope release one thread counts the arrival on the tile's counter. The unit
+        that counts last (units - 1 arrived before it) acquires, sums the partials, its own included, in slot
+        order (the same sum whichever unit arrives last) and sets the counter back to zero for the next launch.
+        Returns 0 for that unit, 1 for the others (which must not store the tile); 0 for a tile of one unit (a
+        stream-K share's whole tile), which has no fixup."""
         g = self.g
         f32 = self.acc_dtype
-        vectors = cute.size(acc) // 4
-        frag = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
-        slot = g.tile_m * g.tile_n
-        thread_layout = cute.make_layout((4, vectors), stride=(1, group_threads * 4))
-        store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f32, num_bits_per_copy=128)
-        # partials written by other CTAs in this launch: read from L2 (.cg), never from a stale L1 line
-        load = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), f32, num_bits_per_copy=128,
-                                   load_cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL)
-        base = tile * (g.split_k * slot) + wtid * 4
-        cute.copy(store, frag, cute.make_tensor(mPart.iterator + cute.assume(base + split * slot, divby=4),
-                                                thread_layout))
-        epi_barrier.arrive_and_wait()  # every thread's partial stored before the release below
-        if wtid == 0:
-            cute.arch.fence_acq_rel_gpu()
-            sArrivals[grp] = cute.arch.atomic_add(mCount.iterator + tile, cutlass.Int32(1), sem="acq_rel",
-                                                  scope="gpu")
-            cute.arch.fence_acq_rel_gpu()
-        epi_barrier.arrive_and_wait()
-        arrived = sArrivals[grp]
-        if arrived == g.split_k - 1:
-            cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base, divby=4), thread_layout), frag)
-            other = cute.make_rmem_tensor((4, vectors), f32)
-            for s in cutlass.range(1, g.split_k, unroll=1):
-                cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base + s * slot, divby=4),
-                                                 thread_layout), other)
-                frag.store(frag.load() + other.load())
+        outside = cutlass.Int32(0)
+        if units > 1:
+            vectors = cute.size(acc) // 4
+            frag = cute.make_tensor(acc.iterator, cute.make_layout((4, vectors), stride=(1, 4)))
+            size = g.tile_m * g.tile_n
+            thread_layout = cute.make_layout((4, vectors), stride=(1, group_threads * 4))
+            store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f32, num_bits_per_copy=128)
+            # partials written by other CTAs in this launch: read from L2 (.cg), never from a stale L1 line
+            load = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), f32, num_bits_per_copy=128,
+                                       load_cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL)
+            base = tile * (g.split_slots * size) + wtid * 4
+            cute.copy(store, frag, cute.make_tensor(mPart.iterator + cute.assume(base + slot * size, divby=4),
+                                                    thread_layout))
+            epi_barrier.arrive_and_wait()  # every thread's partial stored before the release below
             if wtid == 0:
-                mCount[tile] = cutlass.Int32(0)
-        return cutlass.min(g.split_k - 1 - arrived, 1)
+                cute.arch.fence_acq_rel_gpu()
+                sArrivals[grp] = cute.arch.atomic_add(mCount.iterator + tile, cutlass.Int32(1), sem="acq_rel",
+                                                      scope="gpu")
+                cute.arch.fence_acq_rel_gpu()
+            epi_barrier.arrive_and_wait()
+            arrived = sArrivals[grp]
+            if arrived == units - 1:
+                cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base, divby=4), thread_layout), frag)
+                other = cute.make_rmem_tensor((4, vectors), f32)
+                for s in cutlass.range(1, units, unroll=1):
+                    cute.copy(load, cute.make_tensor(mPart.iterator + cute.assume(base + s * size, divby=4),
+                                                     thread_layout), other)
+                    frag.store(frag.load() + other.load())
+                if wtid == 0:
+                    mCount[tile] = cutlass.Int32(0)
+            outside = cutlass.min(units - 1 - arrived, 1)
+        return outside
 
     def acc_index(self, sub: int, v: int, n_sub: int) -> int:
         """The accumulator register (flat index into r2s.retile(acc)) of value v of epilogue sub-tile `sub`.

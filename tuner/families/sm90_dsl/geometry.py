@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, BuildSpec, SpecError, box_problem, cluster_problem, conv_box,
-                   element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
+from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, STREAM_K, BuildSpec, SpecError, box_problem, cluster_problem,
+                   conv_box, element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
                    split_k_workspace_bytes, tile_m_problem, tile_n_problem)
+from .stream_plan import StreamKPlan, stream_k_problem
 
 SM_COUNT = 132                 # H100 SXM
 
@@ -69,6 +70,7 @@ class Geometry:
     output_bytes: int = 2          # bytes of an element of y and the residual (4: a tf32 kernel's f32, no residual)
     scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
     pdl: bool = False              # spec.BuildSpec.pdl: programmatic dependent launch
+    stream_k: bool = False         # spec.STREAM_K: the clusters share all tiles' k tiles evenly (split_k is then 1)
 
     @property
     def stages_by_element(self) -> bool:
@@ -146,13 +148,29 @@ class Geometry:
         return m * n
 
     @property
+    def splits(self) -> bool:
+        """Whether a tile may be summed by several work units (split-K or stream-K), with the fixup after them."""
+        return self.split_k > 1 or self.stream_k
+
+    @property
+    def stream_plan(self) -> StreamKPlan:
+        cluster_tiles = self.workspace_tiles // self.cluster_size
+        clusters = min(cluster_tiles * self.k_tiles, SM_COUNT // self.cluster_size)
+        return StreamKPlan(cluster_tiles, self.k_tiles, clusters)
+
+    @property
+    def split_slots(self) -> int:
+        """Partials a tile in the workspace: split-K's splits, or stream-K's most units of one tile."""
+        return self.stream_plan.slots if self.stream_k else self.split_k
+
+    @property
     def partial_elements(self) -> int:
         """f32 partial accumulators in the split-K workspace, before the tiles' counters."""
-        return self.split_k * self.workspace_tiles * self.tile_m * self.tile_n if self.split_k > 1 else 0
+        return self.split_slots * self.workspace_tiles * self.tile_m * self.tile_n if self.splits else 0
 
     @property
     def workspace_bytes(self) -> int:
-        return split_k_workspace_bytes(self.workspace_tiles, self.split_k, self.tile_m, self.tile_n)
+        return split_k_workspace_bytes(self.workspace_tiles, self.split_slots, self.tile_m, self.tile_n)
 
     def phase_k_offsets(self) -> list[int]:
         """The global k tile index of each phase's first k tile: phase by phase, tap by tap, channel block."""
@@ -165,6 +183,8 @@ class Geometry:
 
     @property
     def grid(self) -> tuple[int, int, int]:
+        if self.stream_k:
+            return (self.cluster_m, self.cluster_n, self.stream_plan.clusters)
         clusters = min(self.tiles * self.split_k // self.cluster_size, SM_COUNT // self.cluster_size)
         return (self.cluster_m, self.cluster_n, clusters)  # refined by the scheduler's own rule
 
@@ -284,6 +304,10 @@ def geometry(spec: BuildSpec) -> Geometry:
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
                  output_bytes=ELEMENT_BYTES[spec.output_element],
                  scaled=spec.scaled, pdl=spec.pdl)
+    if t.split_k == STREAM_K:
+        g = Geometry(**{**g.__dict__, "split_k": 1, "stream_k": True})
+        if (reason := stream_k_problem(g.stream_plan, t.schedule, p.gathers)):
+            raise SpecError(reason)
     if g.split_k > g.k_tiles:
         raise SpecError(f"split_k {g.split_k} exceeds the {g.k_tiles} k tiles of a tile: a unit would have none")
     fit = (SMEM_CAPACITY - g.smem_bytes(0)) // (((0 if g.gather else g.tile_n) + g.tile_m) * g.tile_k * operand_bytes)

@@ -24,7 +24,8 @@ two ('cooperative', the M tile split between them) consumer warpgroups issue wgm
 epilogue, then store through shared memory with TMA; or ('pingpong') two consumer warpgroups on alternate
 tiles, each a whole 64- or 128-row tile with its own epilogue buffers, taking turns on the mainloop (an
 mbarrier pair, CUTLASS's OrderedSequenceBarrier) so that one's epilogue runs under the other's wgmma. Tiles are
-handed out by a static persistent scheduler (grid = min(tiles, SMs / cluster) clusters, raster m|n, swizzle groups).
+handed out by a static persistent scheduler (grid = min(tiles, SMs / cluster) clusters, raster m|n, swizzle groups),
+or with stream-K (stream_k.py) each cluster takes an equal share of all tiles' k tiles laid end to end.
 
 The residual, when the epilogue has one, comes in as CUTLASS's TMA warp-specialised epilogue loads its source C:
 warp 1 of warpgroup 0 walks the same tiles and loads each tile's residual one epilogue subtile (tile_m x epi_n)
@@ -147,6 +148,8 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         sched = utils.PersistentTileSchedulerParams(
             (g.m_tiles, g.n_tiles, g.split_k), (g.cluster_m, g.cluster_n, 1), g.swizzle, g.raster_m)
         grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, SM_COUNT // g.cluster_size)
+        if cutlass.const_expr(g.stream_k):
+            grid = g.grid  # one cluster a share of the k tiles (stream_plan.StreamKPlan), not one a tile
 
         @cute.struct
         class SharedStorage:

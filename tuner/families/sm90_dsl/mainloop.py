@@ -9,6 +9,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 
 from .geometry import Phase
+from .stream_k import StreamKScheduler
 
 
 class Mainloop:
@@ -23,13 +24,12 @@ class Mainloop:
         a_cta_layout = cute.make_layout(g.cluster_n)
         b_cta_layout = cute.make_layout(g.cluster_m)
         kb = g.k_blocks_per_tap
-        scheduler = utils.StaticPersistentTileScheduler.create(
-            sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        scheduler = self.make_scheduler(sched)
         work = scheduler.initial_work_tile_info()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
         while work.is_valid_tile:
             q0, p0, n0, k0 = self.tile_origin(work)
-            k_begin, k_end = self.split_k_range(work.tile_idx[2])
+            k_begin, k_end = self.unit_k_range(scheduler, work)
             # k tiles phase by phase (the order of the sum does not matter; A and B of a k tile match),
             # in each phase tap by tap, tile_k channels a time
             for pi, ph in enumerate(g.phases()):
@@ -76,11 +76,22 @@ class Mainloop:
         return cute.local_tile(cute.domain_offset(((q0, p0, n0), k0), tensor), ((g.tile_q, g.bp, g.bn), g.tile_n),
                                (0, 0))
 
-    def split_k_range(self, split):
-        """The k tiles [begin, end) of split `split` of a tile (spec.split_k_range): all of them without a split."""
+    def make_scheduler(self, sched: utils.PersistentTileSchedulerParams):
+        """The persistent scheduler every role walks its work with: tiles (with split-K, (tile, split) units), or
+        stream-K's units (stream_k.StreamKScheduler)."""
+        if cutlass.const_expr(self.g.stream_k):
+            return StreamKScheduler.create_for(sched, cute.arch.block_idx(), cute.arch.grid_dim(), self.g.stream_plan)
+        return utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+
+    def unit_k_range(self, scheduler, work):
+        """The k tiles [begin, end) of the current work unit's tile: all of them without a split; of split
+        work.tile_idx[2] with split-K (spec.split_k_range); the unit's with stream-K."""
         g = self.g
+        if cutlass.const_expr(g.stream_k):
+            return scheduler.k_range()
         if cutlass.const_expr(g.split_k == 1):
             return 0, g.k_tiles
+        split = work.tile_idx[2]
         return split * g.k_tiles // g.split_k, (split + 1) * g.k_tiles // g.split_k
 
     def phase_k_bounds(self, pi: int, ph: Phase, k_begin, k_end) -> tuple:
@@ -88,7 +99,7 @@ class Mainloop:
         the phase holds global k tiles [offset, offset + count); an empty intersection runs no iteration."""
         g = self.g
         count = ph.nr * ph.ns * g.k_blocks_per_tap
-        if cutlass.const_expr(g.split_k == 1):
+        if cutlass.const_expr(not g.splits):
             return 0, count
         offset = g.phase_k_offsets()[pi]
         return (cutlass.max(k_begin, offset) - offset, cutlass.min(k_end, offset + count) - offset)

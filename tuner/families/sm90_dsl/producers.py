@@ -47,7 +47,7 @@ class Producers:
         rsc = g.r * g.s * g.c
         chunk = cute.make_rmem_tensor((8,), f16)
         store16 = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), f16, num_bits_per_copy=128)
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        scheduler = self.make_scheduler(sched)
         work = scheduler.initial_work_tile_info()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
         while work.is_valid_tile:
@@ -97,7 +97,7 @@ class Producers:
         order_barrier). The residual is the CTA's own, never multicast."""
         g = self.g
         box_m = (g.tile_q, g.bp, g.bn)
-        scheduler = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
+        scheduler = self.make_scheduler(sched)
         work = scheduler.initial_work_tile_info()
         while work.is_valid_tile:
             gR = self.output_tile(mR, work)

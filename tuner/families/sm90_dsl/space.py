@@ -8,16 +8,14 @@ import enum
 import functools
 from dataclasses import dataclass
 
-from tuner.core.device import DeviceFacts
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
-                                 shape_list, types_problem, whole)
-from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, SMEM_CAPACITY, TMA_ROW_BYTES,
-                                          BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, box_problem,
-                                          cluster_problem, conv_box, element_tile_problem, epilogue_columns,
-                                          phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes,
-                                          tile_m_problem, tile_n_problem)
-from tuner.core.axes import pair_text
+                                 shape_list, whole)
+from tuner.families.sm90_dsl.geometry import SM_COUNT
+from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, SMEM_CAPACITY, STREAM_K, TMA_ROW_BYTES,
+                                          BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box, epilogue_columns,
+                                          phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
+from tuner.families.sm90_dsl.stream_plan import StreamKPlan
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
 
@@ -70,7 +68,9 @@ class Sm90DslConfig:
     output_type: DataType
     accumulator_type: DataType
     fusion: Epilogue = Epilogue()
-    split_k: int = 1  # work units a tile, each summing a range of its k tiles; the last to finish stores it
+    # work units a tile, each summing a range of its k tiles, the last to finish storing it; STREAM_K (0): each
+    # persistent cluster sums an equal share of all tiles' k tiles laid end to end (spec.StreamKPlan)
+    split_k: int = 1
     # no knob: built with programmatic dependent launch (spec.BuildSpec.pdl) for a caller that chains kernels
     # (tuner.torch_ops.optimize(pdl=True)); the tuner times kernels without it
     pdl: bool = False
@@ -92,7 +92,7 @@ class Sm90DslConfig:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
         box = "_gather" if self.shape.gathers else "" if self.shape.is_gemm else f"_q{self.tile_q or 'auto'}"
         s = self.shape
-        split = f"_sk{self.split_k}" if self.split_k > 1 else ""
+        split = "_skstream" if self.stream_k else f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}{split}_{self.dtype_key}{self.fusion.short}"
                 f"_{s.key}{'_pdl' if self.pdl else ''}")
@@ -138,12 +138,29 @@ class Sm90DslConfig:
         return m * n
 
     @property
-    def workspace_bytes(self) -> int:
-        """The split-K workspace: a partial a (tile, split) and a counter a tile, over every tile the scheduler
-        hands out (whole clusters and swizzle groups)."""
+    def stream_k(self) -> bool:
+        return self.split_k == STREAM_K
+
+    @property
+    def scheduled_tiles(self) -> int:
+        """The tiles the scheduler hands out: whole clusters and swizzle groups (geometry.Geometry.workspace_tiles)."""
         m, n = scheduled_tiles(self.m_tiles, -(-self.shape.k // self.tile.n), self.cluster.m, self.cluster.n,
                                self.swizzle, self.raster is Raster.m)
-        return split_k_workspace_bytes(m * n, self.split_k, self.tile.m, self.tile.n)
+        return m * n
+
+    @property
+    def stream_plan(self) -> StreamKPlan:
+        """Stream-K's shares, as geometry.Geometry.stream_plan lays them out for the kernel."""
+        size = self.cluster.m * self.cluster.n
+        cluster_tiles = self.scheduled_tiles // size
+        return StreamKPlan(cluster_tiles, self.k_steps, min(cluster_tiles * self.k_steps, SM_COUNT // size))
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The split-K workspace: a partial a (tile, split) and a counter a tile, over every tile the scheduler
+        hands out (whole clusters and swizzle groups); with stream-K a partial a unit of the tile that has most."""
+        slots = self.stream_plan.slots if self.stream_k else self.split_k
+        return split_k_workspace_bytes(self.scheduled_tiles, slots, self.tile.m, self.tile.n)
 
     @property
     def k_steps(self) -> int:
@@ -214,8 +231,9 @@ def parse_space(document: object) -> SearchSpace:
                                                          lambda v: v == AUTO_TILE_Q or v in TILE_QS,
                                                          "output columns of a conv tile: 0 for automatic, or "
                                                          + ", ".join(map(str, TILE_QS)))}))),
-        ("split_k", int_list(FAMILY, "split_k", document["split_k"], lambda v: 1 <= v <= MAX_SPLIT_K,
-                             f"1 to {MAX_SPLIT_K}")),
+        ("split_k", int_list(FAMILY, "split_k", document["split_k"],
+                             lambda v: v == STREAM_K or 1 <= v <= MAX_SPLIT_K,
+                             f"1 to {MAX_SPLIT_K}, or {STREAM_K} for stream-K")),
     ))
 
 
@@ -267,126 +285,5 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
 
 
 def launch_args(config: Sm90DslConfig, problem: ConvProblem) -> LaunchArgs:
-    return LaunchArgs(kernel_problem(problem).c, split_k=config.split_k)
-
-
-def layer_problem(problem: ConvProblem) -> str | None:
-    if (reason := types_problem(FAMILY, problem, INPUT_TYPES)):
-        return reason
-    if problem.output_type.value != OUTPUT_ELEMENTS[problem.input_type.value]:
-        return (f"sm90_dsl kernels write the output in their input's type, f16 from e4m3 or f32 from tf32, got "
-                f"{problem.dtype_key}")
-    if problem.input_type is DataType.tf32:
-        if problem.epilogue.residual:
-            return ("sm90_dsl's tf32 kernels load no residual (its ring moves 16-bit elements by ldmatrix); sm80 and "
-                    "sm90_conv fuse one")
-        if problem.c < GATHER_BELOW_CHANNELS:
-            return (f"sm90_dsl gathers C={problem.c} (under {GATHER_BELOW_CHANNELS}) in 16-bit elements only; sm80 and "
-                    "sm90_conv run a tf32 stem")
-    if problem.k % CHANNEL_MULTIPLE and problem.c < GATHER_BELOW_CHANNELS:
-        return (f"sm90_dsl stores K={problem.k} (not a multiple of {CHANNEL_MULTIPLE}) element by element, which its "
-                f"gathering kernel for C={problem.c} does not")
-    if problem.k % CHANNEL_MULTIPLE and problem.epilogue.residual:
-        return (f"sm90_dsl loads a residual by TMA rows of K: K={problem.k} must be a multiple of {CHANNEL_MULTIPLE} "
-                "for a residual layer")
-    if max(problem.strides) > 2 and problem.c >= GATHER_BELOW_CHANNELS:
-        return (f"sm90_dsl runs strides 1 and 2 (one TMA view per stride phase); this one has stride "
-                f"{pair_text(problem.strides)}")
-    return None
-
-
-# Each rule returns why the configuration cannot run, or None.
-def _check_tile(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    m, n, k = config.tile.m, config.tile.n, config.tile.k
-    if (reason := tile_n_problem(n)):
-        return reason
-    if (reason := tile_m_problem(m, n, config.schedule.value, config.shape.gathers)):
-        return reason
-    if (reason := element_tile_problem(n, k, config.input_type.value)):
-        return reason
-    return None
-
-
-def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    if config.box is None:
-        return None
-    if (reason := box_problem(config.shape, config.tile.m, config.columns)):
-        return reason
-    if config.columns >= 4 * config.shape.q and config.columns > 8:
-        return (f"tile_q={config.columns} is four times the output's Q={config.shape.q} or more: most of the tile "
-                "would be computed on padding (pick a narrower box)")
-    return None
-
-
-def _check_cluster(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    cm, cn, ck = config.cluster.m, config.cluster.n, config.cluster.k
-    if ck != 1:
-        return f"cluster {config.cluster.text}: K 1 (a cluster's CTAs lie along M and N)"
-    if (reason := cluster_problem(cm, cn)):
-        return reason
-    if config.work_tiles < cm * cn:
-        return f"{config.work_tiles} output tile(s) cannot fill a cluster of {cm * cn}"
-    return None
-
-
-def _check_shared_memory(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    fits = config.auto_stage_count
-    if fits < 2:
-        return f"only {fits} pipeline stage(s) of {config.stage_bytes} bytes fit beside the epilogue"
-    if config.stages != AUTO_STAGES and config.stages > fits:
-        return f"{config.stages} stages of {config.stage_bytes} bytes do not fit (at most {fits})"
-    return None
-
-
-def _check_gather(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    if not config.shape.gathers:
-        return None
-    if (config.cluster.m, config.cluster.n) != (1, 1) or config.split_k != 1:
-        return (f"C={config.shape.c} is gathered by the producer warps (fewer channels than a 16-byte TMA row): "
-                "no cluster multicast and no split-K")
-    if config.schedule is Schedule.pingpong:
-        return f"C={config.shape.c} is gathered by the producer warps: built with the single and cooperative schedules"
-    if config.fusion.residual:
-        return f"C={config.shape.c} is gathered by all four producer warps: none is left to load the residual"
-    if config.tile.n < config.shape.k:
-        return (f"C={config.shape.c} is gathered, and the kernel keeps the whole filter in shared memory: tile N "
-                f"{config.tile.n} must hold all K={config.shape.k} output channels")
-    return None
-
-
-def _check_split_k(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    if config.split_k == 1:
-        return None
-    if config.schedule is Schedule.pingpong:
-        return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"
-    if config.split_k * MIN_K_TILES_PER_SPLIT > config.k_steps:
-        return (f"split-K {config.split_k} leaves a split fewer than {MIN_K_TILES_PER_SPLIT} of the "
-                f"{config.k_steps} k tiles of a tile")
-    if device.sm_count and config.cluster_tiles >= device.sm_count:
-        return (f"split-K {config.split_k}: the {config.cluster_tiles} CTAs of the output tiles already fill the "
-                f"{device.sm_count} SMs")
-    return None
-
-
-# (pingpong is no longer refused: with the mainloop order barrier it validated on the H100, 2026-11-24: 13
-# kernels, 64- and 128-row tiles, N 32..256, a 2x1 cluster, residual, a planted shifted tap failing)
-def _check_pingpong_residual_cluster(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
-    # H100, 2026-11-25: in cold studies of three residual layers, pingpong kernels in clusters computed wrong
-    # outputs (128x64 1x2 twice, 64x64 2x2, 128x32 2x2; relative error 6e-3 to 2.8e-2, once only after the timing
-    # launches): a race in that combination, not found yet. Alone, each part validates.
-    if config.schedule is Schedule.pingpong and config.fusion.residual and config.cluster.m * config.cluster.n > 1:
-        return ("pingpong with a residual in a cluster of 2 or more CTAs gave wrong results on the H100 (a race not "
-                "found yet): use a 1x1 cluster or another schedule")
-    return None
-
-
-RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory, _check_gather, _check_split_k,
-         _check_pingpong_residual_cluster)
-
-
-def static_problems(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts) -> list[str]:
-    if (reason := layer_problem(problem)):
-        return [reason]
-    if config.shape != problem_spec(problem):
-        return [f"the kernel was built for {config.shape}, not this problem"]
-    return [reason for rule in RULES if (reason := rule(config, device))]
+    # a stream-K kernel is launched as one without a split: it works its units out itself
+    return LaunchArgs(kernel_problem(problem).c, split_k=max(config.split_k, 1))

@@ -3,8 +3,8 @@ crosses the process boundary as JSON. The tuner side (the family) writes it; tun
 build.py reads it in a child process, where the DSL is imported. Nothing here imports the DSL."""
 from __future__ import annotations
 
-import json
 import functools
+import json
 from dataclasses import asdict, dataclass
 
 from tuner.core.axes import axes_key, output_extent
@@ -28,6 +28,7 @@ SMEM_CAPACITY = 232448     # the opt-in shared memory of an sm_90 CTA, less the 
 CLUSTER_SIDES = (1, 2, 4)  # CTAs of a cluster along M and along N
 MAX_CLUSTER = 8            # CTAs a cluster: the portable maximum (cuDNN runs 8 and 12 on the small-M and wide layers)
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
+STREAM_K = 0               # the split_k value that asks for stream-K (stream_plan.StreamKPlan)
 
 
 class SpecError(ValueError):
@@ -125,7 +126,9 @@ class TileSpec:
     raster: str = "m"        # the persistent scheduler walks tiles along M first, or along N
     swizzle: int = 1         # tiles walked in groups of this many along the other axis
     tile_q: int = 0          # conv only: output columns of the M box (0 in a GEMM)
-    split_k: int = 1         # GEMM-K split over this many work units a tile, summed in the kernel (1: no split)
+    # GEMM-K split over this many work units a tile, summed in the kernel (1: no split); STREAM_K: stream-K (each
+    # persistent cluster sums an equal share of every tile's k tiles, stream_plan.StreamKPlan)
+    split_k: int = 1
 
 
 @dataclass(frozen=True)
@@ -215,8 +218,8 @@ class BuildSpec:
             raise SpecError("a gathering kernel (C < 8) runs without a cluster and without split-K")
         if p.gathers and self.epilogue.residual:
             raise SpecError("a gathering kernel (C < 8) has no residual load: its producer warps all gather")
-        if not isinstance(t.split_k, int) or t.split_k < 1:
-            raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1")
+        if not isinstance(t.split_k, int) or t.split_k < 0:
+            raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1, or {STREAM_K} for stream-K")
 
 
 # rows of a tile each consumer warpgroup may hold, by schedule: one 64-row wgmma block, or two (a pingpong group's
