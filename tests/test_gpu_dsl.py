@@ -114,6 +114,23 @@ CASES = {
                                             {**BASE, "tile_q": 0, "split_k": 0}),
     "conv_stride2_stream_k_single": (ConvProblem(n=4, h=14, w=14, c=256, k=256, r=3, s=3, pad=1, stride=2),
                                      {**BASE, "tile": "64x128x64", "schedule": "single", "tile_q": 0, "split_k": 0}),
+    # TMA im2col loads of A (tile_q -1): M tiles over the n*p*q pixels in order, the TMA unit computing each pixel's
+    # input and zero-filling the padding. 7x7 (where boxes put an eighth of the rows on padding), stride 2 with a C no
+    # tile K divides, dilation 2, a 1x2 cluster (A multicast), the residual ring, pingpong, stream-K, and the kernel
+    # of the planted wrong im2col kernel (dilation 2 on the dilation-1 layer: the same output, other pixels)
+    "conv_im2col_7x7": (STREAM_CONV, {**BASE, "tile_q": -1}),
+    "conv_im2col_stride2_c80_bn_relu_cluster_1x2": (
+        with_epilogue(ConvProblem(n=4, h=14, w=14, c=80, k=256, r=3, s=3, pad=1, stride=2), "scale+bias+relu"),
+        {**BASE, "tile_q": -1, "cluster": "1x2x1"}),
+    "conv_im2col_dilated2_pingpong": (ConvProblem(n=2, h=33, w=33, c=64, k=64, r=3, s=3, pad=2, dilation=2),
+                                      {**BASE, "tile": "128x64x64", "schedule": "pingpong", "tile_q": -1}),
+    "conv_im2col_bn_residual_relu_stream_k": (with_epilogue(STREAM_CONV, "scale+bias+residual+relu"),
+                                              {**BASE, "tile_q": -1, "split_k": 0}),
+    "conv_im2col_1x1_stride2_single": (ConvProblem(n=8, h=28, w=28, c=256, k=512, r=1, s=1, stride=2),
+                                       {**BASE, "tile": "64x128x64", "schedule": "single", "tile_q": -1}),
+    "conv_im2col_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2),
+                            {**BASE, "tile_q": -1}),
+    "conv_im2col": (CONV, {**BASE, "tile_q": -1}),
     # 256-row cooperative tiles (two 64-row wgmma blocks a consumer warpgroup, the warpgroups on alternate blocks),
     # as cuDNN runs VGG's C=64 3x3 layers: 196 to 512 tiles, so that CTAs run two or more; with the residual ring in
     # a cluster, with split-K, and stride 2
@@ -190,7 +207,8 @@ def compiled(device, tmp_path_factory):
     return compile_cases(device, tmp_path_factory.mktemp("cache_dsl"), {case: case_config(case)[1] for case in CASES})
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c not in ("conv_dilated", "stem_gather_dilated")])
+@pytest.mark.parametrize("case", [c for c in CASES
+                                  if c not in ("conv_dilated", "stem_gather_dilated", "conv_im2col_dilated")])
 def test_dsl_kernel_is_right_and_timed(case, compiled, device, worker):
     problem, config = case_config(case)
     launch = registry.family_of(config).rules.launch_args(config, problem)
@@ -213,6 +231,15 @@ def test_planted_wrong_kernel_fails_validation(compiled, worker):
     rejected = worker.request(evaluate_request(compiled["conv_dilated"], CONV, kernel_view=wrong))
     assert rejected["status"] == Status.wrong_result.value, rejected
     accepted = worker.request(evaluate_request(compiled["conv"], CONV))
+    assert accepted["status"] == Status.ok.value, accepted.get("reason")
+
+
+def test_planted_wrong_im2col_kernel_fails_validation(compiled, worker):
+    """An im2col kernel built for dilation 2 writes every output of the dilation-1 layer, from the wrong pixels."""
+    wrong = CASES["conv_im2col_dilated"][0]
+    rejected = worker.request(evaluate_request(compiled["conv_im2col_dilated"], CONV, kernel_view=wrong))
+    assert rejected["status"] == Status.wrong_result.value, rejected
+    accepted = worker.request(evaluate_request(compiled["conv_im2col"], CONV))
     assert accepted["status"] == Status.ok.value, accepted.get("reason")
 
 
@@ -241,6 +268,7 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     ("conv_256x64_bias_relu", "bias", 10),               # a ReLU the 256-row tile's layer does not have
     ("gemm_k104_128x112_bn_residual_relu", "scale+bias+residual", 10),  # ... nor the 112-column tile's
     ("conv_stream_k_bn_residual_relu_cluster_1x2", "scale+bias+residual", 10),  # ... nor the stream-K kernel's
+    ("conv_im2col_stride2_c80_bn_relu_cluster_1x2", "scale+bias", 10),  # ... nor the im2col kernel's
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
@@ -251,7 +279,7 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, 
 
 
 @pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4",
-                                  "conv_stream_k_bn_residual_relu_cluster_1x2"])
+                                  "conv_stream_k_bn_residual_relu_cluster_1x2", "conv_im2col_bn_residual_relu_stream_k"])
 def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, compiled, device):
     """Three launches on one operator and its workspace, the output poisoned before each: each validates only
     if the launch before it left every tile's arrival counter at zero (a counter left at S makes no unit the

@@ -350,6 +350,21 @@ def compiled_ptx(spec: BuildSpec, tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
+def test_an_im2col_kernel_loads_a_by_im2col_tma_multicast_across_its_cluster(tmp_path):
+    """tile_q -1: A by one im2col TMA load a k tile (here stride 2, C=80 in blocks of 64, a 1x2 cluster, fused
+    residual), B by tiled loads of the (K, (C, S, R)) filter, y stored as a GEMM's rows of pixels."""
+    import re
+    spec = BuildSpec(ProblemSpec.symmetric(4, 14, 14, 80, 256, 3, 3, 1, 2, 1),
+                     EpilogueSpec(scale=True, bias=True, residual=True, activation="relu"),
+                     TileSpec(128, 128, 64, cluster_n=2, tile_q=-1))
+    g = geometry(spec)
+    assert g.im2col and g.k_tiles == 18 and (g.xw, g.tile_q) == (4 * 7 * 7, 128)
+    loads = set(re.findall(r"cp\.async\.bulk\.tensor\.\S+", compiled_ptx(spec, tmp_path)))
+    assert any(".4d.shared::cluster.global.im2col." in op and "multicast" in op for op in loads), loads
+    assert not any(".5d." in op for op in loads)
+
+
+@pytest.mark.slow
 def test_an_e4m3_kernel_issues_fp8_wgmma_with_f32_accumulators(tmp_path):
     import re
     spec = BuildSpec(ProblemSpec.symmetric(8, 28, 28, 128, 128, 3, 3, 1, 1, 1), EpilogueSpec(bias=True),

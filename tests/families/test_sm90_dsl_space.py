@@ -546,3 +546,56 @@ def test_the_cost_model_sees_stream_k_balance_the_sms_where_split_k_leaves_a_par
     def predicted(split_k):
         return predicted_us(make_config(R50_S5_3X3_B32, params(split_k=split_k, tile_q=8)), R50_S5_3X3_B32, H100)
     assert predicted(0) < predicted(2) < predicted(1)
+
+
+def test_im2col_is_tile_q_minus_1_in_the_name_the_spec_the_geometry_and_the_checks():
+    """TMA im2col loads: the M tiles run over the n*p*q pixels in order (no box computes padded pixels), for any
+    stride and dilation; a GEMM or a gathered stem has none."""
+    from tuner.families.sm90_dsl.geometry import geometry
+    from tuner.families.sm90_dsl.im2col import TILE_Q_IM2COL
+
+    config = make_config(R50_S5_3X3_B32, params(tile_q=TILE_Q_IM2COL))
+    assert config.im2col and config.tiles_pixels and config.box is None and "_qim2col_" in config.name
+    assert " im2col" in FAMILY.describe(config) and config.build_spec().tile.tile_q == TILE_Q_IM2COL
+    assert config.m_tiles == 13 and config.k_steps == 72  # 1568 pixels in tiles of 128, 9 taps x 8 blocks
+    boxed = make_config(R50_S5_3X3_B32, params(tile_q=8))
+    # boxes of 8 columns by one row of 16 images: an eighth of a 7-column output's rows are padding
+    assert boxed.m_tiles == 14 and boxed.box.useful_fraction(boxed.shape) == 0.875
+    g = geometry(config.build_spec())
+    assert g.im2col and (g.xw, g.yq, g.tile_q, g.bp, g.bn) == (1568, 1568, 128, 1, 1) and g.m_tiles == 13
+    assert (g.src_n, g.src_h, g.src_w, g.out_p, g.out_q) == (32, 7, 7, 7, 7) and g.k_tiles == 72
+    assert static_problems(config, R50_S5_3X3_B32, H100) == []
+    # stride 2, dilation 2 and a C that no tile K divides are the TMA unit's to handle
+    for problem in (ConvProblem(n=4, h=14, w=14, c=80, k=256, r=3, s=3, pad=1, stride=2),
+                    ConvProblem(n=2, h=33, w=33, c=64, k=64, r=3, s=3, pad=2, dilation=2),
+                    ConvProblem(n=1, h=65, w=65, c=2048, k=256, r=3, s=3, pad=12, dilation=12)):
+        assert static_problems(make_config(problem, params(tile_q=TILE_Q_IM2COL)), problem, H100) == []
+    # a GEMM and a gathered stem take no tile_q: im2col there is the same kernel as any other
+    assert not make_config(LATE_GEMM_B1, params(tile_q=TILE_Q_IM2COL)).im2col
+    stem = ConvProblem(n=2, h=64, w=64, c=3, k=64, r=7, s=7, pad=3, stride=2)
+    assert not make_config(stem, params(tile="128x64x32", tile_q=TILE_Q_IM2COL)).im2col
+    wide = ConvProblem(n=1, h=65, w=65, c=256, k=256, r=3, s=3, pad=16, dilation=16)  # filter reach 32
+    assert any("filter offset" in r for r in static_problems(make_config(wide, params(tile_q=TILE_Q_IM2COL)), wide,
+                                                              H100))
+    far = ConvProblem(n=1, h=65, w=65, c=256, k=256, r=3, s=3, pad=18, dilation=18)  # corner -18
+    assert any("corners" in r for r in static_problems(make_config(far, params(tile_q=TILE_Q_IM2COL)), far, H100))
+    with pytest.raises(SpecError, match="filter offset"):
+        geometry(make_config(wide, params(tile_q=TILE_Q_IM2COL)).build_spec())
+    space = parse_space({"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
+                         "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [-1, 8], "split_k": [1]})
+    assert space.choices["tile_q"] == (-1, 0, 8)
+
+
+@pytest.mark.parametrize("extent, out, taps, pad, stride, dilation", [
+    (7, 7, 3, 1, 1, 1), (14, 7, 3, 1, 2, 1), (56, 28, 1, 0, 2, 1), (17, 8, 3, 0, 2, 1), (33, 33, 3, 2, 1, 2),
+    (299, 149, 3, 0, 2, 1), (65, 65, 3, 12, 1, 12), (224, 112, 7, 3, 2, 1)])
+def test_the_im2col_pixel_box_holds_exactly_the_outputs_positions(extent, out, taps, pad, stride, dilation):
+    """The box runs from the lower corner to extent - 1 + the upper corner in steps of the stride: out positions,
+    the first at -pad and the last whose farthest tap is the last input element the output reads."""
+    from tuner.families.sm90_dsl.im2col import im2col_axis
+
+    axis = im2col_axis(extent, out, taps, pad, stride, dilation)
+    positions = range(axis.lower_corner, extent + axis.upper_corner, stride)
+    assert len(positions) == out and positions[0] == -pad
+    assert positions[-1] + axis.filter_offset == extent - 1 + axis.upper_padding
+    assert axis.upper_corner == axis.upper_padding - axis.filter_offset

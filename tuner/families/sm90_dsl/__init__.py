@@ -36,7 +36,7 @@ def supersedes(problem: ConvProblem) -> frozenset[str]:
 
 def describe(config: Sm90DslConfig) -> str:
     stages = "auto" if config.stages == AUTO_STAGES else config.stages
-    box = "" if config.shape.is_gemm else f" q{config.tile_q or 'auto'}"
+    box = "" if config.shape.is_gemm else " im2col" if config.im2col else f" q{config.tile_q or 'auto'}"
     split = " stream-K" if config.stream_k else f" sk{config.split_k}" if config.split_k > 1 else ""
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
             f"r{config.raster.value} sw{config.swizzle}{split}")

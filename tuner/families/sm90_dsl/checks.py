@@ -11,6 +11,7 @@ from tuner.families.sm90_dsl.space import (CHANNEL_MULTIPLE, FAMILY, INPUT_TYPES
                                            Schedule, Sm90DslConfig, problem_spec)
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, box_problem, cluster_problem,
                                           element_tile_problem, tile_m_problem, tile_n_problem)
+from tuner.families.sm90_dsl.im2col import im2col_problem
 from tuner.families.sm90_dsl.stream_plan import stream_k_problem
 
 
@@ -60,6 +61,10 @@ def _check_box(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         return (f"tile_q={config.columns} is four times the output's Q={config.shape.q} or more: most of the tile "
                 "would be computed on padding (pick a narrower box)")
     return None
+
+
+def _check_im2col(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
+    return im2col_problem(config.shape) if config.im2col else None
 
 
 def _check_cluster(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
@@ -132,7 +137,7 @@ def _check_pingpong_residual_cluster(config: Sm90DslConfig, device: DeviceFacts)
     return None
 
 
-RULES = (_check_tile, _check_box, _check_cluster, _check_shared_memory, _check_gather, _check_split_k,
+RULES = (_check_tile, _check_box, _check_im2col, _check_cluster, _check_shared_memory, _check_gather, _check_split_k,
          _check_pingpong_residual_cluster)
 
 

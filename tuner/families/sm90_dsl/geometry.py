@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, STREAM_K, BuildSpec, SpecError, box_problem, cluster_problem,
                    conv_box, element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
                    split_k_workspace_bytes, tile_m_problem, tile_n_problem)
+from .im2col import TILE_Q_IM2COL, im2col_problem
 from .stream_plan import StreamKPlan, stream_k_problem
 
 SM_COUNT = 132                 # H100 SXM
@@ -71,6 +72,9 @@ class Geometry:
     scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
     pdl: bool = False              # spec.BuildSpec.pdl: programmatic dependent launch
     stream_k: bool = False         # spec.STREAM_K: the clusters share all tiles' k tiles evenly (split_k is then 1)
+    # im2col.TILE_Q_IM2COL: A by TMA im2col loads; the M tiles run over the n*p*q output pixels in order (xw = yq =
+    # n*p*q, as in a GEMM) and src_*, out_* hold the conv's own extents
+    im2col: bool = False
 
     @property
     def stages_by_element(self) -> bool:
@@ -113,7 +117,9 @@ class Geometry:
         return self.r * self.s * self.k_blocks_per_tap
 
     def phases(self) -> list["Phase"]:
-        """The input's stride-phase views the filter taps read: one for stride 1, up to four for stride 2."""
+        """The input's stride-phase views the filter taps read: one for stride 1, up to four for stride 2 (none
+        with im2col loads, which stride in the TMA unit)."""
+        assert not self.im2col, "an im2col kernel reads no stride-phase views"
         return tap_phases(self)
 
     @property
@@ -264,11 +270,16 @@ def geometry(spec: BuildSpec) -> Geometry:
     if t.split_k > 1 and pingpong:
         # a pingpong group skips the other group's k tiles by count, which split-K makes vary by unit
         raise SpecError("split_k > 1 is not built with the pingpong schedule (single or cooperative are)")
-    if not p.gathers and (p.stride_h not in (1, 2) or p.stride_w not in (1, 2)):
+    if not p.gathers and t.tile_q != TILE_Q_IM2COL and (p.stride_h not in (1, 2) or p.stride_w not in (1, 2)):
         raise SpecError(f"stride {p.stride_h}x{p.stride_w} is not built in the sm90 DSL kernel's TMA loads (strides 1 "
                         "and 2 on each axis are)")
     if p.is_gemm:
         xw, xh, xn, yq, yp = p.n * p.h * p.w, 1, 1, p.n * p.h * p.w, 1
+        tile_q, bp, bn = t.tile_m, 1, 1
+    elif t.tile_q == TILE_Q_IM2COL and not p.gathers:
+        if (reason := im2col_problem(p)):
+            raise SpecError(reason)
+        xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
         tile_q, bp, bn = t.tile_m, 1, 1
     elif p.gathers:
         xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
@@ -303,7 +314,8 @@ def geometry(spec: BuildSpec) -> Geometry:
                  stores_elements=p.stores_elements,
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
                  output_bytes=ELEMENT_BYTES[spec.output_element],
-                 scaled=spec.scaled, pdl=spec.pdl)
+                 scaled=spec.scaled, pdl=spec.pdl,
+                 im2col=not p.is_gemm and not p.gathers and t.tile_q == TILE_Q_IM2COL)
     if t.split_k == STREAM_K:
         g = Geometry(**{**g.__dict__, "split_k": 1, "stream_k": True})
         if (reason := stream_k_problem(g.stream_plan, t.schedule, p.gathers)):

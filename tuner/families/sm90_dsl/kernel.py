@@ -44,6 +44,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from .consumers import Consumers
 from .epilogue import EpilogueSteps
 from .geometry import SM_COUNT, Geometry, geometry
+from .im2col import im2col_axis
 from .mainloop import Mainloop
 from .producers import Producers
 from .spec import BuildSpec
@@ -116,6 +117,10 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             # no TMA view of x or w (rows of fewer than 16 bytes): the kernel's A and B atoms are unused stand-ins
             a_atoms = [(tma_d, tma_y)] * 4
             tma_b, tma_w = tma_d, tma_y
+        elif cutlass.const_expr(g.im2col):
+            a_atoms, tma_b, tma_w = self.im2col_atoms(x, w, a_smem, b_smem)
+            if cutlass.const_expr(g.stores_elements):
+                tma_d, tma_y = tma_b, my
         else:
             phases = g.phases()
             mxs = [cute.make_tensor(x.iterator + (ph.ph * g.xw + ph.pw) * c, cute.make_layout(
@@ -172,6 +177,30 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
             min_blocks_per_mp=1, stream=stream, use_pdl=g.pdl)
 
+    def im2col_atoms(self, x: cute.Tensor, w: cute.Tensor, a_smem, b_smem):
+        """A's im2col atom on x viewed as ((W, H, N), C), its corners from im2col.im2col_axes (four entries, the
+        kernel's signature; the three unused repeat), and B's atom on the filter viewed as (K, (C, S, R)), so that
+        both walk the k tiles as (channel block, s, r)."""
+        g = self.g
+        c, k = g.c, g.k
+        axis_w = im2col_axis(g.src_w, g.out_q, g.s, g.pad_w, g.stride_w, g.dilation_w)
+        axis_h = im2col_axis(g.src_h, g.out_p, g.r, g.pad_h, g.stride_h, g.dilation_h)
+        mx = cute.make_tensor(x.iterator, cute.make_layout(((g.src_w, g.src_h, g.src_n), c),
+                                                           stride=((c, g.src_w * c, g.src_h * g.src_w * c), 1)))
+        a_op = (cute.nvgpu.cpasync.CopyBulkTensorIm2ColG2SMulticastOp() if g.cluster_n > 1
+                else cute.nvgpu.cpasync.CopyBulkTensorIm2ColG2SOp())
+        atom_a, view_a = cute.nvgpu.cpasync.make_im2col_tma_atom(
+            a_op, mx, cute.slice_(a_smem, (None, None, 0)), (g.tile_m, (g.tile_k,)),
+            (axis_w.lower_corner, axis_h.lower_corner), (axis_w.upper_corner, axis_h.upper_corner),
+            (axis_w.lower_padding, axis_h.lower_padding), (axis_w.upper_padding, axis_h.upper_padding),
+            (axis_w.stride, axis_h.stride), (0, 0), (axis_w.dilation, axis_h.dilation), num_multicast=g.cluster_n)
+        mw = cute.make_tensor(w.iterator, cute.make_layout((k, (c, g.s, g.r)), stride=(g.r * g.s * c, (1, c, g.s * c))))
+        b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if g.cluster_m > 1
+                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
+        tma_b, tma_w = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            b_op, mw, cute.slice_(b_smem, (None, None, 0)), (g.tile_n, (g.tile_k,)), num_multicast=g.cluster_m)
+        return [(atom_a, view_a)] * 4, tma_b, tma_w
+
     # --------------------------------------------------------------------------------------- device
 
     @cute.kernel
@@ -189,7 +218,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         if warp_idx == 0:
             if cutlass.const_expr(not g.gather):
                 for i, atom in enumerate((tma_a0, tma_a1, tma_a2, tma_a3)):
-                    if cutlass.const_expr(i < len(g.phases())):
+                    if cutlass.const_expr(i < (1 if g.im2col else len(g.phases()))):
                         cute.nvgpu.cpasync.prefetch_descriptor(atom)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             if cutlass.const_expr(not g.stores_elements):
@@ -280,8 +309,11 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             if wg_idx == 0:
                 self.gather_pixels(mXflat, sA, mainloop, sched, tidx)
         elif warp_idx == 0:
-            self.load_operands(((tma_a0, mX0), (tma_a1, mX1), (tma_a2, mX2), (tma_a3, mX3)), tma_b, mW, sA, sB,
-                               mainloop, sched, cl_coord, a_mask, b_mask)
+            if cutlass.const_expr(g.im2col):
+                self.load_operands_im2col(tma_a0, mX0, tma_b, mW, sA, sB, mainloop, sched, cl_coord, a_mask, b_mask)
+            else:
+                self.load_operands(((tma_a0, mX0), (tma_a1, mX1), (tma_a2, mX2), (tma_a3, mX3)), tma_b, mW, sA, sB,
+                                   mainloop, sched, cl_coord, a_mask, b_mask)
         if cutlass.const_expr(g.residual):
             if warp_idx == 1:
                 self.load_residual(tma_r, mR, sR, ring_full, ring_empty, sched)

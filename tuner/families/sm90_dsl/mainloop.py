@@ -60,6 +60,39 @@ class Mainloop:
             work = scheduler.get_current_work()
         mainloop.producer_tail(state)
 
+    @cute.jit
+    def load_operands_im2col(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mW: cute.Tensor,
+                             sA: cute.Tensor, sB: cute.Tensor, mainloop, sched: utils.PersistentTileSchedulerParams,
+                             cl_coord, a_mask, b_mask):
+        """The TMA producer of an im2col kernel (im2col.py): for each work unit, its k tiles [begin, end) of the
+        (channel block, s, r) order; A is the im2col view's tile of tile_m output pixels from the unit's first (the
+        TMA unit finds each pixel's input and zero-fills the padding), B the filter's (K, (C, S, R)) view's tile."""
+        g = self.g
+        gA = cute.local_tile(mA, (g.tile_m, (g.tile_k,)), (None, None))  # (tile_m, (tile_k), m tiles, k tiles)
+        gB = cute.local_tile(mW, (g.tile_n, (g.tile_k,)), (None, None))  # (tile_n, (tile_k), n tiles, k tiles)
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_a, cl_coord[1], cute.make_layout(g.cluster_n), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_b, cl_coord[0], cute.make_layout(g.cluster_m), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+        scheduler = self.make_scheduler(sched)
+        work = scheduler.initial_work_tile_info()
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, g.stages)
+        while work.is_valid_tile:
+            k_begin, k_end = self.unit_k_range(scheduler, work)
+            mi, ni = work.tile_idx[0], work.tile_idx[1]
+            for kt in cutlass.range(k_begin, k_end, unroll=1):
+                mainloop.producer_acquire(state)
+                barrier = mainloop.producer_get_barrier(state)
+                cute.copy(tma_a, tAgA[(None, mi, kt)], tAsA[(None, state.index)], tma_bar_ptr=barrier,
+                          mcast_mask=a_mask)
+                cute.copy(tma_b, tBgB[(None, ni, kt)], tBsB[(None, state.index)], tma_bar_ptr=barrier,
+                          mcast_mask=b_mask)
+                mainloop.producer_commit(state)
+                state.advance()
+            scheduler.advance_to_next_work()
+            work = scheduler.get_current_work()
+        mainloop.producer_tail(state)
+
     def tile_origin(self, work):
         """The work tile's first output column q0, row p0, image n0 and channel k0."""
         g = self.g

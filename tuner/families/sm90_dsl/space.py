@@ -15,6 +15,7 @@ from tuner.families.sm90_dsl.geometry import SM_COUNT
 from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, SMEM_CAPACITY, STREAM_K, TMA_ROW_BYTES,
                                           BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box, epilogue_columns,
                                           phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
+from tuner.families.sm90_dsl.im2col import TILE_Q_IM2COL
 from tuner.families.sm90_dsl.stream_plan import StreamKPlan
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
@@ -90,7 +91,8 @@ class Sm90DslConfig:
     @property
     def name(self) -> str:
         stages = "auto" if self.stages == AUTO_STAGES else str(self.stages)
-        box = "_gather" if self.shape.gathers else "" if self.shape.is_gemm else f"_q{self.tile_q or 'auto'}"
+        box = ("_gather" if self.shape.gathers else "" if self.shape.is_gemm else "_qim2col" if self.im2col
+               else f"_q{self.tile_q or 'auto'}")
         s = self.shape
         split = "_skstream" if self.stream_k else f"_sk{self.split_k}" if self.split_k > 1 else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
@@ -113,9 +115,14 @@ class Sm90DslConfig:
         return self.tile_q or auto_tile_q(self.shape, self.tile.m)
 
     @property
+    def im2col(self) -> bool:
+        """A conv's A by TMA im2col loads (im2col.py), not boxes a tap."""
+        return self.tile_q == TILE_Q_IM2COL
+
+    @property
     def tiles_pixels(self) -> bool:
-        """M tiles run over the n*p*q output pixels in order (a GEMM, or a gathering kernel), not boxes."""
-        return self.shape.is_gemm or self.shape.gathers
+        """M tiles run over the n*p*q output pixels in order (a GEMM, a gathering kernel, im2col loads), not boxes."""
+        return self.shape.is_gemm or self.shape.gathers or self.im2col
 
     @property
     def box(self) -> ConvBox | None:
@@ -211,7 +218,8 @@ class Sm90DslConfig:
             tile=TileSpec(tile_m=self.tile.m, tile_n=self.tile.n, tile_k=self.tile.k, cluster_m=self.cluster.m,
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
-                          tile_q=0 if self.tiles_pixels else self.columns, split_k=self.split_k),
+                          tile_q=TILE_Q_IM2COL if self.im2col else 0 if self.tiles_pixels else self.columns,
+                          split_k=self.split_k),
             element=self.input_type.value, pdl=self.pdl)
 
 
@@ -228,9 +236,9 @@ def parse_space(document: object) -> SearchSpace:
         ("swizzle", int_list(FAMILY, "swizzle", document["swizzle"], lambda v: v in SWIZZLES, "1, 2, 4 or 8")),
         # 0 (automatic) is always a choice: it is the value every GEMM's configuration holds
         ("tile_q", tuple(sorted({AUTO_TILE_Q, *int_list(FAMILY, "tile_q", document["tile_q"],
-                                                         lambda v: v == AUTO_TILE_Q or v in TILE_QS,
-                                                         "output columns of a conv tile: 0 for automatic, or "
-                                                         + ", ".join(map(str, TILE_QS)))}))),
+                                                         lambda v: v in (TILE_Q_IM2COL, AUTO_TILE_Q) or v in TILE_QS,
+                                                         f"output columns of a conv tile: {TILE_Q_IM2COL} for im2col "
+                                                         "loads, 0 for automatic, or " + ", ".join(map(str, TILE_QS)))}))),
         ("split_k", int_list(FAMILY, "split_k", document["split_k"],
                              lambda v: v == STREAM_K or 1 <= v <= MAX_SPLIT_K,
                              f"1 to {MAX_SPLIT_K}, or {STREAM_K} for stream-K")),

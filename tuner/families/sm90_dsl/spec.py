@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from tuner.core.axes import axes_key, output_extent
+from tuner.families.sm90_dsl.im2col import TILE_Q_IM2COL
 
 SPEC_VERSION = 2  # 2: pad, stride and dilation per axis
 SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two on one tile, two alternating
@@ -125,7 +126,7 @@ class TileSpec:
     stages: int = 0          # 0: as many as shared memory holds
     raster: str = "m"        # the persistent scheduler walks tiles along M first, or along N
     swizzle: int = 1         # tiles walked in groups of this many along the other axis
-    tile_q: int = 0          # conv only: output columns of the M box (0 in a GEMM)
+    tile_q: int = 0          # conv only: output columns of the M box (0 in a GEMM); im2col.TILE_Q_IM2COL: im2col loads
     # GEMM-K split over this many work units a tile, summed in the kernel (1: no split); STREAM_K: stream-K (each
     # persistent cluster sums an equal share of every tile's k tiles, stream_plan.StreamKPlan)
     split_k: int = 1
@@ -212,8 +213,8 @@ class BuildSpec:
         if p.stores_elements and (p.gathers or self.epilogue.residual):
             raise SpecError(f"K={p.k} (not a multiple of 8) is stored element by element: not with a gathered C or a "
                             "residual (both need TMA rows of K)")
-        if not p.is_gemm and not p.gathers and (t.tile_q < 1 or t.tile_m % t.tile_q):
-            raise SpecError(f"a conv kernel needs tile_q dividing tile_m, got tile_q={t.tile_q}")
+        if not p.is_gemm and not p.gathers and t.tile_q != TILE_Q_IM2COL and (t.tile_q < 1 or t.tile_m % t.tile_q):
+            raise SpecError(f"a conv kernel needs tile_q dividing tile_m or {TILE_Q_IM2COL}, got {t.tile_q}")
         if p.gathers and (t.cluster_m, t.cluster_n, t.split_k) != (1, 1, 1):
             raise SpecError("a gathering kernel (C < 8) runs without a cluster and without split-K")
         if p.gathers and self.epilogue.residual:
