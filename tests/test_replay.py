@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -43,11 +44,21 @@ def test_replay_answers_recorded_and_refuses_the_rest(conv_1):
         assert evaluator.evaluate(KernelBinary(Path("replay") / unknown.name), conv_1, LaunchArgs(32, split_k=8)).status is Status.infra_error
 
 
-def _worker(journal: str, log: str, seed: int, conv_1, space, device) -> None:
+class PacedEvaluator(ReplayEvaluator):
+    """A replay that takes a GPU's few milliseconds a measurement: with none, on a loaded 2-core CI machine the
+    first worker ran all the trials before the second had started (both contribute is what the test checks)."""
+
+    def evaluate(self, *args, **kwargs):
+        time.sleep(0.05)
+        return super().evaluate(*args, **kwargs)
+
+
+def _worker(journal: str, log: str, seed: int, conv_1, space, device, started) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = JournalStorage(JournalFileBackend(journal))
     study = open_study("two-workers", storage, seed)
-    evaluator = ReplayEvaluator(read_record(RECORD, conv_1, "sm80"), Path(log))
+    evaluator = PacedEvaluator(read_record(RECORD, conv_1, "sm80"), Path(log))
+    started.wait(timeout=120)  # both workers have the study open before either measures
     StudyRunner(study, conv_1, JointSpace((space,)), device, ReplayCompiler(jobs=4), evaluator, run_id=RUN).run(TRIALS)
 
 
@@ -56,7 +67,8 @@ def test_two_workers_share_one_study(tmp_path, conv_1, sm80_space, h100):
     journal = str(tmp_path / "optuna.journal")
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_worker, args=(journal, str(log), i, conv_1, sm80_space, h100))
+    started = context.Barrier(2)
+    workers = [context.Process(target=_worker, args=(journal, str(log), i, conv_1, sm80_space, h100, started))
                for i, log in enumerate(logs)]
     for worker in workers:
         worker.start()
