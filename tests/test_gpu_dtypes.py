@@ -49,6 +49,7 @@ LAYERS = {
     "sm90_dsl": ("sm90_dsl", CONV, SM90_DSL),
     "sm90_dsl_fused": ("sm90_dsl", FUSED, SM90_DSL),
     "sm90_dsl_stem": ("sm90_dsl", STEM, {**SM90_DSL, "tile": "128x64x32", "tile_q": 0}),  # C=3: gathered
+    "sm90_dsl_im2col": ("sm90_dsl", CONV, {**SM90_DSL, "tile_q": -1}),  # A by TMA im2col loads
     # the planted wrong kernel of sm90_dsl, whose extents are compiled in: built for dilation 2 (pad 2 keeps the
     # output's size), run on CONV
     "sm90_dsl_dilated": ("sm90_dsl", dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2), SM90_DSL),
@@ -71,6 +72,9 @@ TF32_DSL = {
     # 1x2 cluster, 8-wide boxes over a 7x7 input)
     "sm90_dsl_tf32_7x7_split2_cluster": ("sm90_dsl", ConvProblem(n=32, h=7, w=7, c=512, k=512, r=3, s=3, pad=1),
                                          {**SM90_DSL_TF32, "cluster": "1x2x1", "split_k": 2}),
+    # im2col loads of 4-byte elements with stream-K, on the 7x7 stage
+    "sm90_dsl_tf32_7x7_im2col_stream_k": ("sm90_dsl", ConvProblem(n=8, h=7, w=7, c=512, k=512, r=3, s=3, pad=1),
+                                          {**SM90_DSL_TF32, "tile_q": -1, "split_k": 0}),
     "sm90_dsl_tf32_dilated": ("sm90_dsl", LAYERS["sm90_dsl_dilated"][1], SM90_DSL_TF32),
 }
 DTYPES = ("bf16", "tf32")
