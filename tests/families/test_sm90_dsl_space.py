@@ -530,6 +530,8 @@ def test_stream_k_static_checks():
     assert any("pingpong" in r for r in problems(R50_S5_3X3_B32, split_k=0, tile_q=8, schedule="pingpong"))
     # 4 tiles x 32 k tiles in 128 shares: one k tile a share
     assert any("fewer than 2" in r for r in problems(LATE_GEMM_B1, split_k=0))
+    # 4 tiles of 72 k tiles in 132 shares of about 2: a tile split 33 ways, its last unit reading 33 partials back
+    assert any("split a tile 33 ways" in r for r in problems(LATE_CONV_B1, split_k=0, tile_q=16))
     # 132 tiles of 128x128 on 132 SMs: every share is one whole tile, nothing to balance
     whole = ConvProblem(n=1, h=66, w=128, c=512, k=256, r=1, s=1)
     assert any("splits no tile" in r for r in problems(whole, split_k=0))

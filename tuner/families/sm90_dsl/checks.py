@@ -14,6 +14,11 @@ from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS
 from tuner.families.sm90_dsl.im2col import im2col_problem
 from tuner.families.sm90_dsl.stream_plan import stream_k_problem
 
+# Units of one tile a stream-K plan may have: the tile's last unit reads every unit's f32 partial back alone, so a
+# plan of many small shares on few tiles costs more than split-K's even splits (which the space also holds). The
+# ResNet-50 stage-5 layer at batch 32 it is for has 4 (52 tiles of 72 k tiles in 132 shares).
+MAX_STREAM_K_UNITS = 4
+
 
 def layer_problem(problem: ConvProblem) -> str | None:
     if (reason := types_problem(FAMILY, problem, INPUT_TYPES)):
@@ -113,6 +118,10 @@ def _check_split_k(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
         if plan.shortest_share < MIN_K_TILES_PER_SPLIT:
             return (f"stream-K: {plan.work} k tiles in {plan.clusters} shares leave a share fewer than "
                     f"{MIN_K_TILES_PER_SPLIT}")
+        if plan.slots > MAX_STREAM_K_UNITS:
+            return (f"stream-K: {plan.cluster_tiles} tiles in {plan.clusters} shares split a tile {plan.slots} ways, "
+                    f"whose last unit reads every partial back (at most {MAX_STREAM_K_UNITS}: split-K serves a grid "
+                    "this small)")
         return None
     if config.schedule is Schedule.pingpong:
         return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"
