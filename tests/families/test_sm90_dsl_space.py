@@ -601,3 +601,23 @@ def test_the_im2col_pixel_box_holds_exactly_the_outputs_positions(extent, out, t
     assert len(positions) == out and positions[0] == -pad
     assert positions[-1] + axis.filter_offset == extent - 1 + axis.upper_padding
     assert axis.upper_corner == axis.upper_padding - axis.filter_offset
+
+
+def test_the_waste_diagnosis_counts_the_padded_rows_of_a_box_kernel_and_none_of_an_im2col_one():
+    """tile_padding counts the rows a box kernel's tiles compute (14 tiles of 128 for a 7x7 output of 32 images in
+    8-column boxes: 1792 rows for 1568 pixels), where M rounded up to the tile alone (1664) would hide them."""
+    from tuner.analysis.diagnose import diagnose, kernel_facts
+    from tuner.families.sm90_dsl.im2col import TILE_Q_IM2COL
+    from tuner.measure.run import KernelAttributes
+
+    attributes = KernelAttributes(registers_per_thread=168, static_smem_bytes=0, dynamic_smem_bytes=200_000,
+                                  local_bytes_per_thread=0, threads_per_block=384, max_active_blocks_per_sm=1)
+
+    def padding(tile_q):
+        config = make_config(R50_S5_3X3_B32, params(tile_q=tile_q))
+        facts = kernel_facts(config, R50_S5_3X3_B32, H100, 56, attributes, 0)
+        return facts.padded_m, [f for f in diagnose(facts) if f.code == "tile_padding"]
+    rows, flags = padding(8)
+    assert rows == 14 * 128 and len(flags) == 1 and "M 1568->1792: 12%" in flags[0].message
+    rows, flags = padding(TILE_Q_IM2COL)
+    assert rows is None and flags == []  # 1664 rows for 1568 pixels: 6 %, under the rule's 10 %

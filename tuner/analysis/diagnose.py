@@ -46,6 +46,7 @@ class LaunchFacts:
     theoretical_occupancy_pct: float | None = None
     spill_bytes: int | None = None  # ptxas spill stores + spill loads
     gemm_mnk: tuple[int, int, int] | None = None  # implicit GEMM: N*P*Q, K_out, C*R*S
+    padded_m: int | None = None  # the GEMM rows the tiles compute, where not M rounded up (LaunchShape.padded_m)
     tile_mnk: tuple[int, int, int] | None = None  # threadblock tile
     split_k_slices: int = 1
     # CUTLASS's analytic and optimized fprop iterators walk C once per filter tap (R*S taps), padding C
@@ -154,6 +155,7 @@ def kernel_facts(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
         block_limit_sm=limits["sm"],
         spill_bytes=spill_bytes,
         gemm_mnk=family.rules.kernel_problem(problem).gemm_mnk,
+        padded_m=shape.padded_m,
         tile_mnk=shape.tile_mnk,
         split_k_slices=shape.split_k_slices,
         filter_taps=shape.filter_taps,
@@ -227,15 +229,16 @@ def _padded_k(k: int, tile_k: int, taps: int) -> int:
     return taps * math.ceil(k // taps / tile_k) * tile_k
 
 
-def _padded(gemm: tuple[int, int, int], tile: tuple[int, int, int], taps: int) -> tuple[int, int, int]:
+def _padded(gemm: tuple[int, int, int], tile: tuple[int, int, int], taps: int,
+            padded_m: int | None = None) -> tuple[int, int, int]:
     (m, n, k), (tile_m, tile_n, tile_k) = gemm, tile
-    return math.ceil(m / tile_m) * tile_m, math.ceil(n / tile_n) * tile_n, _padded_k(k, tile_k, taps)
+    return (padded_m or math.ceil(m / tile_m) * tile_m), math.ceil(n / tile_n) * tile_n, _padded_k(k, tile_k, taps)
 
 
 def _tile_padding(facts: LaunchFacts, occ: Occupancy, limits: Thresholds) -> WasteFlag | None:
     if facts.gemm_mnk is None or facts.tile_mnk is None:
         return None
-    padded = _padded(facts.gemm_mnk, facts.tile_mnk, facts.filter_taps)
+    padded = _padded(facts.gemm_mnk, facts.tile_mnk, facts.filter_taps, facts.padded_m)
     useful_macs, padded_macs = math.prod(facts.gemm_mnk), math.prod(padded)
     wasted = (padded_macs - useful_macs) / padded_macs
     if wasted <= limits.max_padding_fraction:

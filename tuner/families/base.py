@@ -128,6 +128,9 @@ class LaunchShape:
     # A memory-bound kernel (a direct depthwise conv): the diagnosis weighs its bytes against the copy ceiling, and
     # its tile and wave rules, made for tensor-core GEMM tiles, do not apply.
     memory_bound: bool = False
+    # The GEMM rows the tiles compute where they are not the pixels in order (sm90_dsl's boxes of q x p x n output
+    # pixels, which also compute padded ones): the tile_padding rule counts these, not M rounded up to the tile.
+    padded_m: int | None = None
 
 
 class KernelConfig(Protocol):

@@ -67,4 +67,5 @@ def launch_shape(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFact
     return LaunchShape(tile_mnk=(config.tile.m, config.tile.n, config.tile.k),
                        filter_taps=config.shape.r * config.shape.s, split_k_slices=slices,
                        work_tiles=units, persistent=True,
-                       cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=True, warp_specialized=True)
+                       cluster=(config.cluster.m, config.cluster.n, 1), can_split_k=True, warp_specialized=True,
+                       padded_m=None if config.box is None else config.m_tiles * config.tile.m)
