@@ -503,6 +503,17 @@ def test_stream_k_shares_walked_as_the_kernel_walks_them_sum_every_k_tile_once(t
     assert plan.slots == max(len(taken) for taken in slots.values())
 
 
+def test_the_slots_counted_from_the_shares_starts_are_the_most_units_any_tile_has():
+    """StreamKPlan.slots walks the clusters' share starts (the static checks ask it of every stream-K configuration);
+    it must agree with the tile-by-tile count."""
+    import random
+    chooser = random.Random(7)
+    for _ in range(500):
+        tiles, k_tiles = chooser.randint(1, 300), chooser.randint(1, 80)
+        plan = StreamKPlan(tiles, k_tiles, chooser.randint(1, min(tiles * k_tiles, 132)))
+        assert plan.slots == max(plan.units(tile)[1] for tile in range(tiles)), plan
+
+
 def test_stream_k_is_split_k_0_in_the_name_the_spec_the_geometry_and_the_launch():
     from tuner.families.sm90_dsl.geometry import geometry
 

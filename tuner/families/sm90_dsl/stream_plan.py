@@ -5,6 +5,7 @@ Python ints. No DSL import."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -58,8 +59,12 @@ class StreamKPlan:
 
     @functools.cached_property
     def slots(self) -> int:
-        """Units of the tile that has the most: the workspace's partials a tile."""
-        return max(self.units(tile)[1] for tile in range(self.cluster_tiles))
+        """Units of the tile that has the most: the workspace's partials a tile. A tile has one unit more than the
+        shares that start inside it (not at its first k tile), so this walks the clusters' starts, not the tiles: the
+        static checks ask it of every stream-K configuration, and a large layer has tens of thousands of tiles."""
+        starts = (cluster * self.work // self.clusters for cluster in range(1, self.clusters))
+        inside = Counter(start // self.k_tiles for start in starts if start % self.k_tiles)
+        return 1 + max(inside.values(), default=0)
 
     @property
     def shortest_share(self) -> int:
