@@ -9,7 +9,7 @@ from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, STREAM_K, BuildSpec, SpecError,
                    conv_box, element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
                    split_k_workspace_bytes, tile_m_problem, tile_n_problem)
 from .im2col import TILE_Q_IM2COL, im2col_problem
-from .stream_plan import StreamKPlan, stream_k_problem
+from .stream_plan import StreamKPlan, stream_k_plan, stream_k_problem
 
 SM_COUNT = 132                 # H100 SXM
 
@@ -160,9 +160,7 @@ class Geometry:
 
     @property
     def stream_plan(self) -> StreamKPlan:
-        cluster_tiles = self.workspace_tiles // self.cluster_size
-        clusters = min(cluster_tiles * self.k_tiles, SM_COUNT // self.cluster_size)
-        return StreamKPlan(cluster_tiles, self.k_tiles, clusters)
+        return stream_k_plan(self.workspace_tiles, self.cluster_size, self.k_tiles, SM_COUNT)
 
     @property
     def split_slots(self) -> int:

@@ -16,7 +16,7 @@ from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, SMEM_CAPACITY, 
                                           BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box, epilogue_columns,
                                           phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
 from tuner.families.sm90_dsl.im2col import TILE_Q_IM2COL
-from tuner.families.sm90_dsl.stream_plan import StreamKPlan
+from tuner.families.sm90_dsl.stream_plan import StreamKPlan, stream_k_plan
 from tuner.core.dtypes import DataType, dtype_key
 from tuner.core.problem import ConvProblem
 
@@ -149,8 +149,8 @@ class Sm90DslConfig:
         return self.split_k == STREAM_K
 
     @property
-    def scheduled_tiles(self) -> int:
-        """The tiles the scheduler hands out: whole clusters and swizzle groups (geometry.Geometry.workspace_tiles)."""
+    def workspace_tiles(self) -> int:
+        """The tiles the scheduler hands out: whole clusters and swizzle groups (as geometry.Geometry's)."""
         m, n = scheduled_tiles(self.m_tiles, -(-self.shape.k // self.tile.n), self.cluster.m, self.cluster.n,
                                self.swizzle, self.raster is Raster.m)
         return m * n
@@ -158,16 +158,14 @@ class Sm90DslConfig:
     @property
     def stream_plan(self) -> StreamKPlan:
         """Stream-K's shares, as geometry.Geometry.stream_plan lays them out for the kernel."""
-        size = self.cluster.m * self.cluster.n
-        cluster_tiles = self.scheduled_tiles // size
-        return StreamKPlan(cluster_tiles, self.k_steps, min(cluster_tiles * self.k_steps, SM_COUNT // size))
+        return stream_k_plan(self.workspace_tiles, self.cluster.m * self.cluster.n, self.k_steps, SM_COUNT)
 
     @property
     def workspace_bytes(self) -> int:
         """The split-K workspace: a partial a (tile, split) and a counter a tile, over every tile the scheduler
         hands out (whole clusters and swizzle groups); with stream-K a partial a unit of the tile that has most."""
         slots = self.stream_plan.slots if self.stream_k else self.split_k
-        return split_k_workspace_bytes(self.scheduled_tiles, slots, self.tile.m, self.tile.n)
+        return split_k_workspace_bytes(self.workspace_tiles, slots, self.tile.m, self.tile.n)
 
     @property
     def k_steps(self) -> int:
