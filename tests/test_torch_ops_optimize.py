@@ -192,8 +192,8 @@ def test_with_pdl_a_family_that_has_a_chained_build_gets_it_and_the_others_keep_
     for family, params in (("sm90_dsl", dsl), ("sm80", SM80_PARAMS)):
         folder = write_best(tmp_path / family, net(), SHAPE, dense=(family, params))
         name, entry = next((n, e) for n, e in best_entries(folder).items() if e.problem.groups == 1)
-        plain = CompiledKernels(folder).config_for(name, entry)
-        chained = CompiledKernels(folder, pdl=True).config_for(name, entry)
+        plain = CompiledKernels(folder).launched(CompiledKernels(folder).tuned_config(name, entry))
+        chained = CompiledKernels(folder, pdl=True).launched(CompiledKernels(folder).tuned_config(name, entry))
         if family == "sm90_dsl":
             assert chained.pdl and chained.build_spec().pdl and chained.name == plain.name + "_pdl"
             assert chained.compiled != plain.compiled and not plain.pdl

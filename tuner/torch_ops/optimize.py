@@ -70,13 +70,9 @@ class CompiledKernels:
 
         return checked_config(name, entry, self.device)
 
-    def config_for(self, name: str, entry: BestEntry):
-        """The build of the entry's kernel that optimize launches: with `pdl`, its family's build for
-        programmatic dependent launch where the family has one (Family.chained)."""
-        return self.launched(self.tuned_config(name, entry))
-
     def launched(self, tuned):
-        """The build of the tuned kernel `tuned` that optimize launches."""
+        """The build of the tuned kernel `tuned` that optimize launches: with `pdl`, its family's build for
+        programmatic dependent launch where the family has one (Family.chained)."""
         return (registry.chained_build(tuned) or tuned) if self.pdl else tuned
 
     def load(self, wanted, device):

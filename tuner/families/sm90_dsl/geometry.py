@@ -274,17 +274,14 @@ def geometry(spec: BuildSpec) -> Geometry:
     if p.is_gemm:
         xw, xh, xn, yq, yp = p.n * p.h * p.w, 1, 1, p.n * p.h * p.w, 1
         tile_q, bp, bn = t.tile_m, 1, 1
-    elif t.tile_q == TILE_Q_IM2COL and not p.gathers:
-        if (reason := im2col_problem(p)):
+    elif p.gathers or t.tile_q == TILE_Q_IM2COL:  # M tiles over the n*p*q output pixels in order
+        xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
+        tile_q, bp, bn = t.tile_m, 1, 1
+        if not p.gathers and (reason := im2col_problem(p)):
             raise SpecError(reason)
-        xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
-        tile_q, bp, bn = t.tile_m, 1, 1
-    elif p.gathers:
-        xw, xh, xn, yq, yp = p.n * p.p * p.q, 1, 1, p.n * p.p * p.q, 1
-        tile_q, bp, bn = t.tile_m, 1, 1
-        if pingpong:
+        if p.gathers and pingpong:
             raise SpecError("a gathering kernel (C < 8) is built with the single or cooperative schedule")
-        if t.tile_n < p.k:
+        if p.gathers and t.tile_n < p.k:
             raise SpecError(f"a gathering kernel keeps the whole filter: tile_n {t.tile_n} must hold K={p.k}")
     else:
         xw, xh, xn, yq, yp = p.w, p.h, p.n, p.q, p.p
