@@ -128,6 +128,13 @@ CASES = {
                                               {**BASE, "tile_q": -1, "split_k": 0}),
     "conv_im2col_1x1_stride2_single": (ConvProblem(n=8, h=28, w=28, c=256, k=512, r=1, s=1, stride=2),
                                        {**BASE, "tile": "64x128x64", "schedule": "single", "tile_q": -1}),
+    # a cluster of 2 along M, or a swizzle of 2 rastering along N, rounds the 7 M tiles of 784 pixels up to 8: the
+    # eighth is computed and never stored, and its im2col loads must not disturb the real tiles (they did on the H200)
+    "conv_im2col_padded_m_tile_cluster_2x1": (ConvProblem(n=1, h=28, w=28, c=128, k=128, r=3, s=3, pad=1),
+                                              {**BASE, "tile": "128x64x64", "tile_q": -1, "cluster": "2x1x1"}),
+    "conv_im2col_padded_m_tile_swizzle_2_raster_n": (ConvProblem(n=1, h=28, w=28, c=128, k=128, r=3, s=3, pad=1),
+                                                     {**BASE, "tile": "128x64x64", "tile_q": -1, "raster": "n",
+                                                      "swizzle": 2}),
     "conv_im2col_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2),
                             {**BASE, "tile_q": -1}),
     "conv_im2col": (CONV, {**BASE, "tile_q": -1}),

@@ -4,6 +4,7 @@ stages it leaves, and the ring slot and mbarrier phase of each epilogue subtile.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -106,3 +107,34 @@ def test_the_epilogue_reads_each_accumulator_of_a_warpgroup_once(tile_m, tile_n,
     n_sub = 8 * blocks * (g.epi_n // 16)
     read = [kernel.acc_index(sub, v, n_sub) for sub in range(g.epi_count) for v in range(n_sub)]
     assert sorted(read) == list(range(tile_n // 2 * blocks))
+
+
+# (problem, tile, cluster_m, swizzle, raster): scheduled M tiles past the last, in each of the three ways y's modes
+# can be degenerate: pixels in order (im2col, N=1 and one "row"), boxes at batch 1 (N of extent 1), boxes at batch 8
+@pytest.mark.parametrize("problem, tile, cluster_m, swizzle, raster", [
+    (ProblemSpec.symmetric(1, 28, 28, 128, 128, 3, 3, 1, 1, 1), TileSpec(128, 64, 64, tile_q=-1), 2, 1, "m"),
+    (ProblemSpec.symmetric(1, 28, 28, 128, 128, 3, 3, 1, 1, 1), TileSpec(128, 64, 64, tile_q=-1), 1, 2, "n"),
+    (ProblemSpec.symmetric(1, 28, 28, 128, 128, 1, 1, 0, 1, 1), TileSpec(128, 64, 64), 2, 1, "m"),
+    (ProblemSpec.symmetric(1, 28, 28, 256, 256, 3, 3, 1, 1, 1), TileSpec(128, 64, 64, tile_q=32), 2, 1, "m"),
+    (ProblemSpec.symmetric(1, 56, 56, 64, 64, 3, 3, 1, 1, 1), TileSpec(64, 64, 64, schedule="single", tile_q=8), 2,
+     1, "m"),
+    (ProblemSpec.symmetric(8, 7, 7, 512, 512, 3, 3, 1, 1, 1), TileSpec(128, 64, 64, tile_q=8), 2, 4, "n"),
+])
+def test_scheduled_tiles_past_the_last_land_outside_y_in_a_mode_tma_keeps(problem, tile, cluster_m, swizzle, raster):
+    """TMA drops a mode of extent 1 from y's view, so a padded M tile whose overflow went into such a mode was
+    stored onto a real tile (the first): the im2col kernels' padded tile overwrote it on the H200."""
+    spec = BuildSpec(problem, EpilogueSpec(), replace(tile, cluster_m=cluster_m, swizzle=swizzle, raster=raster))
+    kernel = ConvKernel(geometry(spec))
+    g = kernel.g
+    scheduled_m, _ = g.scheduled_tiles
+    assert scheduled_m > g.m_tiles  # the case has padded tiles
+    extents = (g.yq, g.yp, g.xn)
+    origins = set()
+    for mi in range(scheduled_m):
+        q0, p0, n0, _ = kernel.tile_origin(SimpleNamespace(tile_idx=(mi, 0, 0)))
+        if mi < g.m_tiles:
+            assert all(0 <= v < e for v, e in zip((q0, p0, n0), extents)), (mi, q0, p0, n0)
+            origins.add((q0, p0, n0))
+        else:
+            assert any(v >= e > 1 for v, e in zip((q0, p0, n0), extents)), (mi, q0, p0, n0, extents)
+    assert len(origins) == g.m_tiles

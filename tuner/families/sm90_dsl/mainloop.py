@@ -94,12 +94,24 @@ class Mainloop:
         mainloop.producer_tail(state)
 
     def tile_origin(self, work):
-        """The work tile's first output column q0, row p0, image n0 and channel k0."""
+        """The work tile's first output column q0, row p0, image n0 and channel k0.
+
+        A cluster or a swizzle rounds the scheduled M tiles up, and the tiles past the last must land outside y,
+        where TMA clips their stores: the index runs on in the outermost mode longer than 1, since TMA drops a mode
+        of extent 1 and would wrap such a tile onto the first (an im2col kernel's eighth tile of seven, computed from
+        other pixels, overwrote the first on the H200)."""
         g = self.g
         mi, ni = work.tile_idx[0], work.tile_idx[1]
-        q0 = (mi % g.m_tiles_q) * g.tile_q
-        p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
-        n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
+        if cutlass.const_expr(g.xn > 1):
+            q0 = (mi % g.m_tiles_q) * g.tile_q
+            p0 = ((mi // g.m_tiles_q) % g.m_tiles_p) * g.bp
+            n0 = (mi // (g.m_tiles_q * g.m_tiles_p)) * g.bn
+        elif cutlass.const_expr(g.yp > 1):
+            q0 = (mi % g.m_tiles_q) * g.tile_q
+            p0 = (mi // g.m_tiles_q) * g.bp
+            n0 = 0
+        else:
+            q0, p0, n0 = mi * g.tile_q, 0, 0
         return q0, p0, n0, ni * g.tile_n
 
     def output_tile(self, tensor: cute.Tensor, work) -> cute.Tensor:
