@@ -15,7 +15,7 @@ from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
 from tuner.families.sm90_dsl.checks import layer_problem, static_problems
 from tuner.families.sm90_dsl.space import kernel_problem, make_config, parse_space, problem_spec
-from tuner.families.sm90_dsl.spec import BuildSpec, SpecError, conv_box
+from tuner.families.sm90_dsl.spec import STREAM_K, BuildSpec, SpecError, conv_box
 from tuner.families.sm90_dsl.toolchain import BUILDER_SOURCES, dsl_version
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
@@ -419,9 +419,9 @@ def test_split_k_static_checks():
 def test_the_space_offers_split_k_only_where_the_grid_leaves_sms_idle():
     space = load_space(SPACE_FILE)
     for problem in (LATE_GEMM_B1, LATE_CONV_B1):
-        assert {c.split_k for c in valid_configs(space, problem, H100)} == {1, 2, 4, 8, 16}
+        assert {c.split_k for c in valid_configs(space, problem, H100)} == {STREAM_K, 1, 2, 4, 8, 16}
     for config in valid_configs(space, CONV, H100):  # 28x28 b32: every tile shape fills the SMs
-        assert config.split_k == 1 or config.cluster_tiles < H100.sm_count
+        assert config.split_k in (1, STREAM_K) or config.cluster_tiles < H100.sm_count
 
 
 def test_split_k_workspace_holds_a_partial_a_tile_and_split_and_a_counter_a_tile():
