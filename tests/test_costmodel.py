@@ -58,6 +58,15 @@ def test_prior_picks_are_valid_distinct_and_varied(conv_1, sm80_space, h100):
     assert picks[0] == prior_candidates(sm80_space, conv_1, h100)[0]
 
 
+def test_prior_candidates_rank_only_the_fitted_configurations_in_the_whole_rankings_order(conv_1, sm80_space, h100):
+    family = registry.get(sm80_space.family)
+    ranked = ranked_by_model(sm80_space, conv_1, h100)
+    orders = {config: family.model.prior_order(config, conv_1) for config in ranked}
+    fitted = [config for config in ranked if orders[config] is not None]
+    assert 0 < len(fitted) < len(ranked)
+    assert prior_candidates(sm80_space, conv_1, h100) == sorted(fitted, key=lambda c: orders[c])
+
+
 @pytest.mark.slow
 def test_prior_keeps_the_knobs_the_model_cannot_see_at_the_fitted_values(conv_1, sm80_space, h100):
     picks = prior_picks(sm80_space, conv_1, h100, 8)
