@@ -135,6 +135,11 @@ CASES = {
     "conv_im2col_padded_m_tile_swizzle_2_raster_n": (ConvProblem(n=1, h=28, w=28, c=128, k=128, r=3, s=3, pad=1),
                                                      {**BASE, "tile": "128x64x64", "tile_q": -1, "raster": "n",
                                                       "swizzle": 2}),
+    # the gathering stem likewise (784 pixels in 7 tiles; it runs without a cluster, and swizzle 2 along N schedules
+    # 8): the padded tile's zeros land past y, not on the first tile
+    "stem_gather_padded_m_tile_swizzle_2_raster_n": (
+        ConvProblem(n=1, h=56, w=56, c=3, k=64, r=7, s=7, pad=3, stride=2),
+        {**BASE, "tile": "128x64x32", "tile_q": 0, "raster": "n", "swizzle": 2}),
     "conv_im2col_dilated": (dataclasses.replace(CONV, dilation_h=2, dilation_w=2, pad_h=2, pad_w=2),
                             {**BASE, "tile_q": -1}),
     "conv_im2col": (CONV, {**BASE, "tile_q": -1}),
