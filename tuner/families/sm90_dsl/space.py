@@ -35,6 +35,12 @@ MAX_SPLIT_K = 32
 MIN_K_TILES_PER_SPLIT = 2  # fewer leave a split's mainloop too short to pay for its partials' round trip
 
 
+# The static checks ask for a configuration's box and stream-K plan several times each, and a layer's space holds
+# 200 K configurations over a few hundred distinct boxes and plans: computing each once halves the checks' time.
+cached_conv_box = functools.lru_cache(maxsize=4096)(conv_box)
+cached_stream_k_plan = functools.lru_cache(maxsize=4096)(stream_k_plan)
+
+
 class Schedule(enum.Enum):
     single = "single"            # one consumer warpgroup
     cooperative = "cooperative"  # two consumer warpgroups split each tile's M
@@ -126,7 +132,7 @@ class Sm90DslConfig:
 
     @property
     def box(self) -> ConvBox | None:
-        return None if self.tiles_pixels else conv_box(self.shape, self.tile.m, self.columns)
+        return None if self.tiles_pixels else cached_conv_box(self.shape, self.tile.m, self.columns)
 
     @property
     def m_tiles(self) -> int:
@@ -158,7 +164,7 @@ class Sm90DslConfig:
     @property
     def stream_plan(self) -> StreamKPlan:
         """Stream-K's shares, as geometry.Geometry.stream_plan lays them out for the kernel."""
-        return stream_k_plan(self.workspace_tiles, self.cluster.m * self.cluster.n, self.k_steps, SM_COUNT)
+        return cached_stream_k_plan(self.workspace_tiles, self.cluster.m * self.cluster.n, self.k_steps, SM_COUNT)
 
     @property
     def workspace_bytes(self) -> int:
@@ -264,6 +270,7 @@ def kernel_problem(problem: ConvProblem) -> ConvProblem:
     return pad_channels(problem, max(CHANNEL_MULTIPLE, TMA_ROW_BYTES // problem.input_type.bytes))
 
 
+@functools.lru_cache(maxsize=256)  # every configuration of a layer's space asks, twice (make_config, the checks)
 def problem_spec(problem: ConvProblem) -> ProblemSpec:
     p = kernel_problem(problem)
     return ProblemSpec(n=p.n, h=p.h, w=p.w, c=p.c, k=p.k, r=p.r, s=p.s, pad_h=p.pad_h, pad_w=p.pad_w,
