@@ -175,3 +175,21 @@ def test_a_problem_several_layers_hold_is_found_as_the_fastest_of_them():
     entries = {name: BestEntry(problem, "sm80", (("tile", "x"),), "k", us)
                for name, us in (("vgg11_first", 335.9), ("vgg16_first", 102.3), ("again", 180.0))}
     assert names_by_problem(entries)[problem] == "vgg16_first"
+
+
+def test_a_best_yaml_read_again_is_the_files_latest_text_and_the_callers_own_copy(tmp_path):
+    from tuner.store.best import best_entries
+    from tuner.store.results import atomic_write
+
+    update_best(tmp_path, "conv_1", tuned("conv_1", 4.2), HEADER)
+    first = best_entries(tmp_path)
+    first.pop("conv_1")  # a caller's change to what it was given is not what the next read returns
+    assert best_entries(tmp_path)["conv_1"].runtime_us == 4.2
+    update_best(tmp_path, "conv_1", tuned("conv_1", 4.1), HEADER)
+    assert best_entries(tmp_path)["conv_1"].runtime_us == 4.1
+    # another process's write of the same length (atomic_write, as every writer of results/ does) is read again
+    path = tmp_path / BEST_FILE
+    atomic_write(path, path.read_text().replace("runtime_us: 4.1", "runtime_us: 4.3"))
+    assert best_entries(tmp_path)["conv_1"].runtime_us == 4.3
+    path.unlink()
+    assert best_entries(tmp_path) == {}

