@@ -191,5 +191,8 @@ def test_a_best_yaml_read_again_is_the_files_latest_text_and_the_callers_own_cop
     path = tmp_path / BEST_FILE
     atomic_write(path, path.read_text().replace("runtime_us: 4.1", "runtime_us: 4.3"))
     assert best_entries(tmp_path)["conv_1"].runtime_us == 4.3
+    # and so is an edit in place within the same tick of the file's clock (same inode, size and, often, time)
+    path.write_text(path.read_text().replace("runtime_us: 4.3", "runtime_us: 4.4"))
+    assert best_entries(tmp_path)["conv_1"].runtime_us == 4.4
     path.unlink()
     assert best_entries(tmp_path) == {}

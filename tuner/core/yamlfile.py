@@ -107,7 +107,11 @@ def read_text(path: Path, what: str, max_bytes: int = MAX_BYTES) -> str:
 def read_yaml(path: Path, what: str, max_bytes: int = MAX_BYTES) -> object:
     """The document in `path`; YamlFileError (one line naming the file and the fix) when it is missing,
     unreadable, too large, not YAML, uses an alias, or gives a key twice."""
-    text = read_text(path, what, max_bytes)
+    return parse_yaml(read_text(path, what, max_bytes), path, what)
+
+
+def parse_yaml(text: str, path: Path, what: str) -> object:
+    """The document `text` (read from `path`) holds, refused as read_yaml refuses it."""
     try:
         return yaml.load(text, Loader=_StrictLoader)
     except YamlFileError as error:

@@ -9,7 +9,8 @@ import functools
 from tuner.core.problem import ConvProblem, canonical_problem
 from tuner.core.yamlfile import brief, dump_yaml
 from tuner.store.records import SchemaError
-from tuner.store.results import BEST_FILE, MAX_BEST_BYTES, ResultsError, atomic_write, locked, read_results_yaml
+from tuner.store.results import (BEST_FILE, MAX_BEST_BYTES, ResultsError, atomic_write, locked, parse_results_yaml,
+                                 read_results_yaml, results_text)
 from tuner.store.schema import BestEntry, BestHeader
 
 # best.yaml's keys that are not its header
@@ -22,7 +23,7 @@ def read_best(folder: Path) -> dict:
     path = folder / BEST_FILE
     if not path.exists():
         return {"layers": {}}
-    document = _best_document(path)
+    document = _best_document(path, read_results_yaml(path, MAX_BEST_BYTES))
     _best_records(path, document)
     return document
 
@@ -30,25 +31,24 @@ def read_best(folder: Path) -> dict:
 def best_records(folder: Path) -> tuple[BestHeader, dict[str, BestEntry]]:
     """best.yaml's header and its layers' entries, checked as read_best checks them."""
     path = folder / BEST_FILE
-    try:
-        found = path.stat()
-    except FileNotFoundError:
+    if not path.exists():
         return BestHeader(), {}
-    header, entries = _parsed_records(str(path), (found.st_ino, found.st_mtime_ns, found.st_size))
+    header, entries = _parsed_records(str(path), results_text(path, MAX_BEST_BYTES))
     return header, dict(entries)
 
 
 # A layer's tune reads its GPU's best.yaml four times (its previous entry, the landscape and twin seeds, the update)
-# and each sibling GPU's once, 0.7 s a read at 480 layers. Keyed by the file's inode, time and size: every write (atomic_write, here or in
-# another process) replaces the file, so a changed file is always read again.
-@functools.lru_cache(maxsize=8)
-def _parsed_records(path_text: str, stamp: tuple[int, int, int]) -> tuple[BestHeader, dict[str, BestEntry]]:
+# and each sibling GPU's once: 0.7 s of parsing a read at 480 layers, against a few ms to read the text. Keyed by
+# the text itself (a file's time stamp is too coarse to tell two quick writes apart), the caller getting its own dict.
+@functools.lru_cache(maxsize=4)
+def _parsed_records(path_text: str, text: str) -> tuple[BestHeader, dict[str, BestEntry]]:
     path = Path(path_text)
-    return _best_records(path, _best_document(path))
+    return _best_records(path, _best_document(path, parse_results_yaml(text, path)))
 
 
-def _best_document(path: Path) -> dict:
-    document = read_results_yaml(path, MAX_BEST_BYTES) or {}
+def _best_document(path: Path, document: object) -> dict:
+    """The parsed best.yaml, refused where its layers or their count are wrong."""
+    document = document or {}
     if not isinstance(document, dict) or not isinstance(document.get("layers", {}), dict):
         raise ResultsError(f"{path} has no 'layers' mapping; restore it from version control")
     document.setdefault("layers", {})

@@ -15,7 +15,7 @@ from typing import IO, Iterator
 
 from tuner.core import gpus
 from tuner.core.device import slugify
-from tuner.core.yamlfile import YamlFileError, read_yaml
+from tuner.core.yamlfile import YamlFileError, parse_yaml, read_text
 
 BEST_FILE = "best.yaml"
 HISTORY_FILE = "history.jsonl"
@@ -164,8 +164,21 @@ def locked(folder: Path) -> Iterator[None]:
 def read_results_yaml(path: Path, max_bytes: int) -> object:
     """A results file the tool wrote, read as user files are: duplicate keys, aliases, binary content
     and oversized files refused in one line."""
+    return parse_results_yaml(results_text(path, max_bytes), path)
+
+
+def results_text(path: Path, max_bytes: int) -> str:
+    """A results file's text, refused as read_results_yaml refuses a file it cannot read."""
     try:
-        return read_yaml(path, "results file", max_bytes)
+        return read_text(path, "results file", max_bytes)
+    except YamlFileError as error:
+        raise ResultsError(f"{error}; restore it from version control") from None
+
+
+def parse_results_yaml(text: str, path: Path) -> object:
+    """The document of a results file's text (results_text), refused as read_results_yaml refuses it."""
+    try:
+        return parse_yaml(text, path, "results file")
     except YamlFileError as error:
         raise ResultsError(f"{error}; restore it from version control") from None
 
