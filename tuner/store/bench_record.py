@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from tuner.core.device import DeviceFacts, device_from_dict
 from tuner.core.yamlfile import brief, dump_yaml
 from tuner.store.results import ResultsError, atomic_write, read_results_yaml

@@ -2,9 +2,8 @@
 (tuner/store/schema.py) and the layer count the file states, and written from them, one entry at a time."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import functools
+from pathlib import Path
 
 from tuner.core.problem import ConvProblem, canonical_problem
 from tuner.core.yamlfile import brief, dump_yaml

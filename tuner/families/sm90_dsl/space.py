@@ -36,7 +36,7 @@ MIN_K_TILES_PER_SPLIT = 2  # fewer leave a split's mainloop too short to pay for
 
 
 # The static checks ask for a configuration's box and stream-K plan several times each, and a layer's space holds
-# 200 K configurations over a few hundred distinct boxes and plans: computing each once halves the checks' time.
+# 200 K configurations over a few hundred distinct boxes and plans: computing each once took 10-40 % off the checks.
 cached_conv_box = functools.lru_cache(maxsize=4096)(conv_box)
 cached_stream_k_plan = functools.lru_cache(maxsize=4096)(stream_k_plan)
 
