@@ -169,17 +169,20 @@ def read_results_yaml(path: Path, max_bytes: int) -> object:
 
 def results_text(path: Path, max_bytes: int) -> str:
     """A results file's text, refused as read_results_yaml refuses a file it cannot read."""
-    try:
+    with _refused_as_results_error():
         return read_text(path, "results file", max_bytes)
-    except YamlFileError as error:
-        raise ResultsError(f"{error}; restore it from version control") from None
 
 
 def parse_results_yaml(text: str, path: Path) -> object:
     """The document of a results file's text (results_text), refused as read_results_yaml refuses it."""
-    try:
+    with _refused_as_results_error():
         return parse_yaml(text, path, "results file")
+
+
+@contextlib.contextmanager
+def _refused_as_results_error() -> Iterator[None]:
+    """A results file the YAML reader refuses: the same line, and how to mend a file the tool wrote."""
+    try:
+        yield
     except YamlFileError as error:
         raise ResultsError(f"{error}; restore it from version control") from None
-
-
