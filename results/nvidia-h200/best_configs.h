@@ -11,10 +11,6 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
-#include "cutlass/conv/kernel/default_depthwise_fprop.h"
-#include "cutlass/conv/device/direct_convolution.h"
-#include "cutlass/epilogue/thread/activation.h"
-#include "cutlass/conv/kernel/default_conv2d_group_fprop.h"
 #include "cute/tensor.hpp"
 #include "cutlass/device_kernel.h"
 #include "cutlass/kernel_hardware_info.h"
@@ -22,6 +18,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/epilogue/thread/activation.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
@@ -695,254 +692,6 @@ class Sm80Runner {
           {Compute(1), Compute(0)},
           cutlass::conv::SplitKMode::kSerial);
     }
-  }
-
-  Conv op_;
-};
-
-// The sm80_depthwise family's kernel: CUTLASS 2.x's direct depthwise convolution (conv/kernel/
-// default_depthwise_fprop.h, DefaultDepthwiseDirect2dConvFprop with the fixed stride-and-dilation iterator) with
-// an epilogue that knows each output vector's channel, so that it applies y = act(scale[c] * acc + bias[c]).
-// CUTLASS's own epilogue for it (epilogue/threadblock/epilogue_depthwise.h) hands its output functor the
-// accumulators alone: a LinearCombination's scalar alpha and beta, no per-channel vector. ChannelEpilogue is
-// EpilogueDepthwise's path (accumulators through shared memory, then one store) with the channel passed on.
-namespace sm80_depthwise {
-
-// y = act(scale[c] * acc + bias[c]) for one vector of kCount channels from `channel` on. A null scale reads as
-// 1 and a null bias as 0; channels at or past `channels` (a masked vector) read neither.
-template <typename ElementOutput_, int Count, typename ElementAccumulator_, bool kScale_, bool kBias_,
-          template <class> class Act>
-struct ChannelAffine {
-  using ElementOutput = ElementOutput_;
-  using ElementAccumulator = ElementAccumulator_;
-  using ElementCompute = float;
-  static int const kCount = Count;
-  static bool const kScale = kScale_;
-  static bool const kBias = kBias_;
-  using FragmentOutput = cutlass::Array<ElementOutput, kCount>;
-  using FragmentAccumulator = cutlass::Array<ElementAccumulator, kCount>;
-  using FragmentCompute = cutlass::Array<ElementCompute, kCount>;
-
-  struct Params {
-    float const *scale = nullptr;
-    float const *bias = nullptr;
-    int channels = 0;
-  };
-
-  Params params;
-
-  CUTLASS_HOST_DEVICE ChannelAffine(Params const &params) : params(params) {}
-  CUTLASS_HOST_DEVICE bool is_source_needed() const { return false; }
-
-  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const &accumulators, int channel) const {
-    FragmentCompute value;
-    bool inside = channel < params.channels;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kCount; ++i) {
-      float v = float(accumulators[i]);
-      if constexpr (kScale) v *= (inside && params.scale) ? params.scale[channel + i] : 1.0f;
-      if constexpr (kBias) v += (inside && params.bias) ? params.bias[channel + i] : 0.0f;
-      value[i] = v;
-    }
-    Act<FragmentCompute> activation;
-    cutlass::NumericArrayConverter<ElementOutput, ElementCompute, kCount> convert;
-    return convert(activation(value));
-  }
-};
-
-// EpilogueDepthwise's iterators and shared storage (from its Default), its output functor called per vector with
-// the vector's first channel: the output iterator's column, as PredicatedTileIteratorDirectConv stores it.
-template <typename Default>
-class ChannelEpilogue {
- public:
-  using OutputOp = typename Default::OutputOp;
-  using OutputTileIterator = typename Default::OutputTileIterator;
-  using WarpTileIterator = typename Default::WarpTileIterator;
-  using SharedLoadIterator = typename Default::SharedLoadIterator;
-  using AccumulatorTile = typename Default::AccumulatorFragmentIterator::AccumulatorTile;
-  using SharedStorage = typename Default::Epilogue::SharedStorage;
-  using ThreadMap = typename OutputTileIterator::ThreadMap;
-  static int const kElementsPerAccess = OutputTileIterator::kElementsPerAccess;
-  using AccumulatorAccess = cutlass::Array<typename WarpTileIterator::Element, kElementsPerAccess>;
-  using OutputAccess = cutlass::Array<typename OutputTileIterator::Element, kElementsPerAccess>;
-
-  CUTLASS_DEVICE
-  ChannelEpilogue(SharedStorage &shared_storage, int thread_idx, int warp_idx, int lane_idx)
-      : shared_load_iterator_(shared_storage.reference(), thread_idx),
-        warp_tile_iterator_(shared_storage.reference(), thread_idx, lane_idx) {}
-
-  CUTLASS_DEVICE
-  void operator()(OutputOp const &output_op, OutputTileIterator destination_iterator,
-                  AccumulatorTile const &accumulators, OutputTileIterator, const int smem_base_offset) {
-    warp_tile_iterator_.set_smem_base_address(smem_base_offset);
-    shared_load_iterator_.set_smem_base_address(smem_base_offset);
-    warp_tile_iterator_.store(accumulators);
-    __syncthreads();
-    typename SharedLoadIterator::Fragment aligned_accumulators;
-    shared_load_iterator_.load(aligned_accumulators);
-    // The next tile's cp.async (DepthwiseFpropDirectConvMultipleStage, at its first warp_mma_k) writes into the
-    // stage this epilogue just read (smem_base_offset is the stage of `iterations % kStages`), and the main loop
-    // has no barrier before it: without this one a fast warp overwrites what a slow warp has yet to load. On an
-    // H200 43 of 736 trials of the direct kernels were wrong (with this race among the causes), some only on a
-    // second launch.
-    __syncthreads();
-    typename OutputTileIterator::Fragment output;
-    auto *output_access = reinterpret_cast<OutputAccess *>(&output);
-    auto const *accumulator_access = reinterpret_cast<AccumulatorAccess const *>(&aligned_accumulators);
-    CUTLASS_PRAGMA_UNROLL
-    for (int s = 0; s < ThreadMap::Iterations::kStrided; ++s) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < ThreadMap::Iterations::kContiguous; ++c) {
-        int index = s * ThreadMap::Iterations::kContiguous + c;
-        int channel = destination_iterator.thread_start_column() + c * ThreadMap::Delta::kContiguous;
-        output_access[index] = output_op(accumulator_access[index], channel);
-      }
-    }
-    destination_iterator.store(output);
-  }
-
- private:
-  SharedLoadIterator shared_load_iterator_;
-  WarpTileIterator warp_tile_iterator_;
-};
-
-// DefaultDepthwiseDirect2dConvFprop's kFixedStrideDilation kernel, its epilogue a ChannelEpilogue.
-template <typename Element, typename ElementAccumulator, typename ThreadblockShape, typename ThreadBlockOutputShape,
-          typename FilterShape, typename WarpShape, typename OutputOp, int Stages, typename StrideShape,
-          typename DilationShape>
-struct DefaultDirectFprop {
-  using Layout = cutlass::layout::TensorNHWC;
-  using Swizzle = cutlass::conv::threadblock::DepthwiseDirect2dConvIdentityThreadblockSwizzle<
-      1, ThreadBlockOutputShape::kN, ThreadBlockOutputShape::kH, ThreadBlockOutputShape::kW>;
-  using Base = cutlass::conv::kernel::DefaultDepthwiseDirect2dConvFprop<
-      Element, Layout, Element, Layout, Element, Layout, ElementAccumulator, cutlass::arch::OpClassSimt,
-      cutlass::arch::Sm80, ThreadblockShape, ThreadBlockOutputShape, FilterShape, WarpShape,
-      cutlass::gemm::GemmShape<1, 1, 1>, OutputOp, Swizzle, Stages, cutlass::arch::OpMultiplyAdd,
-      cutlass::conv::IteratorAlgorithm::kFixedStrideDilation, cutlass::conv::StrideSupport::kFixed, StrideShape,
-      DilationShape>;
-  using Default = cutlass::epilogue::threadblock::DefaultDirectConvEpilogueSimt<
-      ThreadblockShape, typename Base::WarpMmaSimtOp, OutputOp, OutputOp::kCount, typename Base::ThreadOutputShape,
-      ThreadBlockOutputShape>;
-  using Epilogue = ChannelEpilogue<Default>;
-  using Mma = cutlass::conv::threadblock::DepthwiseFpropDirectConvMultipleStage<
-      ThreadblockShape, typename Base::IteratorA, typename Base::SmemIteratorA, Base::CacheOpA,
-      typename Base::IteratorB, typename Base::SmemIteratorB, Base::CacheOpB, typename Base::MmaPolicy, Stages,
-      Epilogue, cutlass::conv::IteratorAlgorithm::kFixedStrideDilation>;
-  using Kernel = cutlass::conv::kernel::DirectConvolution<Mma, Epilogue, Swizzle, cutlass::conv::Operator::kFprop,
-                                                          cutlass::conv::Conv2dProblemSize,
-                                                          cutlass::conv::GroupMode::kDepthwise,
-                                                          ThreadBlockOutputShape>;
-};
-
-}  // namespace sm80_depthwise
-
-// Binds a CUTLASS 2.x direct depthwise convolution (the sm80_depthwise family: templates/direct_conv_fused.h) to
-// the tuner's problem array. The filter size, stride and dilation are compiled in; the problem's split_k is the
-// number of CTAs that share one channel slice's output tiles. The workspace holds the filter reordered from KRS1
-// to RSK, which the kernel reads: each run reorders it again (CUTLASS's ReorderKernel), so that a filter changed
-// between launches is never read stale.
-template <typename Conv>
-class Sm80DepthwiseRunner {
- public:
-  using ElementA = typename Conv::ElementA;
-  using ElementB = typename Conv::ElementB;
-  using ElementC = typename Conv::ElementC;
-  using Kernel = typename Conv::UnderlyingKernel;
-  using OutputOp = typename Conv::EpilogueOutputOp;
-  using FilterShape = typename Kernel::Mma::IteratorB::Shape;  // MatrixShape<channels a CTA, R * S>
-  using Stride = typename Kernel::Mma::IteratorA::StrideShape;
-  using Dilation = typename Kernel::Mma::IteratorA::DilationShape;
-
-  static cutlass::Status can_implement(const TunerProblem &p) {
-    if (p.groups != p.c || p.k != p.c || p.r * p.s != FilterShape::kColumn || !built_for(p)) {
-      return cutlass::Status::kErrorNotSupported;
-    }
-    return Conv::can_implement(arguments(p, nullptr, nullptr, nullptr, TunerEpilogue{}, nullptr));
-  }
-
-  static size_t workspace_bytes(const TunerProblem &p) { return size_t(p.k) * p.r * p.s * sizeof(ElementB); }
-
-  // grid[6] = {grid x, y, z in blocks, cluster x, y, z}: channel slices along y, their CTAs along z.
-  static void grid(const TunerProblem &p, int32_t *grid) {
-    typename Kernel::ThreadblockSwizzle swizzle;
-    dim3 launch = swizzle.get_grid_shape(swizzle.get_tiled_shape(
-        Kernel::kConvolutionalOperator, problem_size(p),
-        {Conv::ThreadblockShape::kM, Conv::ThreadblockShape::kN, Conv::ThreadblockShape::kK}, p.split_k));
-    grid[0] = launch.x; grid[1] = launch.y; grid[2] = launch.z;
-    grid[3] = 1; grid[4] = 1; grid[5] = 1;
-  }
-
-  // attrs[6] = {registers per thread, static smem, dynamic smem, local bytes per thread,
-  //             threads per block, max active blocks per SM}. The shared memory is the kernel's for any problem
-  // it was built for (its input window and filter are compile-time shapes): here one of 16x16 pixels.
-  static cudaError_t attributes(int32_t *attrs) {
-    int smem = int(typename Kernel::Params(
-        arguments(nominal_problem(), nullptr, nullptr, nullptr, TunerEpilogue{}, nullptr)).get_smem_size());
-    cudaError_t error = cudaFuncSetAttribute(cutlass::Kernel<Kernel>,
-        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (error != cudaSuccess) return error;
-    cudaFuncAttributes attributes;
-    error = cudaFuncGetAttributes(&attributes, cutlass::Kernel<Kernel>);
-    if (error != cudaSuccess) return error;
-    int blocks = 0;
-    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, cutlass::Kernel<Kernel>, Kernel::kThreadCount, smem);
-    if (error != cudaSuccess) return error;
-    attrs[0] = attributes.numRegs;
-    attrs[1] = int32_t(attributes.sharedSizeBytes);
-    attrs[2] = smem;
-    attrs[3] = int32_t(attributes.localSizeBytes);
-    attrs[4] = Kernel::kThreadCount;
-    attrs[5] = blocks;
-    return cudaSuccess;
-  }
-
-  // No residual (the epilogue reads none); a scale or a bias only where the kernel was built with it.
-  cutlass::Status initialize(const TunerProblem &p, void *x, void *w, void *y, const TunerEpilogue &epilogue,
-                             void *workspace, cudaStream_t stream) {
-    if (epilogue.residual || (epilogue.scale && !OutputOp::kScale) || (epilogue.bias && !OutputOp::kBias)) {
-      return cutlass::Status::kErrorNotSupported;
-    }
-    if (!workspace) return cutlass::Status::kErrorWorkspaceNull;
-    return op_.initialize(arguments(p, x, w, y, epilogue, workspace), workspace, stream);
-  }
-
-  cutlass::Status run(cudaStream_t stream) { return op_.run(stream); }
-
- private:
-  static bool built_for(const TunerProblem &p) {
-    return p.stride_h == Stride::kRow && p.stride_w == Stride::kColumn && p.dilation_h == Dilation::kRow &&
-           p.dilation_w == Dilation::kColumn;
-  }
-
-  // A problem of the kernel's stride and dilation, 16x16 pixels of one channel slice: the shared memory of its
-  // Params is every such problem's.
-  static TunerProblem nominal_problem() {
-    constexpr int kChannels = Conv::ThreadblockShape::kN, kSize = 16;
-    const int32_t fields[kTunerProblemFields] = {
-        1, kSize, kSize, kChannels, kChannels, 1, 1, 0, 0, Stride::kRow, Stride::kColumn, Dilation::kRow,
-        Dilation::kColumn, kChannels, 1, (kSize - 1) / Stride::kRow + 1, (kSize - 1) / Stride::kColumn + 1, 0, 1, 0};
-    return TunerProblem(fields);
-  }
-
-  static cutlass::conv::Conv2dProblemSize problem_size(const TunerProblem &p) {
-    return cutlass::conv::Conv2dProblemSize(
-        p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.p, p.q, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
-        p.dilation_w, cutlass::conv::Mode::kCrossCorrelation, p.split_k, p.groups);
-  }
-
-  static typename Conv::Arguments arguments(const TunerProblem &p, void *x, void *w, void *y,
-                                            const TunerEpilogue &epilogue, void *workspace) {
-    using Layout = cutlass::layout::TensorNHWC;
-    Layout layout_y = Layout::packed({p.n, p.p, p.q, p.k});
-    typename OutputOp::Params output{epilogue.scale, epilogue.bias, p.k};
-    return typename Conv::Arguments(
-        problem_size(p),
-        {static_cast<ElementA *>(x), Layout::packed({p.n, p.h, p.w, p.c})},
-        {static_cast<ElementB *>(w), Layout::packed({p.k, p.r, p.s, 1})},
-        {nullptr, layout_y},
-        {static_cast<ElementC *>(y), layout_y},
-        output,
-        {static_cast<ElementB *>(workspace), Layout::packed({p.k, p.r, p.s, 1})});
   }
 
   Conv op_;
@@ -1623,7 +1372,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_bf_r50_s3_
 using bf_r50_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_bf_r50_s3_down_s2_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s3_down_s2_b32_runner = DslRunner<bf_r50_s3_down_s2_b32>;
 
-// Config: dsl_128x32x64_c1x1_cooperative_sauto_rm_sw4_bf16_bf16_bf16_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_bf_r50_s4_1x1_1024to256_b1;
 using bf_r50_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_bf_r50_s4_1x1_1024to256_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s4_1x1_1024to256_b1_runner = DslRunner<bf_r50_s4_1x1_1024to256_b1>;
@@ -1643,7 +1392,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_bf_r50_s4_
 using bf_r50_s4_1x1_256to1024_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_bf_r50_s4_1x1_256to1024_b32, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s4_1x1_256to1024_b32_runner = DslRunner<bf_r50_s4_1x1_256to1024_b32>;
 
-// Config: dsl_128x32x64_c2x2_cooperative_sauto_rn_sw4_bf16_bf16_bf16_f32_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object bf_r50_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_bf_r50_s4_1x1_512to256_b1;
 using bf_r50_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_bf_r50_s4_1x1_512to256_b1, cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t>;
 using bf_r50_s4_1x1_512to256_b1_runner = DslRunner<bf_r50_s4_1x1_512to256_b1>;
@@ -1780,177 +1529,65 @@ using conv_1 = cutlass::conv::device::ImplicitGemmConvolution<
 
 using conv_1_runner = Sm80Runner<conv_1>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c32_w2_s4_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32
-using convnext_t_features_1_0_block_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 32, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 32>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<8, 32, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
+// Config: direct_16x8_c16_x4_f16_f16_f16_f32_n8h56w56c96r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_1_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_t_features_1_0_block_0_b8;
+using convnext_t_features_1_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_t_features_1_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_1_0_block_0_b8_runner = DslRunner<convnext_t_features_1_0_block_0_b8>;
 
-using convnext_t_features_1_0_block_0_b8_runner = Sm80DepthwiseRunner<convnext_t_features_1_0_block_0_b8>;
+// Config: direct_16x16_c8_x4_f16_f16_f16_f32_n8h28w28c192r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_3_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_t_features_3_0_block_0_b8;
+using convnext_t_features_3_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_t_features_3_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_3_0_block_0_b8_runner = DslRunner<convnext_t_features_3_0_block_0_b8>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c16_w1_s4_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32
-using convnext_t_features_3_0_block_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 16>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
+// Config: direct_8x16_c16_x2_f16_f16_f16_f32_n8h14w14c384r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_5_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_t_features_5_0_block_0_b8;
+using convnext_t_features_5_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_t_features_5_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_5_0_block_0_b8_runner = DslRunner<convnext_t_features_5_0_block_0_b8>;
 
-using convnext_t_features_3_0_block_0_b8_runner = Sm80DepthwiseRunner<convnext_t_features_3_0_block_0_b8>;
-
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x8_c16_w2_s3_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32
-using convnext_t_features_5_0_block_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 16, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 8, 16>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    3,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using convnext_t_features_5_0_block_0_b8_runner = Sm80DepthwiseRunner<convnext_t_features_5_0_block_0_b8>;
-
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c16_w1_s3_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32
-using convnext_t_features_7_0_block_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 16>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    3,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using convnext_t_features_7_0_block_0_b8_runner = Sm80DepthwiseRunner<convnext_t_features_7_0_block_0_b8>;
+// Config: direct_8x8_c16_x2_f16_f16_f16_f32_n8h7w7c768r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_t_features_7_0_block_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_t_features_7_0_block_0_b8;
+using convnext_t_features_7_0_block_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_t_features_7_0_block_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_t_features_7_0_block_0_b8_runner = DslRunner<convnext_t_features_7_0_block_0_b8>;
 
 // Config: dsl_128x128x64_gather_c1x1_cooperative_s3_rn_sw4_f16_f16_f16_f32_eb_n8h224w224c3k96r4s4p0u4d1 (CuTe DSL; object convnext_tiny_b8_features_0_0.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_0_0;
 using convnext_tiny_b8_features_0_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_0_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using convnext_tiny_b8_features_0_0_runner = DslRunner<convnext_tiny_b8_features_0_0>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c32_w2_s4_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb
-using convnext_tiny_b8_features_1_0_block_0 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 32, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 32>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<8, 32, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, true,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using convnext_tiny_b8_features_1_0_block_0_runner = Sm80DepthwiseRunner<convnext_tiny_b8_features_1_0_block_0>;
+// Config: direct_16x8_c16_x4_f16_f16_f16_f32_eb_n8h56w56c96r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_1_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_1_0_block_0;
+using convnext_tiny_b8_features_1_0_block_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_1_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_1_0_block_0_runner = DslRunner<convnext_tiny_b8_features_1_0_block_0>;
 
 // Config: dsl_128x128x32_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h56w56c96k192r2s2p0u2d1 (CuTe DSL; object convnext_tiny_b8_features_2_1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_2_1;
 using convnext_tiny_b8_features_2_1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_2_1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using convnext_tiny_b8_features_2_1_runner = DslRunner<convnext_tiny_b8_features_2_1>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c16_w1_s4_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb
-using convnext_tiny_b8_features_3_0_block_0 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 16>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, true,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using convnext_tiny_b8_features_3_0_block_0_runner = Sm80DepthwiseRunner<convnext_tiny_b8_features_3_0_block_0>;
+// Config: direct_8x32_c24_x4_f16_f16_f16_f32_eb_n8h28w28c192r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_3_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_3_0_block_0;
+using convnext_tiny_b8_features_3_0_block_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_3_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_3_0_block_0_runner = DslRunner<convnext_tiny_b8_features_3_0_block_0>;
 
 // Config: dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h28w28c192k384r2s2p0u2d1 (CuTe DSL; object convnext_tiny_b8_features_4_1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_4_1;
 using convnext_tiny_b8_features_4_1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_4_1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using convnext_tiny_b8_features_4_1_runner = DslRunner<convnext_tiny_b8_features_4_1>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 8x4_c32_w4_s4_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb
-using convnext_tiny_b8_features_5_0_block_0 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 32, 49>,
-    cutlass::conv::TensorNHWCShape<1, 8, 4, 32>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<8, 32, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, true,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using convnext_tiny_b8_features_5_0_block_0_runner = Sm80DepthwiseRunner<convnext_tiny_b8_features_5_0_block_0>;
+// Config: direct_8x16_c16_x2_f16_f16_f16_f32_eb_n8h14w14c384r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_5_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_5_0_block_0;
+using convnext_tiny_b8_features_5_0_block_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_5_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_5_0_block_0_runner = DslRunner<convnext_tiny_b8_features_5_0_block_0>;
 
 // Config: dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_eb_n8h14w14c384k768r2s2p0u2d1 (CuTe DSL; object convnext_tiny_b8_features_6_1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_6_1;
 using convnext_tiny_b8_features_6_1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_6_1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using convnext_tiny_b8_features_6_1_runner = DslRunner<convnext_tiny_b8_features_6_1>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c16_w1_s3_x1_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb
-using convnext_tiny_b8_features_7_0_block_0 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 16>,
-    cutlass::MatrixShape<7, 7>,
-    cutlass::gemm::GemmShape<16, 16, 49>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, true,
-                                  cutlass::epilogue::thread::Identity>,
-    3,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using convnext_tiny_b8_features_7_0_block_0_runner = Sm80DepthwiseRunner<convnext_tiny_b8_features_7_0_block_0>;
+// Config: direct_8x8_c8_x2_f16_f16_f16_f32_eb_n8h7w7c768r7s7p3x3u1x1d1x1g1 (CuTe DSL; object convnext_tiny_b8_features_7_0_block_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_7_0_block_0;
+using convnext_tiny_b8_features_7_0_block_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_convnext_tiny_b8_features_7_0_block_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using convnext_tiny_b8_features_7_0_block_0_runner = DslRunner<convnext_tiny_b8_features_7_0_block_0>;
 
 // Config: dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1 (CuTe DSL; object deeplabv3_backbone_conv1_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_deeplabv3_backbone_conv1_b1;
@@ -2457,7 +2094,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_f
 using effnetb0_features_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_0_0_b8_runner = DslRunner<effnetb0_features_0_0_b8>;
 
-// Config: dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x96x32_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b1;
 using effnetb0_features_2_0_block_0_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_2_0_block_0_0_b1_runner = DslRunner<effnetb0_features_2_0_block_0_0_b1>;
@@ -2467,7 +2104,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_f
 using effnetb0_features_2_0_block_0_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_2_0_block_0_0_b32_runner = DslRunner<effnetb0_features_2_0_block_0_0_b32>;
 
-// Config: dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
+// Config: dsl_256x128x64_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1 (CuTe DSL; object effnetb0_features_2_0_block_0_0_b8.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b8;
 using effnetb0_features_2_0_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_2_0_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_2_0_block_0_0_b8_runner = DslRunner<effnetb0_features_2_0_block_0_0_b8>;
@@ -2482,24 +2119,10 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_f
 using effnetb0_features_3_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_3_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_3_1_block_1_0_b8_runner = DslRunner<effnetb0_features_3_1_block_1_0_b8>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 16x8_c32_w8_s2_x1_f3x3_u2x2_d1x1_f16_f16_f16_f32
-using effnetb0_features_4_0_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<128, 32, 9>,
-    cutlass::conv::TensorNHWCShape<1, 16, 8, 32>,
-    cutlass::MatrixShape<3, 3>,
-    cutlass::gemm::GemmShape<16, 32, 9>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    2,
-    cutlass::MatrixShape<2, 2>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using effnetb0_features_4_0_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_4_0_block_1_0_b8>;
+// Config: direct_8x8_c16_x1_f16_f16_f16_f32_n8h28w28c240r3s3p1x1u2x2d1x1g1 (CuTe DSL; object effnetb0_features_4_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_0_block_1_0_b8;
+using effnetb0_features_4_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_0_block_1_0_b8_runner = DslRunner<effnetb0_features_4_0_block_1_0_b8>;
 
 // Config: dsl_64x64x64_c1x1_pingpong_s3_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1 (CuTe DSL; object effnetb0_features_4_1_block_0_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b1;
@@ -2516,119 +2139,35 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_f
 using effnetb0_features_4_1_block_0_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_0_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using effnetb0_features_4_1_block_0_0_b8_runner = DslRunner<effnetb0_features_4_1_block_0_0_b8>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x8_c64_w2_s3_x1_f3x3_u1x1_d1x1_f16_f16_f16_f32
-using effnetb0_features_4_1_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 64, 9>,
-    cutlass::conv::TensorNHWCShape<1, 4, 8, 64>,
-    cutlass::MatrixShape<3, 3>,
-    cutlass::gemm::GemmShape<16, 64, 9>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    3,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
+// Config: direct_8x8_c32_x8_f16_f16_f16_f32_n8h14w14c480r3s3p1x1u1x1d1x1g1 (CuTe DSL; object effnetb0_features_4_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_1_0_b8;
+using effnetb0_features_4_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_4_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_4_1_block_1_0_b8_runner = DslRunner<effnetb0_features_4_1_block_1_0_b8>;
 
-using effnetb0_features_4_1_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_4_1_block_1_0_b8>;
+// Config: direct_16x8_c16_x2_f16_f16_f16_f32_n8h14w14c480r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_5_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_5_0_block_1_0_b8;
+using effnetb0_features_5_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_5_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_5_0_block_1_0_b8_runner = DslRunner<effnetb0_features_5_0_block_1_0_b8>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x8_c64_w4_s4_x1_f5x5_u1x1_d1x1_f16_f16_f16_f32
-using effnetb0_features_5_0_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 64, 25>,
-    cutlass::conv::TensorNHWCShape<1, 4, 8, 64>,
-    cutlass::MatrixShape<5, 5>,
-    cutlass::gemm::GemmShape<8, 64, 25>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
+// Config: direct_4x16_c32_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_5_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_5_1_block_1_0_b8;
+using effnetb0_features_5_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_5_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_5_1_block_1_0_b8_runner = DslRunner<effnetb0_features_5_1_block_1_0_b8>;
 
-using effnetb0_features_5_0_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_5_0_block_1_0_b8>;
+// Config: direct_4x8_c96_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u2x2d1x1g1 (CuTe DSL; object effnetb0_features_6_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_6_0_block_1_0_b8;
+using effnetb0_features_6_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_6_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_6_0_block_1_0_b8_runner = DslRunner<effnetb0_features_6_0_block_1_0_b8>;
 
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x8_c32_w2_s4_x1_f5x5_u1x1_d1x1_f16_f16_f16_f32
-using effnetb0_features_5_1_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 32, 25>,
-    cutlass::conv::TensorNHWCShape<1, 4, 8, 32>,
-    cutlass::MatrixShape<5, 5>,
-    cutlass::gemm::GemmShape<16, 32, 25>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
+// Config: direct_4x8_c16_x1_f16_f16_f16_f32_n8h7w7c1152r5s5p2x2u1x1d1x1g1 (CuTe DSL; object effnetb0_features_6_1_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_6_1_block_1_0_b8;
+using effnetb0_features_6_1_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_6_1_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_6_1_block_1_0_b8_runner = DslRunner<effnetb0_features_6_1_block_1_0_b8>;
 
-using effnetb0_features_5_1_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_5_1_block_1_0_b8>;
-
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x4_c16_w2_s4_x1_f5x5_u2x2_d1x1_f16_f16_f16_f32
-using effnetb0_features_6_0_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<16, 16, 25>,
-    cutlass::conv::TensorNHWCShape<1, 4, 4, 16>,
-    cutlass::MatrixShape<5, 5>,
-    cutlass::gemm::GemmShape<8, 16, 25>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<2, 2>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using effnetb0_features_6_0_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_6_0_block_1_0_b8>;
-
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 4x8_c16_w2_s4_x1_f5x5_u1x1_d1x1_f16_f16_f16_f32
-using effnetb0_features_6_1_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 16, 25>,
-    cutlass::conv::TensorNHWCShape<1, 4, 8, 16>,
-    cutlass::MatrixShape<5, 5>,
-    cutlass::gemm::GemmShape<16, 16, 25>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using effnetb0_features_6_1_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_6_1_block_1_0_b8>;
-
-// The kernel type of one sm80_depthwise direct depthwise conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_depthwise/templates/kernel.h.in: do not edit.
-// Config: 8x4_c32_w4_s4_x1_f3x3_u1x1_d1x1_f16_f16_f16_f32
-using effnetb0_features_7_0_block_1_0_b8 = cutlass::conv::device::DirectConvolution<
-  typename sm80_depthwise::DefaultDirectFprop<
-    cutlass::half_t, float,
-    cutlass::gemm::GemmShape<32, 32, 9>,
-    cutlass::conv::TensorNHWCShape<1, 8, 4, 32>,
-    cutlass::MatrixShape<3, 3>,
-    cutlass::gemm::GemmShape<8, 32, 9>,
-    sm80_depthwise::ChannelAffine<cutlass::half_t, 8, float, false, false,
-                                  cutlass::epilogue::thread::Identity>,
-    4,
-    cutlass::MatrixShape<1, 1>,
-    cutlass::MatrixShape<1, 1>
-  >::Kernel>;
-
-using effnetb0_features_7_0_block_1_0_b8_runner = Sm80DepthwiseRunner<effnetb0_features_7_0_block_1_0_b8>;
+// Config: direct_8x8_c32_x8_f16_f16_f16_f32_n8h7w7c1152r3s3p1x1u1x1d1x1g1 (CuTe DSL; object effnetb0_features_7_0_block_1_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_7_0_block_1_0_b8;
+using effnetb0_features_7_0_block_1_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_effnetb0_features_7_0_block_1_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using effnetb0_features_7_0_block_1_0_b8_runner = DslRunner<effnetb0_features_7_0_block_1_0_b8>;
 
 // Config: dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1 (CuTe DSL; object effnetb0_features_8_0_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_effnetb0_features_8_0_b1;
@@ -2750,6 +2289,21 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3
 using inception3_Mixed_5b_branch5x5_2_conv_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_5b_branch5x5_2_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3_Mixed_5b_branch5x5_2_conv_b8_runner = DslRunner<inception3_Mixed_5b_branch5x5_2_conv_b8>;
 
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_6b_branch1x1_conv_b1;
+using inception3_Mixed_6b_branch1x1_conv_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_6b_branch1x1_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_6b_branch1x1_conv_b1_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b1>;
+
+// Config: dsl_256x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_6b_branch1x1_conv_b32;
+using inception3_Mixed_6b_branch1x1_conv_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_6b_branch1x1_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_6b_branch1x1_conv_b32_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b32>;
+
+// Config: dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1 (CuTe DSL; object inception3_Mixed_6b_branch1x1_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_6b_branch1x1_conv_b8;
+using inception3_Mixed_6b_branch1x1_conv_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3_Mixed_6b_branch1x1_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3_Mixed_6b_branch1x1_conv_b8_runner = DslRunner<inception3_Mixed_6b_branch1x1_conv_b8>;
+
 // Config: dsl_256x48x32_qim2col_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1 (CuTe DSL; object inception3f_Conv2d_4a_3x3_conv_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3f_Conv2d_4a_3x3_conv_b1;
 using inception3f_Conv2d_4a_3x3_conv_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3f_Conv2d_4a_3x3_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
@@ -2764,6 +2318,21 @@ using inception3f_Conv2d_4a_3x3_conv_b32_runner = DslRunner<inception3f_Conv2d_4
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3f_Conv2d_4a_3x3_conv_b8;
 using inception3f_Conv2d_4a_3x3_conv_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3f_Conv2d_4a_3x3_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception3f_Conv2d_4a_3x3_conv_b8_runner = DslRunner<inception3f_Conv2d_4a_3x3_conv_b8>;
+
+// Config: dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3f_Mixed_5b_branch5x5_2_conv_b1;
+using inception3f_Mixed_5b_branch5x5_2_conv_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3f_Mixed_5b_branch5x5_2_conv_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Mixed_5b_branch5x5_2_conv_b1_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b1>;
+
+// Config: dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3f_Mixed_5b_branch5x5_2_conv_b32;
+using inception3f_Mixed_5b_branch5x5_2_conv_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3f_Mixed_5b_branch5x5_2_conv_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Mixed_5b_branch5x5_2_conv_b32_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b32>;
+
+// Config: dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1 (CuTe DSL; object inception3f_Mixed_5b_branch5x5_2_conv_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception3f_Mixed_5b_branch5x5_2_conv_b8;
+using inception3f_Mixed_5b_branch5x5_2_conv_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception3f_Mixed_5b_branch5x5_2_conv_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using inception3f_Mixed_5b_branch5x5_2_conv_b8_runner = DslRunner<inception3f_Mixed_5b_branch5x5_2_conv_b8>;
 
 // Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h299w299c3k32r3s3p0u2d1 (CuTe DSL; object inception_v3_b8_Conv2d_1a_3x3_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception_v3_b8_Conv2d_1a_3x3_conv;
@@ -2970,7 +2539,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception_
 using inception_v3_b8_Mixed_7c_branch3x3_1_conv = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception_v3_b8_Mixed_7c_branch3x3_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch3x3_1_conv>;
 
-// Config: dsl_128x32x64_c1x1_cooperative_sauto_rn_sw1_sk2_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1 (CuTe DSL; object inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv;
 using inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv = DslKernel<&cutlass_conv_tuner_11nvidia_h200_inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner = DslRunner<inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv>;
@@ -3135,10 +2704,44 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s4_1x1
 using r50_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_s4_1x1_1024to256_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_s4_1x1_1024to256_b1_runner = DslRunner<r50_s4_1x1_1024to256_b1>;
 
-// Config: dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object r50_s4_1x1_1024to256_b32.o in dsl/libtuned_dsl.a)
-extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s4_1x1_1024to256_b32;
-using r50_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_s4_1x1_1024to256_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
-using r50_s4_1x1_1024to256_b32_runner = DslRunner<r50_s4_1x1_1024to256_b32>;
+// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
+// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
+// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
+// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
+// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
+// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
+// Config: sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32
+namespace r50_s4_1x1_1024to256_b32_detail {
+using TileShape = cute::Shape<cute::Int<128>, cute::Int<96>, cute::Int<64>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::ColumnMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
+    cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    cutlass::half_t, cutlass::layout::RowMajor, 8,
+    cutlass::half_t, cutlass::layout::ColumnMajor, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelTmaWarpSpecializedCooperative
+  >::CollectiveOp;
+// A named type (as NVIDIA's generator does) keeps the device symbol short.
+// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
+struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s4_1x1_1024to256_b32_detail
+using r50_s4_1x1_1024to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<r50_s4_1x1_1024to256_b32_detail::GemmKernel>;
+
+using r50_s4_1x1_1024to256_b32_runner = Sm90GemmRunner<r50_s4_1x1_1024to256_b32>;
 
 // Config: dsl_64x64x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object r50_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s4_1x1_256to1024_b1;
@@ -3190,7 +2793,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s4_dow
 using r50_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_s4_down_s2_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_s4_down_s2_b32_runner = DslRunner<r50_s4_down_s2_b32>;
 
-// Config: dsl_128x32x64_c2x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object r50_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object r50_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s5_1x1_1024to512_b1;
 using r50_s5_1x1_1024to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_s5_1x1_1024to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_s5_1x1_1024to512_b1_runner = DslRunner<r50_s5_1x1_1024to512_b1>;
@@ -3225,10 +2828,49 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s5_3x3
 using r50_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_s5_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50_s5_3x3_b1_runner = DslRunner<r50_s5_3x3_b1>;
 
-// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n32h7w7c512k512r3s3p1u1d1 (CuTe DSL; object r50_s5_3x3_b32.o in dsl/libtuned_dsl.a)
-extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s5_3x3_b32;
-using r50_s5_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50_s5_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
-using r50_s5_3x3_b32_runner = DslRunner<r50_s5_3x3_b32>;
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32
+namespace r50_s5_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<cutlass::half_t, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50_s5_3x3_b32_detail
+using r50_s5_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50_s5_3x3_b32_detail::Kernel>;
+
+using r50_s5_3x3_b32_runner = Sm90ConvRunner<r50_s5_3x3_b32>;
 
 // Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object r50_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50_s5_3x3_s2_b1;
@@ -3440,7 +3082,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x
 using r50f_s5_1x1_1024to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_1024to512_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s5_1x1_1024to512_b32_runner = DslRunner<r50f_s5_1x1_1024to512_b32>;
 
-// Config: dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object r50f_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_2048to512_b1;
 using r50f_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_1x1_2048to512_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s5_1x1_2048to512_b1_runner = DslRunner<r50f_s5_1x1_2048to512_b1>;
@@ -3465,10 +3107,49 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x
 using r50f_s5_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_s5_3x3_b1_runner = DslRunner<r50f_s5_3x3_b1>;
 
-// Config: dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1 (CuTe DSL; object r50f_s5_3x3_b32.o in dsl/libtuned_dsl.a)
-extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b32;
-using r50f_s5_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
-using r50f_s5_3x3_b32_runner = DslRunner<r50f_s5_3x3_b32>;
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu
+namespace r50f_s5_3x3_b32_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<64>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::TunerPrefetchedLinCombBiasEltAct<false, cutlass::epilogue::thread::ReLu, cutlass::half_t, float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::half_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace r50f_s5_3x3_b32_detail
+using r50f_s5_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<r50f_s5_3x3_b32_detail::Kernel>;
+
+using r50f_s5_3x3_b32_runner = Sm90ConvRunner<r50f_s5_3x3_b32>;
 
 // Config: dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1 (CuTe DSL; object r50f_s5_3x3_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_s5_3x3_s2_b1;
@@ -3500,211 +3181,145 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_r50f_stem_
 using r50f_stem_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_r50f_stem_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using r50f_stem_b32_runner = DslRunner<r50f_stem_b32>;
 
-// Config: dsl_256x48x32_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b32.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b1;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b1>;
+
+// Config: dsl_128x48x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b32;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b32>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 128x32x32_w4x1x1_s3_sw2_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block1_block1_0_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 32, 32>,
-    cutlass::gemm::GemmShape<32, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+// Config: dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_a_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b8;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_a_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_a_0_b8>;
 
-using regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block1_block1_0_f_b_0_b8>;
+// Config: direct_mma_4x8_c16_x2_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block1_block1_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_b_0_b8;
+using regnety400_trunk_output_block1_block1_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block1_block1_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block1_block1_0_f_b_0_b8>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 64x32x32_w4x1x1_s4_sw2_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block2_block2_0_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+// Config: direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_0_f_b_0_b8;
+using regnety400_trunk_output_block2_block2_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_0_f_b_0_b8>;
 
-using regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block2_block2_0_f_b_0_b8>;
+// Config: direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_b_0_b8;
+using regnety400_trunk_output_block2_block2_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_b_0_b8>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 64x32x32_w4x1x1_s4_sw8_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block2_block2_1_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
-
-using regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block2_block2_1_f_b_0_b8>;
+// Config: dsl_64x16x64_c1x1_single_s4_rm_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_c_0_b1;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b1>;
 
 // Config: dsl_256x64x64_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_c_0_b32;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b32>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 64x32x32_w4x1x1_s5_sw2_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block3_block3_0_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    5,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block2_block2_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_c_0_b8;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block2_block2_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block2_block2_1_f_c_0_b8>;
 
-using regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block3_block3_0_f_b_0_b8>;
+// Config: direct_mma_16x16_c16_x1_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block3_block3_0_f_b_0_b8;
+using regnety400_trunk_output_block3_block3_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block3_block3_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block3_block3_0_f_b_0_b8>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 64x32x32_w4x1x1_s5_sw2_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block3_block3_1_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<2>,
-    5,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+// Config: direct_mma_2x16_c16_x1_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block3_block3_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block3_block3_1_f_b_0_b8;
+using regnety400_trunk_output_block3_block3_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block3_block3_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block3_block3_1_f_b_0_b8>;
 
-using regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block3_block3_1_f_b_0_b8>;
+// Config: direct_mma_4x8_c8_x2_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_f_b_0_b8;
+using regnety400_trunk_output_block4_block4_0_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_f_b_0_b8>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 32x32x32_w2x1x1_s4_sw1_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block4_block4_0_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+// Config: dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_proj_0_b1;
+using regnety400_trunk_output_block4_block4_0_proj_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_proj_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_proj_0_b1_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b1>;
 
-using regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block4_block4_0_f_b_0_b8>;
+// Config: dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_proj_0_b32;
+using regnety400_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b32>;
 
-// The kernel type of one sm80_group grouped implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80_group/templates/kernel.h.in: do not edit.
-// Config: 32x32x32_w2x1x1_s4_sw1_analytic_multiple_a8x8_f16_f16_f16_f32
-using regnety400_trunk_output_block4_block4_1_f_b_0_b8 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    cutlass::half_t, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<32, 32, 32>,
-    cutlass::gemm::GemmShape<16, 32, 32>,
-    cutlass::gemm::GemmShape<16, 8, 16>,
-    cutlass::epilogue::thread::LinearCombination<
-      cutlass::half_t, 8, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    4,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::GroupMode::kMultipleGroup,
-    cutlass::conv::IteratorAlgorithm::kAnalytic,
-    cutlass::conv::StrideSupport::kStrided,
-    8,
-    8
-  >::Kernel>;
+// Config: dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_0_proj_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_proj_0_b8;
+using regnety400_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_0_proj_0_b8>;
 
-using regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner = Sm80Runner<regnety400_trunk_output_block4_block4_1_f_b_0_b8>;
+// Config: direct_mma_8x8_c8_x4_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_b_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_b_0_b8;
+using regnety400_trunk_output_block4_block4_1_f_b_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_b_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_b_0_b8>;
+
+// Config: dsl_64x16x64_c1x1_single_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_c_0_b1;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b1>;
+
+// Config: dsl_128x48x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_c_0_b32;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b32>;
+
+// Config: dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1 (CuTe DSL; object regnety400_trunk_output_block4_block4_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_c_0_b8;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400_trunk_output_block4_block4_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner = DslRunner<regnety400_trunk_output_block4_block4_1_f_c_0_b8>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n1h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_stem_0_b1;
+using regnety400f_stem_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_stem_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b1_runner = DslRunner<regnety400f_stem_0_b1>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_stem_0_b32;
+using regnety400f_stem_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_stem_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b32_runner = DslRunner<regnety400f_stem_0_b32>;
+
+// Config: dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbrelu_n8h224w224c3k32r3s3p1u2d1 (CuTe DSL; object regnety400f_stem_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_stem_0_b8;
+using regnety400f_stem_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_stem_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_stem_0_b8_runner = DslRunner<regnety400f_stem_0_b8>;
+
+// Config: dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block2_block2_1_f_c_0_b1;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block2_block2_1_f_c_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b1>;
+
+// Config: dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block2_block2_1_f_c_0_b32;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block2_block2_1_f_c_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b32>;
+
+// Config: dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1 (CuTe DSL; object regnety400f_trunk_output_block2_block2_1_f_c_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block2_block2_1_f_c_0_b8;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block2_block2_1_f_c_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner = DslRunner<regnety400f_trunk_output_block2_block2_1_f_c_0_b8>;
+
+// Config: dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b1.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block4_block4_0_proj_0_b1;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block4_block4_0_proj_0_b1, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b1>;
+
+// Config: dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block4_block4_0_proj_0_b32;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block4_block4_0_proj_0_b32, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b32>;
+
+// Config: dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1 (CuTe DSL; object regnety400f_trunk_output_block4_block4_0_proj_0_b8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block4_block4_0_proj_0_b8;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_regnety400f_trunk_output_block4_block4_0_proj_0_b8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner = DslRunner<regnety400f_trunk_output_block4_block4_0_proj_0_b8>;
 
 // Config: dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object resnet50_b1_layer1_0_conv1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b1_layer1_0_conv1;
@@ -3946,431 +3561,100 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_
 using tf_r50_s2_1x1_256to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_256to64_b1_runner = DslRunner<tf_r50_s2_1x1_256to64_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
-namespace tf_r50_s2_1x1_256to64_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 4,
-    float, cutlass::layout::RowMajor, 4,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
-    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s2_1x1_256to64_b32_detail
-using tf_r50_s2_1x1_256to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_256to64_b32_detail::GemmKernel>;
-
-using tf_r50_s2_1x1_256to64_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_256to64_b32>;
+// Config: dsl_256x64x32_c1x1_cooperative_sauto_rn_sw1_tf32_tf32_f32_f32_n32h56w56c256k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_256to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b32;
+using tf_r50_s2_1x1_256to64_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_1x1_256to64_b32_runner = DslRunner<tf_r50_s2_1x1_256to64_b32>;
 
 // Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b1;
 using tf_r50_s2_1x1_64to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_64to256_b1_runner = DslRunner<tf_r50_s2_1x1_64to256_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
-namespace tf_r50_s2_1x1_64to256_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 4,
-    float, cutlass::layout::RowMajor, 4,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
-    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s2_1x1_64to256_b32_detail
-using tf_r50_s2_1x1_64to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_64to256_b32_detail::GemmKernel>;
-
-using tf_r50_s2_1x1_64to256_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_64to256_b32>;
+// Config: dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c64k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b32;
+using tf_r50_s2_1x1_64to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_1x1_64to256_b32_runner = DslRunner<tf_r50_s2_1x1_64to256_b32>;
 
 // Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b1;
 using tf_r50_s2_1x1_64to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_64to64_b1_runner = DslRunner<tf_r50_s2_1x1_64to64_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
-namespace tf_r50_s2_1x1_64to64_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 4,
-    float, cutlass::layout::RowMajor, 4,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
-    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s2_1x1_64to64_b32_detail
-using tf_r50_s2_1x1_64to64_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s2_1x1_64to64_b32_detail::GemmKernel>;
-
-using tf_r50_s2_1x1_64to64_b32_runner = Sm90GemmRunner<tf_r50_s2_1x1_64to64_b32>;
+// Config: dsl_256x64x32_c1x1_cooperative_s3_rn_sw2_tf32_tf32_f32_f32_n32h56w56c64k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to64_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b32;
+using tf_r50_s2_1x1_64to64_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_1x1_64to64_b32_runner = DslRunner<tf_r50_s2_1x1_64to64_b32>;
 
 // Config: dsl_64x128x32_q8_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object tf_r50_s2_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b1;
 using tf_r50_s2_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_3x3_b1_runner = DslRunner<tf_r50_s2_3x3_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_256x64x64_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
-namespace tf_r50_s2_3x3_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<256>, cute::Int<64>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 4,
-    float, cutlass::layout::TensorNHWC, 4,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s2_3x3_b32_detail
-using tf_r50_s2_3x3_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s2_3x3_b32_detail::Kernel>;
-
-using tf_r50_s2_3x3_b32_runner = Sm90ConvRunner<tf_r50_s2_3x3_b32>;
+// Config: dsl_256x64x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c64k64r3s3p1u1d1 (CuTe DSL; object tf_r50_s2_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b32;
+using tf_r50_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s2_3x3_b32_runner = DslRunner<tf_r50_s2_3x3_b32>;
 
 // Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b1;
 using tf_r50_s3_1x1_128to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_128to512_b1_runner = DslRunner<tf_r50_s3_1x1_128to512_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
-namespace tf_r50_s3_1x1_128to512_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 4,
-    float, cutlass::layout::RowMajor, 4,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
-    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s3_1x1_128to512_b32_detail
-using tf_r50_s3_1x1_128to512_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s3_1x1_128to512_b32_detail::GemmKernel>;
-
-using tf_r50_s3_1x1_128to512_b32_runner = Sm90GemmRunner<tf_r50_s3_1x1_128to512_b32>;
+// Config: dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c128k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_128to512_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b32;
+using tf_r50_s3_1x1_128to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_1x1_128to512_b32_runner = DslRunner<tf_r50_s3_1x1_128to512_b32>;
 
 // Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b1;
 using tf_r50_s3_1x1_256to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_256to128_b1_runner = DslRunner<tf_r50_s3_1x1_256to128_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
-namespace tf_r50_s3_1x1_256to128_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 4,
-    float, cutlass::layout::RowMajor, 4,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
-    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s3_1x1_256to128_b32_detail
-using tf_r50_s3_1x1_256to128_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s3_1x1_256to128_b32_detail::GemmKernel>;
-
-using tf_r50_s3_1x1_256to128_b32_runner = Sm90GemmRunner<tf_r50_s3_1x1_256to128_b32>;
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_256to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b32;
+using tf_r50_s3_1x1_256to128_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_1x1_256to128_b32_runner = DslRunner<tf_r50_s3_1x1_256to128_b32>;
 
 // Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b1;
 using tf_r50_s3_1x1_512to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_512to128_b1_runner = DslRunner<tf_r50_s3_1x1_512to128_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32
-namespace tf_r50_s3_1x1_512to128_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<32>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 4,
-    float, cutlass::layout::TensorNHWC, 4,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s3_1x1_512to128_b32_detail
-using tf_r50_s3_1x1_512to128_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s3_1x1_512to128_b32_detail::Kernel>;
-
-using tf_r50_s3_1x1_512to128_b32_runner = Sm90ConvRunner<tf_r50_s3_1x1_512to128_b32>;
+// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_512to128_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b32;
+using tf_r50_s3_1x1_512to128_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_1x1_512to128_b32_runner = DslRunner<tf_r50_s3_1x1_512to128_b32>;
 
 // Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object tf_r50_s3_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b1;
 using tf_r50_s3_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_3x3_b1_runner = DslRunner<tf_r50_s3_3x3_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 64x128x32_w1x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32
-using tf_r50_s3_3x3_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC,
-    float, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<64, 128, 32>,
-    cutlass::gemm::GemmShape<64, 64, 32>,
-    cutlass::gemm::GemmShape<16, 8, 8>,
-    cutlass::epilogue::thread::LinearCombination<
-      float, 4, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    4,
-    4
-  >::Kernel>;
-
-using tf_r50_s3_3x3_b32_runner = Sm80Runner<tf_r50_s3_3x3_b32>;
+// Config: dsl_64x128x32_qim2col_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c128k128r3s3p1u1d1 (CuTe DSL; object tf_r50_s3_3x3_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b32;
+using tf_r50_s3_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_3x3_b32_runner = DslRunner<tf_r50_s3_3x3_b32>;
 
 // Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object tf_r50_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b1;
 using tf_r50_s3_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_3x3_s2_b1_runner = DslRunner<tf_r50_s3_3x3_s2_b1>;
 
-// The kernel type of one sm80 implicit-GEMM conv2d fprop configuration.
-// Generated by cutlass-conv-tuner from tuner/families/sm80/templates/kernel.h.in: do not edit.
-// Config: 128x128x32_w2x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32
-using tf_r50_s3_3x3_s2_b32 = cutlass::conv::device::ImplicitGemmConvolution<
-  typename cutlass::conv::kernel::DefaultConv2dFprop<
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC,
-    float, cutlass::layout::TensorNHWC,
-    float,
-    cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80,
-    cutlass::gemm::GemmShape<128, 128, 32>,
-    cutlass::gemm::GemmShape<64, 64, 32>,
-    cutlass::gemm::GemmShape<16, 8, 8>,
-    cutlass::epilogue::thread::LinearCombination<
-      float, 4, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>,
-    3,
-    cutlass::arch::OpMultiplyAdd,
-    cutlass::conv::IteratorAlgorithm::kOptimized,
-    cutlass::conv::StrideSupport::kStrided,
-    4,
-    4
-  >::Kernel>;
-
-using tf_r50_s3_3x3_s2_b32_runner = Sm80Runner<tf_r50_s3_3x3_s2_b32>;
+// Config: dsl_64x128x32_qim2col_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c128k128r3s3p1u2d1 (CuTe DSL; object tf_r50_s3_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b32;
+using tf_r50_s3_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_3x3_s2_b32_runner = DslRunner<tf_r50_s3_3x3_s2_b32>;
 
 // Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object tf_r50_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b1;
 using tf_r50_s3_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_down_s2_b1_runner = DslRunner<tf_r50_s3_down_s2_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_128x128x32_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32
-namespace tf_r50_s3_down_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<32>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 4,
-    float, cutlass::layout::TensorNHWC, 4,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s3_down_s2_b32_detail
-using tf_r50_s3_down_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s3_down_s2_b32_detail::Kernel>;
-
-using tf_r50_s3_down_s2_b32_runner = Sm90ConvRunner<tf_r50_s3_down_s2_b32>;
+// Config: dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k512r1s1p0u2d1 (CuTe DSL; object tf_r50_s3_down_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b32;
+using tf_r50_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s3_down_s2_b32_runner = DslRunner<tf_r50_s3_down_s2_b32>;
 
 // Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b1;
@@ -4397,44 +3681,10 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_512to256_b1_runner = DslRunner<tf_r50_s4_1x1_512to256_b1>;
 
-// The kernel type of one sm90_gemm configuration: CUTLASS 3.x GEMM (TMA + wgmma) running a 1x1,
-// stride-1, unpadded NHWC conv2d fprop on the same buffers: D[M x K] = A[M x C] * B[C x K] with
-// M = N*P*Q, A = x (row-major), B = w ([K x C], C contiguous: column-major B), D = y (row-major).
-// Swapped (swap_ab), the same product transposed, as cuBLAS runs a row-major one: D^T[K x M] =
-// w[K x C] * x^T, A = w (row-major), B = x (column-major), D column-major: y as it is.
-// Epilogue: D = accumulators (a bare conv), or the layer's fused epilogue, the residual read as C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_gemm/templates/kernel.h.in: do not edit.
-// Config: sm90g_128x128x64_c1x2x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32
-namespace tf_r50_s4_1x1_512to256_b32_detail {
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Int<64>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::RowMajor, 4,
-    float, cutlass::layout::RowMajor, 4,
-    cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::tfloat32_t, cutlass::layout::RowMajor, 8,
-    cutlass::tfloat32_t, cutlass::layout::ColumnMajor, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative
-  >::CollectiveOp;
-// A named type (as NVIDIA's generator does) keeps the device symbol short.
-// A non-persistent kernel with a residual loads it while the MMAs run (sm90_conv's early_residual.h).
-struct GemmKernel : cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s4_1x1_512to256_b32_detail
-using tf_r50_s4_1x1_512to256_b32 = cutlass::gemm::device::GemmUniversalAdapter<tf_r50_s4_1x1_512to256_b32_detail::GemmKernel>;
-
-using tf_r50_s4_1x1_512to256_b32_runner = Sm90GemmRunner<tf_r50_s4_1x1_512to256_b32>;
+// Config: dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_512to256_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b32;
+using tf_r50_s4_1x1_512to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_1x1_512to256_b32_runner = DslRunner<tf_r50_s4_1x1_512to256_b32>;
 
 // Config: dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object tf_r50_s4_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b1;
@@ -4451,49 +3701,10 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_3x3_s2_b1_runner = DslRunner<tf_r50_s4_3x3_s2_b1>;
 
-// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
-// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
-// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
-// layer's fused epilogue, the residual read as the source tensor C.
-// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
-// Config: sm90c_128x128x64_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32
-namespace tf_r50_s4_3x3_s2_b32_detail {
-// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
-using TileShape = cute::Shape<cute::Int<128>, cute::Int<128>, cute::Shape<cute::Int<64>>>;
-using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto,
-    float, float,
-    void, cutlass::layout::TensorNHWC, 4,
-    float, cutlass::layout::TensorNHWC, 4,
-    cutlass::epilogue::TmaWarpSpecialized,
-    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
-  >::CollectiveOp;
-using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
-    float,
-    TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
-  >::CollectiveOp;
-using ProblemShape = cutlass::conv::ConvProblemShape<
-    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
-// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
-// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
-// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
-// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
-// (an exported header) fails with "more than one partial specialization matches".
-// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
-struct Kernel : cutlass::conv::kernel::ConvUniversal<
-    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
-}  // namespace tf_r50_s4_3x3_s2_b32_detail
-using tf_r50_s4_3x3_s2_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_s4_3x3_s2_b32_detail::Kernel>;
-
-using tf_r50_s4_3x3_s2_b32_runner = Sm90ConvRunner<tf_r50_s4_3x3_s2_b32>;
+// Config: dsl_128x128x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c256k256r3s3p1u2d1 (CuTe DSL; object tf_r50_s4_3x3_s2_b32.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b32;
+using tf_r50_s4_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
+using tf_r50_s4_3x3_s2_b32_runner = DslRunner<tf_r50_s4_3x3_s2_b32>;
 
 // Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object tf_r50_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b1;
@@ -4608,6 +3819,41 @@ struct Kernel : cutlass::conv::kernel::ConvUniversal<
 using tf_r50_stem_b32 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_stem_b32_detail::Kernel>;
 
 using tf_r50_stem_b32_runner = Sm90S2dRunner<tf_r50_stem_b32>;
+
+// Config: dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_0.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_0;
+using vgg11_b32_features_0 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_0, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_0_runner = DslRunner<vgg11_b32_features_0>;
+
+// Config: dsl_128x256x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h28w28c256k512r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_11.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_11;
+using vgg11_b32_features_11 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_11, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_11_runner = DslRunner<vgg11_b32_features_11>;
+
+// Config: dsl_128x256x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h28w28c512k512r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_13.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_13;
+using vgg11_b32_features_13 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_13, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_13_runner = DslRunner<vgg11_b32_features_13>;
+
+// Config: dsl_256x112x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h14w14c512k512r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_16.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_16;
+using vgg11_b32_features_16 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_16, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_16_runner = DslRunner<vgg11_b32_features_16>;
+
+// Config: dsl_128x128x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h112w112c64k128r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_3.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_3;
+using vgg11_b32_features_3 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_3, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_3_runner = DslRunner<vgg11_b32_features_3>;
+
+// Config: dsl_128x128x64_q8_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c128k256r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_6.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_6;
+using vgg11_b32_features_6 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_6, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_6_runner = DslRunner<vgg11_b32_features_6>;
+
+// Config: dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1 (CuTe DSL; object vgg11_b32_features_8.o in dsl/libtuned_dsl.a)
+extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_8;
+using vgg11_b32_features_8 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_vgg11_b32_features_8, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
+using vgg11_b32_features_8_runner = DslRunner<vgg11_b32_features_8>;
 
 // Config: dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1 (CuTe DSL; object vgg16_b1_features_0.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_vgg16_b1_features_0;
@@ -4843,11 +4089,11 @@ constexpr TunedLayer kLayers[] = {
     {"bf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.970, "dsl_128x128x64_q16_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-27T14:33:40+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.501, "dsl_64x64x64_q16_c1x2_pingpong_sauto_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-27T14:30:28+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.183, "dsl_128x128x64_q16_c1x1_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-27T14:33:52+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
-    {"bf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.090, "dsl_128x32x64_c1x1_cooperative_sauto_rm_sw4_bf16_bf16_bf16_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-27T14:31:44+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.209, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T08:06:52+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 8.803, "dsl_128x128x64_c1x1_cooperative_sauto_rm_sw2_bf16_bf16_bf16_f32_n32h14w14c1024k256r1s1p0u1d1", "2026-11-29T05:33:11+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.491, "dsl_128x32x64_c2x1_pingpong_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-27T14:31:35+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 8.235, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c256k1024r1s1p0u1d1", "2026-11-27T14:34:55+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
-    {"bf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.185, "dsl_128x32x64_c2x2_cooperative_sauto_rn_sw4_bf16_bf16_bf16_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-27T14:31:07+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.537, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-29T08:06:42+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.164, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-27T14:34:22+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 4, 0, 1, 128, 32, 64, 6.756, "dsl_128x32x64_q16_c2x2_cooperative_sauto_rm_sw2_sk4_bf16_bf16_bf16_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-27T14:31:56+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 14.845, "dsl_128x128x64_q8_c2x2_pingpong_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c256k256r3s3p1u1d1", "2026-11-27T14:35:14+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
@@ -4856,7 +4102,7 @@ constexpr TunedLayer kLayers[] = {
     {"bf_r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.119, "dsl_128x32x64_q16_c2x2_pingpong_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-27T14:31:29+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 64, 64, 15.928, "dsl_128x64x64_q16_c1x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n32h28w28c512k1024r1s1p0u2d1", "2026-11-27T14:34:47+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.497, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_bf16_bf16_bf16_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T05:32:38+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
-    {"bf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.344, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T05:33:21+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.287, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T08:07:10+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 4, 0, 1, 64, 16, 64, 5.668, "dsl_64x16x64_c1x1_single_sauto_rm_sw4_sk4_bf16_bf16_bf16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T05:32:56+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.323, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw2_bf16_bf16_bf16_f32_n32h7w7c2048k512r1s1p0u1d1", "2026-11-27T14:36:02+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 64, 64, 4.062, "dsl_64x64x64_c1x2_pingpong_sauto_rm_sw2_bf16_bf16_bf16_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-27T14:32:30+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
@@ -4870,18 +4116,18 @@ constexpr TunedLayer kLayers[] = {
     {"bf_r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.641, "dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_bf16_bf16_bf16_f32_n1h224w224c3k64r7s7p3u2d1", "2026-11-27T14:29:23+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 73.747, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_bf16_bf16_bf16_f32_n32h224w224c3k64r7s7p3u2d1", "2026-11-27T14:32:54+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"conv_1", 1, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm80", 1, 0, 1, 32, 32, 32, 3.936, "32x32x32_w2x2x1_s6_sw1_optimized_sk1_a8x4_f16_f16_f32_f32", "2026-11-22T16:55:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f32_f32", 1.012e-05, false, 0, 0},
-    {"convnext_t_features_1_0_block_0_b8", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "sm80_depthwise", 256, 0, 1, 16, 32, 49, 58.006, "4x4_c32_w2_s4_x256_f7x7_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:40:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_t_features_3_0_block_0_b8", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "sm80_depthwise", 64, 0, 1, 16, 16, 49, 31.109, "4x4_c16_w1_s4_x64_f7x7_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:40:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_t_features_5_0_block_0_b8", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "sm80_depthwise", 16, 0, 1, 32, 16, 49, 22.204, "4x8_c16_w2_s3_x16_f7x7_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:41:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_t_features_7_0_block_0_b8", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "sm80_depthwise", 16, 0, 1, 16, 16, 49, 13.496, "4x4_c16_w1_s3_x16_f7x7_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:42:12+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_1_0_block_0_b8", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "dsl_direct", 1, 0, 1, 128, 16, 49, 15.958, "direct_16x8_c16_x4_f16_f16_f16_f32_n8h56w56c96r7s7p3x3u1x1d1x1g1", "2026-11-29T07:47:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_3_0_block_0_b8", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 256, 8, 49, 10.321, "direct_16x16_c8_x4_f16_f16_f16_f32_n8h28w28c192r7s7p3x3u1x1d1x1g1", "2026-11-29T07:47:15+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_5_0_block_0_b8", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "dsl_direct", 1, 0, 1, 128, 16, 49, 6.966, "direct_8x16_c16_x2_f16_f16_f16_f32_n8h14w14c384r7s7p3x3u1x1d1x1g1", "2026-11-29T07:47:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_t_features_7_0_block_0_b8", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "dsl_direct", 1, 0, 1, 64, 16, 49, 4.655, "direct_8x8_c16_x2_f16_f16_f16_f32_n8h7w7c768r7s7p3x3u1x1d1x1g1", "2026-11-29T07:47:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_tiny_b8_features_0_0", 8, 224, 224, 3, 96, 4, 4, 0, 0, 4, 4, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 128, 64, 7.521, "dsl_128x128x64_gather_c1x1_cooperative_s3_rn_sw4_f16_f16_f16_f32_eb_n8h224w224c3k96r4s4p0u4d1", "2026-11-27T14:40:05+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_tiny_b8_features_1_0_block_0", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "sm80_depthwise", 256, 0, 1, 16, 32, 49, 58.815, "4x4_c32_w2_s4_x256_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb", "2026-11-27T14:40:40+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_1_0_block_0", 8, 56, 56, 96, 96, 7, 7, 3, 3, 1, 1, 1, 1, 96, 96, "dsl_direct", 1, 0, 1, 128, 16, 49, 16.159, "direct_16x8_c16_x4_f16_f16_f16_f32_eb_n8h56w56c96r7s7p3x3u1x1d1x1g1", "2026-11-29T07:47:47+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_tiny_b8_features_2_1", 8, 56, 56, 96, 192, 2, 2, 0, 0, 2, 2, 1, 1, 1, 96, "sm90_dsl", 1, 0, 1, 128, 128, 32, 6.468, "dsl_128x128x32_q16_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h56w56c96k192r2s2p0u2d1", "2026-11-27T14:40:49+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_tiny_b8_features_3_0_block_0", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "sm80_depthwise", 64, 0, 1, 16, 16, 49, 32.988, "4x4_c16_w1_s4_x64_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb", "2026-11-27T14:41:17+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_3_0_block_0", 8, 28, 28, 192, 192, 7, 7, 3, 3, 1, 1, 1, 1, 192, 192, "dsl_direct", 1, 0, 1, 256, 24, 49, 10.086, "direct_8x32_c24_x4_f16_f16_f16_f32_eb_n8h28w28c192r7s7p3x3u1x1d1x1g1", "2026-11-29T07:47:57+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_tiny_b8_features_4_1", 8, 28, 28, 192, 384, 2, 2, 0, 0, 2, 2, 1, 1, 1, 192, "sm90_dsl", 1, 0, 1, 128, 64, 64, 5.456, "dsl_128x64x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_eb_n8h28w28c192k384r2s2p0u2d1", "2026-11-27T14:41:26+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_tiny_b8_features_5_0_block_0", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "sm80_depthwise", 16, 0, 1, 32, 32, 49, 22.556, "8x4_c32_w4_s4_x16_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb", "2026-11-27T14:42:06+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_5_0_block_0", 8, 14, 14, 384, 384, 7, 7, 3, 3, 1, 1, 1, 1, 384, 384, "dsl_direct", 1, 0, 1, 128, 16, 49, 7.020, "direct_8x16_c16_x2_f16_f16_f16_f32_eb_n8h14w14c384r7s7p3x3u1x1d1x1g1", "2026-11-29T07:48:08+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"convnext_tiny_b8_features_6_1", 8, 14, 14, 384, 768, 2, 2, 0, 0, 2, 2, 1, 1, 1, 384, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.357, "dsl_64x64x64_qauto_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_eb_n8h14w14c384k768r2s2p0u2d1", "2026-11-27T14:42:16+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"convnext_tiny_b8_features_7_0_block_0", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "sm80_depthwise", 16, 0, 1, 16, 16, 49, 13.726, "4x4_c16_w1_s3_x16_f7x7_u1x1_d1x1_f16_f16_f16_f32_eb", "2026-11-27T14:43:20+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"convnext_tiny_b8_features_7_0_block_0", 8, 7, 7, 768, 768, 7, 7, 3, 3, 1, 1, 1, 1, 768, 768, "dsl_direct", 1, 0, 1, 64, 8, 49, 4.984, "direct_8x8_c8_x2_f16_f16_f16_f32_eb_n8h7w7c768r7s7p3x3u1x1d1x1g1", "2026-11-29T07:48:18+00:00", "bias", false, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"deeplabv3_backbone_conv1_b1", 1, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 16.930, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h520w520c3k64r7s7p3u2d1", "2026-11-29T00:38:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"deeplabv3_backbone_conv1_b32", 32, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 373.459, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_n32h520w520c3k64r7s7p3u2d1", "2026-11-29T00:38:46+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"deeplabv3_backbone_conv1_b8", 8, 520, 520, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 98.083, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h520w520c3k64r7s7p3u2d1", "2026-11-29T00:38:56+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4983,21 +4229,21 @@ constexpr TunedLayer kLayers[] = {
     {"effnetb0_features_0_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 48, 32, 3.667, "dsl_128x48x32_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 25.387, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 8.856, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 3.911, "dsl_128x128x32_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-29T00:46:43+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 39.165, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T00:46:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 12.712, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T00:47:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 96, 32, 3.788, "dsl_128x96x32_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-29T08:05:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 38.921, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T08:06:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 256, 128, 64, 10.378, "dsl_256x128x64_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T08:06:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_3_0_block_1_0_b8", 8, 56, 56, 144, 144, 5, 5, 2, 2, 2, 2, 1, 1, 144, 144, "dsl_direct", 1, 0, 1, 64, 24, 25, 9.908, "direct_8x8_c24_x2_f16_f16_f16_f32_n8h56w56c144r5s5p2x2u2x2d1x1g1", "2026-11-29T05:39:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_3_1_block_1_0_b8", 8, 28, 28, 240, 240, 5, 5, 2, 2, 1, 1, 1, 1, 240, 240, "dsl_direct", 1, 0, 1, 128, 24, 25, 8.162, "direct_8x16_c24_x4_f16_f16_f16_f32_n8h28w28c240r5s5p2x2u1x1d1x1g1", "2026-11-29T05:39:38+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_4_0_block_1_0_b8", 8, 28, 28, 240, 240, 3, 3, 1, 1, 2, 2, 1, 1, 240, 240, "sm80_depthwise", 16, 0, 1, 128, 32, 9, 7.456, "16x8_c32_w8_s2_x16_f3x3_u2x2_d1x1_f16_f16_f16_f32", "2026-11-27T14:34:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_0_block_1_0_b8", 8, 28, 28, 240, 240, 3, 3, 1, 1, 2, 2, 1, 1, 240, 240, "dsl_direct", 1, 0, 1, 64, 16, 9, 4.031, "direct_8x8_c16_x1_f16_f16_f16_f32_n8h28w28c240r3s3p1x1u2x2d1x1g1", "2026-11-29T07:48:22+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 64, 64, 2.683, "dsl_64x64x64_c1x1_pingpong_s3_rn_sw4_f16_f16_f16_f32_n1h14w14c80k480r1s1p0u1d1", "2026-11-29T00:48:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.286, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c80k480r1s1p0u1d1", "2026-11-29T00:48:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 128, 64, 3.418, "dsl_64x128x64_c1x2_single_sauto_rm_sw2_f16_f16_f16_f32_n8h14w14c80k480r1s1p0u1d1", "2026-11-29T00:48:22+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_4_1_block_1_0_b8", 8, 14, 14, 480, 480, 3, 3, 1, 1, 1, 1, 1, 1, 480, 480, "sm80_depthwise", 64, 0, 1, 32, 64, 9, 7.256, "4x8_c64_w2_s3_x64_f3x3_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:34:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_5_0_block_1_0_b8", 8, 14, 14, 480, 480, 5, 5, 2, 2, 1, 1, 1, 1, 480, 480, "sm80_depthwise", 64, 0, 1, 32, 64, 25, 9.885, "4x8_c64_w4_s4_x64_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:35:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_5_1_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 1, 1, 1, 1, 672, 672, "sm80_depthwise", 64, 0, 1, 32, 32, 25, 12.465, "4x8_c32_w2_s4_x64_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:36:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_6_0_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 2, 2, 1, 1, 672, 672, "sm80_depthwise", 16, 0, 1, 16, 16, 25, 8.358, "4x4_c16_w2_s4_x16_f5x5_u2x2_d1x1_f16_f16_f16_f32", "2026-11-27T14:37:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_6_1_block_1_0_b8", 8, 7, 7, 1152, 1152, 5, 5, 2, 2, 1, 1, 1, 1, 1152, 1152, "sm80_depthwise", 16, 0, 1, 32, 16, 25, 8.650, "4x8_c16_w2_s4_x16_f5x5_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:39:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_7_0_block_1_0_b8", 8, 7, 7, 1152, 1152, 3, 3, 1, 1, 1, 1, 1, 1, 1152, 1152, "sm80_depthwise", 16, 0, 1, 32, 32, 9, 6.299, "8x4_c32_w4_s4_x16_f3x3_u1x1_d1x1_f16_f16_f16_f32", "2026-11-27T14:39:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_4_1_block_1_0_b8", 8, 14, 14, 480, 480, 3, 3, 1, 1, 1, 1, 1, 1, 480, 480, "dsl_direct", 1, 0, 1, 64, 32, 9, 3.575, "direct_8x8_c32_x8_f16_f16_f16_f32_n8h14w14c480r3s3p1x1u1x1d1x1g1", "2026-11-29T07:48:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_5_0_block_1_0_b8", 8, 14, 14, 480, 480, 5, 5, 2, 2, 1, 1, 1, 1, 480, 480, "dsl_direct", 1, 0, 1, 128, 16, 25, 5.759, "direct_16x8_c16_x2_f16_f16_f16_f32_n8h14w14c480r5s5p2x2u1x1d1x1g1", "2026-11-29T07:48:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_5_1_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 1, 1, 1, 1, 672, 672, "dsl_direct", 1, 0, 1, 64, 32, 25, 6.653, "direct_4x16_c32_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u1x1d1x1g1", "2026-11-29T07:48:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_6_0_block_1_0_b8", 8, 14, 14, 672, 672, 5, 5, 2, 2, 2, 2, 1, 1, 672, 672, "dsl_direct", 1, 0, 1, 32, 96, 25, 4.525, "direct_4x8_c96_x4_f16_f16_f16_f32_n8h14w14c672r5s5p2x2u2x2d1x1g1", "2026-11-29T07:48:44+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_6_1_block_1_0_b8", 8, 7, 7, 1152, 1152, 5, 5, 2, 2, 1, 1, 1, 1, 1152, 1152, "dsl_direct", 1, 0, 1, 32, 16, 25, 4.599, "direct_4x8_c16_x1_f16_f16_f16_f32_n8h7w7c1152r5s5p2x2u1x1d1x1g1", "2026-11-29T07:48:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_7_0_block_1_0_b8", 8, 7, 7, 1152, 1152, 3, 3, 1, 1, 1, 1, 1, 1, 1152, 1152, "dsl_direct", 1, 0, 1, 64, 32, 9, 3.201, "direct_8x8_c32_x8_f16_f16_f16_f32_n8h7w7c1152r3s3p1x1u1x1d1x1g1", "2026-11-29T07:48:55+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_8_0_b1", 1, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.059, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:48:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_8_0_b32", 32, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 128, 32, 5.546, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:48:40+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_8_0_b8", 8, 7, 7, 320, 1280, 1, 1, 0, 0, 1, 1, 1, 1, 1, 320, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.014, "dsl_128x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h7w7c320k1280r1s1p0u1d1", "2026-11-29T00:48:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5022,9 +4268,15 @@ constexpr TunedLayer kLayers[] = {
     {"inception3_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.008, "dsl_64x64x64_q16_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n1h35w35c48k64r5s5p2u1d1", "2026-11-29T05:54:43+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 31.407, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h35w35c48k64r5s5p2u1d1", "2026-11-29T05:55:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.730, "dsl_128x64x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-29T05:55:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.746, "dsl_64x16x64_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-29T07:56:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 256, 64, 64, 9.555, "dsl_256x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-29T07:56:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.011, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-29T07:56:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 256, 48, 32, 9.355, "dsl_256x48x32_qim2col_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1", "2026-11-29T05:53:47+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 119.938, "dsl_128x192x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-29T05:54:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Conv2d_4a_3x3_conv_b8", 8, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 35.746, "dsl_128x192x64_qauto_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h73w73c80k192r3s3p0u1d1", "2026-11-29T05:54:04+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b1", 1, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.168, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h35w35c48k64r5s5p2u1d1", "2026-11-29T07:55:48+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 31.702, "dsl_128x64x64_q8_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n32h35w35c48k64r5s5p2u1d1", "2026-11-29T07:56:12+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3f_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 11.590, "dsl_128x64x64_q16_c2x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n8h35w35c48k64r5s5p2u1d1", "2026-11-29T07:56:00+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Conv2d_1a_3x3_conv", 8, 299, 299, 3, 32, 3, 3, 0, 0, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 13.779, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h299w299c3k32r3s3p0u2d1", "2026-11-27T14:29:22+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Conv2d_2a_3x3_conv", 8, 149, 149, 32, 32, 3, 3, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 256, 48, 32, 24.486, "dsl_256x48x32_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h149w149c32k32r3s3p0u1d1", "2026-11-29T05:33:56+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Conv2d_2b_3x3_conv", 8, 147, 147, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 256, 64, 32, 25.243, "dsl_256x64x32_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h147w147c32k64r3s3p1u1d1", "2026-11-29T05:34:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5066,7 +4318,7 @@ constexpr TunedLayer kLayers[] = {
     {"inception_v3_b8_Mixed_7b_branch_pool_conv", 8, 8, 8, 1280, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1280, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.934, "dsl_64x16x64_c1x1_single_sauto_rm_sw4_f16_f16_f16_f32_esbrelu_n8h8w8c1280k192r1s1p0u1d1", "2026-11-29T05:36:15+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7c_branch1x1_conv", 8, 8, 8, 2048, 320, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.540, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k320r1s1p0u1d1", "2026-11-29T05:36:25+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7c_branch3x3_1_conv", 8, 8, 8, 2048, 384, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.609, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_esbrelu_n8h8w8c2048k384r1s1p0u1d1", "2026-11-29T05:36:36+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv", 8, 8, 8, 2048, 448, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 2, 0, 1, 128, 32, 64, 8.102, "dsl_128x32x64_c1x1_cooperative_sauto_rn_sw1_sk2_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1", "2026-11-27T14:36:31+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv", 8, 8, 8, 2048, 448, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 32, 64, 6.666, "dsl_64x32x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k448r1s1p0u1d1", "2026-11-29T08:07:19+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception_v3_b8_Mixed_7c_branch_pool_conv", 8, 8, 8, 2048, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 16, 64, 6.545, "dsl_64x16x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n8h8w8c2048k192r1s1p0u1d1", "2026-11-27T14:36:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_12_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 1, 1, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 32, 64, 9, 3.754, "direct_2x16_c64_x8_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u1x1d1x1g1", "2026-11-29T05:38:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"mbv2_features_14_conv_1_0_b8", 8, 14, 14, 576, 576, 3, 3, 1, 1, 2, 2, 1, 1, 576, 576, "dsl_direct", 1, 0, 1, 16, 64, 9, 3.154, "direct_4x4_c64_x4_f16_f16_f16_f32_n8h14w14c576r3s3p1x1u2x2d1x1g1", "2026-11-29T05:38:50+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5099,7 +4351,7 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.655, "dsl_128x32x64_q32_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-27T14:39:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 16.331, "dsl_128x128x64_qauto_c1x1_pingpong_sauto_rm_sw4_f16_f16_f16_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-27T14:43:24+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.184, "dsl_64x16x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T05:31:16+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 64, 8.758, "dsl_128x128x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c1024k256r1s1p0u1d1", "2026-11-29T05:31:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_gemm", 1, 0, 1, 128, 96, 64, 8.575, "sm90g_128x96x64_swab_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a8_f16_f16_f16_f32", "2026-11-29T08:05:05+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.185, "dsl_64x64x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-27T14:40:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 8.390, "dsl_128x128x64_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c256k1024r1s1p0u1d1", "2026-11-27T14:44:25+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.185, "dsl_128x32x64_c2x2_cooperative_sauto_rm_sw2_f16_f16_f16_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-27T14:40:31+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5110,14 +4362,14 @@ constexpr TunedLayer kLayers[] = {
     {"r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.214, "dsl_128x128x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c256k256r3s3p1u2d1", "2026-11-27T14:44:08+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 64, 4.102, "dsl_128x32x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-29T03:49:55+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 15.749, "dsl_128x128x64_qauto_c2x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n32h28w28c512k1024r1s1p0u2d1", "2026-11-27T14:44:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.331, "dsl_128x32x64_c2x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-27T14:41:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.477, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T08:04:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 64, 64, 13.254, "dsl_128x64x64_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T05:31:45+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 16, 64, 5.917, "dsl_64x16x64_c1x1_single_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T05:31:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.009, "dsl_128x64x64_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T05:32:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.162, "dsl_64x16x64_c1x2_single_sauto_rm_sw1_f16_f16_f16_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-27T14:41:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 64, 8.718, "dsl_128x128x64_c1x2_pingpong_sauto_rm_sw2_f16_f16_f16_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T05:32:08+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.142, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T03:48:54+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 18.966, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n32h7w7c512k512r3s3p1u1d1", "2026-11-29T05:32:29+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 14.901, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32", "2026-11-29T08:05:30+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.096, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T03:49:03+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 18.833, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T05:31:58+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.721, "dsl_128x32x64_q16_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T03:49:12+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5160,27 +4412,46 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.815, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:30:48+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.533, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:27:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 256, 112, 64, 14.410, "dsl_256x112x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:31:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 64, 64, 6.563, "dsl_64x64x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:28:24+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 16, 64, 6.093, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T08:07:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:32:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.989, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:28:16+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 10.910, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:32:49+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.209, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T03:50:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.300, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1", "2026-11-29T00:33:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.890, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-29T08:05:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.160, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T03:50:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.346, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T00:31:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.810, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T03:50:52+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.531, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:32:42+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.844, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1", "2026-11-29T00:25:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 73.958, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1", "2026-11-29T00:28:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 256, 48, 32, 24.208, "dsl_256x48x32_c1x1_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-27T14:29:52+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "sm80_group", 1, 0, 1, 128, 32, 32, 32.290, "128x32x32_w4x1x1_s3_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:42:47+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "sm80_group", 1, 0, 1, 64, 32, 32, 20.060, "64x32x32_w4x1x1_s4_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:46:37+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block2_block2_1_f_b_0_b8", 8, 28, 28, 104, 104, 3, 3, 1, 1, 1, 1, 1, 1, 13, 104, "sm80_group", 1, 0, 1, 64, 32, 32, 19.446, "64x32x32_w4x1x1_s4_sw8_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:46:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.423, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-29T07:57:03+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 48, 32, 23.992, "dsl_128x48x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-29T08:06:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 9.361, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-29T07:57:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "dsl_direct", 1, 0, 1, 32, 16, 9, 7.227, "direct_mma_4x8_c16_x2_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 16, 104, 9, 5.465, "direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_1_f_b_0_b8", 8, 28, 28, 104, 104, 3, 3, 1, 1, 1, 1, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 16, 104, 9, 4.444, "direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8", "2026-11-29T07:46:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.716, "dsl_64x16x64_c1x1_single_s4_rm_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 256, 64, 64, 7.408, "dsl_256x64x64_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-27T14:29:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block3_block3_0_f_b_0_b8", 8, 28, 28, 208, 208, 3, 3, 1, 1, 2, 2, 1, 1, 26, 208, "sm80_group", 1, 0, 1, 64, 32, 32, 15.991, "64x32x32_w4x1x1_s5_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:47:25+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "sm80_group", 1, 0, 1, 64, 32, 32, 21.447, "64x32x32_w4x1x1_s5_sw2_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:47:53+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block4_block4_0_f_b_0_b8", 8, 14, 14, 440, 440, 3, 3, 1, 1, 2, 2, 1, 1, 55, 440, "sm80_group", 1, 0, 1, 32, 32, 32, 14.041, "32x32x32_w2x1x1_s4_sw1_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:48:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block4_block4_1_f_b_0_b8", 8, 7, 7, 440, 440, 3, 3, 1, 1, 1, 1, 1, 1, 55, 440, "sm80_group", 1, 0, 1, 32, 32, 32, 23.359, "32x32x32_w2x1x1_s4_sw1_analytic_multiple_a8x8_f16_f16_f16_f32", "2026-11-27T14:48:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.074, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block3_block3_0_f_b_0_b8", 8, 28, 28, 208, 208, 3, 3, 1, 1, 2, 2, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 256, 16, 9, 4.387, "direct_mma_16x16_c16_x1_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 32, 16, 9, 3.564, "direct_mma_2x16_c16_x1_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8", "2026-11-29T07:46:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_0_f_b_0_b8", 8, 14, 14, 440, 440, 3, 3, 1, 1, 2, 2, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 32, 8, 9, 3.188, "direct_mma_4x8_c8_x2_f16_f16_f16_f32_n8h14w14c440r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:48+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.820, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_n1h14w14c208k440r1s1p0u2d1", "2026-11-29T07:58:00+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.182, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h14w14c208k440r1s1p0u2d1", "2026-11-29T07:58:17+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.309, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_n8h14w14c208k440r1s1p0u2d1", "2026-11-29T07:58:08+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_1_f_b_0_b8", 8, 7, 7, 440, 440, 3, 3, 1, 1, 1, 1, 1, 1, 55, 440, "dsl_direct", 1, 0, 1, 64, 8, 9, 2.591, "direct_mma_8x8_c8_x4_f16_f16_f16_f32_n8h7w7c440r3s3p1x1u1x1d1x1g8", "2026-11-29T07:46:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b1", 1, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.290, "dsl_64x16x64_c1x1_single_sauto_rm_sw4_f16_f16_f16_f32_n1h7w7c440k440r1s1p0u1d1", "2026-11-29T07:58:54+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b32", 32, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 128, 48, 64, 5.263, "dsl_128x48x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h7w7c440k440r1s1p0u1d1", "2026-11-29T07:59:08+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block4_block4_1_f_c_0_b8", 8, 7, 7, 440, 440, 1, 1, 0, 0, 1, 1, 1, 1, 1, 440, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.841, "dsl_64x32x64_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_n8h7w7c440k440r1s1p0u1d1", "2026-11-29T07:59:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_stem_0_b1", 1, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.867, "dsl_128x32x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_esbrelu_n1h224w224c3k32r3s3p1u2d1", "2026-11-29T07:56:42+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_stem_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 25.403, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n32h224w224c3k32r3s3p1u2d1", "2026-11-29T07:56:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_stem_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 8.886, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbrelu_n8h224w224c3k32r3s3p1u2d1", "2026-11-29T07:56:49+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.859, "dsl_64x16x64_c2x2_single_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:34+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 128, 64, 9.996, "dsl_128x128x64_c2x1_cooperative_s4_rn_sw1_f16_f16_f16_f32_esbrrelu_n32h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:49+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.908, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n8h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:41+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b1", 1, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.993, "dsl_64x16x64_q16_c1x1_single_s4_rm_sw4_f16_f16_f16_f32_esbrrelu_n1h14w14c208k440r1s1p0u2d1", "2026-11-29T07:58:28+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b32", 32, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.907, "dsl_128x64x64_q8_c1x1_pingpong_s4_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h14w14c208k440r1s1p0u2d1", "2026-11-29T07:58:45+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400f_trunk_output_block4_block4_0_proj_0_b8", 8, 14, 14, 208, 440, 1, 1, 0, 0, 2, 2, 1, 1, 1, 208, "sm90_dsl", 1, 0, 1, 64, 64, 64, 3.801, "dsl_64x64x64_q8_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrrelu_n8h14w14c208k440r1s1p0u2d1", "2026-11-29T07:58:37+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b1_layer1_0_conv1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 2.833, "dsl_64x32x64_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1", "2026-11-28T20:07:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b1_layer1_0_conv2", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.824, "dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1", "2026-11-28T20:08:09+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b1_layer1_0_conv3", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.968, "dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1", "2026-11-28T20:08:17+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5229,40 +4500,40 @@ constexpr TunedLayer kLayers[] = {
     {"resnet50_b32_layer4_1_conv1", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-28T20:07:08+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b32_layer4_1_conv2", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.493, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1", "2026-11-28T20:07:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"tf_r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.926, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1", "2026-11-29T00:33:46+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 42.411, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:57+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 256, 64, 32, 34.218, "dsl_256x64x32_c1x1_cooperative_sauto_rn_sw1_tf32_tf32_f32_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-29T07:50:12+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.916, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T00:33:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 40.350, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:40+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 256, 32, 38.786, "dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c64k256r1s1p0u1d1", "2026-11-29T07:50:04+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.627, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1", "2026-11-29T00:33:59+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_gemm", 1, 0, 1, 128, 128, 64, 20.288, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:49:15+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 256, 64, 32, 15.592, "dsl_256x64x32_c1x1_cooperative_s3_rn_sw2_tf32_tf32_f32_f32_n32h56w56c64k64r1s1p0u1d1", "2026-11-29T07:49:47+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 7.602, "dsl_64x128x32_q8_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1", "2026-11-29T00:34:07+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_conv", 1, 0, 1, 256, 64, 64, 87.394, "sm90c_256x64x64_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:50:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 256, 64, 32, 41.058, "dsl_256x64x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-29T07:49:55+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.088, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1", "2026-11-29T00:34:14+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_gemm", 1, 0, 1, 128, 128, 64, 23.044, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:53:21+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 32, 22.569, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c128k512r1s1p0u1d1", "2026-11-29T07:50:46+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.077, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1", "2026-11-29T00:34:21+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_gemm", 1, 0, 1, 128, 128, 64, 42.779, "sm90g_128x128x64_c1x1x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:51:18+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 40.396, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k128r1s1p0u1d1", "2026-11-29T07:50:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.830, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1", "2026-11-29T00:34:27+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 128, 128, 32, 23.260, "sm90c_128x128x32_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:53:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 18.861, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k128r1s1p0u1d1", "2026-11-29T07:50:54+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.790, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1", "2026-11-29T00:34:37+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm80", 1, 0, 1, 64, 128, 32, 45.971, "64x128x32_w1x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32", "2026-11-27T14:54:04+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 27.436, "dsl_64x128x32_qim2col_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c128k128r3s3p1u1d1", "2026-11-29T07:51:03+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.846, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1", "2026-11-29T00:34:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm80", 1, 0, 1, 128, 128, 32, 46.045, "128x128x32_w2x2x1_s3_sw1_optimized_sk1_a4x4_tf32_tf32_f32_f32", "2026-11-27T14:52:09+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 30.020, "dsl_64x128x32_qim2col_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-29T07:50:29+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.922, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-29T00:34:53+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 32, 42.641, "sm90c_128x128x32_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:53:02+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 36.343, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-29T07:50:38+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.100, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:35:01+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 32, 15.701, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:35:10+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.801, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:35:17+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.945, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:35:25+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.979, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-29T00:35:33+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_gemm", 1, 0, 1, 128, 128, 64, 29.628, "sm90g_128x128x64_c1x2x1_cooperative_persistent_tma_sauto_r0_sw1_sk1_a4_tf32_tf32_f32_f32", "2026-11-27T14:54:25+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 256, 64, 32, 14.167, "dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-29T00:35:42+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.937, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-29T07:51:10+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 256, 64, 32, 14.087, "dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-29T07:49:32+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 26.648, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k256r3s3p1u1d1", "2026-11-29T00:35:51+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.094, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1", "2026-11-29T00:36:00+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_conv", 1, 0, 1, 128, 128, 64, 42.625, "sm90c_128x128x64_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:54:48+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.044, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1", "2026-11-29T07:49:23+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.455, "dsl_128x128x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c256k256r3s3p1u2d1", "2026-11-29T07:51:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.049, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:36:08+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 28.676, "dsl_64x128x32_q16_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:36:16+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.337, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:36:23+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 24.773, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:36:31+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 12.865, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:36:39+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 12.777, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T07:49:40+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 15.275, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:36:47+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.285, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:36:54+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 15.710, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:37:02+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
@@ -5273,6 +4544,13 @@ constexpr TunedLayer kLayers[] = {
     {"tf_r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.457, "dsl_64x128x32_q16_c1x1_single_sauto_rm_sw2_tf32_tf32_f32_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:37:44+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 32, 26.428, "dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:37:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 127.496, "s2d_256x64x16_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:47:59+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 97.287, "dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1", "2026-11-29T07:59:16+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 86.712, "dsl_128x256x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h28w28c256k512r3s3p1u1d1", "2026-11-29T08:02:16+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_13", 32, 28, 28, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 165.363, "dsl_128x256x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h28w28c512k512r3s3p1u1d1", "2026-11-29T08:02:29+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_16", 32, 14, 14, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 256, 112, 64, 50.051, "dsl_256x112x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h14w14c512k512r3s3p1u1d1", "2026-11-29T08:02:41+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_3", 32, 112, 112, 64, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 95.816, "dsl_128x128x64_q16_c1x1_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h112w112c64k128r3s3p1u1d1", "2026-11-29T07:59:30+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_6", 32, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 64, 90.623, "dsl_128x128x64_q8_c1x2_pingpong_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c128k256r3s3p1u1d1", "2026-11-29T08:01:52+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"vgg11_b32_features_8", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 173.480, "dsl_128x256x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-29T08:02:04+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_0", 1, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.195, "dsl_128x64x64_gather_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_ebrelu_n1h224w224c3k64r3s3p1u1d1", "2026-11-27T14:34:55+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_10", 1, 56, 56, 128, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.926, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c128k256r3s3p1u1d1", "2026-11-27T14:36:00+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16_b1_features_12", 1, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.685, "dsl_128x64x64_q16_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n1h56w56c256k256r3s3p1u1d1", "2026-11-27T14:36:16+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -5310,7 +4588,7 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 256, 128, 64, 178.127, "dsl_256x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-29T05:51:26+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 46.036, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-29T05:51:08+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 486;
+constexpr int kLayerCount = 518;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H200_FOR_EACH_LAYER(X) \
@@ -5513,293 +4791,325 @@ constexpr int kLayerCount = 486;
   X(inception3_Mixed_5b_branch5x5_2_conv_b1_runner, 196) \
   X(inception3_Mixed_5b_branch5x5_2_conv_b32_runner, 197) \
   X(inception3_Mixed_5b_branch5x5_2_conv_b8_runner, 198) \
-  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 199) \
-  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 200) \
-  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 201) \
-  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 202) \
-  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 203) \
-  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 204) \
-  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 205) \
-  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 206) \
-  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 207) \
-  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 208) \
-  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 209) \
-  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 210) \
-  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 211) \
-  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 212) \
-  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 213) \
-  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 214) \
-  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 215) \
-  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 216) \
-  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 217) \
-  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 218) \
-  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 219) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 220) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 221) \
-  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 222) \
-  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 223) \
-  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 224) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 225) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 226) \
-  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 227) \
-  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 228) \
-  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 229) \
-  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 230) \
-  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 231) \
-  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 232) \
-  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 233) \
-  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 234) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 235) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 236) \
-  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 237) \
-  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 238) \
-  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 239) \
-  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 240) \
-  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 241) \
-  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 242) \
-  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 243) \
-  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 244) \
-  X(mbv2_features_12_conv_1_0_b8_runner, 245) \
-  X(mbv2_features_14_conv_1_0_b8_runner, 246) \
-  X(mbv2_features_15_conv_1_0_b8_runner, 247) \
-  X(mbv2_features_1_conv_0_0_b8_runner, 248) \
-  X(mbv2_features_2_conv_1_0_b8_runner, 249) \
-  X(mbv2_features_3_conv_1_0_b8_runner, 250) \
-  X(mbv2_features_4_conv_1_0_b8_runner, 251) \
-  X(mbv2_features_5_conv_1_0_b8_runner, 252) \
-  X(mbv2_features_7_conv_1_0_b8_runner, 253) \
-  X(mbv2_features_8_conv_1_0_b8_runner, 254) \
-  X(r50_s2_1x1_256to64_b1_runner, 255) \
-  X(r50_s2_1x1_256to64_b32_runner, 256) \
-  X(r50_s2_1x1_64to256_b1_runner, 257) \
-  X(r50_s2_1x1_64to256_b32_runner, 258) \
-  X(r50_s2_1x1_64to64_b1_runner, 259) \
-  X(r50_s2_1x1_64to64_b32_runner, 260) \
-  X(r50_s2_3x3_b1_runner, 261) \
-  X(r50_s2_3x3_b32_runner, 262) \
-  X(r50_s3_1x1_128to512_b1_runner, 263) \
-  X(r50_s3_1x1_128to512_b32_runner, 264) \
-  X(r50_s3_1x1_256to128_b1_runner, 265) \
-  X(r50_s3_1x1_256to128_b32_runner, 266) \
-  X(r50_s3_1x1_512to128_b1_runner, 267) \
-  X(r50_s3_1x1_512to128_b32_runner, 268) \
-  X(r50_s3_3x3_b1_runner, 269) \
-  X(r50_s3_3x3_b32_runner, 270) \
-  X(r50_s3_3x3_s2_b1_runner, 271) \
-  X(r50_s3_3x3_s2_b32_runner, 272) \
-  X(r50_s3_down_s2_b1_runner, 273) \
-  X(r50_s3_down_s2_b32_runner, 274) \
-  X(r50_s4_1x1_1024to256_b1_runner, 275) \
-  X(r50_s4_1x1_1024to256_b32_runner, 276) \
-  X(r50_s4_1x1_256to1024_b1_runner, 277) \
-  X(r50_s4_1x1_256to1024_b32_runner, 278) \
-  X(r50_s4_1x1_512to256_b1_runner, 279) \
-  X(r50_s4_1x1_512to256_b32_runner, 280) \
-  X(r50_s4_3x3_b1_runner, 281) \
-  X(r50_s4_3x3_b32_runner, 282) \
-  X(r50_s4_3x3_s2_b1_runner, 283) \
-  X(r50_s4_3x3_s2_b32_runner, 284) \
-  X(r50_s4_down_s2_b1_runner, 285) \
-  X(r50_s4_down_s2_b32_runner, 286) \
-  X(r50_s5_1x1_1024to512_b1_runner, 287) \
-  X(r50_s5_1x1_1024to512_b32_runner, 288) \
-  X(r50_s5_1x1_2048to512_b1_runner, 289) \
-  X(r50_s5_1x1_2048to512_b32_runner, 290) \
-  X(r50_s5_1x1_512to2048_b1_runner, 291) \
-  X(r50_s5_1x1_512to2048_b32_runner, 292) \
-  X(r50_s5_3x3_b1_runner, 293) \
-  X(r50_s5_3x3_b32_runner, 294) \
-  X(r50_s5_3x3_s2_b1_runner, 295) \
-  X(r50_s5_3x3_s2_b32_runner, 296) \
-  X(r50_s5_down_s2_b1_runner, 297) \
-  X(r50_s5_down_s2_b32_runner, 298) \
-  X(r50_stem_b1_runner, 299) \
-  X(r50_stem_b32_runner, 300) \
-  X(r50f_s2_1x1_256to64_b1_runner, 301) \
-  X(r50f_s2_1x1_256to64_b32_runner, 302) \
-  X(r50f_s2_1x1_64to256_b1_runner, 303) \
-  X(r50f_s2_1x1_64to256_b32_runner, 304) \
-  X(r50f_s2_1x1_64to64_b1_runner, 305) \
-  X(r50f_s2_1x1_64to64_b32_runner, 306) \
-  X(r50f_s2_3x3_b1_runner, 307) \
-  X(r50f_s2_3x3_b32_runner, 308) \
-  X(r50f_s2_down_b1_runner, 309) \
-  X(r50f_s2_down_b32_runner, 310) \
-  X(r50f_s3_1x1_128to512_b1_runner, 311) \
-  X(r50f_s3_1x1_128to512_b32_runner, 312) \
-  X(r50f_s3_1x1_256to128_b1_runner, 313) \
-  X(r50f_s3_1x1_256to128_b32_runner, 314) \
-  X(r50f_s3_1x1_512to128_b1_runner, 315) \
-  X(r50f_s3_1x1_512to128_b32_runner, 316) \
-  X(r50f_s3_3x3_b1_runner, 317) \
-  X(r50f_s3_3x3_b32_runner, 318) \
-  X(r50f_s3_3x3_s2_b1_runner, 319) \
-  X(r50f_s3_3x3_s2_b32_runner, 320) \
-  X(r50f_s3_down_s2_b1_runner, 321) \
-  X(r50f_s3_down_s2_b32_runner, 322) \
-  X(r50f_s4_1x1_1024to256_b1_runner, 323) \
-  X(r50f_s4_1x1_1024to256_b32_runner, 324) \
-  X(r50f_s4_1x1_256to1024_b1_runner, 325) \
-  X(r50f_s4_1x1_256to1024_b32_runner, 326) \
-  X(r50f_s4_1x1_512to256_b1_runner, 327) \
-  X(r50f_s4_1x1_512to256_b32_runner, 328) \
-  X(r50f_s4_3x3_b1_runner, 329) \
-  X(r50f_s4_3x3_b32_runner, 330) \
-  X(r50f_s4_3x3_s2_b1_runner, 331) \
-  X(r50f_s4_3x3_s2_b32_runner, 332) \
-  X(r50f_s4_down_s2_b1_runner, 333) \
-  X(r50f_s4_down_s2_b32_runner, 334) \
-  X(r50f_s5_1x1_1024to512_b1_runner, 335) \
-  X(r50f_s5_1x1_1024to512_b32_runner, 336) \
-  X(r50f_s5_1x1_2048to512_b1_runner, 337) \
-  X(r50f_s5_1x1_2048to512_b32_runner, 338) \
-  X(r50f_s5_1x1_512to2048_b1_runner, 339) \
-  X(r50f_s5_1x1_512to2048_b32_runner, 340) \
-  X(r50f_s5_3x3_b1_runner, 341) \
-  X(r50f_s5_3x3_b32_runner, 342) \
-  X(r50f_s5_3x3_s2_b1_runner, 343) \
-  X(r50f_s5_3x3_s2_b32_runner, 344) \
-  X(r50f_s5_down_s2_b1_runner, 345) \
-  X(r50f_s5_down_s2_b32_runner, 346) \
-  X(r50f_stem_b1_runner, 347) \
-  X(r50f_stem_b32_runner, 348) \
-  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 349) \
-  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 350) \
-  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 351) \
-  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 352) \
-  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 353) \
-  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 354) \
-  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 355) \
-  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 356) \
-  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 357) \
-  X(resnet50_b1_layer1_0_conv1_runner, 358) \
-  X(resnet50_b1_layer1_0_conv2_runner, 359) \
-  X(resnet50_b1_layer1_0_conv3_runner, 360) \
-  X(resnet50_b1_layer1_0_downsample_0_runner, 361) \
-  X(resnet50_b1_layer1_1_conv1_runner, 362) \
-  X(resnet50_b1_layer2_0_conv1_runner, 363) \
-  X(resnet50_b1_layer2_0_conv2_runner, 364) \
-  X(resnet50_b1_layer2_0_conv3_runner, 365) \
-  X(resnet50_b1_layer2_0_downsample_0_runner, 366) \
-  X(resnet50_b1_layer2_1_conv1_runner, 367) \
-  X(resnet50_b1_layer2_1_conv2_runner, 368) \
-  X(resnet50_b1_layer3_0_conv1_runner, 369) \
-  X(resnet50_b1_layer3_0_conv2_runner, 370) \
-  X(resnet50_b1_layer3_0_conv3_runner, 371) \
-  X(resnet50_b1_layer3_0_downsample_0_runner, 372) \
-  X(resnet50_b1_layer3_1_conv1_runner, 373) \
-  X(resnet50_b1_layer3_1_conv2_runner, 374) \
-  X(resnet50_b1_layer4_0_conv1_runner, 375) \
-  X(resnet50_b1_layer4_0_conv2_runner, 376) \
-  X(resnet50_b1_layer4_0_conv3_runner, 377) \
-  X(resnet50_b1_layer4_0_downsample_0_runner, 378) \
-  X(resnet50_b1_layer4_1_conv1_runner, 379) \
-  X(resnet50_b1_layer4_1_conv2_runner, 380) \
-  X(resnet50_b32_conv1_runner, 381) \
-  X(resnet50_b32_layer1_0_conv1_runner, 382) \
-  X(resnet50_b32_layer1_0_conv2_runner, 383) \
-  X(resnet50_b32_layer1_0_conv3_runner, 384) \
-  X(resnet50_b32_layer1_0_downsample_0_runner, 385) \
-  X(resnet50_b32_layer1_1_conv1_runner, 386) \
-  X(resnet50_b32_layer2_0_conv1_runner, 387) \
-  X(resnet50_b32_layer2_0_conv2_runner, 388) \
-  X(resnet50_b32_layer2_0_conv3_runner, 389) \
-  X(resnet50_b32_layer2_0_downsample_0_runner, 390) \
-  X(resnet50_b32_layer2_1_conv1_runner, 391) \
-  X(resnet50_b32_layer2_1_conv2_runner, 392) \
-  X(resnet50_b32_layer3_0_conv1_runner, 393) \
-  X(resnet50_b32_layer3_0_conv2_runner, 394) \
-  X(resnet50_b32_layer3_0_conv3_runner, 395) \
-  X(resnet50_b32_layer3_0_downsample_0_runner, 396) \
-  X(resnet50_b32_layer3_1_conv1_runner, 397) \
-  X(resnet50_b32_layer3_1_conv2_runner, 398) \
-  X(resnet50_b32_layer4_0_conv1_runner, 399) \
-  X(resnet50_b32_layer4_0_conv2_runner, 400) \
-  X(resnet50_b32_layer4_0_conv3_runner, 401) \
-  X(resnet50_b32_layer4_0_downsample_0_runner, 402) \
-  X(resnet50_b32_layer4_1_conv1_runner, 403) \
-  X(resnet50_b32_layer4_1_conv2_runner, 404) \
-  X(tf_r50_s2_1x1_256to64_b1_runner, 405) \
-  X(tf_r50_s2_1x1_256to64_b32_runner, 406) \
-  X(tf_r50_s2_1x1_64to256_b1_runner, 407) \
-  X(tf_r50_s2_1x1_64to256_b32_runner, 408) \
-  X(tf_r50_s2_1x1_64to64_b1_runner, 409) \
-  X(tf_r50_s2_1x1_64to64_b32_runner, 410) \
-  X(tf_r50_s2_3x3_b1_runner, 411) \
-  X(tf_r50_s2_3x3_b32_runner, 412) \
-  X(tf_r50_s3_1x1_128to512_b1_runner, 413) \
-  X(tf_r50_s3_1x1_128to512_b32_runner, 414) \
-  X(tf_r50_s3_1x1_256to128_b1_runner, 415) \
-  X(tf_r50_s3_1x1_256to128_b32_runner, 416) \
-  X(tf_r50_s3_1x1_512to128_b1_runner, 417) \
-  X(tf_r50_s3_1x1_512to128_b32_runner, 418) \
-  X(tf_r50_s3_3x3_b1_runner, 419) \
-  X(tf_r50_s3_3x3_b32_runner, 420) \
-  X(tf_r50_s3_3x3_s2_b1_runner, 421) \
-  X(tf_r50_s3_3x3_s2_b32_runner, 422) \
-  X(tf_r50_s3_down_s2_b1_runner, 423) \
-  X(tf_r50_s3_down_s2_b32_runner, 424) \
-  X(tf_r50_s4_1x1_1024to256_b1_runner, 425) \
-  X(tf_r50_s4_1x1_1024to256_b32_runner, 426) \
-  X(tf_r50_s4_1x1_256to1024_b1_runner, 427) \
-  X(tf_r50_s4_1x1_256to1024_b32_runner, 428) \
-  X(tf_r50_s4_1x1_512to256_b1_runner, 429) \
-  X(tf_r50_s4_1x1_512to256_b32_runner, 430) \
-  X(tf_r50_s4_3x3_b1_runner, 431) \
-  X(tf_r50_s4_3x3_b32_runner, 432) \
-  X(tf_r50_s4_3x3_s2_b1_runner, 433) \
-  X(tf_r50_s4_3x3_s2_b32_runner, 434) \
-  X(tf_r50_s4_down_s2_b1_runner, 435) \
-  X(tf_r50_s4_down_s2_b32_runner, 436) \
-  X(tf_r50_s5_1x1_1024to512_b1_runner, 437) \
-  X(tf_r50_s5_1x1_1024to512_b32_runner, 438) \
-  X(tf_r50_s5_1x1_2048to512_b1_runner, 439) \
-  X(tf_r50_s5_1x1_2048to512_b32_runner, 440) \
-  X(tf_r50_s5_1x1_512to2048_b1_runner, 441) \
-  X(tf_r50_s5_1x1_512to2048_b32_runner, 442) \
-  X(tf_r50_s5_3x3_b1_runner, 443) \
-  X(tf_r50_s5_3x3_b32_runner, 444) \
-  X(tf_r50_s5_3x3_s2_b1_runner, 445) \
-  X(tf_r50_s5_3x3_s2_b32_runner, 446) \
-  X(tf_r50_s5_down_s2_b1_runner, 447) \
-  X(tf_r50_s5_down_s2_b32_runner, 448) \
-  X(tf_r50_stem_b32_runner, 449) \
-  X(vgg16_b1_features_0_runner, 450) \
-  X(vgg16_b1_features_10_runner, 451) \
-  X(vgg16_b1_features_12_runner, 452) \
-  X(vgg16_b1_features_17_runner, 453) \
-  X(vgg16_b1_features_19_runner, 454) \
-  X(vgg16_b1_features_2_runner, 455) \
-  X(vgg16_b1_features_24_runner, 456) \
-  X(vgg16_b1_features_5_runner, 457) \
-  X(vgg16_b1_features_7_runner, 458) \
-  X(vgg16_b32_features_0_runner, 459) \
-  X(vgg16_b32_features_10_runner, 460) \
-  X(vgg16_b32_features_12_runner, 461) \
-  X(vgg16_b32_features_17_runner, 462) \
-  X(vgg16_b32_features_19_runner, 463) \
-  X(vgg16_b32_features_2_runner, 464) \
-  X(vgg16_b32_features_24_runner, 465) \
-  X(vgg16_b32_features_5_runner, 466) \
-  X(vgg16_b32_features_7_runner, 467) \
-  X(vgg16_features_0_b1_runner, 468) \
-  X(vgg16_features_0_b32_runner, 469) \
-  X(vgg16_features_0_b8_runner, 470) \
-  X(vgg16_features_12_b1_runner, 471) \
-  X(vgg16_features_12_b32_runner, 472) \
-  X(vgg16_features_12_b8_runner, 473) \
-  X(vgg16_features_24_b1_runner, 474) \
-  X(vgg16_features_24_b32_runner, 475) \
-  X(vgg16_features_24_b8_runner, 476) \
-  X(vgg16_features_2_b1_runner, 477) \
-  X(vgg16_features_2_b32_runner, 478) \
-  X(vgg16_features_2_b8_runner, 479) \
-  X(vgg16f_features_0_b1_runner, 480) \
-  X(vgg16f_features_0_b32_runner, 481) \
-  X(vgg16f_features_0_b8_runner, 482) \
-  X(vgg16f_features_12_b1_runner, 483) \
-  X(vgg16f_features_12_b32_runner, 484) \
-  X(vgg16f_features_12_b8_runner, 485)
+  X(inception3_Mixed_6b_branch1x1_conv_b1_runner, 199) \
+  X(inception3_Mixed_6b_branch1x1_conv_b32_runner, 200) \
+  X(inception3_Mixed_6b_branch1x1_conv_b8_runner, 201) \
+  X(inception3f_Conv2d_4a_3x3_conv_b1_runner, 202) \
+  X(inception3f_Conv2d_4a_3x3_conv_b32_runner, 203) \
+  X(inception3f_Conv2d_4a_3x3_conv_b8_runner, 204) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b1_runner, 205) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b32_runner, 206) \
+  X(inception3f_Mixed_5b_branch5x5_2_conv_b8_runner, 207) \
+  X(inception_v3_b8_Conv2d_1a_3x3_conv_runner, 208) \
+  X(inception_v3_b8_Conv2d_2a_3x3_conv_runner, 209) \
+  X(inception_v3_b8_Conv2d_2b_3x3_conv_runner, 210) \
+  X(inception_v3_b8_Conv2d_3b_1x1_conv_runner, 211) \
+  X(inception_v3_b8_Conv2d_4a_3x3_conv_runner, 212) \
+  X(inception_v3_b8_Mixed_5b_branch1x1_conv_runner, 213) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_2_conv_runner, 214) \
+  X(inception_v3_b8_Mixed_5b_branch3x3dbl_3_conv_runner, 215) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_1_conv_runner, 216) \
+  X(inception_v3_b8_Mixed_5b_branch5x5_2_conv_runner, 217) \
+  X(inception_v3_b8_Mixed_5b_branch_pool_conv_runner, 218) \
+  X(inception_v3_b8_Mixed_5c_branch1x1_conv_runner, 219) \
+  X(inception_v3_b8_Mixed_5c_branch5x5_1_conv_runner, 220) \
+  X(inception_v3_b8_Mixed_5d_branch1x1_conv_runner, 221) \
+  X(inception_v3_b8_Mixed_5d_branch5x5_1_conv_runner, 222) \
+  X(inception_v3_b8_Mixed_6a_branch3x3_conv_runner, 223) \
+  X(inception_v3_b8_Mixed_6a_branch3x3dbl_3_conv_runner, 224) \
+  X(inception_v3_b8_Mixed_6b_branch1x1_conv_runner, 225) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_1_conv_runner, 226) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_2_conv_runner, 227) \
+  X(inception_v3_b8_Mixed_6b_branch7x7_3_conv_runner, 228) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_2_conv_runner, 229) \
+  X(inception_v3_b8_Mixed_6b_branch7x7dbl_5_conv_runner, 230) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_1_conv_runner, 231) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_2_conv_runner, 232) \
+  X(inception_v3_b8_Mixed_6c_branch7x7_3_conv_runner, 233) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_2_conv_runner, 234) \
+  X(inception_v3_b8_Mixed_6c_branch7x7dbl_5_conv_runner, 235) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_2_conv_runner, 236) \
+  X(inception_v3_b8_Mixed_6e_branch7x7_3_conv_runner, 237) \
+  X(inception_v3_b8_Mixed_7a_branch3x3_2_conv_runner, 238) \
+  X(inception_v3_b8_Mixed_7a_branch7x7x3_4_conv_runner, 239) \
+  X(inception_v3_b8_Mixed_7b_branch1x1_conv_runner, 240) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_1_conv_runner, 241) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2a_conv_runner, 242) \
+  X(inception_v3_b8_Mixed_7b_branch3x3_2b_conv_runner, 243) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_1_conv_runner, 244) \
+  X(inception_v3_b8_Mixed_7b_branch3x3dbl_2_conv_runner, 245) \
+  X(inception_v3_b8_Mixed_7b_branch_pool_conv_runner, 246) \
+  X(inception_v3_b8_Mixed_7c_branch1x1_conv_runner, 247) \
+  X(inception_v3_b8_Mixed_7c_branch3x3_1_conv_runner, 248) \
+  X(inception_v3_b8_Mixed_7c_branch3x3dbl_1_conv_runner, 249) \
+  X(inception_v3_b8_Mixed_7c_branch_pool_conv_runner, 250) \
+  X(mbv2_features_12_conv_1_0_b8_runner, 251) \
+  X(mbv2_features_14_conv_1_0_b8_runner, 252) \
+  X(mbv2_features_15_conv_1_0_b8_runner, 253) \
+  X(mbv2_features_1_conv_0_0_b8_runner, 254) \
+  X(mbv2_features_2_conv_1_0_b8_runner, 255) \
+  X(mbv2_features_3_conv_1_0_b8_runner, 256) \
+  X(mbv2_features_4_conv_1_0_b8_runner, 257) \
+  X(mbv2_features_5_conv_1_0_b8_runner, 258) \
+  X(mbv2_features_7_conv_1_0_b8_runner, 259) \
+  X(mbv2_features_8_conv_1_0_b8_runner, 260) \
+  X(r50_s2_1x1_256to64_b1_runner, 261) \
+  X(r50_s2_1x1_256to64_b32_runner, 262) \
+  X(r50_s2_1x1_64to256_b1_runner, 263) \
+  X(r50_s2_1x1_64to256_b32_runner, 264) \
+  X(r50_s2_1x1_64to64_b1_runner, 265) \
+  X(r50_s2_1x1_64to64_b32_runner, 266) \
+  X(r50_s2_3x3_b1_runner, 267) \
+  X(r50_s2_3x3_b32_runner, 268) \
+  X(r50_s3_1x1_128to512_b1_runner, 269) \
+  X(r50_s3_1x1_128to512_b32_runner, 270) \
+  X(r50_s3_1x1_256to128_b1_runner, 271) \
+  X(r50_s3_1x1_256to128_b32_runner, 272) \
+  X(r50_s3_1x1_512to128_b1_runner, 273) \
+  X(r50_s3_1x1_512to128_b32_runner, 274) \
+  X(r50_s3_3x3_b1_runner, 275) \
+  X(r50_s3_3x3_b32_runner, 276) \
+  X(r50_s3_3x3_s2_b1_runner, 277) \
+  X(r50_s3_3x3_s2_b32_runner, 278) \
+  X(r50_s3_down_s2_b1_runner, 279) \
+  X(r50_s3_down_s2_b32_runner, 280) \
+  X(r50_s4_1x1_1024to256_b1_runner, 281) \
+  X(r50_s4_1x1_1024to256_b32_runner, 282) \
+  X(r50_s4_1x1_256to1024_b1_runner, 283) \
+  X(r50_s4_1x1_256to1024_b32_runner, 284) \
+  X(r50_s4_1x1_512to256_b1_runner, 285) \
+  X(r50_s4_1x1_512to256_b32_runner, 286) \
+  X(r50_s4_3x3_b1_runner, 287) \
+  X(r50_s4_3x3_b32_runner, 288) \
+  X(r50_s4_3x3_s2_b1_runner, 289) \
+  X(r50_s4_3x3_s2_b32_runner, 290) \
+  X(r50_s4_down_s2_b1_runner, 291) \
+  X(r50_s4_down_s2_b32_runner, 292) \
+  X(r50_s5_1x1_1024to512_b1_runner, 293) \
+  X(r50_s5_1x1_1024to512_b32_runner, 294) \
+  X(r50_s5_1x1_2048to512_b1_runner, 295) \
+  X(r50_s5_1x1_2048to512_b32_runner, 296) \
+  X(r50_s5_1x1_512to2048_b1_runner, 297) \
+  X(r50_s5_1x1_512to2048_b32_runner, 298) \
+  X(r50_s5_3x3_b1_runner, 299) \
+  X(r50_s5_3x3_b32_runner, 300) \
+  X(r50_s5_3x3_s2_b1_runner, 301) \
+  X(r50_s5_3x3_s2_b32_runner, 302) \
+  X(r50_s5_down_s2_b1_runner, 303) \
+  X(r50_s5_down_s2_b32_runner, 304) \
+  X(r50_stem_b1_runner, 305) \
+  X(r50_stem_b32_runner, 306) \
+  X(r50f_s2_1x1_256to64_b1_runner, 307) \
+  X(r50f_s2_1x1_256to64_b32_runner, 308) \
+  X(r50f_s2_1x1_64to256_b1_runner, 309) \
+  X(r50f_s2_1x1_64to256_b32_runner, 310) \
+  X(r50f_s2_1x1_64to64_b1_runner, 311) \
+  X(r50f_s2_1x1_64to64_b32_runner, 312) \
+  X(r50f_s2_3x3_b1_runner, 313) \
+  X(r50f_s2_3x3_b32_runner, 314) \
+  X(r50f_s2_down_b1_runner, 315) \
+  X(r50f_s2_down_b32_runner, 316) \
+  X(r50f_s3_1x1_128to512_b1_runner, 317) \
+  X(r50f_s3_1x1_128to512_b32_runner, 318) \
+  X(r50f_s3_1x1_256to128_b1_runner, 319) \
+  X(r50f_s3_1x1_256to128_b32_runner, 320) \
+  X(r50f_s3_1x1_512to128_b1_runner, 321) \
+  X(r50f_s3_1x1_512to128_b32_runner, 322) \
+  X(r50f_s3_3x3_b1_runner, 323) \
+  X(r50f_s3_3x3_b32_runner, 324) \
+  X(r50f_s3_3x3_s2_b1_runner, 325) \
+  X(r50f_s3_3x3_s2_b32_runner, 326) \
+  X(r50f_s3_down_s2_b1_runner, 327) \
+  X(r50f_s3_down_s2_b32_runner, 328) \
+  X(r50f_s4_1x1_1024to256_b1_runner, 329) \
+  X(r50f_s4_1x1_1024to256_b32_runner, 330) \
+  X(r50f_s4_1x1_256to1024_b1_runner, 331) \
+  X(r50f_s4_1x1_256to1024_b32_runner, 332) \
+  X(r50f_s4_1x1_512to256_b1_runner, 333) \
+  X(r50f_s4_1x1_512to256_b32_runner, 334) \
+  X(r50f_s4_3x3_b1_runner, 335) \
+  X(r50f_s4_3x3_b32_runner, 336) \
+  X(r50f_s4_3x3_s2_b1_runner, 337) \
+  X(r50f_s4_3x3_s2_b32_runner, 338) \
+  X(r50f_s4_down_s2_b1_runner, 339) \
+  X(r50f_s4_down_s2_b32_runner, 340) \
+  X(r50f_s5_1x1_1024to512_b1_runner, 341) \
+  X(r50f_s5_1x1_1024to512_b32_runner, 342) \
+  X(r50f_s5_1x1_2048to512_b1_runner, 343) \
+  X(r50f_s5_1x1_2048to512_b32_runner, 344) \
+  X(r50f_s5_1x1_512to2048_b1_runner, 345) \
+  X(r50f_s5_1x1_512to2048_b32_runner, 346) \
+  X(r50f_s5_3x3_b1_runner, 347) \
+  X(r50f_s5_3x3_b32_runner, 348) \
+  X(r50f_s5_3x3_s2_b1_runner, 349) \
+  X(r50f_s5_3x3_s2_b32_runner, 350) \
+  X(r50f_s5_down_s2_b1_runner, 351) \
+  X(r50f_s5_down_s2_b32_runner, 352) \
+  X(r50f_stem_b1_runner, 353) \
+  X(r50f_stem_b32_runner, 354) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b1_runner, 355) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b32_runner, 356) \
+  X(regnety400_trunk_output_block1_block1_0_f_a_0_b8_runner, 357) \
+  X(regnety400_trunk_output_block1_block1_0_f_b_0_b8_runner, 358) \
+  X(regnety400_trunk_output_block2_block2_0_f_b_0_b8_runner, 359) \
+  X(regnety400_trunk_output_block2_block2_1_f_b_0_b8_runner, 360) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b1_runner, 361) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b32_runner, 362) \
+  X(regnety400_trunk_output_block2_block2_1_f_c_0_b8_runner, 363) \
+  X(regnety400_trunk_output_block3_block3_0_f_b_0_b8_runner, 364) \
+  X(regnety400_trunk_output_block3_block3_1_f_b_0_b8_runner, 365) \
+  X(regnety400_trunk_output_block4_block4_0_f_b_0_b8_runner, 366) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b1_runner, 367) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b32_runner, 368) \
+  X(regnety400_trunk_output_block4_block4_0_proj_0_b8_runner, 369) \
+  X(regnety400_trunk_output_block4_block4_1_f_b_0_b8_runner, 370) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b1_runner, 371) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b32_runner, 372) \
+  X(regnety400_trunk_output_block4_block4_1_f_c_0_b8_runner, 373) \
+  X(regnety400f_stem_0_b1_runner, 374) \
+  X(regnety400f_stem_0_b32_runner, 375) \
+  X(regnety400f_stem_0_b8_runner, 376) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b1_runner, 377) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b32_runner, 378) \
+  X(regnety400f_trunk_output_block2_block2_1_f_c_0_b8_runner, 379) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b1_runner, 380) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b32_runner, 381) \
+  X(regnety400f_trunk_output_block4_block4_0_proj_0_b8_runner, 382) \
+  X(resnet50_b1_layer1_0_conv1_runner, 383) \
+  X(resnet50_b1_layer1_0_conv2_runner, 384) \
+  X(resnet50_b1_layer1_0_conv3_runner, 385) \
+  X(resnet50_b1_layer1_0_downsample_0_runner, 386) \
+  X(resnet50_b1_layer1_1_conv1_runner, 387) \
+  X(resnet50_b1_layer2_0_conv1_runner, 388) \
+  X(resnet50_b1_layer2_0_conv2_runner, 389) \
+  X(resnet50_b1_layer2_0_conv3_runner, 390) \
+  X(resnet50_b1_layer2_0_downsample_0_runner, 391) \
+  X(resnet50_b1_layer2_1_conv1_runner, 392) \
+  X(resnet50_b1_layer2_1_conv2_runner, 393) \
+  X(resnet50_b1_layer3_0_conv1_runner, 394) \
+  X(resnet50_b1_layer3_0_conv2_runner, 395) \
+  X(resnet50_b1_layer3_0_conv3_runner, 396) \
+  X(resnet50_b1_layer3_0_downsample_0_runner, 397) \
+  X(resnet50_b1_layer3_1_conv1_runner, 398) \
+  X(resnet50_b1_layer3_1_conv2_runner, 399) \
+  X(resnet50_b1_layer4_0_conv1_runner, 400) \
+  X(resnet50_b1_layer4_0_conv2_runner, 401) \
+  X(resnet50_b1_layer4_0_conv3_runner, 402) \
+  X(resnet50_b1_layer4_0_downsample_0_runner, 403) \
+  X(resnet50_b1_layer4_1_conv1_runner, 404) \
+  X(resnet50_b1_layer4_1_conv2_runner, 405) \
+  X(resnet50_b32_conv1_runner, 406) \
+  X(resnet50_b32_layer1_0_conv1_runner, 407) \
+  X(resnet50_b32_layer1_0_conv2_runner, 408) \
+  X(resnet50_b32_layer1_0_conv3_runner, 409) \
+  X(resnet50_b32_layer1_0_downsample_0_runner, 410) \
+  X(resnet50_b32_layer1_1_conv1_runner, 411) \
+  X(resnet50_b32_layer2_0_conv1_runner, 412) \
+  X(resnet50_b32_layer2_0_conv2_runner, 413) \
+  X(resnet50_b32_layer2_0_conv3_runner, 414) \
+  X(resnet50_b32_layer2_0_downsample_0_runner, 415) \
+  X(resnet50_b32_layer2_1_conv1_runner, 416) \
+  X(resnet50_b32_layer2_1_conv2_runner, 417) \
+  X(resnet50_b32_layer3_0_conv1_runner, 418) \
+  X(resnet50_b32_layer3_0_conv2_runner, 419) \
+  X(resnet50_b32_layer3_0_conv3_runner, 420) \
+  X(resnet50_b32_layer3_0_downsample_0_runner, 421) \
+  X(resnet50_b32_layer3_1_conv1_runner, 422) \
+  X(resnet50_b32_layer3_1_conv2_runner, 423) \
+  X(resnet50_b32_layer4_0_conv1_runner, 424) \
+  X(resnet50_b32_layer4_0_conv2_runner, 425) \
+  X(resnet50_b32_layer4_0_conv3_runner, 426) \
+  X(resnet50_b32_layer4_0_downsample_0_runner, 427) \
+  X(resnet50_b32_layer4_1_conv1_runner, 428) \
+  X(resnet50_b32_layer4_1_conv2_runner, 429) \
+  X(tf_r50_s2_1x1_256to64_b1_runner, 430) \
+  X(tf_r50_s2_1x1_256to64_b32_runner, 431) \
+  X(tf_r50_s2_1x1_64to256_b1_runner, 432) \
+  X(tf_r50_s2_1x1_64to256_b32_runner, 433) \
+  X(tf_r50_s2_1x1_64to64_b1_runner, 434) \
+  X(tf_r50_s2_1x1_64to64_b32_runner, 435) \
+  X(tf_r50_s2_3x3_b1_runner, 436) \
+  X(tf_r50_s2_3x3_b32_runner, 437) \
+  X(tf_r50_s3_1x1_128to512_b1_runner, 438) \
+  X(tf_r50_s3_1x1_128to512_b32_runner, 439) \
+  X(tf_r50_s3_1x1_256to128_b1_runner, 440) \
+  X(tf_r50_s3_1x1_256to128_b32_runner, 441) \
+  X(tf_r50_s3_1x1_512to128_b1_runner, 442) \
+  X(tf_r50_s3_1x1_512to128_b32_runner, 443) \
+  X(tf_r50_s3_3x3_b1_runner, 444) \
+  X(tf_r50_s3_3x3_b32_runner, 445) \
+  X(tf_r50_s3_3x3_s2_b1_runner, 446) \
+  X(tf_r50_s3_3x3_s2_b32_runner, 447) \
+  X(tf_r50_s3_down_s2_b1_runner, 448) \
+  X(tf_r50_s3_down_s2_b32_runner, 449) \
+  X(tf_r50_s4_1x1_1024to256_b1_runner, 450) \
+  X(tf_r50_s4_1x1_1024to256_b32_runner, 451) \
+  X(tf_r50_s4_1x1_256to1024_b1_runner, 452) \
+  X(tf_r50_s4_1x1_256to1024_b32_runner, 453) \
+  X(tf_r50_s4_1x1_512to256_b1_runner, 454) \
+  X(tf_r50_s4_1x1_512to256_b32_runner, 455) \
+  X(tf_r50_s4_3x3_b1_runner, 456) \
+  X(tf_r50_s4_3x3_b32_runner, 457) \
+  X(tf_r50_s4_3x3_s2_b1_runner, 458) \
+  X(tf_r50_s4_3x3_s2_b32_runner, 459) \
+  X(tf_r50_s4_down_s2_b1_runner, 460) \
+  X(tf_r50_s4_down_s2_b32_runner, 461) \
+  X(tf_r50_s5_1x1_1024to512_b1_runner, 462) \
+  X(tf_r50_s5_1x1_1024to512_b32_runner, 463) \
+  X(tf_r50_s5_1x1_2048to512_b1_runner, 464) \
+  X(tf_r50_s5_1x1_2048to512_b32_runner, 465) \
+  X(tf_r50_s5_1x1_512to2048_b1_runner, 466) \
+  X(tf_r50_s5_1x1_512to2048_b32_runner, 467) \
+  X(tf_r50_s5_3x3_b1_runner, 468) \
+  X(tf_r50_s5_3x3_b32_runner, 469) \
+  X(tf_r50_s5_3x3_s2_b1_runner, 470) \
+  X(tf_r50_s5_3x3_s2_b32_runner, 471) \
+  X(tf_r50_s5_down_s2_b1_runner, 472) \
+  X(tf_r50_s5_down_s2_b32_runner, 473) \
+  X(tf_r50_stem_b32_runner, 474) \
+  X(vgg11_b32_features_0_runner, 475) \
+  X(vgg11_b32_features_11_runner, 476) \
+  X(vgg11_b32_features_13_runner, 477) \
+  X(vgg11_b32_features_16_runner, 478) \
+  X(vgg11_b32_features_3_runner, 479) \
+  X(vgg11_b32_features_6_runner, 480) \
+  X(vgg11_b32_features_8_runner, 481) \
+  X(vgg16_b1_features_0_runner, 482) \
+  X(vgg16_b1_features_10_runner, 483) \
+  X(vgg16_b1_features_12_runner, 484) \
+  X(vgg16_b1_features_17_runner, 485) \
+  X(vgg16_b1_features_19_runner, 486) \
+  X(vgg16_b1_features_2_runner, 487) \
+  X(vgg16_b1_features_24_runner, 488) \
+  X(vgg16_b1_features_5_runner, 489) \
+  X(vgg16_b1_features_7_runner, 490) \
+  X(vgg16_b32_features_0_runner, 491) \
+  X(vgg16_b32_features_10_runner, 492) \
+  X(vgg16_b32_features_12_runner, 493) \
+  X(vgg16_b32_features_17_runner, 494) \
+  X(vgg16_b32_features_19_runner, 495) \
+  X(vgg16_b32_features_2_runner, 496) \
+  X(vgg16_b32_features_24_runner, 497) \
+  X(vgg16_b32_features_5_runner, 498) \
+  X(vgg16_b32_features_7_runner, 499) \
+  X(vgg16_features_0_b1_runner, 500) \
+  X(vgg16_features_0_b32_runner, 501) \
+  X(vgg16_features_0_b8_runner, 502) \
+  X(vgg16_features_12_b1_runner, 503) \
+  X(vgg16_features_12_b32_runner, 504) \
+  X(vgg16_features_12_b8_runner, 505) \
+  X(vgg16_features_24_b1_runner, 506) \
+  X(vgg16_features_24_b32_runner, 507) \
+  X(vgg16_features_24_b8_runner, 508) \
+  X(vgg16_features_2_b1_runner, 509) \
+  X(vgg16_features_2_b32_runner, 510) \
+  X(vgg16_features_2_b8_runner, 511) \
+  X(vgg16f_features_0_b1_runner, 512) \
+  X(vgg16f_features_0_b32_runner, 513) \
+  X(vgg16f_features_0_b8_runner, 514) \
+  X(vgg16f_features_12_b1_runner, 515) \
+  X(vgg16f_features_12_b32_runner, 516) \
+  X(vgg16f_features_12_b8_runner, 517)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
