@@ -75,6 +75,9 @@ TF32_DSL = {
     # im2col loads of 4-byte elements with stream-K, on the 7x7 stage
     "sm90_dsl_tf32_7x7_im2col_stream_k": ("sm90_dsl", ConvProblem(n=8, h=7, w=7, c=512, k=512, r=3, s=3, pad=1),
                                           {**SM90_DSL_TF32, "tile_q": -1, "split_k": 0}),
+    # the default space's 16-wide tf32 tile (batch-1 late layers), split-K 4 on a 1x1 of K 2048
+    "sm90_dsl_tf32_n16_split4": ("sm90_dsl", ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1),
+                                 {**SM90_DSL_TF32, "tile": "64x16x32", "schedule": "single", "tile_q": 0, "split_k": 4}),
     "sm90_dsl_tf32_dilated": ("sm90_dsl", LAYERS["sm90_dsl_dilated"][1], SM90_DSL_TF32),
 }
 DTYPES = ("bf16", "tf32")

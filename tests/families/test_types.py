@@ -70,6 +70,9 @@ def test_the_dsl_family_takes_tf32_with_f32_output_in_128_byte_stages():
     # tile N of 16 past a multiple of 32 aborts the DSL's compiler in tf32 (measured for 48 to 240)
     odd = make_config(problem, "sm90_dsl", {**DSL_PARAMS, "tile": "128x48x32"})
     assert any("aborts the DSL" in reason for reason in family.rules.static_problems(odd, problem, H100))
+    # ... but 16 itself builds: the batch-1 late layers' tile
+    narrow_n = make_config(problem, "sm90_dsl", {**DSL_PARAMS, "tile": "64x16x32", "schedule": "single"})
+    assert family.rules.static_problems(narrow_n, problem, H100) == []
     # four bytes an element: tile K 64 is a 256-byte row, past the 128-byte swizzle
     wide = make_config(problem, "sm90_dsl", DSL_PARAMS)
     assert any("must be 32 in tf32" in reason for reason in family.rules.static_problems(wide, problem, H100))
