@@ -206,6 +206,60 @@ def test_a_kernel_that_fails_in_the_tuned_step_keeps_its_status_and_reason(tmp_p
     assert "launch_failed: CUDA error: too many resources requested for launch" in console.export_text()
 
 
+@pytest.mark.parametrize("activation, twin", [("silu", True), ("gelu", True), ("relu", False)])
+def test_a_silu_or_gelu_layer_also_times_its_kernel_with_relu(tmp_path, layers, landscape_space, measured,
+                                                               activation, twin):
+    """What the activation costs beyond ReLU on the same tile (issue 23's SiLU/GELU goal): the one run times
+    a SiLU or GELU layer's kernel built with ReLU in the activation's place, on the ReLU problem, besides its
+    bare twin; a ReLU layer has no such twin."""
+    from tuner.core.epilogue import parse_epilogue
+    from tuner.core.layers import Layer
+    from tuner.core.problem import problem_to_dict
+    from tuner.measure.evaluate import Evaluation
+    from tuner.measure.timing import Measurement
+    from tuner.search.replay import ReplayCompiler
+    from tuner.search.space import all_configs
+    from tuner.store.bench_record import write_bench
+    from tuner.store.results import atomic_write
+    import dataclasses
+
+    problem = dataclasses.replace(layers["conv_1"].problem, epilogue=parse_epilogue(f"scale+bias+{activation}"))
+    config = next(iter(all_configs(landscape_space, problem)))
+    atomic_write(tmp_path / "best.yaml", yaml.safe_dump({"layer_count": 1, "layers": {"conv_1f": {
+        "problem": problem_to_dict(problem), "family": "sm80", "params": config.search_params,
+        "kernel": config.name, "runtime_us": 1.0}}}))
+    us_by_epilogue = {f"scale+bias+{activation}": 11.0, "scale+bias+relu": 10.0, "none": 9.0}
+    seen = []
+
+    class Evaluator:
+        def evaluate(self, binary, problem, launch, seed=0):
+            seen.append((binary.path.name, problem.epilogue.key))
+            return Evaluation(Status.ok, measurement=Measurement(us_by_epilogue[problem.epilogue.key], 0, 0, 0, 0, 0))
+
+    class Worker:
+        def request(self, payload):
+            return {"cudnn_us": 20.0, "cudnn_version": 91900, "eager_us": 30.0, "compiled_us": 22.0}
+
+    compiler = ReplayCompiler()
+    timed = measure_tuned([Layer("conv_1f", problem)], tmp_path, measured.device, compiler, Evaluator(), Worker(),
+                          BenchRecord(), lambda event: None, lambda record: None)
+    row = timed.one_run["conv_1f"]
+    assert (row.tuned_us, row.bare_kernel_us) == (us_by_epilogue[f"scale+bias+{activation}"], 9.0)
+    if twin:
+        # each kernel was timed on its own problem, and the twin is the same tile built with ReLU
+        assert row.relu_kernel_us == 10.0 and len(compiler.kernels) == 3
+        relu_kernel = next(name for name, key in seen if key == "scale+bias+relu")
+        assert relu_kernel != config.name and "relu" in relu_kernel
+        lines = one_run_lines(timed)
+        assert any("/ the same kernel with ReLU for its activation" in line and "geometric mean 1.100" in line
+                   for line in lines)
+    else:
+        assert row.relu_kernel_us is None and len(compiler.kernels) == 2
+        assert not any("with ReLU" in line for line in one_run_lines(timed))
+    write_bench(tmp_path, timed)
+    assert read_bench(tmp_path).one_run["conv_1f"] == row
+
+
 def test_fused_layers_are_judged_against_pytorch_and_their_bare_kernel_not_cudnn():
     measured = BenchRecord(one_run={
         "r50_s4_3x3_b32": OneRunLayer("k", "sm90_conv", tuned_us=15.0, cudnn_us=16.0),

@@ -67,6 +67,18 @@ def test_summary_lines_group_fused_layers_by_name_and_compare_them_with_pytorch(
     assert len(results_doc.summary_lines(rows[:3])) == 3
 
 
+def test_silu_and_gelu_layers_are_compared_with_their_kernel_built_with_relu():
+    rows = [row("r50f_x_b32", 32, 1.0, "scale+bias+relu", compiled=2.0, bare_kernel=1.0),
+            row("effnetf_y_b8", 8, 1.05, "scale+bias+silu", compiled=2.0, relu_kernel=1.0),
+            row("effnetf_z_b8", 8, 1.02, "scale+bias+gelu", compiled=2.0, relu_kernel=1.0)]
+    lines = results_doc.summary_lines(rows)
+    assert lines[-1] == ("- the 2 SiLU and GELU layers, the fused kernel / the same kernel with ReLU for its activation: "
+                         "**1.035**, worst effnetf_y_b8 1.050")
+    assert "/ the same kernel with ReLU for its activation: 1.035 at batch 8" in lines[0]
+    assert not any("with ReLU" in line for line in results_doc.summary_lines(rows[:1]))
+    assert results_doc.layer_table(rows)[3].endswith("| - | - | 1.00 | 1.050 |")  # bare kernel, then ReLU kernel
+
+
 def copy_results(tmp_path: Path) -> Path:
     results = tmp_path / "results"
     shutil.copytree(REPO / "results" / H100, results / H100,

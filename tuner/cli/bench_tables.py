@@ -22,8 +22,8 @@ from tuner.pipeline.replayed_search import LayerReplayed
 from tuner.search.costmodel import Ceilings
 from tuner.store.bench_record import BenchRecord
 
-FUSED_NUMBERS = ("tuned", "PyTorch eager", "torch.compile", "bare kernel", "tuned/eager", "tuned/compile",
-                 "tuned/bare")
+FUSED_NUMBERS = ("tuned", "PyTorch eager", "torch.compile", "bare kernel", "ReLU kernel", "tuned/eager",
+                 "tuned/compile", "tuned/bare", "tuned/ReLU")
 
 
 def _us(value: float | None) -> str:
@@ -158,22 +158,22 @@ def fused_table(record: BenchRecord, only: set[str] | None = None) -> Table | No
         return None
     table = Table(title="fused layers, one run (µs, graph replay, inputs rotated past L2)")
     for column in ("layer", "epilogue", "family", "tuned", "PyTorch eager", "torch.compile", "bare kernel",
-                   "tuned/eager", "tuned/compile", "tuned/bare"):
+                   "ReLU kernel", "tuned/eager", "tuned/compile", "tuned/bare", "tuned/ReLU"):
         table.add_column(column, justify="left" if column in ("layer", "epilogue", "family") else "right")
 
     def ratio(row, baseline: str) -> str:
         return f"{row.tuned_us / row.us(baseline):.2f}" if row.tuned_us and row.us(baseline) else "-"
     for name, row in rows.items():
         table.add_row(escape(name), row.epilogue, row.family or "-", _us(row.tuned_us), _us(row.eager_us),
-                      _us(row.compiled_us), _us(row.bare_kernel_us), ratio(row, "eager_us"),
-                      ratio(row, "compiled_us"), ratio(row, "bare_kernel_us"))
+                      _us(row.compiled_us), _us(row.bare_kernel_us), _us(row.relu_kernel_us), ratio(row, "eager_us"),
+                      ratio(row, "compiled_us"), ratio(row, "bare_kernel_us"), ratio(row, "relu_kernel_us"))
 
     def mean(baseline: str) -> str:
         ratios = [row.tuned_us / row.us(baseline) for row in rows.values() if row.tuned_us and row.us(baseline)]
         return f"{geometric_mean(ratios):.3f}" if ratios else "-"
     table.add_section()
-    table.add_row(f"total: {len(rows)} layers", "", "", "", "", "", "geomean", mean("eager_us"), mean("compiled_us"),
-                  mean("bare_kernel_us"))
+    table.add_row(f"total: {len(rows)} layers", "", "", "", "", "", "", "geomean", mean("eager_us"),
+                  mean("compiled_us"), mean("bare_kernel_us"), mean("relu_kernel_us"))
     return table
 
 

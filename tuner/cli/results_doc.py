@@ -121,6 +121,10 @@ def summary_lines(rows: list[OneRunRow]) -> list[str]:
                 else f"none above {FUSED_BAR:.2f}")
         lines.append(f"- all {compiled.layers} layers with their epilogues, the fused kernel / torch.compile: "
                      f"**{compiled.mean:.3f}** ({_batches(compiled)}); {over}")
+    if (activation := ratio_summary(fused, "relu_kernel_us")):
+        lines.append(f"- the {activation.layers} SiLU and GELU layers, the fused kernel / the same kernel with ReLU "
+                     f"for its activation: **{activation.mean:.3f}**, worst {activation.worst_layer} "
+                     f"{activation.worst:.3f}")
     return lines
 
 
@@ -129,10 +133,11 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 
 def layer_table(rows: list[OneRunRow]) -> list[str]:
-    keys = ("cudnn_us", "cublas_us", "eager_us", "compiled_us", "bare_kernel_us")
+    keys = ("cudnn_us", "cublas_us", "eager_us", "compiled_us", "bare_kernel_us", "relu_kernel_us")
     lines = ["| layer | family | tuned µs | cuDNN µs | tuned / cuDNN | cuBLAS µs | tuned / cuBLAS | PyTorch eager µs "
-             "| tuned / eager | torch.compile µs | tuned / compile | bare kernel µs | tuned / bare |",
-             "|---|---|" + "---:|" * 11]
+             "| tuned / eager | torch.compile µs | tuned / compile | bare kernel µs | tuned / bare | ReLU kernel µs "
+             "| tuned / ReLU |",
+             "|---|---|" + "---:|" * 13]
     for row in rows:
         cells = [_cell(row.us("tuned_us"))]
         for key in keys:
@@ -144,7 +149,8 @@ def layer_table(rows: list[OneRunRow]) -> list[str]:
 ONE_RUN = ("One run of `python tune.py bench --measure-only --steps tuned --layers ...` (bench.yaml's `one_run`): "
            "best.yaml's kernel of each layer timed by CUDA-graph replay with inputs rotated past L2 (median), "
            "cuDNN, cuBLAS (on the 1x1 stride-1 layers) and, for a layer with an epilogue, PyTorch eager, "
-           "torch.compile and the same kernel built without the epilogue timed right after it. Ratios under 1: "
+           "torch.compile and the same kernel built without the epilogue (and, for a SiLU or GELU layer, with ReLU "
+           "in its place) timed right after it. Ratios under 1: "
            "the tuned kernel is faster.")
 
 

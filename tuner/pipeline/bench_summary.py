@@ -28,7 +28,8 @@ GPU_TUNER_WITHIN = 1.02
 # The one run's baselines: (figure, name, compared on the layers with an epilogue rather than the bare ones).
 ONE_RUN_BASELINES = (("cudnn_us", "cuDNN", False), ("cublas_us", "cuBLAS", False),
                      ("eager_us", "PyTorch eager", True), ("compiled_us", "torch.compile", True),
-                     ("bare_kernel_us", "the same kernel without its epilogue", True))
+                     ("bare_kernel_us", "the same kernel without its epilogue", True),
+                     ("relu_kernel_us", "the same kernel with ReLU for its activation", True))
 Landscapes = dict[str, dict[str, dict[str, Recorded]]]  # layer -> family -> kernel -> recorded
 
 

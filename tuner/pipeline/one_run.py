@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.core.device import DeviceFacts
-from tuner.core.epilogue import Epilogue
+from tuner.core.epilogue import Activation, Epilogue
 from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
 from tuner.core.status import Status
@@ -78,6 +78,11 @@ def is_gemm_layer(problem: ConvProblem) -> bool:
             == (1, 1, (1, 1), (0, 0), 1))
 
 
+def relu_epilogue(epilogue: Epilogue) -> Epilogue:
+    """The epilogue with ReLU for its activation, the rest unchanged."""
+    return dataclasses.replace(epilogue, activation=Activation.relu)
+
+
 def time_baselines(worker, layer: Layer, device: DeviceFacts, emit: Callable[[OneRunEvent], None]) -> LibraryTimes:
     """cuDNN (the bare conv), cuBLAS on a 1x1 stride-1 layer, and for a layer with an epilogue PyTorch
     eager and torch.compile running the whole layer, timed by the worker."""
@@ -129,11 +134,15 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         except ResultsError as error:
             emit(EntryRefused(str(error)))
     # A layer with an epilogue also times its kernel built without one, on the bare conv: what the
-    # epilogue costs that kernel.
-    fused_layers = {layer.name for layer in layers if layer.problem.epilogue.fused}
+    # epilogue costs that kernel. A SiLU or GELU layer also times it with ReLU in the activation's place: what
+    # the activation costs beyond the cheapest one, on the same tile.
+    problems = {layer.name: layer.problem for layer in layers}
     bare = {name: dataclasses.replace(config, fusion=Epilogue()) for name, config in configs.items()
-            if name in fused_layers}
-    kernels = sorted({config.compiled for config in [*configs.values(), *bare.values()]}, key=lambda c: c.name)
+            if problems[name].epilogue.fused}
+    relu = {name: dataclasses.replace(config, fusion=relu_epilogue(config.fusion)) for name, config in configs.items()
+            if problems[name].epilogue.activation in (Activation.silu, Activation.gelu)}
+    kernels = sorted({config.compiled for config in [*configs.values(), *bare.values(), *relu.values()]},
+                     key=lambda c: c.name)
     emit(TunedStarted(len(configs), len(kernels)))
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
 
@@ -153,14 +162,19 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         if config is None:
             continue
         us, status, reason = timed(config, layer.problem, 2000 + index)
-        bare_us = None
+        bare_us = relu_us = None
         if layer.name in bare:
             bare_us, _, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()),
                                   2000 + index)
+        if layer.name in relu:
+            relu_us, _, _ = timed(relu[layer.name], dataclasses.replace(
+                layer.problem, epilogue=relu_epilogue(layer.problem.epilogue)), 2000 + index)
         times = time_baselines(worker, layer, device, emit)
-        row = OneRunLayer(config.name, config.family, layer.problem.epilogue.key if layer.problem.epilogue.fused
-                          else None, us, status.value if us is None else None, bare_us, times.cudnn_us,
-                          times.cublas_us, times.eager_us, times.compiled_us, reason)
+        row = OneRunLayer(config.name, config.family,
+                          layer.problem.epilogue.key if layer.problem.epilogue.fused else None, us,
+                          status.value if us is None else None, bare_kernel_us=bare_us, relu_kernel_us=relu_us,
+                          cudnn_us=times.cudnn_us, cublas_us=times.cublas_us, eager_us=times.eager_us,
+                          compiled_us=times.compiled_us, reason=reason)
         record = dataclasses.replace(with_library_times(record, layer.name, times),
                                      one_run={**record.one_run, layer.name: row})
         emit(TunedTimed(layer.name, row, layer.problem.epilogue.fused, library_dtype(layer.problem)))

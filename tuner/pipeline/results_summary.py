@@ -14,7 +14,8 @@ from tuner.store.results import BEST_FILE, ResultsError, gpu_dir, gpu_slugs, rec
 from tuner.store.schema import BestEntry
 
 BASELINES = (("cudnn_us", "cuDNN"), ("cublas_us", "cuBLAS"), ("eager_us", "PyTorch eager"),
-             ("compiled_us", "torch.compile"), ("bare_kernel_us", "the same kernel without its epilogue"))
+             ("compiled_us", "torch.compile"), ("bare_kernel_us", "the same kernel without its epilogue"),
+             ("relu_kernel_us", "the same kernel with ReLU for its activation"))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ BENCH_FILE = "bench.yaml"
 BENCH_VERSION = 1
 MAX_BENCH_BYTES = 8 << 20  # the H100's bench.yaml of 190 layers is 80 KB
 # The figures of a one-run row, in the order the row is written.
-ONE_RUN_FIGURES = ("tuned_us", "bare_kernel_us", "cudnn_us", "cublas_us", "eager_us", "compiled_us")
+ONE_RUN_FIGURES = ("tuned_us", "bare_kernel_us", "relu_kernel_us", "cudnn_us", "cublas_us", "eager_us", "compiled_us")
 LAYER_TIMES = ("cudnn", "cublas", "eager", "compiled")  # the record's maps of a library's µs per layer
 
 
@@ -68,6 +68,7 @@ class OneRunLayer:
     tuned_us: float | None = None
     status: str | None = None
     bare_kernel_us: float | None = None
+    relu_kernel_us: float | None = None  # a SiLU or GELU layer's kernel with ReLU for its activation
     cudnn_us: float | None = None
     cublas_us: float | None = None
     eager_us: float | None = None
