@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 
 from tuner.cli.tables import json_document
-from tuner.pipeline.bench_summary import ABOVE, RatioStats
-from tuner.pipeline.results_summary import BASELINES, GpuResults, OneRunRow, gpu_results, ratio_summary, summary_slugs
+from tuner.pipeline.bench_summary import ABOVE, ONE_RUN_BASELINES, RatioStats
+from tuner.pipeline.results_summary import GpuResults, OneRunRow, gpu_results, ratio_summary, summary_slugs
 from tuner.store.results import BEST_FILE, atomic_write
 
 # a fused layer's bar against torch.compile (the DSL issue's goal: none above it)
@@ -108,8 +108,8 @@ def summary_lines(rows: list[OneRunRow]) -> list[str]:
             f"{summary.worst:.3f})" for batch, summary in per_batch))
     for group in sorted({row.group for row in rows if row.epilogue}):
         fused = [row for row in rows if row.epilogue and row.group == group]
-        parts = [f"/ {name}: {_batches(summary)}" for key, name in BASELINES[2:]
-                 if (summary := ratio_summary(fused, key))]
+        parts = [f"/ {name}: {_batches(summary)}" for key, name, of_fused in ONE_RUN_BASELINES
+                 if of_fused and (summary := ratio_summary(fused, key))]
         if parts:
             lines.append(f"- {_described(fused)} with their epilogues, the fused kernel " + "; ".join(parts))
     fused = [row for row in rows if row.epilogue]

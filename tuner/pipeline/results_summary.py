@@ -7,15 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.pipeline.bench_summary import RatioStats, ratio_stats
+from tuner.pipeline.bench_summary import ONE_RUN_BASELINES, RatioStats, ratio_stats
 from tuner.store.bench_record import BENCH_FILE, BenchRecord, MeasuredCeilings, read_bench
 from tuner.store.best import best_entries, read_best
 from tuner.store.results import BEST_FILE, ResultsError, gpu_dir, gpu_slugs, recorded_gpu_dir
 from tuner.store.schema import BestEntry
 
-BASELINES = (("cudnn_us", "cuDNN"), ("cublas_us", "cuBLAS"), ("eager_us", "PyTorch eager"),
-             ("compiled_us", "torch.compile"), ("bare_kernel_us", "the same kernel without its epilogue"),
-             ("relu_kernel_us", "the same kernel with ReLU for its activation"))
 
 
 @dataclass(frozen=True)
@@ -26,7 +23,7 @@ class OneRunRow:
     kernel: str
     batch: int | None  # N of the layer's problem in best.yaml
     epilogue: str | None
-    times: tuple[tuple[str, float], ...]  # ("tuned_us" or a BASELINES key, µs)
+    times: tuple[tuple[str, float], ...]  # ("tuned_us" or a figure of ONE_RUN_BASELINES, µs)
 
     def us(self, key: str) -> float | None:
         return dict(self.times).get(key)
@@ -52,7 +49,7 @@ def one_run_rows(bench: BenchRecord, entries: dict[str, BestEntry]) -> list[OneR
     """bench.yaml's one run, with each layer's batch from best.yaml's entries where the layer is there."""
     rows = []
     for layer, row in bench.one_run.items():
-        times = tuple((key, float(us)) for key in ("tuned_us", *(key for key, _ in BASELINES))
+        times = tuple((key, float(us)) for key in ("tuned_us", *(key for key, _, _ in ONE_RUN_BASELINES))
                       if (us := row.us(key)) is not None)
         entry = entries.get(layer)
         rows.append(OneRunRow(layer, row.family or "", row.kernel or "", entry.problem.n if entry else None,
