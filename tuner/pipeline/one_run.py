@@ -15,6 +15,7 @@ from tuner.core.problem import ConvProblem, problem_to_dict
 from tuner.core.layers import Layer
 from tuner.core.status import Status
 from tuner.core.yamlfile import brief_reason
+from tuner.families.base import KernelConfig
 from tuner.families.candidate import Candidate
 from tuner.measure.baseline import library_dtype
 from tuner.search.space import entry_config
@@ -83,6 +84,17 @@ def relu_epilogue(epilogue: Epilogue) -> Epilogue:
     return dataclasses.replace(epilogue, activation=Activation.relu)
 
 
+@dataclass(frozen=True)
+class Twin:
+    """A layer's kernel built with another epilogue, and the layer's problem with that epilogue, to time it on."""
+    config: KernelConfig
+    problem: ConvProblem
+
+    @classmethod
+    def of(cls, config: KernelConfig, problem: ConvProblem, epilogue: Epilogue) -> "Twin":
+        return cls(dataclasses.replace(config, fusion=epilogue), dataclasses.replace(problem, epilogue=epilogue))
+
+
 def time_baselines(worker, layer: Layer, device: DeviceFacts, emit: Callable[[OneRunEvent], None]) -> LibraryTimes:
     """cuDNN (the bare conv), cuBLAS on a 1x1 stride-1 layer, and for a layer with an epilogue PyTorch
     eager and torch.compile running the whole layer, timed by the worker."""
@@ -137,11 +149,13 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
     # epilogue costs that kernel. A SiLU or GELU layer also times it with ReLU in the activation's place: what
     # the activation costs beyond the cheapest one, on the same tile.
     problems = {layer.name: layer.problem for layer in layers}
-    bare = {name: dataclasses.replace(config, fusion=Epilogue()) for name, config in configs.items()
+    bare = {name: Twin.of(config, problems[name], Epilogue()) for name, config in configs.items()
             if problems[name].epilogue.fused}
-    relu = {name: dataclasses.replace(config, fusion=relu_epilogue(config.fusion)) for name, config in configs.items()
+    relu = {name: Twin.of(config, problems[name], relu_epilogue(problems[name].epilogue))
+            for name, config in configs.items()
             if problems[name].epilogue.activation in (Activation.silu, Activation.gelu)}
-    kernels = sorted({config.compiled for config in [*configs.values(), *bare.values(), *relu.values()]},
+    twins = [*bare.values(), *relu.values()]
+    kernels = sorted({config.compiled for config in [*configs.values(), *(twin.config for twin in twins)]},
                      key=lambda c: c.name)
     emit(TunedStarted(len(configs), len(kernels)))
     compiled = {r.config.compiled: r for r in compiler.compile_many(kernels)}
@@ -162,13 +176,8 @@ def measure_tuned(layers: list[Layer], folder: Path, device: DeviceFacts, compil
         if config is None:
             continue
         us, status, reason = timed(config, layer.problem, 2000 + index)
-        bare_us = relu_us = None
-        if layer.name in bare:
-            bare_us, _, _ = timed(bare[layer.name], dataclasses.replace(layer.problem, epilogue=Epilogue()),
-                                  2000 + index)
-        if layer.name in relu:
-            relu_us, _, _ = timed(relu[layer.name], dataclasses.replace(
-                layer.problem, epilogue=relu_epilogue(layer.problem.epilogue)), 2000 + index)
+        bare_us, relu_us = (timed(twin.config, twin.problem, 2000 + index)[0]
+                            if (twin := of_layer.get(layer.name)) else None for of_layer in (bare, relu))
         times = time_baselines(worker, layer, device, emit)
         row = OneRunLayer(config.name, config.family,
                           layer.problem.epilogue.key if layer.problem.epilogue.fused else None, us,

@@ -14,7 +14,6 @@ from tuner.store.results import BEST_FILE, ResultsError, gpu_dir, gpu_slugs, rec
 from tuner.store.schema import BestEntry
 
 
-
 @dataclass(frozen=True)
 class OneRunRow:
     """One layer of bench.yaml's one run; a time is None where that run did not take it."""
