@@ -23,6 +23,7 @@ from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.measure.evaluate import GpuEvaluator  # noqa: E402
 from tuner.families import registry  # noqa: E402
 from tuner.families.sm90_dsl.toolchain import dsl_version  # noqa: E402
+from tuner.core.dtypes import DataType  # noqa: E402
 from tuner.core.problem import ConvProblem  # noqa: E402
 from tuner.search.space import make_config  # noqa: E402
 from tuner.core.status import Status  # noqa: E402
@@ -196,6 +197,22 @@ CASES = {
                         {**BASE, "tile": "128x32x64", "tile_q": 16, "split_k": 4}),
     "gemm_k20_pingpong": (ConvProblem(n=8, h=32, w=32, c=64, k=20, r=1, s=1),
                           {**BASE, "tile": "64x32x64", "schedule": "pingpong", "tile_q": 0}),
+    # the epilogue's staging: 64-column subtiles and 3 or 4 buffers (the memory-bound 1x1s' knob), with the residual
+    # ring (its slots are subtiles of the same width), in pingpong (a ring and buffers a group), in tf32 (f32 written
+    # element by element into the staging), at K 20 (stored element by element) and in a conv's boxes; 512 tiles
+    # over 132 CTAs, so that the buffers wrap within and across tiles
+    "gemm_staged_e64x4_bn_residual_silu": (with_epilogue(RING_GEMM, "scale+bias+residual+silu"),
+                                           {**BASE, "tile": "128x128x64", "tile_q": 0, "epi_columns": 64,
+                                            "epi_buffers": 4}),
+    "gemm_staged_e64x3_pingpong_bn_relu": (with_epilogue(RING_GEMM, "scale+bias+relu"),
+                                           {**BASE, "tile": "128x64x64", "schedule": "pingpong", "tile_q": 0,
+                                            "epi_columns": 64, "epi_buffers": 3}),
+    "gemm_staged_e32x4_tf32": (dataclasses.replace(RING_GEMM, input_type=DataType.tf32, filter_type=DataType.tf32,
+                                                   output_type=DataType.f32),
+                               {**BASE, "tile": "128x64x32", "tile_q": 0, "epi_buffers": 4}),
+    "gemm_staged_e64x4_k20": (ConvProblem(n=8, h=32, w=32, c=64, k=20, r=1, s=1),
+                              {**BASE, "tile": "128x64x64", "tile_q": 0, "epi_columns": 64, "epi_buffers": 4}),
+    "conv_staged_e64x4": (CONV, {**BASE, "epi_columns": 64, "epi_buffers": 4}),
     # the planted wrong gathering kernel: STEM with dilation 2 and pad 6 (the same 32x32 output, other pixels)
     "stem_gather_dilated": (dataclasses.replace(STEM, dilation_h=2, dilation_w=2, pad_h=6, pad_w=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
 }
@@ -281,6 +298,7 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     ("gemm_k104_128x112_bn_residual_relu", "scale+bias+residual", 10),  # ... nor the 112-column tile's
     ("conv_stream_k_bn_residual_relu_cluster_1x2", "scale+bias+residual", 10),  # ... nor the stream-K kernel's
     ("conv_im2col_stride2_c80_bn_relu_cluster_1x2", "scale+bias", 10),  # ... nor the im2col kernel's
+    ("gemm_staged_e64x4_bn_residual_silu", "scale+bias+residual+relu", 2),  # ... SiLU in 64-column subtiles
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]

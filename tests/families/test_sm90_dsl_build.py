@@ -323,7 +323,7 @@ def test_a_stream_k_candidate_reports_its_workspace_and_is_launched_as_one_witho
     (ProblemSpec.symmetric(2, 28, 28, 64, 64, 3, 3, 1, 1, 1), 128, 32),   # a valid box
 ])
 def test_the_kernel_and_the_static_checks_state_one_box_rule(problem, tile_m, tile_q):
-    from tuner.families.sm90_dsl.spec import box_problem
+    from tuner.families.sm90_dsl.box import box_problem
     reason = box_problem(problem, tile_m, tile_q)
     spec = BuildSpec(problem, EpilogueSpec(), TileSpec(tile_m, 64, 64, tile_q=tile_q))
     if reason is None:

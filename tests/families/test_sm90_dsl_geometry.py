@@ -138,3 +138,15 @@ def test_scheduled_tiles_past_the_last_land_outside_y_in_a_mode_tma_keeps(proble
         else:
             assert any(v >= e > 1 for v, e in zip((q0, p0, n0), extents)), (mi, q0, p0, n0, extents)
     assert len(origins) == g.m_tiles
+
+
+@pytest.mark.parametrize("tile_n, columns, buffers", [(128, 64, 4), (128, 64, 2), (96, 64, 4), (48, 64, 3)])
+def test_the_space_counts_the_epilogue_staging_as_the_kernel_does(tile_n, columns, buffers):
+    problem = ConvProblem(n=32, h=7, w=7, c=512, k=2048, r=1, s=1, epilogue=parse_epilogue("scale+bias+residual+relu"))
+    params = {"tile": f"128x{tile_n}x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+              "swizzle": 1, "tile_q": 0}
+    plain, staged = make_config(problem, params), make_config(problem, {**params, "epi_columns": columns,
+                                                                          "epi_buffers": buffers})
+    g, g0 = geometry(staged.build_spec()), geometry(plain.build_spec())
+    assert (g.epi_n, g.epi_stages) == (tile_n % 64 == 0 and 64 or (32 if tile_n % 32 == 0 else 16), buffers)
+    assert staged.epilogue_bytes() - plain.epilogue_bytes() == g.smem_bytes(0) - g0.smem_bytes(0)

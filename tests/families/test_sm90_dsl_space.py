@@ -15,7 +15,8 @@ from tuner.families import registry
 from tuner.families.base import BuildRequest, SearchSpace, SpaceError
 from tuner.families.sm90_dsl.checks import layer_problem, static_problems
 from tuner.families.sm90_dsl.space import kernel_problem, make_config, parse_space, problem_spec
-from tuner.families.sm90_dsl.spec import STREAM_K, BuildSpec, SpecError, conv_box
+from tuner.families.sm90_dsl.box import conv_box
+from tuner.families.sm90_dsl.spec import STREAM_K, BuildSpec, SpecError
 from tuner.families.sm90_dsl.toolchain import BUILDER_SOURCES, dsl_version
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
@@ -632,3 +633,53 @@ def test_the_waste_diagnosis_counts_the_padded_rows_of_a_box_kernel_and_none_of_
     assert rows == 14 * 128 and len(flags) == 1 and "M 1568->1792: 12%" in flags[0].message
     rows, flags = padding(TILE_Q_IM2COL)
     assert rows is None and flags == []  # 1664 rows for 1568 pixels: 6 %, under the rule's 10 %
+
+
+def test_the_epilogue_staging_is_a_knob_of_the_name_the_spec_and_the_shared_memory():
+    """64-column subtiles and 4 buffers: what the memory-bound 1x1s gained from on the H200 (docs/dsl.md)."""
+    from tuner.families.sm90_dsl.spec import epilogue_columns
+    plain, wide = make_config(GEMM, params()), make_config(GEMM, params(epi_columns=64, epi_buffers=4))
+    assert (plain.epi_columns, plain.epi_buffers) == (32, 2) and "_e" not in plain.name.split("_f16")[0]
+    assert "_e64x4_" in wide.name and "e64x4" in FAMILY.describe(wide) and "e64" not in FAMILY.describe(plain)
+    assert wide.search_params["epi_columns"] == 64 and wide.search_params["epi_buffers"] == 4
+    assert (wide.build_spec().tile.epi_columns, wide.build_spec().tile.epi_buffers) == (64, 4)
+    # four subtiles of twice the width: four times the staging, and fewer stages of the main loop fit beside it
+    assert wide.epilogue_bytes() - plain.epilogue_bytes() == 128 * (64 * 4 - 32 * 2) * 2
+    assert wide.stage_count < plain.stage_count
+    # 64 columns only where they divide tile N: 96 and 48 keep 32 and 16, one value naming each kernel
+    for n, columns in ((128, 64), (192, 64), (96, 32), (48, 16)):
+        assert epilogue_columns(n, 64) == columns and epilogue_columns(n) == min(columns, 32)
+    assert make_config(GEMM, params(tile="128x96x64", epi_columns=64)) == make_config(GEMM, params(tile="128x96x64"))
+    # trials and entries stored before the knobs existed ran with the default staging
+    assert make_config(GEMM, {k: v for k, v in params().items() if not k.startswith("epi_")}) == plain
+
+
+def test_the_default_staging_keeps_the_cache_keys_it_had_and_another_round_trips():
+    plain = make_config(GEMM, params()).build_spec()
+    assert "epi_" not in plain.to_json()
+    wide = make_config(GEMM, params(epi_columns=64, epi_buffers=4)).build_spec()
+    assert BuildSpec.from_json(wide.to_json()) == wide and '"epi_buffers": 4' in wide.to_json()
+    for bad in ('"epi_buffers": 5', '"epi_columns": 48'):
+        knob = bad.split('"')[1]
+        text = wide.to_json().replace(f'"{knob}": {getattr(wide.tile, knob)}', bad)
+        with pytest.raises(SpecError, match=knob):
+            BuildSpec.from_json(text)
+
+
+def test_a_space_file_may_leave_out_the_staging_and_may_not_give_a_bad_value():
+    document = {"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["cooperative"],
+                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [16], "split_k": [1]}
+    assert dict(parse_space(document).choices_items)["epi_buffers"] == (2,)
+    assert dict(parse_space({**document, "epi_columns": [32, 64]}).choices_items)["epi_columns"] == (32, 64)
+    for knob, value in (("epi_columns", 48), ("epi_buffers", 8)):
+        with pytest.raises(SpaceError, match=knob):
+            parse_space({**document, knob: [value]})
+
+
+def test_staging_that_leaves_too_few_stages_is_refused_before_the_build():
+    """EfficientNet's C16 expand in 128x128x64 with 4 stages: 4 pingpong buffers of 64 columns failed to build on the
+    H200 ('4 stages need ... bytes'); the checks say so first."""
+    expand = ConvProblem(n=32, h=112, w=112, c=16, k=96, r=1, s=1)
+    config = make_config(expand, params(schedule="pingpong", stages=4, epi_columns=64, epi_buffers=4))
+    assert any("do not fit" in reason for reason in static_problems(config, expand, H100))
+    assert static_problems(make_config(expand, params(schedule="pingpong", stages=4)), expand, H100) == []

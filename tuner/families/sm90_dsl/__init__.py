@@ -14,7 +14,7 @@ from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.sm90_dsl import checks, costmodel, space, toolchain
 from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
-from tuner.families.sm90_dsl.spec import GATHER_BELOW_CHANNELS
+from tuner.families.sm90_dsl.spec import EPILOGUE_BUFFERS, EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS
 
 SMALL_CHANNELS = 16  # from 8 to this, a default study keeps the C++ Hopper families beside this one
 
@@ -38,8 +38,10 @@ def describe(config: Sm90DslConfig) -> str:
     stages = "auto" if config.stages == AUTO_STAGES else config.stages
     box = "" if config.shape.is_gemm else " im2col" if config.im2col else f" q{config.tile_q or 'auto'}"
     split = " stream-K" if config.stream_k else f" sk{config.split_k}" if config.split_k > 1 else ""
+    staging = ("" if (config.epi_columns, config.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
+               else f" e{config.epi_columns}x{config.epi_buffers}")
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
-            f"r{config.raster.value} sw{config.swizzle}{split}")
+            f"r{config.raster.value} sw{config.swizzle}{split}{staging}")
 
 
 FAMILY = Family(
@@ -52,7 +54,8 @@ FAMILY = Family(
     describe=describe,
     supersedes=supersedes,
     chained=partial(replace, pdl=True),
-    rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k"),
+    rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k",
+                            "epi_columns", "epi_buffers"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=checks.static_problems, layer_problem=checks.layer_problem,
                      launch_args=space.launch_args, kernel_problem=space.kernel_problem),

@@ -9,7 +9,8 @@ from tuner.core.problem import ConvProblem
 from tuner.families.base import types_problem
 from tuner.families.sm90_dsl.space import (CHANNEL_MULTIPLE, FAMILY, INPUT_TYPES, MIN_K_TILES_PER_SPLIT, AUTO_STAGES,
                                            Schedule, Sm90DslConfig, problem_spec)
-from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, box_problem, cluster_problem,
+from tuner.families.sm90_dsl.box import box_problem
+from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, cluster_problem,
                                           element_tile_problem, tile_m_problem, tile_n_problem)
 from tuner.families.sm90_dsl.im2col import im2col_problem
 from tuner.families.sm90_dsl.stream_plan import stream_k_problem

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, STREAM_K, BuildSpec, SpecError, box_problem, cluster_problem,
-                   conv_box, element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
+from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, STREAM_K, BuildSpec, SpecError, cluster_problem,
+                   element_tile_problem, epilogue_columns, residual_ring_slots, scheduled_tiles,
                    split_k_workspace_bytes, tile_m_problem, tile_n_problem)
+from .box import box_problem, conv_box
 from .im2col import TILE_Q_IM2COL, im2col_problem
 from .stream_plan import StreamKPlan, stream_k_plan, stream_k_problem
 
@@ -296,9 +297,9 @@ def geometry(spec: BuildSpec) -> Geometry:
         if value >= 1 << 31:
             raise SpecError(f"{name} {value} is too large for TMA coordinates")
     tile_n = t.tile_n
-    epi_n = epilogue_columns(tile_n)
-    epi_stages = 2
-    res_stages = residual_ring_slots(tile_n) if e.residual else 0
+    epi_n = epilogue_columns(tile_n, t.epi_columns)
+    epi_stages = t.epi_buffers
+    res_stages = residual_ring_slots(tile_n, t.epi_columns) if e.residual else 0
     g = Geometry(xw=xw, xh=xh, xn=xn, c=p.c, k=p.k, yq=yq, yp=yp, r=p.r, s=p.s, pad_h=p.pad_h, pad_w=p.pad_w,
                  dilation_h=p.dilation_h, dilation_w=p.dilation_w, stride_h=p.stride_h, stride_w=p.stride_w,
                  tile_q=tile_q, bp=bp, bn=bn, tile_m=t.tile_m, tile_n=tile_n,

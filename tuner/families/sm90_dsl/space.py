@@ -12,9 +12,12 @@ from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
 from tuner.families.sm90_dsl.geometry import SM_COUNT
-from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, SMEM_CAPACITY, STREAM_K, TMA_ROW_BYTES,
-                                          BuildSpec, ConvBox, EpilogueSpec, ProblemSpec, TileSpec, conv_box, epilogue_columns,
-                                          phase_extents, residual_ring_slots, scheduled_tiles, split_k_workspace_bytes)
+from tuner.families.sm90_dsl.spec import (EPILOGUE_BUFFER_CHOICES, EPILOGUE_BUFFERS, EPILOGUE_COLUMN_CHOICES,
+                                          EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS, SMEM_CAPACITY, STREAM_K,
+                                          TMA_ROW_BYTES, BuildSpec, EpilogueSpec, ProblemSpec, TileSpec,
+                                          epilogue_columns, residual_ring_slots, scheduled_tiles,
+                                          split_k_workspace_bytes)
+from tuner.families.sm90_dsl.box import ConvBox, conv_box, phase_extents
 from tuner.families.sm90_dsl.im2col import TILE_Q_IM2COL
 from tuner.families.sm90_dsl.stream_plan import StreamKPlan, stream_k_plan
 from tuner.core.dtypes import DataType, dtype_key
@@ -78,6 +81,10 @@ class Sm90DslConfig:
     # work units a tile, each summing a range of its k tiles, the last to finish storing it; STREAM_K (0): each
     # persistent cluster sums an equal share of all tiles' k tiles laid end to end (spec.StreamKPlan)
     split_k: int = 1
+    # the epilogue's staging (spec.TileSpec): 64 only where it divides tile N (make_config), so that no two values
+    # name one kernel
+    epi_columns: int = EPILOGUE_COLUMNS
+    epi_buffers: int = EPILOGUE_BUFFERS
     # no knob: built with programmatic dependent launch (spec.BuildSpec.pdl) for a caller that chains kernels
     # (tuner.torch_ops.optimize(pdl=True)); the tuner times kernels without it
     pdl: bool = False
@@ -101,15 +108,17 @@ class Sm90DslConfig:
                else f"_q{self.tile_q or 'auto'}")
         s = self.shape
         split = "_skstream" if self.stream_k else f"_sk{self.split_k}" if self.split_k > 1 else ""
+        staging = ("" if (self.epi_columns, self.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
+                   else f"_e{self.epi_columns}x{self.epi_buffers}")
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
-                f"_r{self.raster.value}_sw{self.swizzle}{split}_{self.dtype_key}{self.fusion.short}"
+                f"_r{self.raster.value}_sw{self.swizzle}{split}{staging}_{self.dtype_key}{self.fusion.short}"
                 f"_{s.key}{'_pdl' if self.pdl else ''}")
 
     @property
     def search_params(self) -> dict:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
                 "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q,
-                "split_k": self.split_k}
+                "split_k": self.split_k, "epi_columns": self.epi_columns, "epi_buffers": self.epi_buffers}
 
     @property
     def persistent(self) -> bool:
@@ -193,13 +202,13 @@ class Sm90DslConfig:
         return self.input_type.bytes * self.tile.n * self.tile.k * self.k_steps if self.shape.gathers else 0
 
     def epilogue_bytes(self) -> int:
-        """The two output subtiles staged for the TMA store, the residual's ring of subtiles and the vectors; in
+        """The output subtiles staged for the TMA store, the residual's ring of subtiles and the vectors; in
         pingpong each consumer warpgroup has its own."""
         groups = 2 if self.schedule is Schedule.pingpong else 1
-        subtile = self.tile.m * epilogue_columns(self.tile.n) * self.output_type.bytes
-        ring = residual_ring_slots(self.tile.n) if self.fusion.residual else 0
+        subtile = self.tile.m * epilogue_columns(self.tile.n, self.epi_columns) * self.output_type.bytes
+        ring = residual_ring_slots(self.tile.n, self.epi_columns) if self.fusion.residual else 0
         vectors = 2 * self.tile.n * 4  # scale and bias, staged per tile (allocated with or without them)
-        return (subtile * (2 + ring) + vectors) * groups
+        return (subtile * (self.epi_buffers + ring) + vectors) * groups
 
     @property
     def auto_stage_count(self) -> int:
@@ -223,13 +232,15 @@ class Sm90DslConfig:
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
                           tile_q=TILE_Q_IM2COL if self.im2col else 0 if self.tiles_pixels else self.columns,
-                          split_k=self.split_k),
+                          split_k=self.split_k, epi_columns=self.epi_columns, epi_buffers=self.epi_buffers),
             element=self.input_type.value, pdl=self.pdl)
 
 
 def parse_space(document: object) -> SearchSpace:
+    if isinstance(document, dict):  # the epilogue's staging may be left out: the values kernels had before the knobs
+        document = {"epi_columns": [EPILOGUE_COLUMNS], "epi_buffers": [EPILOGUE_BUFFERS], **document}
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
-                                             "tile_q", "split_k"})
+                                             "tile_q", "split_k", "epi_columns", "epi_buffers"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -246,6 +257,10 @@ def parse_space(document: object) -> SearchSpace:
         ("split_k", int_list(FAMILY, "split_k", document["split_k"],
                              lambda v: v == STREAM_K or 1 <= v <= MAX_SPLIT_K,
                              f"1 to {MAX_SPLIT_K}, or {STREAM_K} for stream-K")),
+        ("epi_columns", int_list(FAMILY, "epi_columns", document["epi_columns"], EPILOGUE_COLUMN_CHOICES.__contains__,
+                                 " or ".join(map(str, EPILOGUE_COLUMN_CHOICES)))),
+        ("epi_buffers", int_list(FAMILY, "epi_buffers", document["epi_buffers"], EPILOGUE_BUFFER_CHOICES.__contains__,
+                                 " to ".join(map(str, EPILOGUE_BUFFER_CHOICES[::2])))),
     ))
 
 
@@ -279,8 +294,11 @@ def problem_spec(problem: ConvProblem) -> ProblemSpec:
 
 def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
     shape = problem_spec(problem)
+    tile = param(params, "tile", Shape3.parse)
+    # trials stored before the epilogue's knobs existed ran with the staging they default to
+    epi_columns = param(params, "epi_columns", whole) if "epi_columns" in params else EPILOGUE_COLUMNS
     return Sm90DslConfig(
-        tile=param(params, "tile", Shape3.parse),
+        tile=tile,
         cluster=param(params, "cluster", Shape3.parse),
         schedule=param(params, "schedule", Schedule),
         stages=param(params, "stages", whole),
@@ -290,6 +308,9 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         tile_q=0 if shape.is_gemm or shape.gathers else param(params, "tile_q", whole),
         # trials stored before the knob existed ran without a split
         split_k=param(params, "split_k", whole) if "split_k" in params else 1,
+        # wider subtiles than tile N allows are the kernel of the default width: one value names it
+        epi_columns=epi_columns if tile.n % epi_columns == 0 else EPILOGUE_COLUMNS,
+        epi_buffers=param(params, "epi_buffers", whole) if "epi_buffers" in params else EPILOGUE_BUFFERS,
         shape=shape,
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,

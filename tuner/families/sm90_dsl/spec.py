@@ -3,7 +3,6 @@ crosses the process boundary as JSON. The tuner side (the family) writes it; tun
 build.py reads it in a child process, where the DSL is imported. Nothing here imports the DSL."""
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import asdict, dataclass
 
@@ -15,6 +14,9 @@ SCHEDULES = ("single", "cooperative", "pingpong")  # one consumer warpgroup, two
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 RASTERS = ("m", "n")
 EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many columns (16 where 32 do not divide tile_n)
+EPILOGUE_COLUMN_CHOICES = (32, 64)  # the knob: 64-column subtiles where they divide tile_n, else 32 (or 16)
+EPILOGUE_BUFFERS = 2       # output subtiles a consumer group stages for the TMA store
+EPILOGUE_BUFFER_CHOICES = (2, 3, 4)
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
 # the element of x and w (tuner/core/dtypes.py DataType's names): a 16-bit one is y's and the residual's too; e4m3
 # kernels write f16 and take the operands' per-tensor scales; tf32 kernels (fp32 models) write f32
@@ -130,6 +132,10 @@ class TileSpec:
     # GEMM-K split over this many work units a tile, summed in the kernel (1: no split); STREAM_K: stream-K (each
     # persistent cluster sums an equal share of every tile's k tiles, stream_plan.StreamKPlan)
     split_k: int = 1
+    # the epilogue's staging: subtiles of up to epi_columns columns (epilogue_columns), epi_buffers of them in flight
+    # to the TMA store a consumer group (the memory-bound 1x1s wait on the store rhythm; docs/dsl.md)
+    epi_columns: int = EPILOGUE_COLUMNS
+    epi_buffers: int = EPILOGUE_BUFFERS
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,9 @@ class BuildSpec:
             del document["element"]
         if not self.pdl:  # likewise
             del document["pdl"]
+        for knob, default in (("epi_columns", EPILOGUE_COLUMNS), ("epi_buffers", EPILOGUE_BUFFERS)):
+            if document["tile"][knob] == default:  # likewise
+                del document["tile"][knob]
         return json.dumps(document, sort_keys=True)
 
     @classmethod
@@ -221,6 +230,9 @@ class BuildSpec:
             raise SpecError("a gathering kernel (C < 8) has no residual load: its producer warps all gather")
         if not isinstance(t.split_k, int) or t.split_k < 0:
             raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1, or {STREAM_K} for stream-K")
+        for knob, choices in (("epi_columns", EPILOGUE_COLUMN_CHOICES), ("epi_buffers", EPILOGUE_BUFFER_CHOICES)):
+            if getattr(t, knob) not in choices:
+                raise SpecError(f"{knob} {getattr(t, knob)!r} is not one of {', '.join(map(str, choices))}")
 
 
 # rows of a tile each consumer warpgroup may hold, by schedule: one 64-row wgmma block, or two (a pingpong group's
@@ -302,10 +314,10 @@ def split_k_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -
     return splits * tiles * tile_m * tile_n * 4 + tiles * 4
 
 
-def epilogue_columns(tile_n: int) -> int:
-    """The columns of an epilogue subtile: 32, or 16 where they would not divide tile_n (16, 48, 80 ...; a
-    subtile's columns are whole stmatrix groups of 16)."""
-    return EPILOGUE_COLUMNS if tile_n % EPILOGUE_COLUMNS == 0 else 16
+def epilogue_columns(tile_n: int, wanted: int = EPILOGUE_COLUMNS) -> int:
+    """The columns of an epilogue subtile: the widest of `wanted`, 32 and 16 that divides tile_n (16 for 16, 48,
+    80 ...; a subtile's columns are whole stmatrix groups of 16)."""
+    return next((columns for columns in (wanted, 32) if columns <= wanted and tile_n % columns == 0), 16)
 
 
 def tile_n_problem(tile_n: int) -> str | None:
@@ -317,84 +329,7 @@ def tile_n_problem(tile_n: int) -> str | None:
     return None
 
 
-def residual_ring_slots(tile_n: int) -> int:
+def residual_ring_slots(tile_n: int, epi_columns: int = EPILOGUE_COLUMNS) -> int:
     """The residual subtiles in flight for one consumer group: a tile's subtiles, at most RESIDUAL_RING_SLOTS.
     At most the whole residual tile the kernel once kept, so a kernel that fitted it fits the ring."""
-    return min(tile_n // epilogue_columns(tile_n), RESIDUAL_RING_SLOTS)
-
-
-def next_power_of_two(value: int) -> int:
-    return 1 << max(0, (value - 1).bit_length())
-
-
-@dataclass(frozen=True)
-class ConvBox:
-    """How a conv kernel's tile_m output pixels cover the output: tile_q columns x rows_p rows x images_n
-    images (tile_q * rows_p * images_n == tile_m); a box past the edge of P or Q is computed on the TMA's
-    zero fill and clipped by the TMA store. No side equals its input extent (W, H): CuTe would merge
-    that mode with the next into one TMA dimension, and the padding would read the next row or image."""
-
-    tile_q: int
-    rows_p: int
-    images_n: int
-
-    def tiles(self, problem: ProblemSpec) -> int:
-        """Output tiles along M: boxes over (q, p, n)."""
-        return (-(-problem.q // self.tile_q)) * (-(-problem.p // self.rows_p)) * (-(-problem.n // self.images_n))
-
-    def useful_fraction(self, problem: ProblemSpec) -> float:
-        """Output pixels over the pixels the boxes compute (1.0: no box reaches past the output)."""
-        return problem.n * problem.p * problem.q / (self.tiles(problem) * self.tile_q * self.rows_p * self.images_n)
-
-
-def phase_extents(extent: int, stride: int) -> set[int]:
-    """The extents of the input views a kernel reads along an axis of `extent`: one view per stride phase,
-    every `stride`-th row or column (the input itself at stride 1). A TMA box side equal to one of them
-    merges with the next mode and loses the padding."""
-    return {-(-(extent - phase) // stride) for phase in range(min(stride, extent))}
-
-
-@functools.lru_cache(maxsize=4096)  # a study's static checks ask it hundreds of thousands of times
-def conv_box(problem: ProblemSpec, tile_m: int, tile_q: int) -> ConvBox:
-    """rows_p the output rows a box spans: all of P rounded up to a power of two where that fits in the
-    tile, else as many as the tile holds; the rest of the tile spans images."""
-    rows = tile_m // tile_q
-    heights = phase_extents(problem.h, problem.stride_h)
-    # one image: no box spans images (a box of 2 images of N=1 faulted on the H100, cudaErrorIllegalInstruction,
-    # 7x7 C512 3x3 with 128x128 tiles of 8 columns; CuTe drops the size-1 mode from the TMA view)
-    splits = [(1 << i, rows >> i) for i in range(rows.bit_length())
-              if (1 << i) <= next_power_of_two(problem.p) and (1 << i) not in heights
-              and (problem.n > 1 or rows >> i == 1)]
-    if not splits:
-        return ConvBox(tile_q, rows, 1)  # the kernel refuses it: the static check says so first
-    # the split that computes the fewest padded pixels, larger rows_p on a tie (as the kernel lays it out)
-    rows_p, images_n = min(splits, key=lambda s: (-(-problem.p // s[0]) * s[0] * (-(-problem.n // s[1])) * s[1], -s[0]))
-    return ConvBox(tile_q, rows_p, images_n)
-
-
-def box_problem(problem: ProblemSpec, tile_m: int, tile_q: int) -> str | None:
-    """Why tile_m output pixels in boxes of tile_q columns cannot be a TMA conv kernel's M tile, or None: the one
-    statement of the box rules, raised by geometry.geometry and reported by the family's static checks.
-
-    A box side equal to its tensor's extent lets CuTe merge that mode with the next one into one TMA dimension,
-    whose bounds then no longer zero-fill the padding: the taps read the neighbouring row (or image) instead.
-    Measured on the H100: W=16 with tile_q 16 gave relative error 0.21, 8 and 32 validated."""
-    if tile_q < 8 or tile_q % 8:
-        return f"tile_q {tile_q} must be a multiple of 8 (TMA boxes of whole swizzle rows)"
-    if tile_m % tile_q:
-        return f"tile_q={tile_q} must divide tile M={tile_m}"
-    rows = tile_m // tile_q
-    if rows & (rows - 1):
-        return f"tile M / tile_q = {rows} rows must be a power of two (output rows x images)"
-    box = conv_box(problem, tile_m, tile_q)
-    widths, heights = phase_extents(problem.w, problem.stride_w), phase_extents(problem.h, problem.stride_h)
-    if tile_q in widths or box.rows_p in heights:
-        return (f"a box of {tile_q} columns x {box.rows_p} rows has a side equal to the input's {problem.w}x{problem.h} "
-                f"(or a stride-{problem.stride_w}x{problem.stride_h} view of it): its TMA dimensions would merge and "
-                "lose the padding")
-    if box.rows_p > next_power_of_two(problem.p):
-        return (f"tile M={tile_m} in boxes of {tile_q} columns needs {box.rows_p} output rows, more than the output's "
-                f"{problem.p} (one image cannot be spanned): pick a wider tile_q")
-    if max(tile_q, box.rows_p, box.images_n) > MAX_TMA_BOX:
-        return f"a TMA box spans at most {MAX_TMA_BOX} elements a dimension"
-    return None
+    return min(tile_n // epilogue_columns(tile_n, epi_columns), RESIDUAL_RING_SLOTS)
