@@ -84,6 +84,11 @@ class SearchSpace:
             total *= len(values)
         return total
 
+    def holding(self, knobs: tuple[str, ...]) -> "SearchSpace":
+        """The space with each of these knobs held at its first choice."""
+        return SearchSpace(self.family, tuple((knob, values[:1] if knob in knobs else values)
+                                              for knob, values in self.choices_items))
+
 
 @dataclass(frozen=True)
 class CostTerms:

@@ -61,6 +61,9 @@ class SpaceRules:
     kernel_problem: Callable[[ConvProblem], ConvProblem] = as_stated
     # A hand-picked configuration every study of the family measures first, if any (read, never changed).
     reference_params: Mapping[str, object] | None = None
+    # Knobs a study holds at their first choice, whose other choices are tried on its finalists instead
+    # (tuner/search/refine.py): what is best fitted to a chosen tile rather than sampled beside it.
+    refined_knobs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

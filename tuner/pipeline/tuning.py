@@ -33,6 +33,7 @@ from tuner.store.best import best_entries, names_by_problem, update_best
 from tuner.store.history import append_history
 from tuner.store.results import ResultsError, gpu_dir
 from tuner.store.schema import BestEntry, BestHeader, HistoryEvent
+from tuner.search.refine import refined_variants
 from tuner.search.space import JointSpace, entry_config, joint_valid_configs, layer_space, without_superseded
 from tuner.core.status import Status
 from tuner.core.yamlfile import brief_reason
@@ -301,7 +302,7 @@ class TuningSession:
         if not best:
             sink.emit(NoCandidatePassed(layer.name))
             return None
-        finalists = finalist_configs(best, options.top, reference, previous, layer.problem, device, joint)
+        finalists = finalist_configs(best, options.top, reference, previous, layer.problem, device, joint, self.spaces)
         compiled = {r.config.compiled: r for r in self.compiler.compile_many([c.config for _, c in finalists])}
         stop_if_requested()  # an interrupt during these compiles killed some: stop, nothing to record
         for label, candidate in finalists:
@@ -334,13 +335,22 @@ def family_spaces(joint: JointSpace, valid: list[KernelConfig]) -> tuple[FamilyS
 
 
 def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: BestEntry | None,
-                     problem: ConvProblem, device: DeviceFacts,
-                     joint: JointSpace | None = None) -> list[tuple[str, Candidate]]:
-    """The study's `top` fastest; the fastest of each other family of the study (so that the table
+                     problem: ConvProblem, device: DeviceFacts, joint: JointSpace | None = None,
+                     spaces: tuple[SearchSpace, ...] = ()) -> list[tuple[str, Candidate]]:
+    """The study's `top` fastest, each followed by its variants in the other choices `spaces` give its family's
+    refined knobs (#1.1, #1.2 ...; refine.py); the fastest of each other family of the study (so that the table
     shows what each family reaches); then the reference config and the layer's previous best where
     the study lacks them and they can run: re-measured side by side, the previous best can win again,
     so a study that lost its history (or a short one) never replaces a faster kernel with a slower one."""
-    finalists = [(f"#{i + 1}", Candidate.of(r.config, problem)) for i, r in enumerate(best[:top])]
+    full = {space.family: space for space in spaces}
+    finalists = []
+    for i, r in enumerate(best[:top]):
+        finalists.append((f"#{i + 1}", Candidate.of(r.config, problem)))
+        space = full.get(r.config.family)
+        for j, variant in enumerate(refined_variants(r.config, space, problem, device) if space else ()):
+            candidate = Candidate.of(variant, problem)
+            if candidate.runs_on(device):
+                finalists.append((f"#{i + 1}.{j + 1}", candidate))
     extra: list[tuple[str, KernelConfig | None]] = []
     for family in (joint.families if joint else ()):
         fastest = next((r.config for r in best if r.config.family == family), None)

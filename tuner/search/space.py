@@ -208,14 +208,20 @@ def config_from_params(problem: ConvProblem, params: dict) -> KernelConfig:
     return make_config(problem, family, knobs)
 
 
+def studied(space: SearchSpace) -> SearchSpace:
+    """The space a study samples: its family's refined knobs held at their first choice (refine.py tries the others
+    on the study's finalists)."""
+    return space.holding(registry.get(space.family).rules.refined_knobs)
+
+
 def layer_space(spaces: tuple[SearchSpace, ...], problem: ConvProblem, device: DeviceFacts) -> JointSpace:
-    """The spaces of the families that can run this problem on this device. None can: a SpaceError
-    that says why for each family."""
+    """The spaces of the families that can run this problem on this device, as a study samples them (studied). None
+    can: a SpaceError that says why for each family."""
     runnable, reasons = [], []
     for space in spaces:
         reason = registry.why_not(registry.get(space.family), problem, device)
         if reason is None:
-            runnable.append(space)
+            runnable.append(studied(space))
         else:
             reasons.append(f"{space.family}: {reason}")
     if not runnable:

@@ -58,7 +58,8 @@ FAMILY = Family(
                             "epi_columns", "epi_buffers"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=checks.static_problems, layer_problem=checks.layer_problem,
-                     launch_args=space.launch_args, kernel_problem=space.kernel_problem),
+                     launch_args=space.launch_args, kernel_problem=space.kernel_problem,
+                     refined_knobs=("epi_columns", "epi_buffers")),
     # its kernels are DSL-exported objects, not templates
     emitter=BuilderEmitter(build_request=toolchain.build_request, toolchain_problem=toolchain.toolchain_problem),
     model=PerformanceModel(cost_terms=costmodel.cost_terms, launch_shape=costmodel.launch_shape,

@@ -1,0 +1,67 @@
+"""tuner/search/refine.py: a study's finalists tried in the other choices of their family's refined knobs (sm90_dsl's
+epilogue staging), and the study that holds those knobs at their first choice (space.layer_space)."""
+from conftest import H100
+from tuner.families.base import SearchSpace
+from tuner.core.problem import ConvProblem
+from tuner.core.status import Status
+from tuner.pipeline.tuning import finalist_configs
+from tuner.search.refine import refined_variants
+from tuner.search.space import layer_space, load_space, make_config, studied
+from tuner.search.trials import TrialRecord
+from conftest import REPO
+
+EXPAND = ConvProblem(n=8, h=112, w=112, c=16, k=96, r=1, s=1)  # EfficientNet's C16 expand: memory-bound
+PARAMS = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
+          "swizzle": 1, "tile_q": 0, "split_k": 1, "epi_columns": 32, "epi_buffers": 2}
+
+
+def staging_space(columns=(32, 64), buffers=(2, 4)) -> SearchSpace:
+    return SearchSpace("sm90_dsl", tuple((knob, (value,)) for knob, value in PARAMS.items()
+                                         if not knob.startswith("epi_")) + (("epi_columns", columns),
+                                                                            ("epi_buffers", buffers)))
+
+
+def staging(config) -> tuple[int, int]:
+    return config.epi_columns, config.epi_buffers
+
+
+def test_a_finalist_is_tried_in_every_other_staging_the_space_offers():
+    config = make_config(EXPAND, "sm90_dsl", PARAMS)
+    variants = refined_variants(config, staging_space(), EXPAND, H100)
+    assert [staging(v) for v in variants] == [(32, 4), (64, 2), (64, 4)]
+    assert all(v.tile == config.tile and v.schedule == config.schedule for v in variants)
+
+
+def test_a_staging_that_names_the_same_kernel_or_does_not_fit_is_not_a_variant():
+    # tile N 96: 64 columns do not divide it, so 64 is the kernel of 32 columns, the finalist itself or its 4-buffer one
+    narrow = make_config(EXPAND, "sm90_dsl", {**PARAMS, "tile": "128x96x64"})
+    assert [staging(v) for v in refined_variants(narrow, staging_space(), EXPAND, H100)] == [(32, 4)]
+    # pingpong 128x128 in 4 stages: 4 buffers of 64 columns a group leave no room (the static checks say so)
+    full = make_config(EXPAND, "sm90_dsl", {**PARAMS, "schedule": "pingpong", "stages": 4})
+    assert (64, 4) not in [staging(v) for v in refined_variants(full, staging_space(), EXPAND, H100)]
+
+
+def test_a_space_of_one_staging_or_a_family_that_refines_nothing_adds_none(conv_1, sm80_space):
+    config = make_config(EXPAND, "sm90_dsl", PARAMS)
+    assert refined_variants(config, staging_space((32,), (2,)), EXPAND, H100) == []
+    sm80 = make_config(conv_1, "sm80", {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1,
+                                       "iterator": "optimized", "split_k": 1})
+    assert refined_variants(sm80, sm80_space, conv_1, H100) == []
+
+
+def test_the_finalists_variants_follow_each_and_are_labelled_after_it():
+    best = [TrialRecord(0, make_config(EXPAND, "sm90_dsl", PARAMS), Status.ok, 10.0, {}),
+            TrialRecord(1, make_config(EXPAND, "sm90_dsl", {**PARAMS, "tile": "128x96x64"}), Status.ok, 11.0, {})]
+    finalists = finalist_configs(best, 2, None, None, EXPAND, H100, spaces=(staging_space(),))
+    assert [label for label, _ in finalists] == ["#1", "#1.1", "#1.2", "#1.3", "#2", "#2.1"]
+    assert [label for label, _ in finalist_configs(best, 2, None, None, EXPAND, H100)] == ["#1", "#2"]
+
+
+def test_a_study_holds_the_refined_knobs_at_their_first_choice():
+    space = load_space(REPO / "search_spaces" / "sm90_dsl.yaml")
+    assert space.choices["epi_columns"] == (32, 64) and space.choices["epi_buffers"] == (2, 4)
+    held = studied(space)
+    assert held.choices["epi_columns"] == (32,) and held.choices["epi_buffers"] == (2,)
+    assert held.size * 4 == space.size and {k: v for k, v in held.choices.items() if not k.startswith("epi_")} == {
+        k: v for k, v in space.choices.items() if not k.startswith("epi_")}
+    assert layer_space((space,), EXPAND, H100).space("sm90_dsl").choices["epi_buffers"] == (2,)
