@@ -65,3 +65,16 @@ def test_a_study_holds_the_refined_knobs_at_their_first_choice():
     assert held.size * 4 == space.size and {k: v for k, v in held.choices.items() if not k.startswith("epi_")} == {
         k: v for k, v in space.choices.items() if not k.startswith("epi_")}
     assert layer_space((space,), EXPAND, H100).space("sm90_dsl").choices["epi_buffers"] == (2,)
+
+
+def test_a_refined_kernel_seeds_a_study_as_the_configuration_that_study_can_ask_for(conv_1, sm80_space):
+    """Another GPU's best.yaml (sibling_seeds) or a twin's study may hold a kernel refined after its study: seeded
+    as is, the study (which holds the staging) could not ask for it, and the seed was dropped."""
+    space = load_space(REPO / "search_spaces" / "sm90_dsl.yaml")
+    joint = layer_space((space, sm80_space), EXPAND, H100)
+    refined = {**PARAMS, "epi_columns": 64, "epi_buffers": 4}
+    assert not joint.contains(make_config(EXPAND, "sm90_dsl", refined))
+    held = make_config(EXPAND, "sm90_dsl", joint.held("sm90_dsl", refined))
+    assert joint.contains(held) and staging(held) == (32, 2) and held.tile == make_config(EXPAND, "sm90_dsl", refined).tile
+    sm80 = {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1}
+    assert joint.held("sm80", sm80) == sm80 and joint.held("sm90_conv", refined) == refined

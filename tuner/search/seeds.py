@@ -81,7 +81,8 @@ def twin_seeds(folder: Path | None, storage: optuna.storages.BaseStorage | str |
         found = 0
         for measured in measurements.top_k(twin, None, sources=(Source.tuned,)):
             try:
-                config = make_config(problem, measured.family, measured.config.search_params)
+                params = joint.held(measured.family, measured.config.search_params)
+                config = make_config(problem, measured.family, params)
             except (SpaceError, ValueError):
                 continue
             if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):
@@ -114,7 +115,7 @@ def sibling_seeds(results_root: Path | None, gpu: str, problem: ConvProblem, joi
             if entry is None:
                 continue
             try:
-                config = make_config(problem, entry.family, entry.knobs)
+                config = make_config(problem, entry.family, joint.held(entry.family, dict(entry.knobs)))
             except (SpaceError, ValueError, KeyError, TypeError):
                 continue
             if config not in seeds and joint.contains(config) and not static_problems(config, problem, device):

@@ -184,6 +184,15 @@ class JointSpace:
         choices = self.space(config.family).choices
         return all(knob in choices and value in choices[knob] for knob, value in config.search_params.items())
 
+    def held(self, family: str, params: dict) -> dict:
+        """Stored parameters with their family's refined knobs at the choice this study holds them at (studied):
+        a kernel refined after its study (refine.py) seeds another study as the configuration that one can ask for."""
+        if family not in self.families:
+            return params
+        choices = self.space(family).choices
+        return {**params, **{knob: choices[knob][0] for knob in registry.get(family).rules.refined_knobs
+                             if knob in choices}}
+
     def only(self, families: tuple[str, ...]) -> "JointSpace":
         return JointSpace(tuple(s for s in self.spaces if s.family in families))
 
