@@ -3556,7 +3556,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_resnet50_b
 using resnet50_b32_layer4_1_conv2 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_resnet50_b32_layer4_1_conv2, cutlass::half_t, cutlass::half_t, cutlass::half_t>;
 using resnet50_b32_layer4_1_conv2_runner = DslRunner<resnet50_b32_layer4_1_conv2>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_256to64_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_256to64_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b1;
 using tf_r50_s2_1x1_256to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_256to64_b1_runner = DslRunner<tf_r50_s2_1x1_256to64_b1>;
@@ -3566,7 +3566,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_
 using tf_r50_s2_1x1_256to64_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_256to64_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_256to64_b32_runner = DslRunner<tf_r50_s2_1x1_256to64_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x64x32_c1x1_single_s4_rn_sw4_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b1;
 using tf_r50_s2_1x1_64to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_64to256_b1_runner = DslRunner<tf_r50_s2_1x1_64to256_b1>;
@@ -3576,7 +3576,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_
 using tf_r50_s2_1x1_64to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to256_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_64to256_b32_runner = DslRunner<tf_r50_s2_1x1_64to256_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x64x32_c1x1_single_s4_rn_sw4_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1 (CuTe DSL; object tf_r50_s2_1x1_64to64_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b1;
 using tf_r50_s2_1x1_64to64_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_64to64_b1_runner = DslRunner<tf_r50_s2_1x1_64to64_b1>;
@@ -3586,7 +3586,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_
 using tf_r50_s2_1x1_64to64_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_1x1_64to64_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_1x1_64to64_b32_runner = DslRunner<tf_r50_s2_1x1_64to64_b32>;
 
-// Config: dsl_64x128x32_q8_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object tf_r50_s2_3x3_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1 (CuTe DSL; object tf_r50_s2_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b1;
 using tf_r50_s2_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_3x3_b1_runner = DslRunner<tf_r50_s2_3x3_b1>;
@@ -3596,7 +3596,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_
 using tf_r50_s2_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s2_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s2_3x3_b32_runner = DslRunner<tf_r50_s2_3x3_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_64x64x32_c1x1_single_s4_rn_sw4_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_128to512_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b1;
 using tf_r50_s3_1x1_128to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_128to512_b1_runner = DslRunner<tf_r50_s3_1x1_128to512_b1>;
@@ -3606,7 +3606,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_
 using tf_r50_s3_1x1_128to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_128to512_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_128to512_b32_runner = DslRunner<tf_r50_s3_1x1_128to512_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_256to128_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b1;
 using tf_r50_s3_1x1_256to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_256to128_b1_runner = DslRunner<tf_r50_s3_1x1_256to128_b1>;
@@ -3616,7 +3616,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_
 using tf_r50_s3_1x1_256to128_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_256to128_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_256to128_b32_runner = DslRunner<tf_r50_s3_1x1_256to128_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1 (CuTe DSL; object tf_r50_s3_1x1_512to128_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b1;
 using tf_r50_s3_1x1_512to128_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_512to128_b1_runner = DslRunner<tf_r50_s3_1x1_512to128_b1>;
@@ -3626,7 +3626,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_
 using tf_r50_s3_1x1_512to128_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_1x1_512to128_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_1x1_512to128_b32_runner = DslRunner<tf_r50_s3_1x1_512to128_b32>;
 
-// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object tf_r50_s3_3x3_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1 (CuTe DSL; object tf_r50_s3_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b1;
 using tf_r50_s3_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_3x3_b1_runner = DslRunner<tf_r50_s3_3x3_b1>;
@@ -3636,7 +3636,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_
 using tf_r50_s3_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_3x3_b32_runner = DslRunner<tf_r50_s3_3x3_b32>;
 
-// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object tf_r50_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1 (CuTe DSL; object tf_r50_s3_3x3_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b1;
 using tf_r50_s3_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_3x3_s2_b1_runner = DslRunner<tf_r50_s3_3x3_s2_b1>;
@@ -3646,7 +3646,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_
 using tf_r50_s3_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_3x3_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_3x3_s2_b32_runner = DslRunner<tf_r50_s3_3x3_s2_b32>;
 
-// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object tf_r50_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1 (CuTe DSL; object tf_r50_s3_down_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b1;
 using tf_r50_s3_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_down_s2_b1_runner = DslRunner<tf_r50_s3_down_s2_b1>;
@@ -3656,7 +3656,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_
 using tf_r50_s3_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s3_down_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s3_down_s2_b32_runner = DslRunner<tf_r50_s3_down_s2_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_1024to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b1;
 using tf_r50_s4_1x1_1024to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_1024to256_b1_runner = DslRunner<tf_r50_s4_1x1_1024to256_b1>;
@@ -3666,7 +3666,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_1x1_1024to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_1024to256_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_1024to256_b32_runner = DslRunner<tf_r50_s4_1x1_1024to256_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_256to1024_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b1;
 using tf_r50_s4_1x1_256to1024_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_256to1024_b1_runner = DslRunner<tf_r50_s4_1x1_256to1024_b1>;
@@ -3676,7 +3676,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_1x1_256to1024_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_256to1024_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_256to1024_b32_runner = DslRunner<tf_r50_s4_1x1_256to1024_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1 (CuTe DSL; object tf_r50_s4_1x1_512to256_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b1;
 using tf_r50_s4_1x1_512to256_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_512to256_b1_runner = DslRunner<tf_r50_s4_1x1_512to256_b1>;
@@ -3686,7 +3686,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_1x1_512to256_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_1x1_512to256_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_1x1_512to256_b32_runner = DslRunner<tf_r50_s4_1x1_512to256_b32>;
 
-// Config: dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object tf_r50_s4_3x3_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1 (CuTe DSL; object tf_r50_s4_3x3_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b1;
 using tf_r50_s4_3x3_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_3x3_b1_runner = DslRunner<tf_r50_s4_3x3_b1>;
@@ -3696,7 +3696,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_3x3_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_3x3_b32_runner = DslRunner<tf_r50_s4_3x3_b32>;
 
-// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1 (CuTe DSL; object tf_r50_s4_3x3_s2_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1 (CuTe DSL; object tf_r50_s4_3x3_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b1;
 using tf_r50_s4_3x3_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_3x3_s2_b1_runner = DslRunner<tf_r50_s4_3x3_s2_b1>;
@@ -3706,7 +3706,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_3x3_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_3x3_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_3x3_s2_b32_runner = DslRunner<tf_r50_s4_3x3_s2_b32>;
 
-// Config: dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object tf_r50_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1 (CuTe DSL; object tf_r50_s4_down_s2_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b1;
 using tf_r50_s4_down_s2_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_down_s2_b1_runner = DslRunner<tf_r50_s4_down_s2_b1>;
@@ -3716,7 +3716,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_
 using tf_r50_s4_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s4_down_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s4_down_s2_b32_runner = DslRunner<tf_r50_s4_down_s2_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_1024to512_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b1;
 using tf_r50_s5_1x1_1024to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s5_1x1_1024to512_b1_runner = DslRunner<tf_r50_s5_1x1_1024to512_b1>;
@@ -3726,7 +3726,7 @@ extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_
 using tf_r50_s5_1x1_1024to512_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_1024to512_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s5_1x1_1024to512_b32_runner = DslRunner<tf_r50_s5_1x1_1024to512_b32>;
 
-// Config: dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
+// Config: dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1 (CuTe DSL; object tf_r50_s5_1x1_2048to512_b1.o in dsl/libtuned_dsl.a)
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_2048to512_b1;
 using tf_r50_s5_1x1_2048to512_b1 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_1x1_2048to512_b1, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s5_1x1_2048to512_b1_runner = DslRunner<tf_r50_s5_1x1_2048to512_b1>;
@@ -3775,6 +3775,50 @@ using tf_r50_s5_down_s2_b1_runner = DslRunner<tf_r50_s5_down_s2_b1>;
 extern "C" const TunerDslEntryPoints cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_down_s2_b32;
 using tf_r50_s5_down_s2_b32 = DslKernel<&cutlass_conv_tuner_11nvidia_h200_tf_r50_s5_down_s2_b32, cutlass::tfloat32_t, cutlass::tfloat32_t, float>;
 using tf_r50_s5_down_s2_b32_runner = DslRunner<tf_r50_s5_down_s2_b32>;
+
+// The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
+// wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
+// per CTA: the only sm90 conv schedule in CUTLASS 4.2). Epilogue: D = accumulators (a bare conv), or the
+// layer's fused epilogue, the residual read as the source tensor C.
+// Generated by cutlass-conv-tuner from tuner/families/sm90_conv/templates/kernel.h.in: do not edit.
+// Config: s2d_256x32x16_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32
+namespace tf_r50_stem_b1_detail {
+// Tile K is a one-mode shape: GEMM-K is (C, S, R) and the tile divides C at each filter tap.
+using TileShape = cute::Shape<cute::Int<256>, cute::Int<32>, cute::Shape<cute::Int<16>>>;
+using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<2>, cute::_1>;
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto,
+    float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    cutlass::epilogue::TmaWarpSpecialized,
+    cutlass::epilogue::fusion::LinearCombination<float, float, void, float>
+  >::CollectiveOp;
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    cutlass::tfloat32_t, cutlass::layout::TensorNHWC, 8,
+    float,
+    TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90
+  >::CollectiveOp;
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    cutlass::conv::Operator::kFprop, CollectiveMainloop::NumSpatialDimensions>;
+// A named type keeps the device symbol short. The tile scheduler is named although void selects the same
+// one (PersistentTileSchedulerSm90, gemm/kernel/tile_scheduler.hpp): with void, the GemmUniversal this
+// kernel derives from also matches CUTLASS 2.x's GemmUniversal specialization, which
+// gemm_universal_adapter.h brings in, and a translation unit holding an sm90_gemm kernel as well
+// (an exported header) fails with "more than one partial specialization matches".
+// With a residual, the kernel loads it while the MMAs run (templates/early_residual.h).
+struct Kernel : cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::PersistentScheduler> {};
+}  // namespace tf_r50_stem_b1_detail
+using tf_r50_stem_b1 = cutlass::conv::device::ConvUniversalAdapter<tf_r50_stem_b1_detail::Kernel>;
+
+using tf_r50_stem_b1_runner = Sm90S2dRunner<tf_r50_stem_b1>;
 
 // The kernel type of one sm90_conv configuration: CUTLASS 3.x implicit-GEMM conv2d fprop, TMA im2col +
 // wgmma, KernelImplicitTmaWarpSpecializedSm90 (one producer and one consumer warpgroup, one output tile
@@ -4074,7 +4118,7 @@ constexpr TunedLayer kLayers[] = {
     {"bf_r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.158, "dsl_64x128x32_c2x2_single_sauto_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c64k256r1s1p0u1d1", "2026-11-27T14:29:51+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 19.562, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k256r1s1p0u1d1", "2026-11-27T14:33:16+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 2.735, "dsl_64x32x64_c1x1_pingpong_s3_rm_sw1_bf16_bf16_bf16_f32_n1h56w56c64k64r1s1p0u1d1", "2026-11-27T14:29:32+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
-    {"bf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 64, 10.317, "dsl_64x128x64_c1x1_pingpong_s4_rn_sw4_bf16_bf16_bf16_f32_n32h56w56c64k64r1s1p0u1d1", "2026-11-29T05:33:03+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
+    {"bf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 64, 10.186, "dsl_64x128x64_c1x1_pingpong_s4_rn_sw4_bf16_bf16_bf16_f32_n32h56w56c64k64r1s1p0u1d1", "2026-11-29T10:22:13+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.012, "dsl_64x32x64_qauto_c1x1_pingpong_sauto_rn_sw2_bf16_bf16_bf16_f32_n1h56w56c64k64r3s3p1u1d1", "2026-11-27T14:29:43+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 64, 64, 21.366, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_bf16_bf16_bf16_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-27T14:33:09+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
     {"bf_r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.088, "dsl_128x32x64_c1x1_pingpong_s4_rn_sw2_bf16_bf16_bf16_f32_n1h28w28c128k512r1s1p0u1d1", "2026-11-27T14:30:35+00:00", "none", false, false, false, 1.0, "none", "bf16_bf16_bf16_f32", 1.476e-02, false, 0, 0},
@@ -4230,7 +4274,7 @@ constexpr TunedLayer kLayers[] = {
     {"effnetb0_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 25.387, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n32h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 8.856, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h224w224c3k32r3s3p1u2d1", "2026-11-29T00:46:36+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 96, 32, 3.788, "dsl_128x96x32_c1x1_cooperative_s3_rm_sw1_f16_f16_f16_f32_n1h112w112c16k96r1s1p0u1d1", "2026-11-29T08:05:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 38.921, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T08:06:13+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 38.841, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T10:21:41+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 256, 128, 64, 10.378, "dsl_256x128x64_c2x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T08:06:06+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_3_0_block_1_0_b8", 8, 56, 56, 144, 144, 5, 5, 2, 2, 2, 2, 1, 1, 144, 144, "dsl_direct", 1, 0, 1, 64, 24, 25, 9.908, "direct_8x8_c24_x2_f16_f16_f16_f32_n8h56w56c144r5s5p2x2u2x2d1x1g1", "2026-11-29T05:39:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0_features_3_1_block_1_0_b8", 8, 28, 28, 240, 240, 5, 5, 2, 2, 1, 1, 1, 1, 240, 240, "dsl_direct", 1, 0, 1, 128, 24, 25, 8.162, "direct_8x16_c24_x4_f16_f16_f16_f32_n8h28w28c240r5s5p2x2u1x1d1x1g1", "2026-11-29T05:39:38+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4251,8 +4295,8 @@ constexpr TunedLayer kLayers[] = {
     {"effnetb0f_features_0_0_b32", 32, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 25.455, "dsl_128x32x64_gather_c1x1_cooperative_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h224w224c3k32r3s3p1u2d1", "2026-11-29T00:49:09+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0f_features_0_0_b8", 8, 224, 224, 3, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 32, 64, 8.995, "dsl_128x32x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbsilu_n8h224w224c3k32r3s3p1u2d1", "2026-11-29T00:49:18+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0f_features_2_0_block_0_0_b1", 1, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 256, 48, 32, 4.132, "dsl_256x48x32_c2x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n1h112w112c16k96r1s1p0u1d1", "2026-11-29T00:49:28+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 41.657, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T00:49:40+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 16.778, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T00:49:50+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_2_0_block_0_0_b32", 32, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 64, 41.612, "dsl_128x128x64_c2x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h112w112c16k96r1s1p0u1d1", "2026-11-29T10:22:02+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"effnetb0f_features_2_0_block_0_0_b8", 8, 112, 112, 16, 96, 1, 1, 0, 0, 1, 1, 1, 1, 1, 16, "sm90_dsl", 1, 0, 1, 128, 128, 32, 16.762, "dsl_128x128x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h112w112c16k96r1s1p0u1d1", "2026-11-29T10:21:52+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0f_features_4_1_block_0_0_b1", 1, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.772, "dsl_64x16x64_c1x2_single_s4_rm_sw2_f16_f16_f16_f32_esbsilu_n1h14w14c80k480r1s1p0u1d1", "2026-11-29T00:50:02+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0f_features_4_1_block_0_0_b32", 32, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 128, 64, 6.392, "dsl_128x128x64_c1x1_pingpong_s4_rn_sw4_f16_f16_f16_f32_esbsilu_n32h14w14c80k480r1s1p0u1d1", "2026-11-29T00:50:11+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"effnetb0f_features_4_1_block_0_0_b8", 8, 14, 14, 80, 480, 1, 1, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 48, 32, 3.877, "dsl_128x48x32_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbsilu_n8h14w14c80k480r1s1p0u1d1", "2026-11-29T00:50:20+00:00", "scale+bias+silu", true, true, false, 1.0, "silu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4269,7 +4313,7 @@ constexpr TunedLayer kLayers[] = {
     {"inception3_Mixed_5b_branch5x5_2_conv_b32", 32, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 31.407, "dsl_128x64x64_q8_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h35w35c48k64r5s5p2u1d1", "2026-11-29T05:55:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3_Mixed_5b_branch5x5_2_conv_b8", 8, 35, 35, 48, 64, 5, 5, 2, 2, 1, 1, 1, 1, 1, 48, "sm90_dsl", 1, 0, 1, 128, 64, 64, 10.730, "dsl_128x64x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h35w35c48k64r5s5p2u1d1", "2026-11-29T05:55:01+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3_Mixed_6b_branch1x1_conv_b1", 1, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.746, "dsl_64x16x64_c1x1_single_sauto_rm_sw1_f16_f16_f16_f32_n1h17w17c768k192r1s1p0u1d1", "2026-11-29T07:56:20+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 256, 64, 64, 9.555, "dsl_256x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-29T07:56:34+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"inception3_Mixed_6b_branch1x1_conv_b32", 32, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 256, 64, 64, 9.479, "dsl_256x64x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h17w17c768k192r1s1p0u1d1", "2026-11-29T10:22:59+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3_Mixed_6b_branch1x1_conv_b8", 8, 17, 17, 768, 192, 1, 1, 0, 0, 1, 1, 1, 1, 1, 768, "sm90_dsl", 1, 0, 1, 128, 32, 64, 5.011, "dsl_128x32x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h17w17c768k192r1s1p0u1d1", "2026-11-29T07:56:27+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Conv2d_4a_3x3_conv_b1", 1, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 256, 48, 32, 9.355, "dsl_256x48x32_qim2col_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n1h73w73c80k192r3s3p0u1d1", "2026-11-29T05:53:47+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"inception3f_Conv2d_4a_3x3_conv_b32", 32, 73, 73, 80, 192, 3, 3, 0, 0, 1, 1, 1, 1, 1, 80, "sm90_dsl", 1, 0, 1, 128, 192, 64, 119.938, "dsl_128x192x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h73w73c80k192r3s3p0u1d1", "2026-11-29T05:54:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4379,7 +4423,7 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.345, "dsl_64x32x64_c1x1_single_s4_rm_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c256k64r1s1p0u1d1", "2026-11-29T00:25:45+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 64, 64, 18.467, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c256k64r1s1p0u1d1", "2026-11-29T00:29:23+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.005, "dsl_64x128x32_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T00:25:31+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 32.559, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h56w56c64k256r1s1p0u1d1", "2026-11-29T00:29:07+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 128, 64, 32.237, "dsl_128x128x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h56w56c64k256r1s1p0u1d1", "2026-11-29T10:22:50+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.826, "dsl_64x16x64_c1x1_single_s3_rm_sw4_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r1s1p0u1d1", "2026-11-29T00:25:14+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 64, 9.917, "dsl_64x64x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h56w56c64k64r1s1p0u1d1", "2026-11-29T00:28:50+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 32, 64, 3.787, "dsl_64x32x64_q8_c2x2_pingpong_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h56w56c64k64r3s3p1u1d1", "2026-11-29T00:25:24+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4412,26 +4456,26 @@ constexpr TunedLayer kLayers[] = {
     {"r50f_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 16.815, "dsl_128x256x64_q16_c1x1_cooperative_sauto_rm_sw4_f16_f16_f16_f32_esb_n32h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:30:48+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 32, 64, 4.533, "dsl_64x32x64_c1x1_single_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:27:51+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 256, 112, 64, 14.410, "dsl_256x112x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:31:27+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 16, 64, 6.093, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T08:07:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 16, 64, 6.083, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrelu_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T10:23:28+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:32:57+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 16, 64, 3.989, "dsl_64x16x64_c1x1_single_sauto_rn_sw1_f16_f16_f16_f32_esbrrelu_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:28:16+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 256, 64, 10.910, "dsl_128x256x64_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrrelu_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:32:49+00:00", "scale+bias+residual+relu", true, true, true, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.209, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T03:50:32+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_conv", 1, 0, 1, 64, 128, 64, 15.890, "sm90c_64x128x64_c1x2x1_sauto_tma_a8_f16_f16_f16_f32_esbrelu", "2026-11-29T08:05:40+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 4, 0, 1, 64, 16, 64, 7.160, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_sk4_f16_f16_f16_f32_esbrelu_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T03:50:41+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.346, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T00:31:39+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"r50f_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.286, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T10:23:17+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 16, 64, 4.810, "dsl_64x16x64_qauto_c1x1_single_sauto_rm_sw2_f16_f16_f16_f32_esb_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T03:50:52+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.531, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:32:42+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 6.844, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw2_f16_f16_f16_f32_esbrelu_n1h224w224c3k64r7s7p3u2d1", "2026-11-29T00:25:07+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"r50f_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 73.958, "dsl_128x64x64_gather_c1x1_cooperative_sauto_rn_sw4_f16_f16_f16_f32_esbrelu_n32h224w224c3k64r7s7p3u2d1", "2026-11-29T00:28:43+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_a_0_b1", 1, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 32, 64, 3.423, "dsl_128x32x64_c1x1_cooperative_s3_rm_sw2_f16_f16_f16_f32_n1h112w112c32k48r1s1p0u1d1", "2026-11-29T07:57:03+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 48, 32, 23.992, "dsl_128x48x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-29T08:06:23+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 9.361, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-29T07:57:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b32", 32, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 48, 32, 23.955, "dsl_128x48x32_c2x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n32h112w112c32k48r1s1p0u1d1", "2026-11-29T10:21:21+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block1_block1_0_f_a_0_b8", 8, 112, 112, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, 1, 32, "sm90_dsl", 1, 0, 1, 128, 128, 32, 9.234, "dsl_128x128x32_c1x1_pingpong_s3_rn_sw2_f16_f16_f16_f32_n8h112w112c32k48r1s1p0u1d1", "2026-11-29T10:21:12+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block1_block1_0_f_b_0_b8", 8, 112, 112, 48, 48, 3, 3, 1, 1, 2, 2, 1, 1, 6, 48, "dsl_direct", 1, 0, 1, 32, 16, 9, 7.227, "direct_mma_4x8_c16_x2_f16_f16_f16_f32_n8h112w112c48r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:11+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_0_f_b_0_b8", 8, 56, 56, 104, 104, 3, 3, 1, 1, 2, 2, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 16, 104, 9, 5.465, "direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h56w56c104r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:18+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_b_0_b8", 8, 28, 28, 104, 104, 3, 3, 1, 1, 1, 1, 1, 1, 13, 104, "dsl_direct", 1, 0, 1, 16, 104, 9, 4.444, "direct_mma_4x4_c104_x1_f16_f16_f16_f32_n8h28w28c104r3s3p1x1u1x1d1x1g8", "2026-11-29T07:46:28+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b1", 1, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 64, 16, 64, 2.716, "dsl_64x16x64_c1x1_single_s4_rm_sw1_f16_f16_f16_f32_n1h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:19+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 256, 64, 64, 7.408, "dsl_256x64x64_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-27T14:29:57+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
+    {"regnety400_trunk_output_block2_block2_1_f_c_0_b32", 32, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 256, 64, 64, 7.387, "dsl_256x64x64_c1x2_cooperative_sauto_rn_sw1_f16_f16_f16_f32_n32h28w28c104k104r1s1p0u1d1", "2026-11-29T10:22:32+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block2_block2_1_f_c_0_b8", 8, 28, 28, 104, 104, 1, 1, 0, 0, 1, 1, 1, 1, 1, 104, "sm90_dsl", 1, 0, 1, 128, 64, 64, 4.074, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_n8h28w28c104k104r1s1p0u1d1", "2026-11-29T07:57:26+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block3_block3_0_f_b_0_b8", 8, 28, 28, 208, 208, 3, 3, 1, 1, 2, 2, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 256, 16, 9, 4.387, "direct_mma_16x16_c16_x1_f16_f16_f16_f32_n8h28w28c208r3s3p1x1u2x2d1x1g8", "2026-11-29T07:46:35+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"regnety400_trunk_output_block3_block3_1_f_b_0_b8", 8, 14, 14, 208, 208, 3, 3, 1, 1, 1, 1, 1, 1, 26, 208, "dsl_direct", 1, 0, 1, 32, 16, 9, 3.564, "direct_mma_2x16_c16_x1_f16_f16_f16_f32_n8h14w14c208r3s3p1x1u1x1d1x1g8", "2026-11-29T07:46:42+00:00", "none", false, false, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4499,50 +4543,51 @@ constexpr TunedLayer kLayers[] = {
     {"resnet50_b32_layer4_0_downsample_0", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 256, 64, 14.714, "dsl_128x256x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esb_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-28T20:06:59+00:00", "scale+bias", true, true, false, 1.0, "none", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b32_layer4_1_conv1", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 128, 64, 64, 9.359, "dsl_128x64x64_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_esbrelu_n32h7w7c2048k512r1s1p0u1d1", "2026-11-28T20:07:08+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"resnet50_b32_layer4_1_conv2", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 64, 19.493, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_sk2_f16_f16_f16_f32_esbrelu_n32h7w7c512k512r3s3p1u1d1", "2026-11-28T20:07:21+00:00", "scale+bias+relu", true, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
-    {"tf_r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.926, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1", "2026-11-29T00:33:46+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_256to64_b1", 1, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 32, 4.741, "dsl_128x32x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k64r1s1p0u1d1", "2026-11-29T09:47:09+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_256to64_b32", 32, 56, 56, 256, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 256, 64, 32, 34.218, "dsl_256x64x32_c1x1_cooperative_sauto_rn_sw1_tf32_tf32_f32_f32_n32h56w56c256k64r1s1p0u1d1", "2026-11-29T07:50:12+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.916, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T00:33:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to256_b1", 1, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 32, 3.915, "dsl_64x64x32_c1x1_single_s4_rn_sw4_tf32_tf32_f32_f32_n1h56w56c64k256r1s1p0u1d1", "2026-11-29T09:47:01+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to256_b32", 32, 56, 56, 64, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 256, 32, 38.786, "dsl_128x256x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c64k256r1s1p0u1d1", "2026-11-29T07:50:04+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 3.627, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1", "2026-11-29T00:33:59+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_1x1_64to64_b1", 1, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 64, 32, 3.196, "dsl_64x64x32_c1x1_single_s4_rn_sw4_tf32_tf32_f32_f32_n1h56w56c64k64r1s1p0u1d1", "2026-11-29T09:46:44+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_1x1_64to64_b32", 32, 56, 56, 64, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 256, 64, 32, 15.592, "dsl_256x64x32_c1x1_cooperative_s3_rn_sw2_tf32_tf32_f32_f32_n32h56w56c64k64r1s1p0u1d1", "2026-11-29T07:49:47+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 64, 128, 32, 7.602, "dsl_64x128x32_q8_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1", "2026-11-29T00:34:07+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s2_3x3_b1", 1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 128, 32, 32, 6.583, "dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c64k64r3s3p1u1d1", "2026-11-29T09:46:54+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s2_3x3_b32", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 64, "sm90_dsl", 1, 0, 1, 256, 64, 32, 41.058, "dsl_256x64x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c64k64r3s3p1u1d1", "2026-11-29T07:49:55+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.088, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1", "2026-11-29T00:34:14+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_128to512_b1", 1, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 64, 32, 3.582, "dsl_64x64x32_c1x1_single_s4_rn_sw4_tf32_tf32_f32_f32_n1h28w28c128k512r1s1p0u1d1", "2026-11-29T09:47:44+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_128to512_b32", 32, 28, 28, 128, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 128, 128, 32, 22.569, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c128k512r1s1p0u1d1", "2026-11-29T07:50:46+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.077, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1", "2026-11-29T00:34:21+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_256to128_b1", 1, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 32, 4.817, "dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k128r1s1p0u1d1", "2026-11-29T09:47:16+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_256to128_b32", 32, 56, 56, 256, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 40.396, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k128r1s1p0u1d1", "2026-11-29T07:50:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.830, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1", "2026-11-29T00:34:27+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_1x1_512to128_b1", 1, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 32, 5.538, "dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k128r1s1p0u1d1", "2026-11-29T09:47:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_1x1_512to128_b32", 32, 28, 28, 512, 128, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 18.861, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k128r1s1p0u1d1", "2026-11-29T07:50:54+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.790, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1", "2026-11-29T00:34:37+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_b1", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 4, 0, 1, 128, 32, 32, 7.502, "dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h28w28c128k128r3s3p1u1d1", "2026-11-29T09:48:02+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_3x3_b32", 32, 28, 28, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 27.436, "dsl_64x128x32_qim2col_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c128k128r3s3p1u1d1", "2026-11-29T07:51:03+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.846, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1", "2026-11-29T00:34:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_3x3_s2_b1", 1, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 4, 0, 1, 128, 32, 32, 7.469, "dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h56w56c128k128r3s3p1u2d1", "2026-11-29T09:47:25+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s3_3x3_s2_b32", 32, 56, 56, 128, 128, 3, 3, 1, 1, 2, 2, 1, 1, 1, 128, "sm90_dsl", 1, 0, 1, 64, 128, 32, 30.020, "dsl_64x128x32_qim2col_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c128k128r3s3p1u2d1", "2026-11-29T07:50:29+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.922, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-29T00:34:53+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 36.343, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-29T07:50:38+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.100, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:35:01+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_down_s2_b1", 1, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 32, 4.802, "dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h56w56c256k512r1s1p0u2d1", "2026-11-29T09:47:35+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s3_down_s2_b32", 32, 56, 56, 256, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 35.999, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h56w56c256k512r1s1p0u2d1", "2026-11-29T09:50:04+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_1024to256_b1", 1, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 4, 0, 1, 128, 32, 32, 6.869, "dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h14w14c1024k256r1s1p0u1d1", "2026-11-29T09:48:48+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_1024to256_b32", 32, 14, 14, 1024, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 32, 15.701, "dsl_128x128x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k256r1s1p0u1d1", "2026-11-29T00:35:10+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 4.801, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:35:17+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_256to1024_b1", 1, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 32, 32, 4.456, "dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c256k1024r1s1p0u1d1", "2026-11-29T09:48:40+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_256to1024_b32", 32, 14, 14, 256, 1024, 1, 1, 0, 0, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.945, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k1024r1s1p0u1d1", "2026-11-29T00:35:25+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 5.979, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-29T00:35:33+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_1x1_512to256_b1", 1, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 32, 5.792, "dsl_128x32x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k256r1s1p0u1d1", "2026-11-29T09:48:11+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_1x1_512to256_b32", 32, 28, 28, 512, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.937, "dsl_128x128x32_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k256r1s1p0u1d1", "2026-11-29T07:51:10+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 256, 64, 32, 14.087, "dsl_256x64x32_q16_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-29T07:49:32+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_b1", 1, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 128, 32, 32, 9.121, "dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c256k256r3s3p1u1d1", "2026-11-29T09:48:58+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_3x3_b32", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 26.648, "dsl_128x128x32_q16_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c256k256r3s3p1u1d1", "2026-11-29T00:35:51+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 64, 128, 32, 14.044, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1", "2026-11-29T07:49:23+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_3x3_s2_b1", 1, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 8, 0, 1, 128, 32, 32, 8.727, "dsl_128x32x32_qim2col_c1x2_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h28w28c256k256r3s3p1u2d1", "2026-11-29T09:48:21+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_3x3_s2_b32", 32, 28, 28, 256, 256, 3, 3, 1, 1, 2, 2, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 32, 27.455, "dsl_128x128x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c256k256r3s3p1u2d1", "2026-11-29T07:51:20+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.049, "dsl_64x128x32_q16_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:36:08+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s4_down_s2_b1", 1, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 128, 32, 32, 5.820, "dsl_128x32x32_qim2col_c1x1_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n1h28w28c512k1024r1s1p0u2d1", "2026-11-29T09:48:31+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s4_down_s2_b32", 32, 28, 28, 512, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 28.676, "dsl_64x128x32_q16_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h28w28c512k1024r1s1p0u2d1", "2026-11-29T00:36:16+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.337, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:36:23+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_1024to512_b1", 1, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 4, 0, 1, 128, 32, 32, 7.710, "dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_sk4_tf32_tf32_f32_f32_n1h14w14c1024k512r1s1p0u1d1", "2026-11-29T09:49:07+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_1024to512_b32", 32, 14, 14, 1024, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 24.773, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k512r1s1p0u1d1", "2026-11-29T00:36:31+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 12.777, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T07:49:40+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_2048to512_b1", 1, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 8, 0, 1, 128, 32, 32, 9.603, "dsl_128x32x32_c1x1_cooperative_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h7w7c2048k512r1s1p0u1d1", "2026-11-29T09:49:45+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_2048to512_b32", 32, 7, 7, 2048, 512, 1, 1, 0, 0, 1, 1, 1, 1, 1, 2048, "sm90_dsl", 1, 0, 1, 64, 128, 32, 15.275, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c2048k512r1s1p0u1d1", "2026-11-29T00:36:47+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.285, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:36:54+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_1x1_512to2048_b1", 1, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 6.218, "dsl_64x128x32_c1x1_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n1h7w7c512k2048r1s1p0u1d1", "2026-11-29T09:49:37+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_1x1_512to2048_b32", 32, 7, 7, 512, 2048, 1, 1, 0, 0, 1, 1, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 15.710, "dsl_64x128x32_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h7w7c512k2048r1s1p0u1d1", "2026-11-29T00:37:02+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 64, 128, 32, 11.732, "dsl_64x128x32_q8_c1x1_single_sauto_rm_sw2_sk8_tf32_tf32_f32_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T00:37:09+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_3x3_b1", 1, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 64, 128, 32, 11.658, "dsl_64x128x32_q8_c1x1_single_sauto_rm_sw2_sk8_tf32_tf32_f32_f32_n1h7w7c512k512r3s3p1u1d1", "2026-11-29T09:49:56+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_3x3_b32", 32, 7, 7, 512, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 512, "sm90_dsl", 2, 0, 1, 128, 128, 32, 31.074, "dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_sk2_tf32_tf32_f32_f32_n32h7w7c512k512r3s3p1u1d1", "2026-11-29T00:37:19+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 64, 128, 32, 11.668, "dsl_64x128x32_qauto_c1x1_single_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T00:37:28+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_3x3_s2_b1", 1, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 8, 0, 1, 64, 128, 32, 11.667, "dsl_64x128x32_qauto_c1x1_single_sauto_rm_sw1_sk8_tf32_tf32_f32_f32_n1h14w14c512k512r3s3p1u2d1", "2026-11-29T09:49:18+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_3x3_s2_b32", 32, 14, 14, 512, 512, 3, 3, 1, 1, 2, 2, 1, 1, 1, 512, "sm90_dsl", 1, 0, 1, 64, 128, 32, 30.471, "dsl_64x128x32_q8_c1x2_pingpong_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c512k512r3s3p1u2d1", "2026-11-29T00:37:37+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
-    {"tf_r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.457, "dsl_64x128x32_q16_c1x1_single_sauto_rm_sw2_tf32_tf32_f32_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:37:44+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_s5_down_s2_b1", 1, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 64, 128, 32, 8.437, "dsl_64x128x32_q16_c1x1_single_sauto_rm_sw2_tf32_tf32_f32_f32_n1h14w14c1024k2048r1s1p0u2d1", "2026-11-29T09:49:28+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_s5_down_s2_b32", 32, 14, 14, 1024, 2048, 1, 1, 0, 0, 2, 2, 1, 1, 1, 1024, "sm90_dsl", 1, 0, 1, 128, 128, 32, 26.428, "dsl_128x128x32_q8_c1x2_cooperative_sauto_rm_sw1_tf32_tf32_f32_f32_n32h14w14c1024k2048r1s1p0u2d1", "2026-11-29T00:37:52+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
+    {"tf_r50_stem_b1", 1, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 32, 16, 10.316, "s2d_256x32x16_c1x2x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-29T09:51:23+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"tf_r50_stem_b32", 32, 224, 224, 3, 64, 7, 7, 3, 3, 2, 2, 1, 1, 1, 3, "sm90_s2d", 1, 0, 1, 256, 64, 16, 127.496, "s2d_256x64x16_c1x1x1_sauto_tma_a4_tf32_tf32_f32_f32", "2026-11-27T14:47:59+00:00", "none", false, false, false, 1.0, "none", "tf32_tf32_f32_f32", 5.220e-03, false, 0, 0},
     {"vgg11_b32_features_0", 32, 224, 224, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3, "sm90_dsl", 1, 0, 1, 128, 64, 64, 97.287, "dsl_128x64x64_gather_c1x1_cooperative_s4_rm_sw1_f16_f16_f16_f32_ebrelu_n32h224w224c3k64r3s3p1u1d1", "2026-11-29T07:59:16+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg11_b32_features_11", 32, 28, 28, 256, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 256, 64, 86.712, "dsl_128x256x64_qim2col_c1x1_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h28w28c256k512r3s3p1u1d1", "2026-11-29T08:02:16+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
@@ -4588,7 +4633,7 @@ constexpr TunedLayer kLayers[] = {
     {"vgg16f_features_12_b32", 32, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 256, 128, 64, 178.127, "dsl_256x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n32h56w56c256k256r3s3p1u1d1", "2026-11-29T05:51:26+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
     {"vgg16f_features_12_b8", 8, 56, 56, 256, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 256, "sm90_dsl", 1, 0, 1, 128, 128, 64, 46.036, "dsl_128x128x64_q8_c1x2_cooperative_sauto_rm_sw1_f16_f16_f16_f32_ebrelu_n8h56w56c256k256r3s3p1u1d1", "2026-11-29T05:51:08+00:00", "bias+relu", false, true, false, 1.0, "relu", "f16_f16_f16_f32", 1.846e-03, false, 0, 0},
 };
-constexpr int kLayerCount = 518;
+constexpr int kLayerCount = 519;
 
 // X(runner type, index into kLayers) once per layer: instantiate each tuned kernel in turn.
 #define CUTLASS_CONV_TUNER_NVIDIA_H200_FOR_EACH_LAYER(X) \
@@ -5066,50 +5111,51 @@ constexpr int kLayerCount = 518;
   X(tf_r50_s5_3x3_s2_b32_runner, 471) \
   X(tf_r50_s5_down_s2_b1_runner, 472) \
   X(tf_r50_s5_down_s2_b32_runner, 473) \
-  X(tf_r50_stem_b32_runner, 474) \
-  X(vgg11_b32_features_0_runner, 475) \
-  X(vgg11_b32_features_11_runner, 476) \
-  X(vgg11_b32_features_13_runner, 477) \
-  X(vgg11_b32_features_16_runner, 478) \
-  X(vgg11_b32_features_3_runner, 479) \
-  X(vgg11_b32_features_6_runner, 480) \
-  X(vgg11_b32_features_8_runner, 481) \
-  X(vgg16_b1_features_0_runner, 482) \
-  X(vgg16_b1_features_10_runner, 483) \
-  X(vgg16_b1_features_12_runner, 484) \
-  X(vgg16_b1_features_17_runner, 485) \
-  X(vgg16_b1_features_19_runner, 486) \
-  X(vgg16_b1_features_2_runner, 487) \
-  X(vgg16_b1_features_24_runner, 488) \
-  X(vgg16_b1_features_5_runner, 489) \
-  X(vgg16_b1_features_7_runner, 490) \
-  X(vgg16_b32_features_0_runner, 491) \
-  X(vgg16_b32_features_10_runner, 492) \
-  X(vgg16_b32_features_12_runner, 493) \
-  X(vgg16_b32_features_17_runner, 494) \
-  X(vgg16_b32_features_19_runner, 495) \
-  X(vgg16_b32_features_2_runner, 496) \
-  X(vgg16_b32_features_24_runner, 497) \
-  X(vgg16_b32_features_5_runner, 498) \
-  X(vgg16_b32_features_7_runner, 499) \
-  X(vgg16_features_0_b1_runner, 500) \
-  X(vgg16_features_0_b32_runner, 501) \
-  X(vgg16_features_0_b8_runner, 502) \
-  X(vgg16_features_12_b1_runner, 503) \
-  X(vgg16_features_12_b32_runner, 504) \
-  X(vgg16_features_12_b8_runner, 505) \
-  X(vgg16_features_24_b1_runner, 506) \
-  X(vgg16_features_24_b32_runner, 507) \
-  X(vgg16_features_24_b8_runner, 508) \
-  X(vgg16_features_2_b1_runner, 509) \
-  X(vgg16_features_2_b32_runner, 510) \
-  X(vgg16_features_2_b8_runner, 511) \
-  X(vgg16f_features_0_b1_runner, 512) \
-  X(vgg16f_features_0_b32_runner, 513) \
-  X(vgg16f_features_0_b8_runner, 514) \
-  X(vgg16f_features_12_b1_runner, 515) \
-  X(vgg16f_features_12_b32_runner, 516) \
-  X(vgg16f_features_12_b8_runner, 517)
+  X(tf_r50_stem_b1_runner, 474) \
+  X(tf_r50_stem_b32_runner, 475) \
+  X(vgg11_b32_features_0_runner, 476) \
+  X(vgg11_b32_features_11_runner, 477) \
+  X(vgg11_b32_features_13_runner, 478) \
+  X(vgg11_b32_features_16_runner, 479) \
+  X(vgg11_b32_features_3_runner, 480) \
+  X(vgg11_b32_features_6_runner, 481) \
+  X(vgg11_b32_features_8_runner, 482) \
+  X(vgg16_b1_features_0_runner, 483) \
+  X(vgg16_b1_features_10_runner, 484) \
+  X(vgg16_b1_features_12_runner, 485) \
+  X(vgg16_b1_features_17_runner, 486) \
+  X(vgg16_b1_features_19_runner, 487) \
+  X(vgg16_b1_features_2_runner, 488) \
+  X(vgg16_b1_features_24_runner, 489) \
+  X(vgg16_b1_features_5_runner, 490) \
+  X(vgg16_b1_features_7_runner, 491) \
+  X(vgg16_b32_features_0_runner, 492) \
+  X(vgg16_b32_features_10_runner, 493) \
+  X(vgg16_b32_features_12_runner, 494) \
+  X(vgg16_b32_features_17_runner, 495) \
+  X(vgg16_b32_features_19_runner, 496) \
+  X(vgg16_b32_features_2_runner, 497) \
+  X(vgg16_b32_features_24_runner, 498) \
+  X(vgg16_b32_features_5_runner, 499) \
+  X(vgg16_b32_features_7_runner, 500) \
+  X(vgg16_features_0_b1_runner, 501) \
+  X(vgg16_features_0_b32_runner, 502) \
+  X(vgg16_features_0_b8_runner, 503) \
+  X(vgg16_features_12_b1_runner, 504) \
+  X(vgg16_features_12_b32_runner, 505) \
+  X(vgg16_features_12_b8_runner, 506) \
+  X(vgg16_features_24_b1_runner, 507) \
+  X(vgg16_features_24_b32_runner, 508) \
+  X(vgg16_features_24_b8_runner, 509) \
+  X(vgg16_features_2_b1_runner, 510) \
+  X(vgg16_features_2_b32_runner, 511) \
+  X(vgg16_features_2_b8_runner, 512) \
+  X(vgg16f_features_0_b1_runner, 513) \
+  X(vgg16f_features_0_b32_runner, 514) \
+  X(vgg16f_features_0_b8_runner, 515) \
+  X(vgg16f_features_12_b1_runner, 516) \
+  X(vgg16f_features_12_b32_runner, 517) \
+  X(vgg16f_features_12_b8_runner, 518)
 
 inline const TunedLayer *find_layer(const char *name) {
   for (const TunedLayer &layer : kLayers) {
