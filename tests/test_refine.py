@@ -78,3 +78,23 @@ def test_a_refined_kernel_seeds_a_study_as_the_configuration_that_study_can_ask_
     assert joint.contains(held) and staging(held) == (32, 2) and held.tile == make_config(EXPAND, "sm90_dsl", refined).tile
     sm80 = {"tile": "128x128x64", "warps": "2x2x1", "stages": 3, "swizzle": 1, "iterator": "optimized", "split_k": 1}
     assert joint.held("sm80", sm80) == sm80 and joint.held("sm90_conv", refined) == refined
+
+
+def test_the_previous_best_is_refined_too_and_a_variant_already_chosen_is_not_added_twice():
+    """On the H200 every retuned layer kept its previous kernel, whose staging the A/B had improved: it is refined
+    as the study's top is."""
+    from tuner.store.schema import BestEntry
+    top = make_config(EXPAND, "sm90_dsl", PARAMS)
+    kept = {**PARAMS, "tile": "256x128x64", "cluster": "2x1x1"}
+    previous = BestEntry(EXPAND, "sm90_dsl", tuple(kept.items()), make_config(EXPAND, "sm90_dsl", kept).name, 10.4)
+    finalists = finalist_configs([TrialRecord(0, top, Status.ok, 12.6, {})], 2, None, previous, EXPAND, H100,
+                                 spaces=(staging_space(),))
+    labels = [label for label, _ in finalists]
+    assert labels[:4] == ["#1", "#1.1", "#1.2", "#1.3"] and labels[4] == "previous"
+    assert all(label.startswith("previous.") for label in labels[5:]) and len(labels) > 5
+    assert len({c.config for _, c in finalists}) == len(finalists)
+    # a previous best that is a variant of the top already is not measured twice
+    again = BestEntry(EXPAND, "sm90_dsl", tuple({**PARAMS, "epi_buffers": 4}.items()), "x", 10.0)
+    labels = [label for label, _ in finalist_configs([TrialRecord(0, top, Status.ok, 12.6, {})], 1, None, again,
+                                                     EXPAND, H100, spaces=(staging_space(),))]
+    assert labels == ["#1", "#1.1", "#1.2", "#1.3"]

@@ -337,35 +337,36 @@ def family_spaces(joint: JointSpace, valid: list[KernelConfig]) -> tuple[FamilyS
 def finalist_configs(best: list[TrialRecord], top: int, reference: KernelConfig | None, previous: BestEntry | None,
                      problem: ConvProblem, device: DeviceFacts, joint: JointSpace | None = None,
                      spaces: tuple[SearchSpace, ...] = ()) -> list[tuple[str, Candidate]]:
-    """The study's `top` fastest, each followed by its variants in the other choices `spaces` give its family's
-    refined knobs (#1.1, #1.2 ...; refine.py); the fastest of each other family of the study (so that the table
+    """The study's `top` fastest; the fastest of each other family of the study (so that the table
     shows what each family reaches); then the reference config and the layer's previous best where
     the study lacks them and they can run: re-measured side by side, the previous best can win again,
-    so a study that lost its history (or a short one) never replaces a faster kernel with a slower one."""
+    so a study that lost its history (or a short one) never replaces a faster kernel with a slower one.
+    The top and the previous best are each followed by their variants in the other choices `spaces` give their
+    family's refined knobs (#1.1, #1.2, previous.1 ...; refine.py)."""
     full = {space.family: space for space in spaces}
-    finalists = []
+    finalists: list[tuple[str, Candidate]] = []
+
+    def add(label: str, config: KernelConfig | None, refine: bool = False) -> None:
+        if config is None or any(config == chosen.config for _, chosen in finalists):
+            return
+        candidate = Candidate.of(config, problem)
+        if not candidate.runs_on(device):
+            return
+        finalists.append((label, candidate))
+        space = full.get(config.family)
+        for number, variant in enumerate(refined_variants(config, space, problem, device) if refine and space else ()):
+            add(f"{label}.{number + 1}", variant)
+
     for i, r in enumerate(best[:top]):
-        finalists.append((f"#{i + 1}", Candidate.of(r.config, problem)))
-        space = full.get(r.config.family)
-        for j, variant in enumerate(refined_variants(r.config, space, problem, device) if space else ()):
-            candidate = Candidate.of(variant, problem)
-            if candidate.runs_on(device):
-                finalists.append((f"#{i + 1}.{j + 1}", candidate))
-    extra: list[tuple[str, KernelConfig | None]] = []
+        add(f"#{i + 1}", r.config, refine=True)
     for family in (joint.families if joint else ()):
-        fastest = next((r.config for r in best if r.config.family == family), None)
-        extra.append((f"best {family}", fastest))
-    extra.append(("reference", reference))
+        add(f"best {family}", next((r.config for r in best if r.config.family == family), None))
+    add("reference", reference)
     if previous is not None:
         try:
-            extra.append(("previous", entry_config(previous, "previous", problem)))
+            add("previous", entry_config(previous, "previous", problem), refine=True)
         except ResultsError:  # an entry written by an older search space: nothing to re-measure
             pass
-    for label, config in extra:
-        if config is not None and all(config != chosen.config for _, chosen in finalists):
-            candidate = Candidate.of(config, problem)
-            if candidate.runs_on(device):
-                finalists.append((label, candidate))
     return finalists
 
 
