@@ -213,6 +213,27 @@ CASES = {
     "gemm_staged_e64x4_k20": (ConvProblem(n=8, h=32, w=32, c=64, k=20, r=1, s=1),
                               {**BASE, "tile": "128x64x64", "tile_q": 0, "epi_columns": 64, "epi_buffers": 4}),
     "conv_staged_e64x4": (CONV, {**BASE, "epi_columns": 64, "epi_buffers": 4}),
+    # the direct store (epi_store "direct"): each thread's registers straight into y, adjacent channels in pairs, past
+    # the output's pixels and K clipped by thread; fused with a residual (its ring still TMA), in pingpong, split-K
+    # (only the last unit stores), tf32 (pairs of f32), an even and an odd K (no pairs), a conv's boxes and im2col
+    "gemm_direct_bn_residual_silu": (with_epilogue(RING_GEMM, "scale+bias+residual+silu"),
+                                     {**BASE, "tile_q": 0, "epi_store": "direct"}),
+    "gemm_direct_pingpong_bn_relu": (with_epilogue(RING_GEMM, "scale+bias+relu"),
+                                     {**BASE, "tile": "128x64x64", "schedule": "pingpong", "tile_q": 0,
+                                      "epi_store": "direct"}),
+    "gemm_direct_split4": (ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1),
+                           {**BASE, "tile": "64x16x64", "schedule": "single", "tile_q": 0, "split_k": 4,
+                            "epi_store": "direct"}),
+    "gemm_direct_tf32": (dataclasses.replace(RING_GEMM, input_type=DataType.tf32, filter_type=DataType.tf32,
+                                             output_type=DataType.f32),
+                         {**BASE, "tile": "128x64x32", "tile_q": 0, "epi_store": "direct"}),
+    "gemm_direct_k20": (ConvProblem(n=8, h=32, w=32, c=64, k=20, r=1, s=1),
+                        {**BASE, "tile": "128x32x64", "tile_q": 0, "epi_store": "direct"}),
+    "gemm_direct_k21_bias": (with_epilogue(ConvProblem(n=8, h=33, w=33, c=64, k=21, r=1, s=1), "bias"),
+                             {**BASE, "tile": "128x32x64", "tile_q": 0, "epi_store": "direct"}),
+    "conv_direct_box": (with_epilogue(CONV, "scale+bias+relu"), {**BASE, "epi_store": "direct"}),
+    "conv_direct_im2col_stride2": (ConvProblem(n=2, h=32, w=32, c=64, k=128, r=3, s=3, pad=1, stride=2),
+                                   {**BASE, "tile_q": -1, "epi_store": "direct"}),
     # the planted wrong gathering kernel: STEM with dilation 2 and pad 6 (the same 32x32 output, other pixels)
     "stem_gather_dilated": (dataclasses.replace(STEM, dilation_h=2, dilation_w=2, pad_h=6, pad_w=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
 }
@@ -299,6 +320,8 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     ("conv_stream_k_bn_residual_relu_cluster_1x2", "scale+bias+residual", 10),  # ... nor the stream-K kernel's
     ("conv_im2col_stride2_c80_bn_relu_cluster_1x2", "scale+bias", 10),  # ... nor the im2col kernel's
     ("gemm_staged_e64x4_bn_residual_silu", "scale+bias+residual+relu", 2),  # ... SiLU in 64-column subtiles
+    ("gemm_direct_bn_residual_silu", "scale+bias+residual+relu", 2),  # ... SiLU stored from the registers
+    ("conv_direct_box", "scale+bias", 10),  # a ReLU the layer does not have, stored from the registers
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
@@ -309,7 +332,8 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, 
 
 
 @pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4",
-                                  "conv_stream_k_bn_residual_relu_cluster_1x2", "conv_im2col_bn_residual_relu_stream_k"])
+                                  "conv_stream_k_bn_residual_relu_cluster_1x2", "conv_im2col_bn_residual_relu_stream_k",
+                                  "gemm_direct_split4"])
 def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, compiled, device):
     """Three launches on one operator and its workspace, the output poisoned before each: each validates only
     if the launch before it left every tile's arrival counter at zero (a counter left at S makes no unit the

@@ -12,13 +12,14 @@ from conftest import REPO
 
 EXPAND = ConvProblem(n=8, h=112, w=112, c=16, k=96, r=1, s=1)  # EfficientNet's C16 expand: memory-bound
 PARAMS = {"tile": "128x128x64", "cluster": "1x1x1", "schedule": "cooperative", "stages": 0, "raster": "m",
-          "swizzle": 1, "tile_q": 0, "split_k": 1, "epi_columns": 32, "epi_buffers": 2}
+          "swizzle": 1, "tile_q": 0, "split_k": 1, "epi_columns": 32, "epi_buffers": 2, "epi_store": "tma"}
 
 
-def staging_space(columns=(32, 64), buffers=(2, 4)) -> SearchSpace:
+def staging_space(columns=(32, 64), buffers=(2, 4), stores=("tma",)) -> SearchSpace:
     return SearchSpace("sm90_dsl", tuple((knob, (value,)) for knob, value in PARAMS.items()
                                          if not knob.startswith("epi_")) + (("epi_columns", columns),
-                                                                            ("epi_buffers", buffers)))
+                                                                            ("epi_buffers", buffers),
+                                                                            ("epi_store", stores)))
 
 
 def staging(config) -> tuple[int, int]:
@@ -30,6 +31,13 @@ def test_a_finalist_is_tried_in_every_other_staging_the_space_offers():
     variants = refined_variants(config, staging_space(), EXPAND, H100)
     assert [staging(v) for v in variants] == [(32, 4), (64, 2), (64, 4)]
     assert all(v.tile == config.tile and v.schedule == config.schedule for v in variants)
+
+
+def test_the_direct_store_is_one_variant_whatever_the_staging():
+    config = make_config(EXPAND, "sm90_dsl", PARAMS)
+    variants = refined_variants(config, staging_space(stores=("tma", "direct")), EXPAND, H100)
+    assert [(staging(v), v.epi_store.value) for v in variants] == [
+        ((32, 2), "direct"), ((32, 4), "tma"), ((64, 2), "tma"), ((64, 4), "tma")]
 
 
 def test_a_staging_that_names_the_same_kernel_or_does_not_fit_is_not_a_variant():
@@ -62,6 +70,7 @@ def test_a_study_holds_the_refined_knobs_at_their_first_choice():
     assert space.choices["epi_columns"] == (32, 64) and space.choices["epi_buffers"] == (2, 4)
     held = studied(space)
     assert held.choices["epi_columns"] == (32,) and held.choices["epi_buffers"] == (2,)
+    assert held.choices["epi_store"] == ("tma",) == space.choices["epi_store"]
     assert held.size * 4 == space.size and {k: v for k, v in held.choices.items() if not k.startswith("epi_")} == {
         k: v for k, v in space.choices.items() if not k.startswith("epi_")}
     assert layer_space((space,), EXPAND, H100).space("sm90_dsl").choices["epi_buffers"] == (2,)

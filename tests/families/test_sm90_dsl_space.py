@@ -683,3 +683,25 @@ def test_staging_that_leaves_too_few_stages_is_refused_before_the_build():
     config = make_config(expand, params(schedule="pingpong", stages=4, epi_columns=64, epi_buffers=4))
     assert any("do not fit" in reason for reason in static_problems(config, expand, H100))
     assert static_problems(make_config(expand, params(schedule="pingpong", stages=4)), expand, H100) == []
+
+
+def test_the_direct_store_is_a_knob_that_stages_nothing_and_a_gathered_c_refuses():
+    direct = make_config(GEMM, params(epi_store="direct", epi_columns=64, epi_buffers=4))
+    # nothing is staged: the staging knobs hold their defaults, so one kernel answers to any of them
+    assert (direct.epi_columns, direct.epi_buffers) == (32, 2)
+    assert direct == make_config(GEMM, params(epi_store="direct"))
+    assert "_edirect_" in direct.name and "direct store" in FAMILY.describe(direct)
+    assert direct.search_params["epi_store"] == "direct" and direct.build_spec().tile.epi_store == "direct"
+    assert BuildSpec.from_json(direct.build_spec().to_json()) == direct.build_spec()
+    assert "epi_store" not in make_config(GEMM, params()).build_spec().to_json()
+    assert static_problems(direct, GEMM, H100) == []
+    stem = ConvProblem(n=2, h=64, w=64, c=3, k=64, r=7, s=7, pad=3, stride=2)
+    gathered = {"tile": "128x64x64", "tile_q": 0, "epi_store": "direct"}
+    assert any("stores its output by TMA" in r for r in static_problems(make_config(stem, params(**gathered)), stem,
+                                                                         H100))
+    with pytest.raises(SpecError, match="gathering"):
+        make_config(stem, params(**gathered)).build_spec().check()
+    with pytest.raises(SpaceError, match="epi_store"):
+        parse_space({"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
+                     "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [1],
+                     "epi_store": ["registers"]})

@@ -13,7 +13,7 @@ from tuner.families.family import BuilderEmitter, Family, PerformanceModel, Spac
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.sm90_dsl import checks, costmodel, space, toolchain
-from tuner.families.sm90_dsl.space import AUTO_STAGES, Sm90DslConfig
+from tuner.families.sm90_dsl.space import AUTO_STAGES, EpilogueStore, Sm90DslConfig
 from tuner.families.sm90_dsl.spec import EPILOGUE_BUFFERS, EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS
 
 SMALL_CHANNELS = 16  # from 8 to this, a default study keeps the C++ Hopper families beside this one
@@ -38,7 +38,8 @@ def describe(config: Sm90DslConfig) -> str:
     stages = "auto" if config.stages == AUTO_STAGES else config.stages
     box = "" if config.shape.is_gemm else " im2col" if config.im2col else f" q{config.tile_q or 'auto'}"
     split = " stream-K" if config.stream_k else f" sk{config.split_k}" if config.split_k > 1 else ""
-    staging = ("" if (config.epi_columns, config.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
+    staging = (" direct store" if config.epi_store is EpilogueStore.direct
+               else "" if (config.epi_columns, config.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
                else f" e{config.epi_columns}x{config.epi_buffers}")
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
             f"r{config.raster.value} sw{config.swizzle}{split}{staging}")
@@ -55,11 +56,11 @@ FAMILY = Family(
     supersedes=supersedes,
     chained=partial(replace, pdl=True),
     rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k",
-                            "epi_columns", "epi_buffers"),
+                            "epi_columns", "epi_buffers", "epi_store"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=checks.static_problems, layer_problem=checks.layer_problem,
                      launch_args=space.launch_args, kernel_problem=space.kernel_problem,
-                     refined_knobs=("epi_columns", "epi_buffers")),
+                     refined_knobs=("epi_columns", "epi_buffers", "epi_store")),
     # its kernels are DSL-exported objects, not templates
     emitter=BuilderEmitter(build_request=toolchain.build_request, toolchain_problem=toolchain.toolchain_problem),
     model=PerformanceModel(cost_terms=costmodel.cost_terms, launch_shape=costmodel.launch_shape,

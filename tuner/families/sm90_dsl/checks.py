@@ -8,10 +8,10 @@ from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.base import types_problem
 from tuner.families.sm90_dsl.space import (CHANNEL_MULTIPLE, FAMILY, INPUT_TYPES, MIN_K_TILES_PER_SPLIT, AUTO_STAGES,
-                                           Schedule, Sm90DslConfig, problem_spec)
+                                           EpilogueStore, Schedule, Sm90DslConfig, problem_spec)
 from tuner.families.sm90_dsl.box import box_problem
-from tuner.families.sm90_dsl.spec import (GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS, cluster_problem,
-                                          element_tile_problem, tile_m_problem, tile_n_problem)
+from tuner.families.sm90_dsl.spec import (DIRECT_GATHER_PROBLEM, GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS,
+                                          cluster_problem, element_tile_problem, tile_m_problem, tile_n_problem)
 from tuner.families.sm90_dsl.im2col import im2col_problem
 from tuner.families.sm90_dsl.stream_plan import stream_k_problem
 
@@ -106,6 +106,8 @@ def _check_gather(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
     if config.tile.n < config.shape.k:
         return (f"C={config.shape.c} is gathered, and the kernel keeps the whole filter in shared memory: tile N "
                 f"{config.tile.n} must hold all K={config.shape.k} output channels")
+    if config.epi_store is EpilogueStore.direct:
+        return DIRECT_GATHER_PROBLEM
     return None
 
 

@@ -160,7 +160,7 @@ class Consumers:
                 epi_barrier.arrive_and_wait()  # scale and bias are in shared memory
             gD_epi = cute.zipped_divide(gD, (box_m, g.epi_n))
             bSG_sD, bSG_gD = sD, gD_epi
-            if cutlass.const_expr(not g.stores_elements):
+            if cutlass.const_expr(not g.stores_by_thread):
                 bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
                     tma_d, 0, cute.make_layout(1), cute.group_modes(sD, 0, 2), gD_epi)
             base = scheduler.num_tiles_executed * epi_count
@@ -175,22 +175,27 @@ class Consumers:
                     # the registers hold the subtile: the load warp may refill its slot
                     cute.arch.mbarrier_arrive(ring_empty + slot)
                 self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR, alpha)
-                buf = grp * g.epi_stages + (base + e) % g.epi_stages
-                if cutlass.const_expr(g.stages_by_element):
-                    self.stage_elements(sD, rD, tRS_crd, n_sub, e, buf)
+                if cutlass.const_expr(g.stores_direct):
+                    self.store_direct(mY, rD, tRS_crd, n_sub, e, q0, p0, n0, k0, outside if g.splits else 0)
                 else:
-                    rD_out.store(rD.load().to(f16))
-                    cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epi_barrier.arrive_and_wait()
-                if cutlass.const_expr(g.stores_elements):
-                    self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
-                                        outside if g.splits else 0)
-                elif lead_warp:
-                    cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
-                    store_pipe.producer_commit()
-                    store_pipe.producer_acquire()
-                epi_barrier.arrive_and_wait()
+                    buf = grp * g.epi_stages + (base + e) % g.epi_stages
+                    if cutlass.const_expr(g.stages_by_element):
+                        self.stage_elements(sD, rD, tRS_crd, n_sub, e, buf)
+                    else:
+                        rD_out.store(rD.load().to(f16))
+                        cute.copy(r2s, rD_out, tRS_sD[(None, None, None, buf)])
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    epi_barrier.arrive_and_wait()
+                    if cutlass.const_expr(g.stores_elements):
+                        self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
+                                            outside if g.splits else 0)
+                    elif lead_warp:
+                        cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
+                        store_pipe.producer_commit()
+                        store_pipe.producer_acquire()
+                    epi_barrier.arrive_and_wait()
+            if cutlass.const_expr(g.stores_direct and (g.scale or g.bias)):
+                epi_barrier.arrive_and_wait()  # every thread has read this tile's scale and bias: the next may load
             scheduler.advance_to_next_work(advance_count=tile_step)
             work = scheduler.get_current_work()
         store_pipe.producer_tail()

@@ -135,14 +135,51 @@ class EpilogueSteps:
             index = wtid + i * group_threads
             m = index // g.epi_n
             col = index - m * g.epi_n
-            q = q0 + m % g.tile_q
-            p = p0 + (m // g.tile_q) % g.bp
-            n = n0 + m // (g.tile_q * g.bp)
-            kk = col0 + col
-            inside = (cutlass.Int32(q < g.yq) * cutlass.Int32(p < g.yp) * cutlass.Int32(n < g.xn)
-                      * cutlass.Int32(kk < g.k) * (1 - outside))
+            pixel, kk, inside = self.output_position(m, col, q0, p0, n0, col0, outside)
             if inside > 0:
-                mY[((q, p, n), kk)] = sD[(m, col, buf)]
+                mY[(pixel, kk)] = sD[(m, col, buf)]
+
+    def output_position(self, m, col, q0, p0, n0, col0, outside):
+        """Pixel m of the tile's box, (q0 + m mod tile_q, p0 + (m / tile_q) mod bp, n0 + m / (tile_q bp)), its
+        channel col0 + col, and 1 where both are inside y and the unit stores (outside is 0), else 0."""
+        g = self.g
+        q = q0 + m % g.tile_q
+        p = p0 + (m // g.tile_q) % g.bp
+        n = n0 + m // (g.tile_q * g.bp)
+        kk = col0 + col
+        inside = (cutlass.Int32(q < g.yq) * cutlass.Int32(p < g.yp) * cutlass.Int32(n < g.xn)
+                  * cutlass.Int32(kk < g.k) * (1 - outside))
+        return (q, p, n), kk, inside
+
+    @cute.jit
+    def store_direct(self, mY: cute.Tensor, rD: cute.Tensor, crd: cute.Tensor, count: cutlass.Constexpr,
+                     sub: cutlass.Constexpr, q0, p0, n0, k0, outside):
+        """One epilogue subtile's values stored from the thread's registers straight into y (epi_store "direct": no
+        staging, no barrier): value v is the tile's (m, n) = crd[acc_index(sub, v)], pixel m of the box as in
+        store_elements; pixels past the output, channels past K and a split-K unit that is not its tile's last
+        (outside) write nothing. With K even, values v and v + 1 (even v) that hold adjacent channels of one pixel,
+        as the accumulators' pairs do, go in one store of twice the width; any other pair one value at a time."""
+        out = self.dtype
+        pair_store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), out, num_bits_per_copy=2 * out.width)
+        pair = cute.make_rmem_tensor(2, out)
+        for v in cutlass.range_constexpr(0, count, 2):
+            m, col = crd[self.acc_index(sub, v, count)]
+            m1, col1 = crd[self.acc_index(sub, v + 1, count)]
+            pixel, kk, inside = self.output_position(m, col, q0, p0, n0, k0, outside)
+            pixel1, kk1, inside1 = self.output_position(m1, col1, q0, p0, n0, k0, outside)
+            # an even K puts an even channel 4 bytes (8 in tf32) into y: the pair is one aligned store
+            paired = cutlass.Int32(m1 == m) * cutlass.Int32(col1 == col + 1) * cutlass.Int32(self.g.k % 2 == 0)
+            if inside * paired > 0:
+                pair[0] = rD[v].to(out)
+                pair[1] = rD[v + 1].to(out)
+                offset = cute.crd2idx((pixel, kk), mY.layout)
+                cute.copy(pair_store, pair, cute.make_tensor(mY.iterator + cute.assume(offset, divby=2),
+                                                             cute.make_layout(2)))
+            elif paired == 0:  # never, in the accumulators' layout: the compiler drops it
+                if inside > 0:
+                    mY[(pixel, kk)] = rD[v].to(out)
+                if inside1 > 0:
+                    mY[(pixel1, kk1)] = rD[v + 1].to(out)
 
     @cute.jit
     def stage_elements(self, sD: cute.Tensor, rD: cute.Tensor, crd: cute.Tensor, count: cutlass.Constexpr,

@@ -63,6 +63,7 @@ class Geometry:
     # M tiles run over the n*p*q output pixels as in a GEMM (xw = yq = n*p*q), and these are the conv's own extents
     gather: bool = False
     stores_elements: bool = False  # spec.ProblemSpec.stores_elements: K % 8, the output stored without TMA
+    stores_direct: bool = False    # spec.TileSpec.epi_store "direct": each thread's registers stored into y
     src_n: int = 0
     src_h: int = 0
     src_w: int = 0
@@ -81,6 +82,12 @@ class Geometry:
     def stages_by_element(self) -> bool:
         """spec.BuildSpec.stages_by_element: a 32-bit output, staged by st.shared, not stmatrix."""
         return self.output_bytes == 4
+
+    @property
+    def stores_by_thread(self) -> bool:
+        """The consumers write y themselves (element by element from shared memory, or from their registers): no
+        TMA store, and y's view is memory, not a TMA coordinate tensor."""
+        return self.stores_elements or self.stores_direct
 
     @property
     def epi_count(self) -> int:
@@ -307,7 +314,7 @@ def geometry(spec: BuildSpec) -> Geometry:
                  stages=max(t.stages, 1), epi_n=epi_n, epi_stages=epi_stages, res_stages=res_stages,
                  raster_m=t.raster == "m", swizzle=t.swizzle, split_k=t.split_k, scale=e.scale, bias=e.bias,
                  residual=e.residual, beta=float(e.beta), activation=e.activation, gather=p.gathers,
-                 stores_elements=p.stores_elements,
+                 stores_elements=p.stores_elements and t.epi_store != "direct", stores_direct=t.epi_store == "direct",
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
                  output_bytes=ELEMENT_BYTES[spec.output_element],
                  scaled=spec.scaled, pdl=spec.pdl,

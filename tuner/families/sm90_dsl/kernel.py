@@ -109,7 +109,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         y_layout = cute.make_layout(((g.yq, g.yp, g.xn), k), stride=((k, g.yq * k, g.yq * g.yp * k), 1))
         my = cute.make_tensor(y.iterator, y_layout)
         box_m = (g.tile_q, g.bp, g.bn)
-        if cutlass.const_expr(not g.stores_elements):
+        if cutlass.const_expr(not g.stores_by_thread):
             tma_d, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), my, cute.slice_(epi_smem, (None, None, 0)),
                 (box_m, g.epi_n))
@@ -119,7 +119,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             tma_b, tma_w = tma_d, tma_y
         elif cutlass.const_expr(g.im2col):
             a_atoms, tma_b, tma_w = self.im2col_atoms(x, w, a_smem, b_smem)
-            if cutlass.const_expr(g.stores_elements):
+            if cutlass.const_expr(g.stores_by_thread):
                 tma_d, tma_y = tma_b, my
         else:
             phases = g.phases()
@@ -138,7 +138,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             a_atoms = a_atoms + [a_atoms[0]] * (4 - len(a_atoms))  # the kernel takes four (unused ones repeat)
             tma_b, tma_w = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 b_op, mw, cute.slice_(b_smem, (None, None, 0)), (g.tile_n, g.tile_k), num_multicast=g.cluster_m)
-            if cutlass.const_expr(g.stores_elements):
+            if cutlass.const_expr(g.stores_by_thread):
                 # no TMA view of y (rows of K, not 16 bytes apart): the consumers store into y itself; the atom is
                 # an unused stand-in
                 tma_d, tma_y = tma_b, my
@@ -221,7 +221,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
                     if cutlass.const_expr(i < (1 if g.im2col else len(g.phases()))):
                         cute.nvgpu.cpasync.prefetch_descriptor(atom)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
-            if cutlass.const_expr(not g.stores_elements):
+            if cutlass.const_expr(not g.stores_by_thread):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_d)
             if cutlass.const_expr(g.residual):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_r)

@@ -55,6 +55,11 @@ class Raster(enum.Enum):
     n = "n"
 
 
+class EpilogueStore(enum.Enum):  # spec.EPILOGUE_STORES
+    tma = "tma"        # staged subtiles, stored by TMA
+    direct = "direct"  # each thread's registers straight into y: nothing staged, no barrier
+
+
 CONSUMER_WARPGROUPS = {Schedule.single: 1, Schedule.cooperative: 2, Schedule.pingpong: 2}
 
 
@@ -85,6 +90,8 @@ class Sm90DslConfig:
     # name one kernel
     epi_columns: int = EPILOGUE_COLUMNS
     epi_buffers: int = EPILOGUE_BUFFERS
+    # "direct" stages nothing, so it holds the default staging (make_config)
+    epi_store: EpilogueStore = EpilogueStore.tma
     # no knob: built with programmatic dependent launch (spec.BuildSpec.pdl) for a caller that chains kernels
     # (tuner.torch_ops.optimize(pdl=True)); the tuner times kernels without it
     pdl: bool = False
@@ -108,7 +115,8 @@ class Sm90DslConfig:
                else f"_q{self.tile_q or 'auto'}")
         s = self.shape
         split = "_skstream" if self.stream_k else f"_sk{self.split_k}" if self.split_k > 1 else ""
-        staging = ("" if (self.epi_columns, self.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
+        staging = ("_edirect" if self.epi_store is EpilogueStore.direct
+                   else "" if (self.epi_columns, self.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
                    else f"_e{self.epi_columns}x{self.epi_buffers}")
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}{split}{staging}_{self.dtype_key}{self.fusion.short}"
@@ -118,7 +126,8 @@ class Sm90DslConfig:
     def search_params(self) -> dict:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
                 "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q,
-                "split_k": self.split_k, "epi_columns": self.epi_columns, "epi_buffers": self.epi_buffers}
+                "split_k": self.split_k, "epi_columns": self.epi_columns, "epi_buffers": self.epi_buffers,
+                "epi_store": self.epi_store.value}
 
     @property
     def persistent(self) -> bool:
@@ -232,15 +241,17 @@ class Sm90DslConfig:
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
                           tile_q=TILE_Q_IM2COL if self.im2col else 0 if self.tiles_pixels else self.columns,
-                          split_k=self.split_k, epi_columns=self.epi_columns, epi_buffers=self.epi_buffers),
+                          split_k=self.split_k, epi_columns=self.epi_columns, epi_buffers=self.epi_buffers,
+                          epi_store=self.epi_store.value),
             element=self.input_type.value, pdl=self.pdl)
 
 
 def parse_space(document: object) -> SearchSpace:
     if isinstance(document, dict):  # the epilogue's staging may be left out: the values kernels had before the knobs
-        document = {"epi_columns": [EPILOGUE_COLUMNS], "epi_buffers": [EPILOGUE_BUFFERS], **document}
+        document = {"epi_columns": [EPILOGUE_COLUMNS], "epi_buffers": [EPILOGUE_BUFFERS],
+                    "epi_store": [EpilogueStore.tma.value], **document}
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
-                                             "tile_q", "split_k", "epi_columns", "epi_buffers"})
+                                             "tile_q", "split_k", "epi_columns", "epi_buffers", "epi_store"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -261,6 +272,8 @@ def parse_space(document: object) -> SearchSpace:
                                  " or ".join(map(str, EPILOGUE_COLUMN_CHOICES)))),
         ("epi_buffers", int_list(FAMILY, "epi_buffers", document["epi_buffers"], EPILOGUE_BUFFER_CHOICES.__contains__,
                                  " to ".join(map(str, EPILOGUE_BUFFER_CHOICES[::2])))),
+        # the first is what a study holds (the knobs are refined on its finalists)
+        ("epi_store", tuple(s.value for s in enum_list(FAMILY, "epi_store", document["epi_store"], EpilogueStore))),
     ))
 
 
@@ -297,6 +310,10 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
     tile = param(params, "tile", Shape3.parse)
     # trials stored before the epilogue's knobs existed ran with the staging they default to
     epi_columns = param(params, "epi_columns", whole) if "epi_columns" in params else EPILOGUE_COLUMNS
+    epi_buffers = param(params, "epi_buffers", whole) if "epi_buffers" in params else EPILOGUE_BUFFERS
+    epi_store = param(params, "epi_store", EpilogueStore) if "epi_store" in params else EpilogueStore.tma
+    if epi_store is EpilogueStore.direct:  # nothing staged: one kernel whatever the staging says
+        epi_columns, epi_buffers = EPILOGUE_COLUMNS, EPILOGUE_BUFFERS
     return Sm90DslConfig(
         tile=tile,
         cluster=param(params, "cluster", Shape3.parse),
@@ -310,7 +327,8 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         split_k=param(params, "split_k", whole) if "split_k" in params else 1,
         # wider subtiles than tile N allows are the kernel of the default width: one value names it
         epi_columns=epi_columns if tile.n % epi_columns == 0 else EPILOGUE_COLUMNS,
-        epi_buffers=param(params, "epi_buffers", whole) if "epi_buffers" in params else EPILOGUE_BUFFERS,
+        epi_buffers=epi_buffers,
+        epi_store=epi_store,
         shape=shape,
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,

@@ -17,6 +17,9 @@ EPILOGUE_COLUMNS = 32      # the epilogue's subtile: tile_m rows x this many col
 EPILOGUE_COLUMN_CHOICES = (32, 64)  # the knob: 64-column subtiles where they divide tile_n, else 32 (or 16)
 EPILOGUE_BUFFERS = 2       # output subtiles a consumer group stages for the TMA store
 EPILOGUE_BUFFER_CHOICES = (2, 3, 4)
+# the output's store: staged subtiles stored by TMA, or each thread's registers straight into y (no staging, no
+# barriers: for the memory-bound tiles that wait on the staging's rhythm)
+EPILOGUE_STORES = ("tma", "direct")
 RESIDUAL_RING_SLOTS = 4    # residual subtiles a consumer group's ring holds at most
 # the element of x and w (tuner/core/dtypes.py DataType's names): a 16-bit one is y's and the residual's too; e4m3
 # kernels write f16 and take the operands' per-tensor scales; tf32 kernels (fp32 models) write f32
@@ -32,6 +35,9 @@ CLUSTER_SIDES = (1, 2, 4)  # CTAs of a cluster along M and along N
 MAX_CLUSTER = 8            # CTAs a cluster: the portable maximum (cuDNN runs 8 and 12 on the small-M and wide layers)
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 STREAM_K = 0               # the split_k value that asks for stream-K (stream_plan.StreamKPlan)
+
+
+DIRECT_GATHER_PROBLEM = "a gathering kernel (C < 8) stores its output by TMA: epi_store direct is not built for it"
 
 
 class SpecError(ValueError):
@@ -136,6 +142,7 @@ class TileSpec:
     # to the TMA store a consumer group (the memory-bound 1x1s wait on the store rhythm; docs/dsl.md)
     epi_columns: int = EPILOGUE_COLUMNS
     epi_buffers: int = EPILOGUE_BUFFERS
+    epi_store: str = EPILOGUE_STORES[0]
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,8 @@ class BuildSpec:
             del document["element"]
         if not self.pdl:  # likewise
             del document["pdl"]
-        for knob, default in (("epi_columns", EPILOGUE_COLUMNS), ("epi_buffers", EPILOGUE_BUFFERS)):
+        for knob, default in (("epi_columns", EPILOGUE_COLUMNS), ("epi_buffers", EPILOGUE_BUFFERS),
+                              ("epi_store", EPILOGUE_STORES[0])):
             if document["tile"][knob] == default:  # likewise
                 del document["tile"][knob]
         return json.dumps(document, sort_keys=True)
@@ -230,9 +238,12 @@ class BuildSpec:
             raise SpecError("a gathering kernel (C < 8) has no residual load: its producer warps all gather")
         if not isinstance(t.split_k, int) or t.split_k < 0:
             raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1, or {STREAM_K} for stream-K")
-        for knob, choices in (("epi_columns", EPILOGUE_COLUMN_CHOICES), ("epi_buffers", EPILOGUE_BUFFER_CHOICES)):
+        for knob, choices in (("epi_columns", EPILOGUE_COLUMN_CHOICES), ("epi_buffers", EPILOGUE_BUFFER_CHOICES),
+                              ("epi_store", EPILOGUE_STORES)):
             if getattr(t, knob) not in choices:
                 raise SpecError(f"{knob} {getattr(t, knob)!r} is not one of {', '.join(map(str, choices))}")
+        if t.epi_store == "direct" and p.gathers:
+            raise SpecError(DIRECT_GATHER_PROBLEM)
 
 
 # rows of a tile each consumer warpgroup may hold, by schedule: one 64-row wgmma block, or two (a pingpong group's
