@@ -14,7 +14,7 @@ from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.sm90_dsl import checks, costmodel, space, toolchain
 from tuner.families.sm90_dsl.space import AUTO_STAGES, EpilogueStore, Sm90DslConfig
-from tuner.families.sm90_dsl.spec import EPILOGUE_BUFFERS, EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS
+from tuner.families.sm90_dsl.spec import GATHER_BELOW_CHANNELS
 
 SMALL_CHANNELS = 16  # from 8 to this, a default study keeps the C++ Hopper families beside this one
 
@@ -39,8 +39,7 @@ def describe(config: Sm90DslConfig) -> str:
     box = "" if config.shape.is_gemm else " im2col" if config.im2col else f" q{config.tile_q or 'auto'}"
     split = " stream-K" if config.stream_k else f" sk{config.split_k}" if config.split_k > 1 else ""
     staging = (" direct store" if config.epi_store is EpilogueStore.direct
-               else "" if (config.epi_columns, config.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
-               else f" e{config.epi_columns}x{config.epi_buffers}")
+               else f" e{config.staging}" if config.staging else "")
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
             f"r{config.raster.value} sw{config.swizzle}{split}{staging}")
 

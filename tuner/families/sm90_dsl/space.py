@@ -115,12 +115,20 @@ class Sm90DslConfig:
                else f"_q{self.tile_q or 'auto'}")
         s = self.shape
         split = "_skstream" if self.stream_k else f"_sk{self.split_k}" if self.split_k > 1 else ""
-        staging = ("_edirect" if self.epi_store is EpilogueStore.direct
-                   else "" if (self.epi_columns, self.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS)
-                   else f"_e{self.epi_columns}x{self.epi_buffers}")
+        staging = f"_e{self.staging}" if self.staging else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}{split}{staging}_{self.dtype_key}{self.fusion.short}"
                 f"_{s.key}{'_pdl' if self.pdl else ''}")
+
+    @property
+    def staging(self) -> str | None:
+        """The epilogue's store as the kernel name says it ("direct", or columns x buffers: "64x4"); None for the
+        default staging, which the name leaves out."""
+        if self.epi_store is EpilogueStore.direct:
+            return EpilogueStore.direct.value
+        if (self.epi_columns, self.epi_buffers) == (EPILOGUE_COLUMNS, EPILOGUE_BUFFERS):
+            return None
+        return f"{self.epi_columns}x{self.epi_buffers}"
 
     @property
     def search_params(self) -> dict:

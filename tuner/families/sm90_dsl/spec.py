@@ -328,7 +328,7 @@ def split_k_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -
 def epilogue_columns(tile_n: int, wanted: int = EPILOGUE_COLUMNS) -> int:
     """The columns of an epilogue subtile: the widest of `wanted`, 32 and 16 that divides tile_n (16 for 16, 48,
     80 ...; a subtile's columns are whole stmatrix groups of 16)."""
-    return next((columns for columns in (wanted, 32) if columns <= wanted and tile_n % columns == 0), 16)
+    return next((columns for columns in (wanted, EPILOGUE_COLUMNS) if columns <= wanted and tile_n % columns == 0), 16)
 
 
 def tile_n_problem(tile_n: int) -> str | None:
