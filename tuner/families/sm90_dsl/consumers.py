@@ -172,7 +172,10 @@ class Consumers:
                     slot = slot + grp * g.res_stages
                     cute.arch.mbarrier_wait(ring_full + slot, phase)
                     cute.copy(s2r, tSR_sR[(None, None, None, slot)], tSR_rR)
-                    # the registers hold the subtile: the load warp may refill its slot
+                    # the registers hold the subtile: the load warp may refill its slot. The refill is a TMA write
+                    # (the async proxy), so the generic proxy's reads are fenced first (as CUTLASS's epilogue
+                    # fences before it releases a C buffer)
+                    cute.arch.fence_proxy("async.shared", space="cta")
                     cute.arch.mbarrier_arrive(ring_empty + slot)
                 self.epilogue_ops(rD, tRS_crd, n_sub, e, sScale, sBias, grp, rR, alpha)
                 if cutlass.const_expr(g.stores_direct):
