@@ -10,6 +10,11 @@ from pathlib import Path
 
 from tuner.families.base import BuildRequest
 
+# The folder that holds this process's `tuner` package. A builder runs `python -m`, which puts its working
+# directory first on sys.path: started there, it imports the same sources whose digest keys the build cache,
+# not a `tuner` folder that happens to sit in the user's working directory.
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # tuner/build/builder_pool.py
+
 
 class BuilderPool:
     """Long-lived builders (BuildRequest.serve_command), started as builds need them and kept for the next
@@ -33,8 +38,8 @@ class BuilderPool:
 
     @staticmethod
     def _start(command: tuple[str, ...]) -> subprocess.Popen:
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, start_new_session=True, cwd=PACKAGE_ROOT)
 
     def build(self, request: BuildRequest, folder: Path, timeout_s: float) -> tuple[str, bool, bool]:
         """(log, failed, transient) of building `request` in `folder`."""
@@ -44,7 +49,8 @@ class BuilderPool:
         if process is None:
             process = self._start(command)
         try:
-            process.stdin.write(json.dumps({"folder": str(folder), "source_file": request.source_file}) + "\n")
+            process.stdin.write(json.dumps({"folder": str(folder.resolve()), "source_file": request.source_file})
+                                + "\n")
             process.stdin.flush()
             ready, _, _ = select.select([process.stdout], [], [], timeout_s)
             line = process.stdout.readline() if ready else ""
