@@ -223,8 +223,8 @@ CASES = {
     # split-K (only the last unit stores), tf32 (pairs of f32), an even and an odd K (no pairs), a conv's boxes and
     # im2col
     "gemm_direct_bn_silu": (with_epilogue(RING_GEMM, "scale+bias+silu"), {**BASE, "tile_q": 0, "epi_store": "direct"}),
-    # with the residual ring: its first and last rows wrong in 0.04-0.5 % of the output, every launch, until the ring
-    # fenced its release (consumers.py); so in pingpong and in one warpgroup
+    # with the residual ring: wrong in every launch (0.03-0.5 % of the output, the first rows of a warpgroup's
+    # subtiles) until the ring fenced its release (consumers.py); so in pingpong and with one warpgroup
     "gemm_direct_bn_residual_silu": (with_epilogue(RING_GEMM, "scale+bias+residual+silu"),
                                      {**BASE, "tile_q": 0, "epi_store": "direct"}),
     "gemm_direct_pingpong_residual": (with_epilogue(RING_GEMM, "residual"),
