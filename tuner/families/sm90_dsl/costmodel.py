@@ -9,9 +9,7 @@ from tuner.core.device import DeviceFacts, block_limits
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.base import CostTerms, LaunchShape
-from tuner.families.sm90_dsl.spec import EPILOGUE_BUFFERS, EPILOGUE_COLUMNS
-from tuner.families.sm90_dsl.space import (AUTO_STAGES, CONSUMER_WARPGROUPS, EpilogueStore, Raster, Schedule,
-                                           Sm90DslConfig, threads)
+from tuner.families.sm90_dsl.space import AUTO_STAGES, CONSUMER_WARPGROUPS, Raster, Schedule, Sm90DslConfig, threads
 
 # The tensor rate one CTA sustains with a 128x256 tile, by schedule, relative to the matrix ceiling, and
 # how it falls with smaller tiles: sm90_gemm's fitted values (its costmodel.py) until this family has a
@@ -55,8 +53,7 @@ def cost_terms(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts)
 def prior_order(config: Sm90DslConfig, problem: ConvProblem) -> int | None:
     """The model cannot see stages, raster, swizzle or the epilogue's staging: its picks keep them at as many
     stages as fit, along M, no swizzle, the default staging; two consumer warpgroups first."""
-    if (config.stages, config.raster, config.swizzle, config.epi_columns, config.epi_buffers, config.epi_store) != (
-            AUTO_STAGES, Raster.m, 1, EPILOGUE_COLUMNS, EPILOGUE_BUFFERS, EpilogueStore.tma):
+    if (config.stages, config.raster, config.swizzle) != (AUTO_STAGES, Raster.m, 1) or config.staging is not None:
         return None
     return {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.single: 2}[config.schedule]
 

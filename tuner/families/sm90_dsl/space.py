@@ -61,6 +61,10 @@ class EpilogueStore(enum.Enum):  # spec.EPILOGUE_STORES
 
 
 CONSUMER_WARPGROUPS = {Schedule.single: 1, Schedule.cooperative: 2, Schedule.pingpong: 2}
+# the epilogue's staging knobs at the values every kernel had before they existed: a space file or a stored trial
+# that leaves them out means these
+DEFAULT_STAGING = {"epi_columns": EPILOGUE_COLUMNS, "epi_buffers": EPILOGUE_BUFFERS,
+                   "epi_store": EpilogueStore.tma.value}
 
 
 def threads(schedule: Schedule) -> int:
@@ -255,9 +259,8 @@ class Sm90DslConfig:
 
 
 def parse_space(document: object) -> SearchSpace:
-    if isinstance(document, dict):  # the epilogue's staging may be left out: the values kernels had before the knobs
-        document = {"epi_columns": [EPILOGUE_COLUMNS], "epi_buffers": [EPILOGUE_BUFFERS],
-                    "epi_store": [EpilogueStore.tma.value], **document}
+    if isinstance(document, dict):  # the epilogue's staging may be left out
+        document = {**{knob: [value] for knob, value in DEFAULT_STAGING.items()}, **document}
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
                                              "tile_q", "split_k", "epi_columns", "epi_buffers", "epi_store"})
     return SearchSpace(FAMILY, (
@@ -316,10 +319,10 @@ def problem_spec(problem: ConvProblem) -> ProblemSpec:
 def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
     shape = problem_spec(problem)
     tile = param(params, "tile", Shape3.parse)
-    # trials stored before the epilogue's knobs existed ran with the staging they default to
-    epi_columns = param(params, "epi_columns", whole) if "epi_columns" in params else EPILOGUE_COLUMNS
-    epi_buffers = param(params, "epi_buffers", whole) if "epi_buffers" in params else EPILOGUE_BUFFERS
-    epi_store = param(params, "epi_store", EpilogueStore) if "epi_store" in params else EpilogueStore.tma
+    staging = {**DEFAULT_STAGING, **params}  # trials stored before the epilogue's knobs existed ran with these
+    epi_columns = param(staging, "epi_columns", whole)
+    epi_buffers = param(staging, "epi_buffers", whole)
+    epi_store = param(staging, "epi_store", EpilogueStore)
     if epi_store is EpilogueStore.direct:  # nothing staged: one kernel whatever the staging says
         epi_columns, epi_buffers = EPILOGUE_COLUMNS, EPILOGUE_BUFFERS
     return Sm90DslConfig(
