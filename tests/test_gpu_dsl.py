@@ -110,6 +110,22 @@ CASES = {
                                                 {**BASE, "split_k": 4, "tile_q": 16}),
     "conv_stride2_split2": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
                             {**BASE, "tile_q": 0, "split_k": 2}),
+    # split-K reduced in the cluster: a tile's splits are a 1 x S cluster's CTAs, split 0 sums the others' partials
+    # in its shared memory. One tile a CTA (128 CTAs); two a CTA (256 units in 16 clusters of 8: the exchange's
+    # barriers turn a phase); three a CTA in the cooperative schedule; a 3x3 conv with the residual ring; im2col
+    "gemm_small_grid_split4_in_cluster": (LATE_GEMM_B1, {**BASE, "tile": "64x16x64", "schedule": "single",
+                                                         "tile_q": 0, "split_k": 4, "split_reduce": "cluster"}),
+    "gemm_small_grid_split8_in_cluster_bn_residual_relu": (
+        with_epilogue(LATE_GEMM_B1, "scale+bias+residual+relu"),
+        {**BASE, "tile": "64x16x64", "schedule": "single", "tile_q": 0, "split_k": 8, "split_reduce": "cluster"}),
+    "gemm_split2_in_cluster_cooperative_rounds": (ConvProblem(n=32, h=14, w=14, c=1024, k=256, r=1, s=1),
+                                                  {**BASE, "tile": "128x64x64", "tile_q": 0, "split_k": 2,
+                                                   "split_reduce": "cluster"}),
+    "conv_small_grid_bn_residual_relu_split4_in_cluster": (with_epilogue(LATE_CONV_B1, "scale+bias+residual+relu"),
+                                                           {**BASE, "tile": "64x64x64", "schedule": "single",
+                                                            "split_k": 4, "tile_q": 8, "split_reduce": "cluster"}),
+    "conv_im2col_stride2_split2_in_cluster": (ConvProblem(n=1, h=28, w=28, c=256, k=256, r=3, s=3, pad=1, stride=2),
+                                              {**BASE, "tile_q": -1, "split_k": 2, "split_reduce": "cluster"}),
     # stream-K (split_k 0): each persistent cluster sums an equal share of every tile's k tiles laid end to end; a
     # tile summed by several clusters (up to 9 here) is fixed up as split-K's. A share of whole tiles and pieces (the
     # 1x1: 208 tiles of 8 k tiles in 132 shares), a cluster with the residual ring, stride 2 with one warpgroup.
@@ -280,7 +296,7 @@ def test_dsl_kernel_is_right_and_timed(case, compiled, device, worker):
     evaluation = GpuEvaluator(device.l2_bytes, worker, repeats=5).evaluate(compiled[case].binary, problem, launch)
     assert evaluation.status is Status.ok, evaluation.reason
     assert evaluation.error < tolerance(problem)
-    assert evaluation.cluster == (config.cluster.m, config.cluster.n, 1)
+    assert evaluation.cluster == (config.launch_cluster.m, config.launch_cluster.n, 1)
     assert evaluation.measurement.median_us > 0
 
 
@@ -338,6 +354,8 @@ def test_planted_wrong_gathering_kernel_fails_validation(compiled, worker):
     ("gemm_direct_bn_silu", "scale+bias+relu", 2),  # ... SiLU stored from the registers
     ("gemm_direct_bn_residual_silu", "scale+bias+residual+relu", 2),  # ... and with the residual
     ("conv_direct_box", "scale+bias", 10),  # a ReLU the layer does not have, stored from the registers
+    # ... nor the kernel whose splits are summed in the cluster
+    ("gemm_small_grid_split8_in_cluster_bn_residual_relu", "scale+bias+residual", 10),
 ])
 def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, compiled, worker):
     kernel_problem = CASES[kernel_case][0]
@@ -347,13 +365,9 @@ def test_a_wrong_epilogue_fails_validation(kernel_case, layer_epilogue, margin, 
     assert answer["error"] > margin * tolerance(layer)
 
 
-@pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4",
-                                  "conv_stream_k_bn_residual_relu_cluster_1x2", "conv_im2col_bn_residual_relu_stream_k",
-                                  "gemm_direct_split4"])
-def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, compiled, device):
-    """Three launches on one operator and its workspace, the output poisoned before each: each validates only
-    if the launch before it left every tile's arrival counter at zero (a counter left at S makes no unit the
-    last to arrive, and the tile is never stored)."""
+def validate_launch_after_launch(case: str, compiled, device) -> int:
+    """Three launches of the case's kernel on one operator and its workspace, the output poisoned before each, each
+    validated; returns the workspace's bytes."""
     from tuner.measure.run import KernelLibrary, problem_array
     from tuner.measure.worker import BoundKernel, Workbench
 
@@ -364,7 +378,6 @@ def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, c
         bench = Workbench.prepare(problem, launch.kernel_channels, 7, device.l2_bytes, stream, timed=False)
         library = KernelLibrary(compiled[case].binary)
         args = problem_array(problem, launch)
-        assert library.workspace_bytes(args) > 0
         bound = BoundKernel(library, args, bench.sets[:1], stream.ptr, problem.epilogue)
         try:
             for attempt in range(3):
@@ -375,3 +388,20 @@ def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, c
                 assert validation.passed, (attempt, validation.reason)
         finally:
             bound.close()
+        return library.workspace_bytes(args)
+
+
+@pytest.mark.parametrize("case", ["gemm_small_grid_split4", "conv_small_grid_bn_residual_relu_split4",
+                                  "conv_stream_k_bn_residual_relu_cluster_1x2", "conv_im2col_bn_residual_relu_stream_k",
+                                  "gemm_direct_split4"])
+def test_a_split_k_kernel_validates_launch_after_launch_on_one_workspace(case, compiled, device):
+    """Each launch validates only if the launch before it left every tile's arrival counter at zero (a counter left
+    at S makes no unit the last to arrive, and the tile is never stored)."""
+    assert validate_launch_after_launch(case, compiled, device) > 0
+
+
+@pytest.mark.parametrize("case", ["gemm_small_grid_split8_in_cluster_bn_residual_relu",
+                                  "gemm_split2_in_cluster_cooperative_rounds"])
+def test_a_split_reduced_in_the_cluster_needs_no_workspace_and_validates_launch_after_launch(case, compiled, device):
+    """The exchange's mbarriers start each launch afresh: nothing is left in global memory for the next."""
+    assert validate_launch_after_launch(case, compiled, device) == 0

@@ -17,7 +17,7 @@ if shutil.which("gcc") is None:
     pytest.skip("gcc is needed to link candidate.so", allow_module_level=True)
 
 from tuner.build.nvcc import parse_ptxas  # noqa: E402
-from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
+from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, SpecError, TileSpec  # noqa: E402
 
 ENTRY_POINTS = ["tuner_abi_version", "tuner_kernel_count"] + [
     f"tuner_k0_{name}" for name in
@@ -109,6 +109,33 @@ def test_builds_a_candidate_with_every_entry_point(spec, built):
     assert info["seconds"]["total"] > 0
 
 
+GEMM_B1_CLUSTER_SPLIT = BuildSpec(ProblemSpec.symmetric(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1),
+                                  EpilogueSpec(scale=True, bias=True, residual=True, activation="relu"),
+                                  TileSpec(64, 16, 64, schedule="single", split_k=4, split_reduce="cluster"))
+
+
+def test_split_k_reduced_in_the_cluster_is_part_of_the_spec_and_leaves_the_others_keys_alone():
+    assert '"split_reduce": "cluster"' in GEMM_B1_CLUSTER_SPLIT.to_json()
+    assert BuildSpec.from_json(GEMM_B1_CLUSTER_SPLIT.to_json()) == GEMM_B1_CLUSTER_SPLIT
+    through_workspace = replace(GEMM_B1_CLUSTER_SPLIT, tile=replace(GEMM_B1_CLUSTER_SPLIT.tile,
+                                                                    split_reduce="workspace"))
+    assert "split_reduce" not in through_workspace.to_json() and "split_reduce" not in CONV.to_json()
+    for tile in (replace(GEMM_B1_CLUSTER_SPLIT.tile, cluster_n=2), replace(GEMM_B1_CLUSTER_SPLIT.tile, split_k=1),
+                 replace(GEMM_B1_CLUSTER_SPLIT.tile, split_reduce="atomics")):
+        with pytest.raises(SpecError):
+            replace(GEMM_B1_CLUSTER_SPLIT, tile=tile).check()
+
+
+@pytest.mark.slow
+def test_a_split_reduced_in_the_cluster_builds_with_the_splits_as_its_cluster_and_no_workspace(built):
+    out = built(GEMM_B1_CLUSTER_SPLIT)
+    info = json.loads((out / "build.json").read_text())
+    # 32 tiles of 64x16, 4 splits each, in the 29 clusters of 4 any 132-SM Hopper holds at once (residency.py)
+    assert info["cluster"] == [1, 4, 1] and info["grid"] == [1, 4, 29]
+    assert info["workspace_bytes"] == 0
+    assert "kWorkspace = 0;" in (out / "entry.c").read_text()
+
+
 def test_programmatic_dependent_launch_is_part_of_the_spec_and_leaves_the_others_keys_alone():
     chained = replace(CONV, pdl=True)
     assert '"pdl": true' in chained.to_json() and BuildSpec.from_json(chained.to_json()) == chained
@@ -176,7 +203,7 @@ def test_a_bad_spec_exits_1_with_one_line(text, reason, tmp_path):
 
 # --- split-K -------------------------------------------------------------------------------------------------
 from tuner.families.sm90_dsl.geometry import geometry  # noqa: E402
-from tuner.families.sm90_dsl.spec import SpecError, split_k_range, split_k_workspace_bytes  # noqa: E402
+from tuner.families.sm90_dsl.spec import split_k_range, split_k_workspace_bytes  # noqa: E402
 
 LATE_GEMM_B1 = ProblemSpec.symmetric(1, 7, 7, 2048, 512, 1, 1, 0, 1, 1)
 INCEPTION_1X7 = ProblemSpec(2, 17, 17, 64, 64, 1, 7, 0, 3, 1, 1, 1, 1)

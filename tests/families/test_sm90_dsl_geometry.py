@@ -12,6 +12,7 @@ pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed (pi
 
 from tuner.core.epilogue import parse_epilogue  # noqa: E402
 from tuner.families.sm90_dsl.kernel import ConvKernel, geometry  # noqa: E402
+from tuner.families.sm90_dsl.residency import resident_clusters  # noqa: E402
 from tuner.families.sm90_dsl.space import make_config  # noqa: E402
 from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, TileSpec  # noqa: E402
 from tuner.core.problem import ConvProblem  # noqa: E402
@@ -150,3 +151,25 @@ def test_the_space_counts_the_epilogue_staging_as_the_kernel_does(tile_n, column
     g, g0 = geometry(staged.build_spec()), geometry(plain.build_spec())
     assert (g.epi_n, g.epi_stages) == (tile_n % 64 == 0 and 64 or (32 if tile_n % 32 == 0 else 16), buffers)
     assert staged.epilogue_bytes() - plain.epilogue_bytes() == g.smem_bytes(0) - g0.smem_bytes(0)
+
+
+@pytest.mark.parametrize("tile, schedule, splits", [("64x16x64", "single", 4), ("128x64x64", "cooperative", 2),
+                                                    ("64x32x64", "single", 8)])
+def test_splits_reduced_in_the_cluster_launch_as_the_cluster_with_no_workspace(tile, schedule, splits):
+    """A 1 x S cluster a tile, S clusters' worth of CTAs a wave at most; split 0's buffer of the others' partials
+    counted by the space as by the kernel; no global workspace."""
+    problem = ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1, epilogue=parse_epilogue("scale+bias+residual+relu"))
+    params = {"tile": tile, "cluster": "1x1x1", "schedule": schedule, "stages": 0, "raster": "m", "swizzle": 1,
+              "tile_q": 0, "split_k": splits}
+    workspace, cluster = make_config(problem, params), make_config(problem, {**params, "split_reduce": "cluster"})
+    g, g0 = geometry(cluster.build_spec()), geometry(workspace.build_spec())
+    assert g.cluster_reduce and not g0.cluster_reduce
+    assert g.launch_cluster == (1, splits) and g0.launch_cluster == (1, 1)
+    assert (g.cluster_m, g.cluster_n) == (1, 1)  # nothing multicast: each split loads its own k tiles
+    tiles = g.m_tiles * g.n_tiles
+    assert g.grid == (1, splits, min(tiles, resident_clusters(splits)))  # 29 clusters of 4, 13 of 8
+    assert not g.uses_workspace and g.workspace_bytes == 0 and g.partial_elements == 0
+    assert g0.uses_workspace and g0.workspace_bytes > 0
+    assert g.exchange_elements == (splits - 1) * g.tile_m * g.tile_n
+    assert cluster.epilogue_bytes() - workspace.epilogue_bytes() == g.smem_bytes(0) - g0.smem_bytes(0)
+    assert g.stages == min(cluster.stage_count, 8)

@@ -438,6 +438,70 @@ def test_split_k_workspace_holds_a_partial_a_tile_and_split_and_a_counter_a_tile
     assert swizzled.workspace_bytes == split_k_workspace_bytes(2 * 8, 2, 128, 128)
 
 
+def test_split_k_reduced_in_the_cluster_is_a_knob_of_the_name_the_spec_and_the_launch():
+    """The splits of a tile as the CTAs of a 1 x split_k cluster: no workspace, the launch's cluster is the splits."""
+    workspace = make_config(LATE_GEMM_B1, params(split_k=4))
+    cluster = make_config(LATE_GEMM_B1, params(split_k=4, split_reduce="cluster"))
+    assert workspace.split_reduce.value == "workspace" and cluster.cluster_reduce
+    assert "_sk4_" in workspace.name and "_sk4c_" in cluster.name
+    assert cluster.search_params["split_reduce"] == "cluster" and cluster.build_spec().tile.split_reduce == "cluster"
+    assert cluster.workspace_bytes == 0 and workspace.workspace_bytes > 0
+    assert (cluster.launch_cluster.m, cluster.launch_cluster.n) == (1, 4)
+    assert cluster.exchange_bytes == 3 * 128 * 128 * 4
+    assert cluster.epilogue_bytes() - workspace.epilogue_bytes() == cluster.exchange_bytes
+    assert FAMILY.model.launch_shape(cluster, LATE_GEMM_B1, H100).cluster == (1, 4, 1)
+    assert "in the cluster" in FAMILY.describe(cluster) and "cluster" not in FAMILY.describe(workspace)
+    # without a split nothing is reduced: one kernel, whatever the knob says; stored trials before the knob reduced
+    # through the workspace
+    assert make_config(LATE_GEMM_B1, params(split_reduce="cluster")) == make_config(LATE_GEMM_B1, params())
+    assert make_config(LATE_GEMM_B1, params(split_k=0, split_reduce="cluster")).split_reduce.value == "workspace"
+    assert make_config(LATE_GEMM_B1, params(split_k=4)) == workspace
+    # the space file may leave the knob out (workspace), and names no other value
+    document = {"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
+                "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [1, 4]}
+    assert parse_space(document).choices["split_reduce"] == ("workspace",)
+    assert load_space(SPACE_FILE).choices["split_reduce"] == ("workspace", "cluster")
+    with pytest.raises(SpaceError, match="split_reduce"):
+        parse_space({**document, "split_reduce": ["atomics"]})
+
+
+def test_split_k_reduced_in_the_cluster_static_checks():
+    def problems(problem, **changes):
+        return static_problems(make_config(problem, params(split_reduce="cluster", **changes)), problem, H100)
+    assert problems(LATE_GEMM_B1, split_k=8, tile="64x16x64", schedule="single") == []
+    assert problems(LATE_GEMM_B1, split_k=2, tile="128x64x64") == []
+    assert any("8 CTAs a portable cluster" in r for r in problems(LATE_GEMM_B1, split_k=16))
+    assert any("no multicast cluster 1x2" in r for r in problems(LATE_GEMM_B1, split_k=4, cluster="1x2x1"))
+    assert any("pingpong" in r for r in problems(LATE_GEMM_B1, split_k=2, schedule="pingpong"))
+    # the exchange buffer takes shared memory from the stages: 7 x 64 KB of 128x128 partials leave none
+    assert any("stage" in r for r in problems(LATE_GEMM_B1, split_k=8))
+    # the workspace path's rules hold too: 208 tiles fill the SMs already
+    assert any("fill" in r for r in problems(GEMM, split_k=2))
+    with pytest.raises(SpecError, match="portable cluster"):
+        make_config(LATE_GEMM_B1, params(split_k=16, split_reduce="cluster")).build_spec().check()
+
+
+def test_the_cost_model_counts_no_global_round_trip_for_a_split_reduced_in_the_cluster():
+    from tuner.search.costmodel import predicted_us
+    # 16 clusters of 4 (all fit at once); on an H200 5.53 us through the workspace, 4.49 in the cluster
+    workspace = make_config(LATE_GEMM_B1, params(split_k=4, tile="64x32x64", schedule="single"))
+    cluster = make_config(LATE_GEMM_B1, params(split_k=4, tile="64x32x64", schedule="single", split_reduce="cluster"))
+    assert predicted_us(cluster, LATE_GEMM_B1, H100) < predicted_us(workspace, LATE_GEMM_B1, H100)
+    assert FAMILY.model.cost_terms(cluster, LATE_GEMM_B1, H100).cluster_size == 4
+
+
+def test_the_prior_picks_one_warpgroup_tiles_first_where_the_output_fits_64_rows():
+    """A 128-row cooperative tile on ResNet-50's 49-pixel batch-1 1x1 computes mostly padding: the picks of that layer
+    were all such tiles, while a 64-row single tile with four splits reduced in the cluster ran fastest (H200)."""
+    from tuner.search.costmodel import prior_picks
+    space = load_space(SPACE_FILE)
+    picks = prior_picks(space, LATE_GEMM_B1, H100, 8)
+    assert picks and all(p.schedule.value == "single" and p.tile.m == 64 for p in picks)
+    assert any(p.tile.text == "64x32x64" and p.split_k == 4 and p.cluster_reduce for p in picks)
+    wide = ConvProblem(n=1, h=14, w=14, c=1024, k=512, r=1, s=1)  # 196 pixels: two warpgroups first
+    assert prior_picks(space, wide, H100, 1)[0].schedule.value == "cooperative"
+
+
 @pytest.mark.parametrize("k_tiles", [2, 3, 7, 8, 32, 36, 72, 73, 144])
 def test_split_k_ranges_cover_every_k_tile_once(k_tiles):
     for splits in range(1, k_tiles // 2 + 1):

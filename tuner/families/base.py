@@ -105,9 +105,14 @@ class CostTerms:
     split_k: int = 1
     persistent: bool = False  # a grid of one wave of CTAs that loop over the output tiles
     cluster_size: int = 1
+    # clusters of cluster_size CTAs the GPU is sure to hold at once, where fewer than sm_count / cluster_size (a cluster
+    # runs on one GPC): more make a second wave; None where the family does not say
+    clusters_at_once: int | None = None
     # the splits' partials summed at once by the last to finish (f32 written by each, read back), not one
     # slice after another
     split_k_in_parallel: bool = False
+    # ... and summed within a cluster through distributed shared memory: no global round trip
+    split_k_in_cluster: bool = False
     # stream-K: the k tiles of all output tiles shared evenly by one wave of persistent CTAs (split_k is then 1), the
     # tiles that two or more CTAs sum fixed up as split-K's are
     stream_k: bool = False

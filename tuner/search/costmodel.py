@@ -26,6 +26,9 @@ DEFAULT_COPY_GBPS = 3000.0
 LAUNCH_US = 2.0
 ITERATION_LATENCY_US = 0.1
 SPLIT_K_SLICE_US = 1.0
+# The exchange of a split-K reduced within a cluster (partials into the first CTA's shared memory, mbarriers): a
+# prior, not fitted; it stands below the workspace's fixed cost, which adds gpu-scope fences, an atomic and a read back.
+SPLIT_K_CLUSTER_US = 0.25
 PARTIAL_BYTES = 4  # an f32 partial accumulator of an in-kernel split-K fixup
 # Warps one SM needs in flight before all its tensor cores work: one per sub-partition. Fewer run
 # the SM at the fraction they fill. On the H100 single-warp blocks measured a median 3.2x the
@@ -60,6 +63,8 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     blocks = tiles * terms.split_k
     resident = terms.blocks_per_sm
     waves = math.ceil(blocks / (device.sm_count * resident))
+    if terms.clusters_at_once:
+        waves = max(waves, math.ceil(blocks / terms.cluster_size / terms.clusters_at_once))
     iterations = math.ceil(terms.block_k_steps / terms.split_k)
     splits = terms.split_k
     if terms.stream_k:  # one wave, each CTA an equal share of every tile's k tiles
@@ -74,7 +79,9 @@ def predicted_us(config: KernelConfig, problem: ConvProblem, device: DeviceFacts
     compute_us = waves * (block_flops * sharing / sm_rate * 1e6
                           + iterations * ITERATION_LATENCY_US / terms.stages * 3)
     memory_us = problem.bytes_moved / (ceilings.copy_gbps * 1e9) * 1e6
-    if terms.split_k_in_parallel or terms.stream_k:
+    if terms.split_k_in_cluster:
+        split_k_us = 0.0 if splits == 1 else SPLIT_K_CLUSTER_US
+    elif terms.split_k_in_parallel or terms.stream_k:
         partial_bytes = 2 * splits * problem.output_elements * PARTIAL_BYTES
         split_k_us = 0.0 if splits == 1 else (SPLIT_K_SLICE_US + partial_bytes / (ceilings.copy_gbps * 1e9) * 1e6)
     else:

@@ -37,7 +37,8 @@ def supersedes(problem: ConvProblem) -> frozenset[str]:
 def describe(config: Sm90DslConfig) -> str:
     stages = "auto" if config.stages == AUTO_STAGES else config.stages
     box = "" if config.shape.is_gemm else " im2col" if config.im2col else f" q{config.tile_q or 'auto'}"
-    split = " stream-K" if config.stream_k else f" sk{config.split_k}" if config.split_k > 1 else ""
+    split = (" stream-K" if config.stream_k else
+             f" sk{config.split_k}{' in the cluster' if config.cluster_reduce else ''}" if config.split_k > 1 else "")
     staging = (" direct store" if config.epi_store is EpilogueStore.direct
                else f" e{config.staging}" if config.staging else "")
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
@@ -55,7 +56,7 @@ FAMILY = Family(
     supersedes=supersedes,
     chained=partial(replace, pdl=True),
     rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k",
-                            "epi_columns", "epi_buffers", "epi_store"),
+                            "split_reduce", "epi_columns", "epi_buffers", "epi_store"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=checks.static_problems, layer_problem=checks.layer_problem,
                      launch_args=space.launch_args, kernel_problem=space.kernel_problem,

@@ -65,7 +65,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
 
     p = spec.problem
     dyn_smem = getattr(launcher, "smem_bytes", None) or dynamic_smem_bytes(g)
-    grid = (*g.grid, g.cluster_m, g.cluster_n, 1)
+    grid = (*g.grid, *g.launch_cluster, 1)
     attributes = (resources["registers"], resources["static_smem"], dyn_smem, resources["stack"], g.threads, 1)
     e = spec.epilogue
     fields = {
@@ -78,7 +78,7 @@ def build(spec_text: str, out_dir: Path) -> dict:
         "attributes": ", ".join(str(v) for v in attributes),
         "has_scale": int(e.scale), "has_bias": int(e.bias), "has_residual": int(e.residual), "scaled": int(spec.scaled),
         "beta": repr(float(e.beta)),
-        "split_k": g.split_k, "workspace": int(g.splits), "partial_bytes": g.partial_elements * 4,
+        "split_k": g.split_k, "workspace": int(g.uses_workspace), "partial_bytes": g.partial_elements * 4,
         "counters": g.workspace_tiles,
     }
     entry = string.Template((HERE / "entry.c.in").read_text()).substitute(fields)

@@ -11,7 +11,8 @@ from tuner.families.sm90_dsl.space import (CHANNEL_MULTIPLE, FAMILY, INPUT_TYPES
                                            EpilogueStore, Schedule, Sm90DslConfig, problem_spec)
 from tuner.families.sm90_dsl.box import box_problem
 from tuner.families.sm90_dsl.spec import (DIRECT_GATHER_PROBLEM, GATHER_BELOW_CHANNELS, OUTPUT_ELEMENTS,
-                                          cluster_problem, element_tile_problem, tile_m_problem, tile_n_problem)
+                                          cluster_problem, cluster_reduce_problem, element_tile_problem,
+                                          tile_m_problem, tile_n_problem)
 from tuner.families.sm90_dsl.im2col import im2col_problem
 from tuner.families.sm90_dsl.stream_plan import stream_k_problem
 
@@ -126,6 +127,9 @@ def _check_split_k(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
                     f"whose last unit reads every partial back (at most {MAX_STREAM_K_UNITS}: split-K serves a grid "
                     "this small)")
         return None
+    if (reason := cluster_reduce_problem(config.split_k, config.split_reduce.value, config.cluster.m,
+                                         config.cluster.n, config.schedule.value)):
+        return reason
     if config.schedule is Schedule.pingpong:
         return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"
     if config.split_k * MIN_K_TILES_PER_SPLIT > config.k_steps:

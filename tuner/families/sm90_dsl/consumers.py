@@ -1,6 +1,7 @@
 """The sm90 CuTe DSL kernel's consumer warpgroups: for each work tile, the wgmma mainloop over the stages the
-producer fills, split-K's fixup, and the epilogue subtile by subtile (the fused operations, the residual from its
-ring, the store through shared memory). A mixin of kernel.ConvKernel (self.g is its geometry.Geometry)."""
+producer fills, split-K's fixup (through the workspace, or within the cluster), and the epilogue subtile by subtile
+(the fused operations, the residual from its ring, the store through shared memory). A mixin of kernel.ConvKernel
+(self.g is its geometry.Geometry)."""
 from __future__ import annotations
 
 import cutlass
@@ -16,7 +17,8 @@ class Consumers:
                 sD_map: cute.Tensor, tma_d: cute.CopyAtom, mY: cute.Tensor, sched: utils.PersistentTileSchedulerParams,
                 mScale: cute.Tensor, mBias: cute.Tensor, sScale: cute.Tensor, sBias: cute.Tensor,
                 sR: cute.Tensor, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart: cute.Tensor,
-                mCount: cute.Tensor, sArrivals: cute.Tensor, mInputScale: cute.Tensor, mFilterScale: cute.Tensor):
+                mCount: cute.Tensor, sArrivals: cute.Tensor, mInputScale: cute.Tensor, mFilterScale: cute.Tensor,
+                sExchange: cute.Tensor, exchange_full):
         g = self.g
         f16, f32 = self.staged_dtype, self.acc_dtype
         alpha = f32(1.0)
@@ -147,12 +149,16 @@ class Consumers:
                 # every unit runs the epilogue (the residual and store pipelines keep their rhythm), but only the
                 # tile's last unit to arrive, holding the full sum, stores: the others' store boxes are moved
                 # past the output (q and n beyond it, out of bounds however TMA merges the modes) and clipped
-                tile = work.tile_idx[0] * g.scheduled_tiles[1] + work.tile_idx[1]
-                slot, units = work.tile_idx[2], g.split_k
-                if cutlass.const_expr(g.stream_k):
-                    slot, units = scheduler.unit_slot()
-                outside = self.reduce_splits(acc, mPart, mCount, sArrivals, tile, slot, units, wtid,
-                                             group_threads, epi_barrier, grp)
+                if cutlass.const_expr(g.cluster_reduce):
+                    outside = self.reduce_in_cluster(acc, sExchange, exchange_full, work.tile_idx[2],
+                                                     scheduler.num_tiles_executed, wtid, group_threads, epi_barrier)
+                else:
+                    tile = work.tile_idx[0] * g.scheduled_tiles[1] + work.tile_idx[1]
+                    slot, units = work.tile_idx[2], g.split_k
+                    if cutlass.const_expr(g.stream_k):
+                        slot, units = scheduler.unit_slot()
+                    outside = self.reduce_splits(acc, mPart, mCount, sArrivals, tile, slot, units, wtid,
+                                                 group_threads, epi_barrier, grp)
                 gD = cute.local_tile(cute.domain_offset(((q0 + outside * g.yq, p0, n0 + outside * g.xn), k0), mY),
                                      (box_m, g.tile_n), (0, 0))
 

@@ -10,9 +10,8 @@ from .spec import (ELEMENT_BYTES, SMEM_CAPACITY, STREAM_K, BuildSpec, SpecError,
                    split_k_workspace_bytes, tile_m_problem, tile_n_problem)
 from .box import box_problem, conv_box
 from .im2col import TILE_Q_IM2COL, im2col_problem
+from .residency import resident_clusters
 from .stream_plan import StreamKPlan, stream_k_plan, stream_k_problem
-
-SM_COUNT = 132                 # H100 SXM
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,19 @@ class Geometry:
     # im2col.TILE_Q_IM2COL: A by TMA im2col loads; the M tiles run over the n*p*q output pixels in order (xw = yq =
     # n*p*q, as in a GEMM) and src_*, out_* hold the conv's own extents
     im2col: bool = False
+    # spec.TileSpec.split_reduce "cluster": the split_k splits of a tile are the CTAs of a 1 x split_k cluster (no
+    # multicast: cluster_m and cluster_n are 1), and split 0 sums the others' partials in its shared memory
+    cluster_reduce: bool = False
+
+    @property
+    def launch_cluster(self) -> tuple[int, int]:
+        """The CTAs of a launched cluster along M and N: the multicast cluster, or a tile's splits."""
+        return (1, self.split_k) if self.cluster_reduce else (self.cluster_m, self.cluster_n)
+
+    @property
+    def exchange_elements(self) -> int:
+        """f32 partials split 0 of a cluster-reduced tile receives: every other split's tile_m x tile_n."""
+        return (self.split_k - 1) * self.tile_m * self.tile_n if self.cluster_reduce else 0
 
     @property
     def stages_by_element(self) -> bool:
@@ -141,7 +153,8 @@ class Geometry:
 
     @property
     def cluster_size(self) -> int:
-        return self.cluster_m * self.cluster_n
+        """CTAs a launched cluster."""
+        return self.launch_cluster[0] * self.launch_cluster[1]
 
     @property
     def tiles(self) -> int:
@@ -167,8 +180,14 @@ class Geometry:
         return self.split_k > 1 or self.stream_k
 
     @property
+    def uses_workspace(self) -> bool:
+        """Whether the splits' partials go through the global workspace (not summed within the cluster)."""
+        return self.splits and not self.cluster_reduce
+
+    @property
     def stream_plan(self) -> StreamKPlan:
-        return stream_k_plan(self.workspace_tiles, self.cluster_size, self.k_tiles, SM_COUNT)
+        return stream_k_plan(self.workspace_tiles, self.cluster_size, self.k_tiles,
+                             resident_clusters(self.cluster_size))
 
     @property
     def split_slots(self) -> int:
@@ -178,10 +197,12 @@ class Geometry:
     @property
     def partial_elements(self) -> int:
         """f32 partial accumulators in the split-K workspace, before the tiles' counters."""
-        return self.split_slots * self.workspace_tiles * self.tile_m * self.tile_n if self.splits else 0
+        return self.split_slots * self.workspace_tiles * self.tile_m * self.tile_n if self.uses_workspace else 0
 
     @property
     def workspace_bytes(self) -> int:
+        if not self.uses_workspace:
+            return 0
         return split_k_workspace_bytes(self.workspace_tiles, self.split_slots, self.tile_m, self.tile_n)
 
     def phase_k_offsets(self) -> list[int]:
@@ -197,8 +218,8 @@ class Geometry:
     def grid(self) -> tuple[int, int, int]:
         if self.stream_k:
             return (self.cluster_m, self.cluster_n, self.stream_plan.clusters)
-        clusters = min(self.tiles * self.split_k // self.cluster_size, SM_COUNT // self.cluster_size)
-        return (self.cluster_m, self.cluster_n, clusters)  # refined by the scheduler's own rule
+        clusters = min(self.tiles * self.split_k // self.cluster_size, resident_clusters(self.cluster_size))
+        return (*self.launch_cluster, clusters)  # refined by the scheduler's own rule
 
     def smem_bytes(self, stages: int | None = None) -> int:
         stages = self.stages if stages is None else stages
@@ -207,7 +228,7 @@ class Geometry:
                     + self.tile_m * self.epi_n * 2 * self.epi_stages + 2 * self.tile_n * 4 + 1024 + 3 * 1024)
         ab = (self.tile_m + self.tile_n) * self.tile_k * self.operand_bytes
         epi = self.tile_m * self.epi_n * (self.output_bytes * self.epi_stages + 2 * self.res_stages) * self.groups
-        extra = 2 * self.tile_n * 4 * self.groups
+        extra = 2 * self.tile_n * 4 * self.groups + self.exchange_elements * 4
         return stages * ab + epi + extra + 1024 + 3 * 1024  # barriers, alignment slack
 
 
@@ -318,7 +339,8 @@ def geometry(spec: BuildSpec) -> Geometry:
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
                  output_bytes=ELEMENT_BYTES[spec.output_element],
                  scaled=spec.scaled, pdl=spec.pdl,
-                 im2col=not p.is_gemm and not p.gathers and t.tile_q == TILE_Q_IM2COL)
+                 im2col=not p.is_gemm and not p.gathers and t.tile_q == TILE_Q_IM2COL,
+                 cluster_reduce=t.split_reduce == "cluster")
     if t.split_k == STREAM_K:
         g = Geometry(**{**g.__dict__, "split_k": 1, "stream_k": True})
         if (reason := stream_k_problem(g.stream_plan, t.schedule, p.gathers)):

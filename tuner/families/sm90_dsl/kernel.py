@@ -41,12 +41,14 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 
+from .cluster_split import ClusterExchange
 from .consumers import Consumers
 from .epilogue import EpilogueSteps
-from .geometry import SM_COUNT, Geometry, geometry
+from .geometry import Geometry, geometry
 from .im2col import im2col_axis
 from .mainloop import Mainloop
 from .producers import Producers
+from .residency import resident_clusters
 from .spec import BuildSpec
 from .tf32 import make_tf32_tiled_mma
 
@@ -59,11 +61,11 @@ GATHER_PRODUCER_REGISTERS = 96
 GATHER_CONSUMER_REGISTERS = 200
 
 
-class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
+class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps, ClusterExchange):
     """Builds the launch function for one Geometry. __call__ is the @cute.jit host function, kernel the device
     entry that sets up shared memory and the pipelines and hands each warp its role: the TMA producer (mainloop.py),
     the consumer warpgroups (consumers.py), the gathering producer and the residual's load warp (producers.py);
-    epilogue.py holds the consumers' epilogue steps."""
+    epilogue.py holds the consumers' epilogue steps, cluster_split.py split-K's reduction within a cluster."""
 
     def __init__(self, g: Geometry, element=None, operand_element=None):
         self.g = g
@@ -150,9 +152,13 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), my_res, cute.slice_(res_smem, (None, None, 0)),
             (box_m, g.epi_n))
 
-        sched = utils.PersistentTileSchedulerParams(
-            (g.m_tiles, g.n_tiles, g.split_k), (g.cluster_m, g.cluster_n, 1), g.swizzle, g.raster_m)
-        grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, SM_COUNT // g.cluster_size)
+        if cutlass.const_expr(g.cluster_reduce):  # a tile's splits side by side along N, one cluster (cluster_split.py)
+            sched = utils.PersistentTileSchedulerParams(
+                (g.m_tiles, g.n_tiles * g.split_k, 1), (1, g.split_k, 1), g.swizzle, g.raster_m)
+        else:
+            sched = utils.PersistentTileSchedulerParams(
+                (g.m_tiles, g.n_tiles, g.split_k), (g.cluster_m, g.cluster_n, 1), g.swizzle, g.raster_m)
+        grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched, resident_clusters(g.cluster_size))
         if cutlass.const_expr(g.stream_k):
             grid = g.grid  # one cluster a share of the k tiles (stream_plan.StreamKPlan), not one a tile
 
@@ -167,6 +173,8 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             ring_barriers: cute.struct.MemRange[cutlass.Int64, max(2 * g.res_stages, 1) * g.groups]
             order_barrier: cute.struct.MemRange[cutlass.Int64, 2]
             split_arrivals: cute.struct.MemRange[cutlass.Int32, g.groups]
+            exchange_barriers: cute.struct.MemRange[cutlass.Int64, 2]
+            sExchange: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, max(g.exchange_elements, 4)], 16]
             sR: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(res_smem) if g.residual else 8], 1024]
 
         self.shared_storage = SharedStorage
@@ -174,7 +182,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         self.kernel(a_atoms[0][0], a_atoms[0][1], a_atoms[1][0], a_atoms[1][1], a_atoms[2][0], a_atoms[2][1],
                     a_atoms[3][0], a_atoms[3][1], tma_b, tma_w, tma_d, tma_y, tma_r, tma_res, tiled_mma, a_smem, b_smem, epi_smem,
                     map_smem, res_smem, sched, scale, bias, partials, counters, x, w, input_scale, filter_scale).launch(
-            grid=grid, block=[g.threads, 1, 1], cluster=(g.cluster_m, g.cluster_n, 1),
+            grid=grid, block=[g.threads, 1, 1], cluster=(*g.launch_cluster, 1),
             min_blocks_per_mp=1, stream=stream, use_pdl=g.pdl)
 
     def im2col_atoms(self, x: cute.Tensor, w: cute.Tensor, a_smem, b_smem):
@@ -228,6 +236,8 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
 
         cluster_layout = cute.make_layout((g.cluster_m, g.cluster_n, 1))
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        if cutlass.const_expr(g.cluster_reduce):
+            rank = 0  # the cluster is the tile's splits: every CTA loads alone, as the first of a 1x1 cluster
         cl_coord = cluster_layout.get_flat_coord(rank)
         a_mask = cute.make_layout_image_mask(cluster_layout, cl_coord, mode=1) if g.cluster_n > 1 else 0
         b_mask = cute.make_layout_image_mask(cluster_layout, cl_coord, mode=0) if g.cluster_m > 1 else 0
@@ -268,13 +278,18 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
         # its first k tile (count k_tiles) by parity alone, and the parity of an mbarrier two or more laps
         # behind matches: it read (and released) tile 0's stages, which broke the pipeline (launch failures on
         # the H100, or wrong results).
+        # The cluster exchange (split-K reduced in the cluster, cluster_split.py): full (split 0's own arrival and the
+        # peers' bytes) and free (split 0's remote arrival once it has read the slot).
         order_barrier = storage.order_barrier.data_ptr()
-        if cutlass.const_expr(g.pingpong):
-            if warp_idx == 4:
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_init(order_barrier, 128)
-                    cute.arch.mbarrier_init(order_barrier + 1, 128)
-        pipeline.pipeline_init_arrive(cluster_shape_mn=(g.cluster_m, g.cluster_n), is_relaxed=True)
+        exchange_full = storage.exchange_barriers.data_ptr()
+        for pair, arrivals, present in ((order_barrier, 128, g.pingpong), (exchange_full, 1, g.cluster_reduce)):
+            if cutlass.const_expr(present):
+                if warp_idx == 4:
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_init(pair, arrivals)
+                        cute.arch.mbarrier_init(pair + 1, arrivals)
+        # with a cluster, every CTA's barriers are initialised before any CTA may arrive on them remotely
+        pipeline.pipeline_init_arrive(cluster_shape_mn=g.launch_cluster, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
@@ -301,7 +316,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
 
-        pipeline.pipeline_init_wait(cluster_shape_mn=(g.cluster_m, g.cluster_n))
+        pipeline.pipeline_init_wait(cluster_shape_mn=g.launch_cluster)
 
         if wg_idx == 0:
             cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGISTERS if g.gather else PRODUCER_REGISTERS)
@@ -322,7 +337,12 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps):
             cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGISTERS if g.gather else CONSUMER_REGISTERS)
             self.consume(tiled_mma, mainloop, sA, sB, sD, sD_map, tma_d, mY, sched, mScale, mBias, sScale, sBias,
                          sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
-                         storage.split_arrivals.get_tensor(cute.make_layout(g.groups)), mInputScale, mFilterScale)
+                         storage.split_arrivals.get_tensor(cute.make_layout(g.groups)), mInputScale, mFilterScale,
+                         storage.sExchange.get_tensor(cute.make_layout(max(g.exchange_elements, 4))), exchange_full)
+        if cutlass.const_expr(g.cluster_reduce):
+            # no CTA leaves while a peer may still store into its shared memory or arrive on its barriers
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
 
 
 def build_launcher(spec: BuildSpec):

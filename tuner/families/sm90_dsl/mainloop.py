@@ -8,6 +8,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 
+from .cluster_split import ClusterSplitScheduler
 from .geometry import Phase
 from .stream_k import StreamKScheduler
 
@@ -122,10 +123,13 @@ class Mainloop:
                                (0, 0))
 
     def make_scheduler(self, sched: utils.PersistentTileSchedulerParams):
-        """The persistent scheduler every role walks its work with: tiles (with split-K, (tile, split) units), or
-        stream-K's units (stream_k.StreamKScheduler)."""
+        """The persistent scheduler every role walks its work with: tiles (with split-K, (tile, split) units, also
+        when a cluster's CTAs are a tile's splits: cluster_split.ClusterSplitScheduler), or stream-K's units
+        (stream_k.StreamKScheduler)."""
         if cutlass.const_expr(self.g.stream_k):
             return StreamKScheduler.create_for(sched, cute.arch.block_idx(), cute.arch.grid_dim(), self.g.stream_plan)
+        if cutlass.const_expr(self.g.cluster_reduce):
+            return ClusterSplitScheduler.create_for(sched, cute.arch.block_idx(), cute.arch.grid_dim(), self.g.split_k)
         return utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
 
     def unit_k_range(self, scheduler, work):

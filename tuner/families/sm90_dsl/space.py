@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from tuner.core.epilogue import Epilogue
 from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, enum_list, int_list, pad_channels, param,
                                  shape_list, whole)
-from tuner.families.sm90_dsl.geometry import SM_COUNT
+from tuner.families.sm90_dsl.residency import resident_clusters
 from tuner.families.sm90_dsl.spec import (EPILOGUE_BUFFER_CHOICES, EPILOGUE_BUFFERS, EPILOGUE_COLUMN_CHOICES,
-                                          EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS, SMEM_CAPACITY, STREAM_K,
+                                          EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS, SMEM_CAPACITY, SPLIT_REDUCES,
+                                          STREAM_K,
                                           TMA_ROW_BYTES, BuildSpec, EpilogueSpec, ProblemSpec, TileSpec,
                                           epilogue_columns, residual_ring_slots, scheduled_tiles,
                                           split_k_workspace_bytes)
@@ -60,6 +61,12 @@ class EpilogueStore(enum.Enum):  # spec.EPILOGUE_STORES
     direct = "direct"  # each thread's registers straight into y: nothing staged, no barrier
 
 
+class SplitReduce(enum.Enum):  # spec.SPLIT_REDUCES
+    workspace = "workspace"  # partials through global memory, summed by the tile's last unit to finish
+    cluster = "cluster"      # the splits are a 1 x split_k cluster's CTAs; the first sums the others' in its smem
+
+
+assert tuple(r.value for r in SplitReduce) == SPLIT_REDUCES
 CONSUMER_WARPGROUPS = {Schedule.single: 1, Schedule.cooperative: 2, Schedule.pingpong: 2}
 # the epilogue's staging knobs at the values every kernel had before they existed: a space file or a stored trial
 # that leaves them out means these
@@ -90,6 +97,9 @@ class Sm90DslConfig:
     # work units a tile, each summing a range of its k tiles, the last to finish storing it; STREAM_K (0): each
     # persistent cluster sums an equal share of all tiles' k tiles laid end to end (spec.StreamKPlan)
     split_k: int = 1
+    # where the splits' partials are summed (make_config holds it at workspace without a split: one value names one
+    # kernel)
+    split_reduce: SplitReduce = SplitReduce.workspace
     # the epilogue's staging (spec.TileSpec): 64 only where it divides tile N (make_config), so that no two values
     # name one kernel
     epi_columns: int = EPILOGUE_COLUMNS
@@ -118,7 +128,8 @@ class Sm90DslConfig:
         box = ("_gather" if self.shape.gathers else "" if self.shape.is_gemm else "_qim2col" if self.im2col
                else f"_q{self.tile_q or 'auto'}")
         s = self.shape
-        split = "_skstream" if self.stream_k else f"_sk{self.split_k}" if self.split_k > 1 else ""
+        split = ("_skstream" if self.stream_k else f"_sk{self.split_k}{'c' if self.cluster_reduce else ''}"
+                 if self.split_k > 1 else "")
         staging = f"_e{self.staging}" if self.staging else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
                 f"_r{self.raster.value}_sw{self.swizzle}{split}{staging}_{self.dtype_key}{self.fusion.short}"
@@ -138,8 +149,8 @@ class Sm90DslConfig:
     def search_params(self) -> dict:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
                 "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q,
-                "split_k": self.split_k, "epi_columns": self.epi_columns, "epi_buffers": self.epi_buffers,
-                "epi_store": self.epi_store.value}
+                "split_k": self.split_k, "split_reduce": self.split_reduce.value, "epi_columns": self.epi_columns,
+                "epi_buffers": self.epi_buffers, "epi_store": self.epi_store.value}
 
     @property
     def persistent(self) -> bool:
@@ -185,6 +196,21 @@ class Sm90DslConfig:
         return self.split_k == STREAM_K
 
     @property
+    def cluster_reduce(self) -> bool:
+        """The splits reduced within a 1 x split_k cluster (cluster_split.py), not through the workspace."""
+        return self.split_reduce is SplitReduce.cluster
+
+    @property
+    def launch_cluster(self) -> Shape3:
+        """The cluster the kernel launches: the multicast one, or the tile's splits (geometry.Geometry's)."""
+        return Shape3(1, self.split_k, 1) if self.cluster_reduce else self.cluster
+
+    @property
+    def exchange_bytes(self) -> int:
+        """Split 0's buffer of the other splits' f32 partials, with the splits reduced in the cluster."""
+        return (self.split_k - 1) * self.tile.m * self.tile.n * 4 if self.cluster_reduce else 0
+
+    @property
     def workspace_tiles(self) -> int:
         """The tiles the scheduler hands out: whole clusters and swizzle groups (as geometry.Geometry's)."""
         m, n = scheduled_tiles(self.m_tiles, -(-self.shape.k // self.tile.n), self.cluster.m, self.cluster.n,
@@ -194,12 +220,15 @@ class Sm90DslConfig:
     @property
     def stream_plan(self) -> StreamKPlan:
         """Stream-K's shares, as geometry.Geometry.stream_plan lays them out for the kernel."""
-        return cached_stream_k_plan(self.workspace_tiles, self.cluster.m * self.cluster.n, self.k_steps, SM_COUNT)
+        size = self.cluster.m * self.cluster.n
+        return cached_stream_k_plan(self.workspace_tiles, size, self.k_steps, resident_clusters(size))
 
     @property
     def workspace_bytes(self) -> int:
         """The split-K workspace: a partial a (tile, split) and a counter a tile, over every tile the scheduler
         hands out (whole clusters and swizzle groups); with stream-K a partial a unit of the tile that has most."""
+        if self.cluster_reduce:
+            return 0
         slots = self.stream_plan.slots if self.stream_k else self.split_k
         return split_k_workspace_bytes(self.workspace_tiles, slots, self.tile.m, self.tile.n)
 
@@ -229,7 +258,7 @@ class Sm90DslConfig:
         subtile = self.tile.m * epilogue_columns(self.tile.n, self.epi_columns) * self.output_type.bytes
         ring = residual_ring_slots(self.tile.n, self.epi_columns) if self.fusion.residual else 0
         vectors = 2 * self.tile.n * 4  # scale and bias, staged per tile (allocated with or without them)
-        return (subtile * (self.epi_buffers + ring) + vectors) * groups
+        return (subtile * (self.epi_buffers + ring) + vectors) * groups + self.exchange_bytes
 
     @property
     def auto_stage_count(self) -> int:
@@ -253,16 +282,18 @@ class Sm90DslConfig:
                           cluster_n=self.cluster.n, schedule=self.schedule.value, stages=self.stages,
                           raster=self.raster.value, swizzle=self.swizzle,
                           tile_q=TILE_Q_IM2COL if self.im2col else 0 if self.tiles_pixels else self.columns,
-                          split_k=self.split_k, epi_columns=self.epi_columns, epi_buffers=self.epi_buffers,
-                          epi_store=self.epi_store.value),
+                          split_k=self.split_k, split_reduce=self.split_reduce.value, epi_columns=self.epi_columns,
+                          epi_buffers=self.epi_buffers, epi_store=self.epi_store.value),
             element=self.input_type.value, pdl=self.pdl)
 
 
 def parse_space(document: object) -> SearchSpace:
-    if isinstance(document, dict):  # the epilogue's staging may be left out
-        document = {**{knob: [value] for knob, value in DEFAULT_STAGING.items()}, **document}
+    if isinstance(document, dict):  # the epilogue's staging and the split's reduction may be left out
+        document = {**{knob: [value] for knob, value in DEFAULT_STAGING.items()},
+                    "split_reduce": [SplitReduce.workspace.value], **document}
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
-                                             "tile_q", "split_k", "epi_columns", "epi_buffers", "epi_store"})
+                                             "tile_q", "split_k", "split_reduce", "epi_columns", "epi_buffers",
+                                             "epi_store"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -279,6 +310,8 @@ def parse_space(document: object) -> SearchSpace:
         ("split_k", int_list(FAMILY, "split_k", document["split_k"],
                              lambda v: v == STREAM_K or 1 <= v <= MAX_SPLIT_K,
                              f"1 to {MAX_SPLIT_K}, or {STREAM_K} for stream-K")),
+        ("split_reduce", tuple(r.value for r in enum_list(FAMILY, "split_reduce", document["split_reduce"],
+                                                          SplitReduce))),
         ("epi_columns", int_list(FAMILY, "epi_columns", document["epi_columns"], EPILOGUE_COLUMN_CHOICES.__contains__,
                                  " or ".join(map(str, EPILOGUE_COLUMN_CHOICES)))),
         ("epi_buffers", int_list(FAMILY, "epi_buffers", document["epi_buffers"], EPILOGUE_BUFFER_CHOICES.__contains__,
@@ -325,6 +358,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
     epi_store = param(staging, "epi_store", EpilogueStore)
     if epi_store is EpilogueStore.direct:  # nothing staged: one kernel whatever the staging says
         epi_columns, epi_buffers = EPILOGUE_COLUMNS, EPILOGUE_BUFFERS
+    split_k = param(params, "split_k", whole) if "split_k" in params else 1
     return Sm90DslConfig(
         tile=tile,
         cluster=param(params, "cluster", Shape3.parse),
@@ -335,7 +369,10 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         # a GEMM (or a gathering kernel) has no box of pixels: every tile_q is the same kernel there
         tile_q=0 if shape.is_gemm or shape.gathers else param(params, "tile_q", whole),
         # trials stored before the knob existed ran without a split
-        split_k=param(params, "split_k", whole) if "split_k" in params else 1,
+        split_k=split_k,
+        # trials stored before it reduced through the workspace; without a split nothing is reduced
+        split_reduce=(param(params, "split_reduce", SplitReduce) if split_k > 1 and "split_reduce" in params
+                      else SplitReduce.workspace),
         # wider subtiles than tile N allows are the kernel of the default width: one value names it
         epi_columns=epi_columns if tile.n % epi_columns == 0 else EPILOGUE_COLUMNS,
         epi_buffers=epi_buffers,

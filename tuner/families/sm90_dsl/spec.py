@@ -35,6 +35,10 @@ CLUSTER_SIDES = (1, 2, 4)  # CTAs of a cluster along M and along N
 MAX_CLUSTER = 8            # CTAs a cluster: the portable maximum (cuDNN runs 8 and 12 on the small-M and wide layers)
 GATHER_BELOW_CHANNELS = 8  # channels of one 16-byte TMA row in f16: fewer are gathered (ProblemSpec.gathers)
 STREAM_K = 0               # the split_k value that asks for stream-K (stream_plan.StreamKPlan)
+# where a split tile's f32 partials are summed: in a global workspace by the tile's last unit to finish (any cluster,
+# single or cooperative), or in the first CTA's shared memory within a cluster of the tile's splits, one a CTA, through
+# distributed shared memory (no global round trip, no gpu-scope fence)
+SPLIT_REDUCES = ("workspace", "cluster")
 
 
 DIRECT_GATHER_PROBLEM = "a gathering kernel (C < 8) stores its output by TMA: epi_store direct is not built for it"
@@ -138,6 +142,7 @@ class TileSpec:
     # GEMM-K split over this many work units a tile, summed in the kernel (1: no split); STREAM_K: stream-K (each
     # persistent cluster sums an equal share of every tile's k tiles, stream_plan.StreamKPlan)
     split_k: int = 1
+    split_reduce: str = SPLIT_REDUCES[0]  # SPLIT_REDUCES: "cluster" launches 1 x split_k clusters (no multicast)
     # the epilogue's staging: subtiles of up to epi_columns columns (epilogue_columns), epi_buffers of them in flight
     # to the TMA store a consumer group (the memory-bound 1x1s wait on the store rhythm; docs/dsl.md)
     epi_columns: int = EPILOGUE_COLUMNS
@@ -187,7 +192,7 @@ class BuildSpec:
         if not self.pdl:  # likewise
             del document["pdl"]
         for knob, default in (("epi_columns", EPILOGUE_COLUMNS), ("epi_buffers", EPILOGUE_BUFFERS),
-                              ("epi_store", EPILOGUE_STORES[0])):
+                              ("epi_store", EPILOGUE_STORES[0]), ("split_reduce", SPLIT_REDUCES[0])):
             if document["tile"][knob] == default:  # likewise
                 del document["tile"][knob]
         return json.dumps(document, sort_keys=True)
@@ -239,9 +244,11 @@ class BuildSpec:
         if not isinstance(t.split_k, int) or t.split_k < 0:
             raise SpecError(f"split_k {t.split_k!r} must be a whole number >= 1, or {STREAM_K} for stream-K")
         for knob, choices in (("epi_columns", EPILOGUE_COLUMN_CHOICES), ("epi_buffers", EPILOGUE_BUFFER_CHOICES),
-                              ("epi_store", EPILOGUE_STORES)):
+                              ("epi_store", EPILOGUE_STORES), ("split_reduce", SPLIT_REDUCES)):
             if getattr(t, knob) not in choices:
                 raise SpecError(f"{knob} {getattr(t, knob)!r} is not one of {', '.join(map(str, choices))}")
+        if (reason := cluster_reduce_problem(t.split_k, t.split_reduce, t.cluster_m, t.cluster_n, t.schedule)):
+            raise SpecError(reason)
         if t.epi_store == "direct" and p.gathers:
             raise SpecError(DIRECT_GATHER_PROBLEM)
 
@@ -277,6 +284,24 @@ def cluster_problem(cluster_m: int, cluster_n: int) -> str | None:
     raised by geometry.geometry and reported by the family's static checks."""
     if cluster_m not in CLUSTER_SIDES or cluster_n not in CLUSTER_SIDES or cluster_m * cluster_n > MAX_CLUSTER:
         return f"cluster {cluster_m}x{cluster_n}: 1, 2 or 4 CTAs along M and N, at most {MAX_CLUSTER} in all"
+    return None
+
+
+def cluster_reduce_problem(split_k: int, split_reduce: str, cluster_m: int, cluster_n: int,
+                           schedule: str) -> str | None:
+    """Why split-K cannot be reduced in the cluster, or None: the one statement of the rule, raised by
+    BuildSpec.check and reported by the family's static checks. The tile's splits are the cluster's CTAs, so the
+    cluster is 1 x split_k, not a multicast one."""
+    if split_reduce != "cluster":
+        return None
+    if not 2 <= split_k <= MAX_CLUSTER:
+        return (f"split_k {split_k} reduced in the cluster: 2 to {MAX_CLUSTER} splits (one CTA a split, "
+                f"{MAX_CLUSTER} CTAs a portable cluster)")
+    if (cluster_m, cluster_n) != (1, 1):
+        return (f"split-K reduced in the cluster launches its {split_k} splits as the cluster: no multicast "
+                f"cluster {cluster_m}x{cluster_n} beside it")
+    if schedule == "pingpong":
+        return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"
     return None
 
 

@@ -87,8 +87,8 @@ def stream_k_problem(plan: StreamKPlan, schedule: str, gathers: bool) -> str | N
     return None
 
 
-def stream_k_plan(scheduled_tiles: int, cluster_size: int, k_tiles: int, sm_count: int) -> StreamKPlan:
+def stream_k_plan(scheduled_tiles: int, cluster_size: int, k_tiles: int, clusters_at_once: int) -> StreamKPlan:
     """The plan a kernel is built with: one share a persistent cluster, as many clusters as the SMs hold and never
     more than the k tiles. `scheduled_tiles`: the tiles the scheduler hands out, whole clusters and swizzle groups."""
     cluster_tiles = scheduled_tiles // cluster_size
-    return StreamKPlan(cluster_tiles, k_tiles, min(cluster_tiles * k_tiles, sm_count // cluster_size))
+    return StreamKPlan(cluster_tiles, k_tiles, min(cluster_tiles * k_tiles, clusters_at_once))

@@ -12,7 +12,7 @@ from tuner.families.sm90_dsl.space import FAMILY, Sm90DslConfig
 
 # What the compiled kernel depends on besides its build spec: a change to any of them is a new kernel.
 BUILDER_SOURCES = ("kernel.py", "mainloop.py", "consumers.py", "producers.py", "epilogue.py", "geometry.py", "tf32.py",
-                   "stream_k.py", "stream_plan.py", "im2col.py", "box.py",
+                   "stream_k.py", "stream_plan.py", "cluster_split.py", "residency.py", "im2col.py", "box.py",
                    "build.py", "spec.py", "entry.c.in", "serve.py", "../dsl_common/build_tools.py",
                    "../dsl_common/serve.py")
 
