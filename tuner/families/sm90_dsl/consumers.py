@@ -147,8 +147,9 @@ class Consumers:
                 release_state = self.consumer_state_at(release_state.count + g.k_tiles)
             if cutlass.const_expr(g.splits):
                 # every unit runs the epilogue (the residual and store pipelines keep their rhythm), but only the
-                # tile's last unit to arrive, holding the full sum, stores: the others' store boxes are moved
-                # past the output (q and n beyond it, out of bounds however TMA merges the modes) and clipped
+                # unit holding the full sum stores (the tile's last to arrive, or split 0 of a cluster-reduced
+                # tile): the others' store boxes are moved past the output (q and n beyond it, out of bounds
+                # however TMA merges the modes) and clipped
                 if cutlass.const_expr(g.cluster_reduce):
                     outside = self.reduce_in_cluster(acc, sExchange, exchange_full, work.tile_idx[2],
                                                      scheduler.num_tiles_executed, wtid, group_threads, epi_barrier)
