@@ -87,6 +87,10 @@ CASES = {
                               {**BASE, "tile": "128x256x64", "cluster": "1x2x1", "tile_q": 0}),
     "gemm_ring_pingpong_cluster_2x1": (with_epilogue(RING_GEMM, "residual"),
                                        {**BASE, "schedule": "pingpong", "cluster": "2x1x1", "tile_q": 0}),
+    # clusters of 4: 256 cluster tiles in the 29 clusters any 132-SM Hopper holds at once (residency.py; the grid
+    # launched 33 until 2026-11-29, three of them waiting for a resident cluster to finish)
+    "gemm_ring_cluster_2x2_capped_grid": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
+                                          {**BASE, "cluster": "2x2x1", "tile_q": 0}),
     # pingpong 128x64 in a 1x2 cluster: wrong in every launch on the H200 (0.06-0.1 % of the output) until the ring
     # fenced its release; refused by the static checks from 2026-11-25 (an H100 race) to 2026-11-29
     "gemm_ring_pingpong_128x64_cluster_1x2": (with_epilogue(RING_GEMM, "scale+bias+residual+relu"),
