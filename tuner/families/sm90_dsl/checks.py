@@ -128,7 +128,7 @@ def _check_split_k(config: Sm90DslConfig, device: DeviceFacts) -> str | None:
                     "this small)")
         return None
     if (reason := cluster_reduce_problem(config.split_k, config.split_reduce.value, config.cluster.m,
-                                         config.cluster.n, config.schedule.value)):
+                                         config.cluster.n)):
         return reason
     if config.schedule is Schedule.pingpong:
         return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"

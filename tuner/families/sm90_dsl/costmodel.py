@@ -44,8 +44,8 @@ def cost_terms(config: Sm90DslConfig, problem: ConvProblem, device: DeviceFacts)
         efficiency=share,
         stages=config.stage_count,
         persistent=True,
-        cluster_size=config.launch_cluster.m * config.launch_cluster.n,
-        clusters_at_once=resident_clusters(config.launch_cluster.m * config.launch_cluster.n),
+        cluster_size=config.launch_cluster.volume,
+        clusters_at_once=resident_clusters(config.launch_cluster.volume),
         split_k=max(config.split_k, 1),
         split_k_in_parallel=True,
         split_k_in_cluster=config.cluster_reduce,
@@ -65,7 +65,7 @@ def prior_order(config: Sm90DslConfig, problem: ConvProblem) -> int | None:
     single tile with its four splits reduced in the cluster ran 4.48 us.)"""
     if (config.stages, config.raster, config.swizzle) != (AUTO_STAGES, Raster.m, 1) or config.staging is not None:
         return None
-    if config.shape.n * config.shape.p * config.shape.q <= SINGLE_TILE_ROWS:
+    if problem.gemm_mnk[0] <= SINGLE_TILE_ROWS:
         return {Schedule.single: 0, Schedule.cooperative: 1, Schedule.pingpong: 2}[config.schedule]
     return {Schedule.cooperative: 0, Schedule.pingpong: 1, Schedule.single: 2}[config.schedule]
 

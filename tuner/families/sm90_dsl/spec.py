@@ -247,7 +247,7 @@ class BuildSpec:
                               ("epi_store", EPILOGUE_STORES), ("split_reduce", SPLIT_REDUCES)):
             if getattr(t, knob) not in choices:
                 raise SpecError(f"{knob} {getattr(t, knob)!r} is not one of {', '.join(map(str, choices))}")
-        if (reason := cluster_reduce_problem(t.split_k, t.split_reduce, t.cluster_m, t.cluster_n, t.schedule)):
+        if (reason := cluster_reduce_problem(t.split_k, t.split_reduce, t.cluster_m, t.cluster_n)):
             raise SpecError(reason)
         if t.epi_store == "direct" and p.gathers:
             raise SpecError(DIRECT_GATHER_PROBLEM)
@@ -287,11 +287,10 @@ def cluster_problem(cluster_m: int, cluster_n: int) -> str | None:
     return None
 
 
-def cluster_reduce_problem(split_k: int, split_reduce: str, cluster_m: int, cluster_n: int,
-                           schedule: str) -> str | None:
+def cluster_reduce_problem(split_k: int, split_reduce: str, cluster_m: int, cluster_n: int) -> str | None:
     """Why split-K cannot be reduced in the cluster, or None: the one statement of the rule, raised by
     BuildSpec.check and reported by the family's static checks. The tile's splits are the cluster's CTAs, so the
-    cluster is 1 x split_k, not a multicast one."""
+    cluster is 1 x split_k, not a multicast one. (Pingpong is refused with any split, by split-K's own rule.)"""
     if split_reduce != "cluster":
         return None
     if not 2 <= split_k <= MAX_CLUSTER:
@@ -300,8 +299,6 @@ def cluster_reduce_problem(split_k: int, split_reduce: str, cluster_m: int, clus
     if (cluster_m, cluster_n) != (1, 1):
         return (f"split-K reduced in the cluster launches its {split_k} splits as the cluster: no multicast "
                 f"cluster {cluster_m}x{cluster_n} beside it")
-    if schedule == "pingpong":
-        return "split-K is not built with the pingpong schedule (its groups skip each other's k tiles by count)"
     return None
 
 
