@@ -20,6 +20,9 @@ from pathlib import Path
 from repository import this_gpu, tuned_layers
 
 from tuner.pipeline.one_run import is_gemm_layer
+from tuner.core.dtypes import DataType
+from tuner.core.problem import ConvProblem
+from tuner.measure.baseline import torch_problem
 from tuner.build.compile import Compiler
 from tuner.core.epilogue import Epilogue
 from tuner.families import registry
@@ -39,14 +42,17 @@ SHOWN = ("Duration", "Grid Size", "Cluster Size", "Block Size", "Registers Per T
 BASELINE = """
 import torch
 torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = {tf32}
+dtype = torch.{dtype}
 n, h, w, c, k, r, s, pad, stride, dilation, groups, gemm = {args}  # pad, stride, dilation: (h, w)
 if gemm:
-    a = torch.randn(n * h * w, c, device="cuda", dtype=torch.float16)
-    b = torch.randn(k, c, device="cuda", dtype=torch.float16)
+    a = torch.randn(n * h * w, c, device="cuda", dtype=dtype)
+    b = torch.randn(k, c, device="cuda", dtype=dtype)
     run = lambda: torch.matmul(a, b.t())
 else:
-    x = torch.randn(n, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
-    wt = torch.randn(k, c // groups, r, s, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    wt = torch.randn(k, c // groups, r, s, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
     run = lambda: torch.nn.functional.conv2d(x, wt, stride=stride, padding=pad, dilation=dilation, groups=groups)
 for _ in range(3):
     run()  # cuDNN's heuristics and workspace settle outside the profiled range
@@ -56,6 +62,19 @@ run()
 torch.cuda.synchronize()
 torch.cuda.profiler.stop()
 """
+
+
+def baseline_snippet(problem: ConvProblem) -> str:
+    """The library's call on the problem in the type the bench times it in (tuner.measure.baseline.torch_problem:
+    an e4m3 layer's f16 twin), TF32 math on for a tf32 layer and off otherwise: without it a bf16 or TF32 layer's
+    profile set an f16 kernel of cuDNN's beside this family's."""
+    twin = torch_problem(problem)
+    dtype = {DataType.f16: "float16", DataType.bf16: "bfloat16", DataType.tf32: "float32",
+             DataType.f32: "float32"}[twin.input_type]
+    return BASELINE.format(args=(problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s,
+                                 problem.pads, problem.strides, problem.dilations, problem.groups,
+                                 is_gemm_layer(problem)),
+                           dtype=dtype, tf32=twin.input_type is DataType.tf32)
 
 
 def ncu(command: list[str], report: Path, *options: str, sections: tuple[str, ...] = SECTIONS,
@@ -126,8 +145,7 @@ def main() -> int:
 
     for name, (p, entry) in layers.items():
         gemm = is_gemm_layer(p)
-        snippet = BASELINE.format(args=(p.n, p.h, p.w, p.c, p.k, p.r, p.s, p.pads, p.strides, p.dilations, p.groups,
-                                        gemm))
+        snippet = baseline_snippet(p)
         found[name] = {
             "tuned": {**profiled(p, entry, args.out / f"{name}.tuned.csv"),
                       "runtime_us": None if args.params else entry.runtime_us},
