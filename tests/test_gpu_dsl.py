@@ -269,6 +269,18 @@ CASES = {
     "conv_direct_box": (with_epilogue(CONV, "scale+bias+relu"), {**BASE, "epi_store": "direct"}),
     "conv_direct_im2col_stride2": (ConvProblem(n=2, h=32, w=32, c=64, k=128, r=3, s=3, pad=1, stride=2),
                                    {**BASE, "tile_q": -1, "epi_store": "direct"}),
+    # the L2 hints (l2_hints "stream": x, the residual and y evict-first, w evict-last): the box loads in a 1x2
+    # cluster (multicast A), the im2col loads with a residual, a GEMM in pingpong and one with split-K's workspace
+    "conv_l2_stream_box_cluster": (with_epilogue(CONV, "scale+bias+relu"),
+                                   {**BASE, "cluster": "1x2x1", "tile": "128x64x64", "l2_hints": "stream"}),
+    "conv_l2_stream_im2col_residual": (with_epilogue(ConvProblem(n=2, h=32, w=32, c=64, k=128, r=3, s=3, pad=1),
+                                                     "scale+bias+residual+relu"),
+                                       {**BASE, "tile_q": -1, "l2_hints": "stream"}),
+    "gemm_l2_stream_pingpong": (RING_GEMM, {**BASE, "tile": "128x64x64", "schedule": "pingpong", "tile_q": 0,
+                                            "l2_hints": "stream"}),
+    "gemm_l2_stream_split2": (ConvProblem(n=1, h=7, w=7, c=2048, k=512, r=1, s=1),
+                              {**BASE, "tile": "64x64x64", "schedule": "single", "tile_q": 0, "split_k": 2,
+                               "l2_hints": "stream"}),
     # the planted wrong gathering kernel: STEM with dilation 2 and pad 6 (the same 32x32 output, other pixels)
     "stem_gather_dilated": (dataclasses.replace(STEM, dilation_h=2, dilation_w=2, pad_h=6, pad_w=6), {**BASE, "tile": "128x64x32", "tile_q": 0}),
 }

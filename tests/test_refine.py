@@ -40,6 +40,15 @@ def test_the_direct_store_is_one_variant_whatever_the_staging():
         ((32, 2), "direct"), ((32, 4), "tma"), ((64, 2), "tma"), ((64, 4), "tma")]
 
 
+def test_the_l2_hints_are_refined_with_the_staging():
+    config = make_config(EXPAND, "sm90_dsl", PARAMS)
+    space = SearchSpace("sm90_dsl", staging_space(buffers=(2,)).choices_items + (("l2_hints", ("none", "stream")),))
+    variants = refined_variants(config, space, EXPAND, H100)
+    assert [(staging(v), v.l2_hints.value) for v in variants] == [
+        ((32, 2), "stream"), ((64, 2), "none"), ((64, 2), "stream")]
+    assert all("_l2s_" in v.name for v in variants if v.l2_hints.value == "stream")
+
+
 def test_a_staging_that_names_the_same_kernel_or_does_not_fit_is_not_a_variant():
     # tile N 96: 64 columns do not divide it, so 64 is the kernel of 32 columns, the finalist itself or its 4-buffer one
     narrow = make_config(EXPAND, "sm90_dsl", {**PARAMS, "tile": "128x96x64"})
@@ -71,8 +80,10 @@ def test_a_study_holds_the_refined_knobs_at_their_first_choice():
     held = studied(space)
     assert held.choices["epi_columns"] == (32,) and held.choices["epi_buffers"] == (2,)
     assert held.choices["epi_store"] == ("tma",) == space.choices["epi_store"]
-    assert held.size * 4 == space.size and {k: v for k, v in held.choices.items() if not k.startswith("epi_")} == {
-        k: v for k, v in space.choices.items() if not k.startswith("epi_")}
+    assert held.choices["l2_hints"] == ("none",) and space.choices["l2_hints"] == ("none", "stream")
+    refined = ("epi_columns", "epi_buffers", "epi_store", "l2_hints")
+    assert held.size * 8 == space.size and {k: v for k, v in held.choices.items() if k not in refined} == {
+        k: v for k, v in space.choices.items() if k not in refined}
     assert layer_space((space,), EXPAND, H100).space("sm90_dsl").choices["epi_buffers"] == (2,)
 
 

@@ -17,7 +17,8 @@ if shutil.which("gcc") is None:
     pytest.skip("gcc is needed to link candidate.so", allow_module_level=True)
 
 from tuner.build.nvcc import parse_ptxas  # noqa: E402
-from tuner.families.sm90_dsl.spec import BuildSpec, EpilogueSpec, ProblemSpec, SpecError, TileSpec  # noqa: E402
+from tuner.families.sm90_dsl.spec import (  # noqa: E402
+    L2_EVICT_FIRST, L2_EVICT_LAST, BuildSpec, EpilogueSpec, ProblemSpec, SpecError, TileSpec)
 
 ENTRY_POINTS = ["tuner_abi_version", "tuner_kernel_count"] + [
     f"tuner_k0_{name}" for name in
@@ -155,6 +156,33 @@ def test_a_pdl_kernel_waits_for_the_kernel_before_it_before_it_touches_global_me
     assert 0 < wait < trigger < first_load and ptx.rfind("mbarrier.init") < wait
     plain = compiled_ptx(CONV, tmp_path / "plain")
     assert "cp.async.bulk.tensor" in plain and "griddepcontrol" not in plain
+
+
+@pytest.mark.slow
+def test_l2_hints_stream_sets_the_tma_copies_cache_policies_and_the_default_sets_none(tmp_path):
+    """The DSL gives every TMA copy an L2 cache-policy operand (.L2::cache_hint), 0 by default: no priority. With
+    l2_hints "stream" x's and the residual's loads and y's stores take CUTLASS's evict-first policy and w's loads its
+    evict-last one (CONV has all four)."""
+    import re
+    (tmp_path / "stream").mkdir()
+    (tmp_path / "plain").mkdir()
+    streamed = replace(CONV, tile=replace(CONV.tile, l2_hints="stream"))
+    assert geometry(streamed).l2_stream and not geometry(CONV).l2_stream
+
+    def policies(ptx: str) -> set[int]:
+        values = {int(value) for value in re.findall(r"mov\.b64\s+%rd\d+,\s*(\d+);", ptx)}
+        return values & {L2_EVICT_FIRST, L2_EVICT_LAST}
+
+    ptx = compiled_ptx(streamed, tmp_path / "stream")
+    copies = re.findall(r"cp\.async\.bulk\.tensor\.\S+", ptx)
+    assert any(".global.shared::cta" in op for op in copies) and any("shared::cluster.global" in op for op in copies)
+    assert all(op.endswith(".L2::cache_hint") for op in copies), copies
+    assert policies(ptx) == {L2_EVICT_FIRST, L2_EVICT_LAST}
+    moves = dict(re.findall(r"mov\.b64\s+(%rd\d+),\s*(\d+);", ptx))
+    operands = [re.search(r"(%rd\d+);$", line.strip()).group(1) for line in ptx.splitlines()
+                if "cp.async.bulk.tensor" in line]
+    assert len(operands) == len(copies) and {int(moves[r]) for r in operands} == {L2_EVICT_FIRST, L2_EVICT_LAST}
+    assert policies(compiled_ptx(CONV, tmp_path / "plain")) == set()
 
 
 def test_the_element_is_part_of_the_spec():

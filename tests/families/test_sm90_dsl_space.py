@@ -767,3 +767,20 @@ def test_the_direct_store_is_a_knob_that_stages_nothing_and_a_gathered_c_refuses
         parse_space({"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
                      "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [1],
                      "epi_store": ["registers"]})
+
+
+def test_the_l2_hints_are_a_knob_named_in_the_kernel_and_left_out_of_the_default_spec():
+    streamed = make_config(GEMM, params(l2_hints="stream"))
+    assert "_l2s_" in streamed.name and "L2 stream" in FAMILY.describe(streamed)
+    assert streamed.search_params["l2_hints"] == "stream" and streamed.build_spec().tile.l2_hints == "stream"
+    assert BuildSpec.from_json(streamed.build_spec().to_json()) == streamed.build_spec()
+    plain = make_config(GEMM, params())
+    assert plain.l2_hints.value == "none" and "l2" not in plain.build_spec().to_json() and "_l2s" not in plain.name
+    assert static_problems(streamed, GEMM, H100) == []
+    with pytest.raises(SpaceError, match="l2_hints"):
+        parse_space({"family": "sm90_dsl", "tile": ["128x128x64"], "cluster": ["1x1x1"], "schedule": ["single"],
+                     "stages": [0], "raster": ["m"], "swizzle": [1], "tile_q": [0], "split_k": [1],
+                     "l2_hints": ["evict_first"]})
+    with pytest.raises(SpecError, match="l2_hints"):
+        replace(streamed.build_spec(), tile=replace(streamed.build_spec().tile, l2_hints="first")).check()
+

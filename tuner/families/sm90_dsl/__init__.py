@@ -13,7 +13,7 @@ from tuner.families.family import BuilderEmitter, Family, PerformanceModel, Spac
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
 from tuner.families.sm90_dsl import checks, costmodel, space, toolchain
-from tuner.families.sm90_dsl.space import AUTO_STAGES, EpilogueStore, Sm90DslConfig
+from tuner.families.sm90_dsl.space import AUTO_STAGES, EpilogueStore, L2Hints, Sm90DslConfig
 from tuner.families.sm90_dsl.spec import GATHER_BELOW_CHANNELS
 
 SMALL_CHANNELS = 16  # from 8 to this, a default study keeps the C++ Hopper families beside this one
@@ -41,8 +41,9 @@ def describe(config: Sm90DslConfig) -> str:
              f" sk{config.split_k}{' in the cluster' if config.cluster_reduce else ''}" if config.split_k > 1 else "")
     staging = (" direct store" if config.epi_store is EpilogueStore.direct
                else f" e{config.staging}" if config.staging else "")
+    hints = " L2 stream" if config.l2_hints is L2Hints.stream else ""
     return (f"{config.tile.text}{box} c{config.cluster.m}x{config.cluster.n} {config.schedule.value} s{stages} "
-            f"r{config.raster.value} sw{config.swizzle}{split}{staging}")
+            f"r{config.raster.value} sw{config.swizzle}{split}{staging}{hints}")
 
 
 FAMILY = Family(
@@ -56,11 +57,11 @@ FAMILY = Family(
     supersedes=supersedes,
     chained=partial(replace, pdl=True),
     rules=SpaceRules(knobs=("tile", "cluster", "schedule", "stages", "raster", "swizzle", "tile_q", "split_k",
-                            "split_reduce", "epi_columns", "epi_buffers", "epi_store"),
+                            "split_reduce", "epi_columns", "epi_buffers", "epi_store", "l2_hints"),
                      parse_space=space.parse_space, make_config=space.make_config,
                      static_problems=checks.static_problems, layer_problem=checks.layer_problem,
                      launch_args=space.launch_args, kernel_problem=space.kernel_problem,
-                     refined_knobs=("epi_columns", "epi_buffers", "epi_store")),
+                     refined_knobs=("epi_columns", "epi_buffers", "epi_store", "l2_hints")),
     # its kernels are DSL-exported objects, not templates
     emitter=BuilderEmitter(build_request=toolchain.build_request, toolchain_problem=toolchain.toolchain_problem),
     model=PerformanceModel(cost_terms=costmodel.cost_terms, launch_shape=costmodel.launch_shape,

@@ -200,7 +200,7 @@ class Consumers:
                         self.store_elements(mY, sD, buf, q0, p0, n0, k0 + e * g.epi_n, wtid, group_threads,
                                             outside if g.splits else 0)
                     elif lead_warp:
-                        cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))])
+                        cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, (0, e))], **self.l2_policy("y"))
                         store_pipe.producer_commit()
                         store_pipe.producer_acquire()
                     epi_barrier.arrive_and_wait()

@@ -72,6 +72,7 @@ class Geometry:
     output_bytes: int = 2          # bytes of an element of y and the residual (4: a tf32 kernel's f32, no residual)
     scaled: bool = False           # e4m3: the accumulators times alpha, the input's x the filter's per-tensor scale
     pdl: bool = False              # spec.BuildSpec.pdl: programmatic dependent launch
+    l2_stream: bool = False        # spec.TileSpec.l2_hints "stream": A and y evict-first, the filter evict-last
     stream_k: bool = False         # spec.STREAM_K: the clusters share all tiles' k tiles evenly (split_k is then 1)
     # im2col.TILE_Q_IM2COL: A by TMA im2col loads; the M tiles run over the n*p*q output pixels in order (xw = yq =
     # n*p*q, as in a GEMM) and src_*, out_* hold the conv's own extents
@@ -338,7 +339,7 @@ def geometry(spec: BuildSpec) -> Geometry:
                  stores_elements=p.stores_elements and t.epi_store != "direct", stores_direct=t.epi_store == "direct",
                  src_n=p.n, src_h=p.h, src_w=p.w, out_p=p.p, out_q=p.q, operand_bytes=operand_bytes,
                  output_bytes=ELEMENT_BYTES[spec.output_element],
-                 scaled=spec.scaled, pdl=spec.pdl,
+                 scaled=spec.scaled, pdl=spec.pdl, l2_stream=t.l2_hints == "stream",
                  im2col=not p.is_gemm and not p.gathers and t.tile_q == TILE_Q_IM2COL,
                  cluster_reduce=t.split_reduce == "cluster")
     if t.split_k == STREAM_K:

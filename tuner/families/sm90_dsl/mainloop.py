@@ -10,6 +10,7 @@ import cutlass.utils as utils
 
 from .cluster_split import ClusterSplitScheduler
 from .geometry import Phase
+from .spec import L2_EVICT_FIRST, L2_EVICT_LAST
 from .stream_k import StreamKScheduler
 
 
@@ -53,8 +54,10 @@ class Mainloop:
                         tma_b, cl_coord[0], b_cta_layout, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
                     mainloop.producer_acquire(state)
                     barrier = mainloop.producer_get_barrier(state)
-                    cute.copy(tma_a, tAgA, tAsA[(None, state.index)], tma_bar_ptr=barrier, mcast_mask=a_mask)
-                    cute.copy(tma_b, tBgB, tBsB[(None, state.index)], tma_bar_ptr=barrier, mcast_mask=b_mask)
+                    cute.copy(tma_a, tAgA, tAsA[(None, state.index)], tma_bar_ptr=barrier, mcast_mask=a_mask,
+                              **self.l2_policy("x"))
+                    cute.copy(tma_b, tBgB, tBsB[(None, state.index)], tma_bar_ptr=barrier, mcast_mask=b_mask,
+                              **self.l2_policy("w"))
                     mainloop.producer_commit(state)
                     state.advance()
             scheduler.advance_to_next_work()
@@ -85,14 +88,22 @@ class Mainloop:
                 mainloop.producer_acquire(state)
                 barrier = mainloop.producer_get_barrier(state)
                 cute.copy(tma_a, tAgA[(None, mi, kt)], tAsA[(None, state.index)], tma_bar_ptr=barrier,
-                          mcast_mask=a_mask)
+                          mcast_mask=a_mask, **self.l2_policy("x"))
                 cute.copy(tma_b, tBgB[(None, ni, kt)], tBsB[(None, state.index)], tma_bar_ptr=barrier,
-                          mcast_mask=b_mask)
+                          mcast_mask=b_mask, **self.l2_policy("w"))
                 mainloop.producer_commit(state)
                 state.advance()
             scheduler.advance_to_next_work()
             work = scheduler.get_current_work()
         mainloop.producer_tail(state)
+
+    def l2_policy(self, operand: str) -> dict:
+        """The keyword that sets a TMA copy's L2 eviction priority (spec.L2_HINTS) for the operand ("x", "w", "y",
+        "residual"), read as the kernel is traced: none by default; with "stream" the filter evict-last (every M tile
+        reads it) and the others, each read or written once, evict-first."""
+        if not self.g.l2_stream:
+            return {}
+        return {"cache_policy": cutlass.Int64(L2_EVICT_LAST if operand == "w" else L2_EVICT_FIRST)}
 
     def tile_origin(self, work):
         """The work tile's first output column q0, row p0, image n0 and channel k0.

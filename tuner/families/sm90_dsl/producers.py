@@ -111,6 +111,7 @@ class Producers:
                 cute.arch.mbarrier_wait(ring_empty + slot, phase ^ 1)  # the first lap passes at once
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(ring_full + slot, g.tile_m * g.epi_n * 2)
-                cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, slot)], tma_bar_ptr=ring_full + slot)
+                cute.copy(tma_r, bR_g[(None, (0, e))], bR_s[(None, slot)], tma_bar_ptr=ring_full + slot,
+                          **self.l2_policy("residual"))
             scheduler.advance_to_next_work()
             work = scheduler.get_current_work()

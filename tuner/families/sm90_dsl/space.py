@@ -13,8 +13,8 @@ from tuner.families.base import (LaunchArgs, SearchSpace, Shape3, check_keys, en
                                  shape_list, whole)
 from tuner.families.sm90_dsl.residency import resident_clusters
 from tuner.families.sm90_dsl.spec import (EPILOGUE_BUFFER_CHOICES, EPILOGUE_BUFFERS, EPILOGUE_COLUMN_CHOICES,
-                                          EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS, SMEM_CAPACITY, SPLIT_REDUCES,
-                                          STREAM_K,
+                                          EPILOGUE_COLUMNS, GATHER_BELOW_CHANNELS, L2_HINTS, SMEM_CAPACITY,
+                                          SPLIT_REDUCES, STREAM_K,
                                           TMA_ROW_BYTES, BuildSpec, EpilogueSpec, ProblemSpec, TileSpec,
                                           epilogue_columns, residual_ring_slots, scheduled_tiles,
                                           split_k_workspace_bytes)
@@ -61,17 +61,23 @@ class EpilogueStore(enum.Enum):  # spec.EPILOGUE_STORES
     direct = "direct"  # each thread's registers straight into y: nothing staged, no barrier
 
 
+class L2Hints(enum.Enum):  # spec.L2_HINTS
+    none = "none"      # the TMA copies' default L2 eviction priority
+    stream = "stream"  # the input and the output evict-first, the filter evict-last
+
+
 class SplitReduce(enum.Enum):  # spec.SPLIT_REDUCES
     workspace = "workspace"  # partials through global memory, summed by the tile's last unit to finish
     cluster = "cluster"      # the splits are a 1 x split_k cluster's CTAs; the first sums the others' in its smem
 
 
 assert tuple(r.value for r in SplitReduce) == SPLIT_REDUCES
+assert tuple(h.value for h in L2Hints) == L2_HINTS
 CONSUMER_WARPGROUPS = {Schedule.single: 1, Schedule.cooperative: 2, Schedule.pingpong: 2}
-# the epilogue's staging knobs at the values every kernel had before they existed: a space file or a stored trial
-# that leaves them out means these
-DEFAULT_STAGING = {"epi_columns": EPILOGUE_COLUMNS, "epi_buffers": EPILOGUE_BUFFERS,
-                   "epi_store": EpilogueStore.tma.value}
+# the refined knobs (the epilogue's staging, the L2 hints) at the values every kernel had before they existed: a space
+# file or a stored trial that leaves them out means these
+REFINED_DEFAULTS = {"epi_columns": EPILOGUE_COLUMNS, "epi_buffers": EPILOGUE_BUFFERS,
+                    "epi_store": EpilogueStore.tma.value, "l2_hints": L2Hints.none.value}
 
 
 def threads(schedule: Schedule) -> int:
@@ -106,6 +112,7 @@ class Sm90DslConfig:
     epi_buffers: int = EPILOGUE_BUFFERS
     # "direct" stages nothing, so it holds the default staging (make_config)
     epi_store: EpilogueStore = EpilogueStore.tma
+    l2_hints: L2Hints = L2Hints.none
     # no knob: built with programmatic dependent launch (spec.BuildSpec.pdl) for a caller that chains kernels
     # (tuner.torch_ops.optimize(pdl=True)); the tuner times kernels without it
     pdl: bool = False
@@ -131,8 +138,9 @@ class Sm90DslConfig:
         split = ("_skstream" if self.stream_k else f"_sk{self.split_k}{'c' if self.cluster_reduce else ''}"
                  if self.split_k > 1 else "")
         staging = f"_e{self.staging}" if self.staging else ""
+        hints = "_l2s" if self.l2_hints is L2Hints.stream else ""
         return (f"dsl_{self.tile.text}{box}_c{self.cluster.m}x{self.cluster.n}_{self.schedule.value}_s{stages}"
-                f"_r{self.raster.value}_sw{self.swizzle}{split}{staging}_{self.dtype_key}{self.fusion.short}"
+                f"_r{self.raster.value}_sw{self.swizzle}{split}{staging}{hints}_{self.dtype_key}{self.fusion.short}"
                 f"_{s.key}{'_pdl' if self.pdl else ''}")
 
     @property
@@ -150,7 +158,7 @@ class Sm90DslConfig:
         return {"tile": self.tile.text, "cluster": self.cluster.text, "schedule": self.schedule.value,
                 "stages": self.stages, "raster": self.raster.value, "swizzle": self.swizzle, "tile_q": self.tile_q,
                 "split_k": self.split_k, "split_reduce": self.split_reduce.value, "epi_columns": self.epi_columns,
-                "epi_buffers": self.epi_buffers, "epi_store": self.epi_store.value}
+                "epi_buffers": self.epi_buffers, "epi_store": self.epi_store.value, "l2_hints": self.l2_hints.value}
 
     @property
     def persistent(self) -> bool:
@@ -283,17 +291,18 @@ class Sm90DslConfig:
                           raster=self.raster.value, swizzle=self.swizzle,
                           tile_q=TILE_Q_IM2COL if self.im2col else 0 if self.tiles_pixels else self.columns,
                           split_k=self.split_k, split_reduce=self.split_reduce.value, epi_columns=self.epi_columns,
-                          epi_buffers=self.epi_buffers, epi_store=self.epi_store.value),
+                          epi_buffers=self.epi_buffers, epi_store=self.epi_store.value,
+                          l2_hints=self.l2_hints.value),
             element=self.input_type.value, pdl=self.pdl)
 
 
 def parse_space(document: object) -> SearchSpace:
-    if isinstance(document, dict):  # the epilogue's staging and the split's reduction may be left out
-        document = {**{knob: [value] for knob, value in DEFAULT_STAGING.items()},
+    if isinstance(document, dict):  # the refined knobs and the split's reduction may be left out
+        document = {**{knob: [value] for knob, value in REFINED_DEFAULTS.items()},
                     "split_reduce": [SplitReduce.workspace.value], **document}
     document = check_keys(FAMILY, document, {"family", "tile", "cluster", "schedule", "stages", "raster", "swizzle",
                                              "tile_q", "split_k", "split_reduce", "epi_columns", "epi_buffers",
-                                             "epi_store"})
+                                             "epi_store", "l2_hints"})
     return SearchSpace(FAMILY, (
         ("tile", tuple(t.text for t in shape_list(FAMILY, "tile", document["tile"]))),
         ("cluster", tuple(c.text for c in shape_list(FAMILY, "cluster", document["cluster"]))),
@@ -318,6 +327,7 @@ def parse_space(document: object) -> SearchSpace:
                                  " to ".join(map(str, EPILOGUE_BUFFER_CHOICES[::2])))),
         # the first is what a study holds (the knobs are refined on its finalists)
         ("epi_store", tuple(s.value for s in enum_list(FAMILY, "epi_store", document["epi_store"], EpilogueStore))),
+        ("l2_hints", tuple(h.value for h in enum_list(FAMILY, "l2_hints", document["l2_hints"], L2Hints))),
     ))
 
 
@@ -352,7 +362,7 @@ def problem_spec(problem: ConvProblem) -> ProblemSpec:
 def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
     shape = problem_spec(problem)
     tile = param(params, "tile", Shape3.parse)
-    staging = {**DEFAULT_STAGING, **params}  # trials stored before the epilogue's knobs existed ran with these
+    staging = {**REFINED_DEFAULTS, **params}  # trials stored before the refined knobs existed ran with these
     epi_columns = param(staging, "epi_columns", whole)
     epi_buffers = param(staging, "epi_buffers", whole)
     epi_store = param(staging, "epi_store", EpilogueStore)
@@ -377,6 +387,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         epi_columns=epi_columns if tile.n % epi_columns == 0 else EPILOGUE_COLUMNS,
         epi_buffers=epi_buffers,
         epi_store=epi_store,
+        l2_hints=param(staging, "l2_hints", L2Hints),
         shape=shape,
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,
