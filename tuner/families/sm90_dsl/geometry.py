@@ -92,6 +92,12 @@ class Geometry:
         return (self.split_k - 1) * self.tile_m * self.tile_n if self.cluster_reduce else 0
 
     @property
+    def exchange_slots(self) -> int:
+        """The Int32 words the kernel's exchange buffer holds: exchange_elements, and 4 (one aligned 16 bytes) in a
+        kernel that exchanges nothing, since the shared-storage struct declares the buffer in every kernel."""
+        return max(self.exchange_elements, 4)
+
+    @property
     def stages_by_element(self) -> bool:
         """spec.BuildSpec.stages_by_element: a 32-bit output, staged by st.shared, not stmatrix."""
         return self.output_bytes == 4

@@ -174,7 +174,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps, ClusterExchange)
             order_barrier: cute.struct.MemRange[cutlass.Int64, 2]
             split_arrivals: cute.struct.MemRange[cutlass.Int32, g.groups]
             exchange_barriers: cute.struct.MemRange[cutlass.Int64, 2]
-            sExchange: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, max(g.exchange_elements, 4)], 16]
+            sExchange: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, g.exchange_slots], 16]
             sR: cute.struct.Align[cute.struct.MemRange[f16, cute.cosize(res_smem) if g.residual else 8], 1024]
 
         self.shared_storage = SharedStorage
@@ -338,7 +338,7 @@ class ConvKernel(Mainloop, Consumers, Producers, EpilogueSteps, ClusterExchange)
             self.consume(tiled_mma, mainloop, sA, sB, sD, sD_map, tma_d, mY, sched, mScale, mBias, sScale, sBias,
                          sR, ring_full, ring_empty, order_barrier, tidx, warp_idx, mPart, mCount,
                          storage.split_arrivals.get_tensor(cute.make_layout(g.groups)), mInputScale, mFilterScale,
-                         storage.sExchange.get_tensor(cute.make_layout(max(g.exchange_elements, 4))), exchange_full)
+                         storage.sExchange.get_tensor(cute.make_layout(g.exchange_slots)), exchange_full)
         if cutlass.const_expr(g.cluster_reduce):
             # no CTA leaves while a peer may still store into its shared memory or arrive on its barriers
             cute.arch.cluster_arrive()
