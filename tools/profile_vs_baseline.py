@@ -22,7 +22,7 @@ from repository import this_gpu, tuned_layers
 from tuner.pipeline.one_run import is_gemm_layer
 from tuner.core.dtypes import DataType
 from tuner.core.problem import ConvProblem
-from tuner.measure.baseline import torch_problem
+from tuner.measure.baseline import TORCH_DTYPE_NAMES, torch_problem
 from tuner.build.compile import Compiler
 from tuner.core.epilogue import Epilogue
 from tuner.families import registry
@@ -69,12 +69,10 @@ def baseline_snippet(problem: ConvProblem) -> str:
     an e4m3 layer's f16 twin), TF32 math on for a tf32 layer and off otherwise: without it a bf16 or TF32 layer's
     profile set an f16 kernel of cuDNN's beside this family's."""
     twin = torch_problem(problem)
-    dtype = {DataType.f16: "float16", DataType.bf16: "bfloat16", DataType.tf32: "float32",
-             DataType.f32: "float32"}[twin.input_type]
     return BASELINE.format(args=(problem.n, problem.h, problem.w, problem.c, problem.k, problem.r, problem.s,
                                  problem.pads, problem.strides, problem.dilations, problem.groups,
                                  is_gemm_layer(problem)),
-                           dtype=dtype, tf32=twin.input_type is DataType.tf32)
+                           dtype=TORCH_DTYPE_NAMES[twin.input_type], tf32=twin.input_type is DataType.tf32)
 
 
 def ncu(command: list[str], report: Path, *options: str, sections: tuple[str, ...] = SECTIONS,

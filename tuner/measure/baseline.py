@@ -45,14 +45,18 @@ def _graph_time_us(torch, step, launches: int, repeats: int = REPEATS) -> float:
     return time_replays(graph.replay, timed_ms, launches, copies=1, repeats=repeats).median_us
 
 
+# the torch dtype, by its attribute name, that a problem's input type is timed in (tf32: f32 tensors read as TF32)
+TORCH_DTYPE_NAMES = {DataType.f16: "float16", DataType.bf16: "bfloat16", DataType.tf32: "float32",
+                     DataType.f32: "float32"}
+
+
 def torch_dtype(torch, problem: ConvProblem):
     """The torch dtype of the problem's inputs; cuDNN's and cuBLAS's TF32 switches set to the problem's math
     (on for tf32 inputs: f32 tensors read as TF32, off otherwise)."""
     tf32 = problem.input_type is DataType.tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    return {DataType.f16: torch.float16, DataType.bf16: torch.bfloat16, DataType.tf32: torch.float32,
-            DataType.f32: torch.float32}[problem.input_type]
+    return getattr(torch, TORCH_DTYPE_NAMES[problem.input_type])
 
 
 def torch_problem(problem: ConvProblem) -> ConvProblem:

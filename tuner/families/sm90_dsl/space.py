@@ -63,7 +63,7 @@ class EpilogueStore(enum.Enum):  # spec.EPILOGUE_STORES
 
 class L2Hints(enum.Enum):  # spec.L2_HINTS
     none = "none"      # the TMA copies' default L2 eviction priority
-    stream = "stream"  # the input and the output evict-first, the filter evict-last
+    stream = "stream"  # the input, the residual and the output evict-first, the filter evict-last
 
 
 class SplitReduce(enum.Enum):  # spec.SPLIT_REDUCES
@@ -362,10 +362,10 @@ def problem_spec(problem: ConvProblem) -> ProblemSpec:
 def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
     shape = problem_spec(problem)
     tile = param(params, "tile", Shape3.parse)
-    staging = {**REFINED_DEFAULTS, **params}  # trials stored before the refined knobs existed ran with these
-    epi_columns = param(staging, "epi_columns", whole)
-    epi_buffers = param(staging, "epi_buffers", whole)
-    epi_store = param(staging, "epi_store", EpilogueStore)
+    refined = {**REFINED_DEFAULTS, **params}  # trials stored before the refined knobs existed ran with these
+    epi_columns = param(refined, "epi_columns", whole)
+    epi_buffers = param(refined, "epi_buffers", whole)
+    epi_store = param(refined, "epi_store", EpilogueStore)
     if epi_store is EpilogueStore.direct:  # nothing staged: one kernel whatever the staging says
         epi_columns, epi_buffers = EPILOGUE_COLUMNS, EPILOGUE_BUFFERS
     split_k = param(params, "split_k", whole) if "split_k" in params else 1
@@ -387,7 +387,7 @@ def make_config(problem: ConvProblem, params: dict) -> Sm90DslConfig:
         epi_columns=epi_columns if tile.n % epi_columns == 0 else EPILOGUE_COLUMNS,
         epi_buffers=epi_buffers,
         epi_store=epi_store,
-        l2_hints=param(staging, "l2_hints", L2Hints),
+        l2_hints=param(refined, "l2_hints", L2Hints),
         shape=shape,
         input_type=problem.input_type, filter_type=problem.filter_type,
         output_type=problem.output_type, accumulator_type=problem.accumulator_type,
